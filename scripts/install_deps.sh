@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that the build, the data preparation and the tests need.
+# Idempotent: when everything is present it only checks and returns in about a second.
+set -euo pipefail
+
+PKGS=(build-essential cmake g++ make pkg-config git
+      libopenblas-dev libcli11-dev nlohmann-json3-dev libgtest-dev
+      libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools liburing-dev
+      python3 python3-numpy python3-torch python3-h5py
+      nodejs npm)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# A node/npm that did not come from Debian (e.g. a preinstalled one) is fine too.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  tmp=(); for p in "${missing[@]}"; do [[ $p == nodejs || $p == npm ]] || tmp+=("$p"); done
+  missing=("${tmp[@]+"${tmp[@]}"}")
+fi
+
+if ((${#missing[@]})); then
+  echo "install_deps: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "install_deps: all Debian packages present"
+fi

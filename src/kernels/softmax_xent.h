@@ -1,0 +1,10 @@
+// Fused classifier: softmax + cross-entropy (+ its gradient) in one pass over each row of logits.
+// Probabilities are never stored: with write_dlogits the logits are overwritten by
+// dloss * (softmax - onehot(target)). Rows are (N, Vp); only the first V columns are the real
+// vocabulary, the padding columns get zero gradient and never enter the softmax.
+#pragma once
+namespace zt::cpu {
+// losses (N) = -log softmax(logits[n, :V])[targets[n]]. Returns nothing else.
+template <class T> void softmax_xent_forward_backward(T* logits, T* losses, const int* targets, T dloss, int N, int V, int Vp,
+                                                       bool write_dlogits);
+}  // namespace zt::cpu

@@ -1,0 +1,113 @@
+// The training plan: typed, sectioned configuration loaded from JSON (DESIGN "Plan").
+//
+// Every default lives in plans/base.json (embedded into the binary at build time, see
+// base_plan.cpp.in); a plan file is merged over it. base.json is also the schema: a key it does
+// not have is unknown, and the JSON type of its value is the type a plan must use
+// (an integer default demands an integer; a floating default accepts any number).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace zt {
+
+struct ModelSection {
+  int n_layer = 0;        // L
+  int n_head = 0;         // NH
+  int n_embd = 0;         // C
+  int seq_len = 0;        // T: trained sequence length = size of the position table
+  int vocab_size = 0;     // V (real vocabulary; padded to Vp = multiple of 128 inside)
+  std::string init;       // "" = random GPT-2 init from run.seed; else an llm.c model .bin (fp32, version 3)
+};
+
+struct DataSection {
+  std::string train;      // glob of llm.c token shards
+  std::string val;        // one llm.c token shard (or a glob)
+  std::string tokenizer;  // llm.c tokenizer table (gpt2_tokenizer.bin) for decoding samples; "" = no samples
+  bool shuffle = true;    // shuffle sequence order each epoch (deterministic from run.seed)
+};
+
+struct BatchSection {
+  int micro_batch = 0;    // B sequences per rank per micro-step
+  int grad_accum = 0;     // micro-steps per optimizer step
+};
+
+struct OptimSection {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, grad_clip = 0;  // grad_clip 0 = off
+  int warmup_steps = 0;
+  std::string schedule;   // "cosine" | "constant"
+  double min_lr_ratio = 0;
+};
+
+struct PrecisionSection {
+  std::string compute;    // "auto" | "fp32" | "bf16"  (auto: fp32 on the CPU backend)
+  bool master_weights = true;
+};
+
+struct ZeroSection {
+  int stage = 0;
+  double bucket_mb = 0;
+  bool overlap_comm = true;
+  int prefetch_units = 1;
+};
+
+struct RecomputeSection { std::string policy; };
+
+struct OffloadSection { std::string optimizer, params, nvme_dir; };
+
+struct CheckpointSection {
+  std::string dir;
+  int every = 0;
+  int keep = 0;
+  std::string resume;
+};
+
+struct RunSection {
+  int steps = 0;
+  int eval_every = 0;     // 0 = only at the end
+  int eval_batches = 0;
+  int sample_every = 0;   // 0 = only at the end
+  int sample_tokens = 0;
+  int log_every = 1;
+  uint64_t seed = 0;
+  std::string log;        // metrics JSONL path (rank 0); the resolved plan is written beside it
+  int threads = 0;        // CPU threads (OpenMP + BLAS); 0 = all cores
+};
+
+struct Plan {
+  ModelSection model;
+  DataSection data;
+  BatchSection batch;
+  OptimSection optim;
+  PrecisionSection precision;
+  ZeroSection zero;
+  RecomputeSection recompute;
+  OffloadSection offload;
+  CheckpointSection checkpoint;
+  RunSection run;
+  std::string device;     // "auto" | "cpu" | "cuda"
+
+  nlohmann::json resolved;  // the fully merged plan, as printed at start and written beside the log
+  std::string source;       // path of the plan file it came from
+};
+
+// The embedded plans/base.json as parsed JSON.
+const nlohmann::json& base_plan_json();
+
+// Reads `path`, follows "extends" chains (paths relative to the file that names them; cycles are
+// errors), merges over the defaults, applies `overrides` ("a.b=v", v parsed as JSON when it parses,
+// else taken as a string; type-checked against the schema) and returns the resolved JSON.
+// Throws zt::Error naming the file and JSON path on any problem.
+nlohmann::json resolve_plan(const std::string& path, const std::vector<std::string>& overrides);
+
+// Validates a resolved plan (types, unknown keys with close-match suggestions, ranges,
+// combinations, options this build does not implement) and fills the typed struct.
+// With check_files, also requires the data files to exist.
+Plan plan_from_json(const nlohmann::json& resolved, bool check_files);
+
+// resolve_plan + plan_from_json.
+Plan load_plan(const std::string& path, const std::vector<std::string>& overrides, bool check_files = true);
+
+}  // namespace zt

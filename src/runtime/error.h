@@ -1,0 +1,49 @@
+// Errors: library code throws zt::Error; train.cu catches it, prints one line, exits non-zero.
+// Every call into a system library goes through a ZT_CHECK_* macro so the message names
+// file:line and the operation that failed.
+#pragma once
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace zt {
+
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] inline void fail_at(const char* file, int line, const std::string& what) {
+  std::ostringstream os;
+  os << what << " (" << file << ":" << line << ")";
+  throw Error(os.str());
+}
+
+}  // namespace zt
+
+// Plain condition with a message built from stream pieces: ZT_REQUIRE(n > 0, "n must be > 0, got " << n)
+#define ZT_REQUIRE(cond, msg)                                   \
+  do {                                                          \
+    if (!(cond)) {                                              \
+      std::ostringstream zt_os_;                                \
+      zt_os_ << msg;                                            \
+      throw ::zt::Error(zt_os_.str());                          \
+    }                                                           \
+  } while (0)
+
+// Internal invariant: names file:line because it is our bug, not the user's.
+#define ZT_ASSERT(cond)                                                           \
+  do {                                                                            \
+    if (!(cond)) ::zt::fail_at(__FILE__, __LINE__, "internal error: " #cond);     \
+  } while (0)
+
+// libc / POSIX calls that report failure through errno.
+#define ZT_CHECK_ERRNO(cond, op_desc)                                                        \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      std::ostringstream zt_os_;                                                             \
+      zt_os_ << op_desc << ": " << std::strerror(errno);                                     \
+      ::zt::fail_at(__FILE__, __LINE__, zt_os_.str());                                       \
+    }                                                                                        \
+  } while (0)

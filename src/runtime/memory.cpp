@@ -1,0 +1,133 @@
+#include "runtime/memory.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <iomanip>
+#include <sstream>
+
+#include "runtime/error.h"
+
+namespace zt {
+
+const char* tier_name(Tier t) {
+  switch (t) {
+    case Tier::device: return "device";
+    case Tier::pinned: return "pinned";
+    case Tier::host: return "host";
+    case Tier::nvme: return "nvme";
+    default: return "?";
+  }
+}
+
+const char* category_name(Category c) {
+  switch (c) {
+    case Category::params: return "params";
+    case Category::grads: return "grads";
+    case Category::master: return "master";
+    case Category::optimizer: return "optimizer";
+    case Category::activations: return "activations";
+    case Category::comm: return "comm";
+    case Category::staging: return "staging";
+    default: return "?";
+  }
+}
+
+std::string format_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) { b /= 1024.0; ++u; }
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(u == 0 ? 0 : 2) << b << " " << units[u];
+  return os.str();
+}
+
+Allocation& Allocation::operator=(Allocation&& o) noexcept {
+  if (this != &o) {
+    reset();
+    owner_ = o.owner_; ptr_ = o.ptr_; bytes_ = o.bytes_; tier_ = o.tier_; cat_ = o.cat_;
+    o.owner_ = nullptr; o.ptr_ = nullptr; o.bytes_ = 0;
+  }
+  return *this;
+}
+
+void Allocation::reset() {
+  if (owner_) owner_->release(*this);
+  owner_ = nullptr; ptr_ = nullptr; bytes_ = 0;
+}
+
+Allocation MemoryTracker::alloc(size_t bytes, Tier tier, Category cat, const std::string& name) {
+  ZT_REQUIRE(tier == Tier::host, "memory tier '" << tier_name(tier) << "' is not available in the CPU backend (buffer "
+                                                 << name << ")");
+  Allocation a;
+  size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  if (rounded == 0) rounded = kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded);
+  ZT_REQUIRE(p != nullptr, "out of host memory allocating " << format_bytes(double(bytes)) << " for " << name
+                                                            << "; tracked memory now:\n" << table(false));
+  std::memset(p, 0, rounded);
+  a.owner_ = this; a.ptr_ = p; a.bytes_ = bytes; a.tier_ = tier; a.cat_ = cat;
+  size_t i = idx(tier, cat);
+  cur_[i] += bytes;
+  if (cur_[i] > peak_[i]) peak_[i] = cur_[i];
+  return a;
+}
+
+void MemoryTracker::release(Allocation& a) {
+  cur_[idx(a.tier_, a.cat_)] -= a.bytes_;
+  std::free(a.ptr_);
+}
+
+size_t MemoryTracker::current_total(Tier t) const {
+  size_t s = 0;
+  for (int c = 0; c < int(Category::count); ++c) s += current(t, Category(c));
+  return s;
+}
+
+size_t MemoryTracker::peak_total(Tier t) const {
+  size_t s = 0;
+  for (int c = 0; c < int(Category::count); ++c) s += peak(t, Category(c));
+  return s;
+}
+
+std::string MemoryTracker::table(bool with_peak) const {
+  std::ostringstream os;
+  std::vector<Tier> tiers;
+  for (int t = 0; t < int(Tier::count); ++t)
+    if (peak_total(Tier(t)) > 0) tiers.push_back(Tier(t));
+  if (tiers.empty()) tiers.push_back(Tier::host);
+  os << std::left << std::setw(13) << "category";
+  for (Tier t : tiers) os << std::right << std::setw(with_peak ? 24 : 13) << (std::string(tier_name(t)) + (with_peak ? " (peak)" : ""));
+  os << "\n";
+  auto cell = [&](size_t cur, size_t pk) {
+    std::string s = format_bytes(double(cur));
+    if (with_peak) s += " (" + format_bytes(double(pk)) + ")";
+    return s;
+  };
+  for (int c = 0; c < int(Category::count); ++c) {
+    bool any = false;
+    for (Tier t : tiers) any |= peak(t, Category(c)) > 0;
+    if (!any) continue;
+    os << std::left << std::setw(13) << category_name(Category(c));
+    for (Tier t : tiers) os << std::right << std::setw(with_peak ? 24 : 13) << cell(current(t, Category(c)), peak(t, Category(c)));
+    os << "\n";
+  }
+  os << std::left << std::setw(13) << "total";
+  for (Tier t : tiers) os << std::right << std::setw(with_peak ? 24 : 13) << cell(current_total(t), peak_total(t));
+  os << "\n";
+  return os.str();
+}
+
+nlohmann::json MemoryTracker::peak_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (int t = 0; t < int(Tier::count); ++t) {
+    if (peak_total(Tier(t)) == 0) continue;
+    nlohmann::json row = nlohmann::json::object();
+    for (int c = 0; c < int(Category::count); ++c)
+      if (peak(Tier(t), Category(c)) > 0) row[category_name(Category(c))] = peak(Tier(t), Category(c));
+    row["total"] = peak_total(Tier(t));
+    j[tier_name(Tier(t))] = row;
+  }
+  return j;
+}
+
+}  // namespace zt

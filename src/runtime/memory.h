@@ -1,0 +1,79 @@
+// Tracked memory (DESIGN idea 5): every long-lived buffer is allocated through a MemoryTracker
+// with a tier (where it lives) and a category (what it is for). The tracker keeps current and
+// peak bytes per (tier, category), so the memory table printed at start and in the summary is
+// what was really allocated, not an estimate. Buffers are allocated once, before the first
+// step; nothing is allocated inside a step.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace zt {
+
+enum class Tier : int { device = 0, pinned, host, nvme, count };
+enum class Category : int { params = 0, grads, master, optimizer, activations, comm, staging, count };
+
+const char* tier_name(Tier t);
+const char* category_name(Category c);
+
+class MemoryTracker;
+
+// Owning handle to one tracked allocation; frees and untracks on destruction.
+class Allocation {
+ public:
+  Allocation() = default;
+  Allocation(Allocation&& o) noexcept { *this = std::move(o); }
+  Allocation& operator=(Allocation&& o) noexcept;
+  Allocation(const Allocation&) = delete;
+  Allocation& operator=(const Allocation&) = delete;
+  ~Allocation() { reset(); }
+
+  void reset();
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  template <class T> T* as() const { return static_cast<T*>(ptr_); }
+
+ private:
+  friend class MemoryTracker;
+  MemoryTracker* owner_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  Tier tier_ = Tier::host;
+  Category cat_ = Category::params;
+};
+
+class MemoryTracker {
+ public:
+  static constexpr size_t kAlign = 64;  // cache line; also enough for AVX-512 loads
+
+  // Zero-filled host allocation. `name` appears in out-of-memory messages.
+  Allocation alloc(size_t bytes, Tier tier, Category cat, const std::string& name);
+
+  size_t current(Tier t, Category c) const { return cur_[idx(t, c)]; }
+  size_t peak(Tier t, Category c) const { return peak_[idx(t, c)]; }
+  size_t current_total(Tier t) const;
+  size_t peak_total(Tier t) const;
+
+  // Human-readable table of current (and peak) bytes, one row per category, one column per
+  // tier that has any allocation.
+  std::string table(bool with_peak) const;
+  // {"host": {"params": bytes, ...}, ...} of peaks, for the metrics summary line.
+  nlohmann::json peak_json() const;
+
+ private:
+  friend class Allocation;
+  void release(Allocation& a);
+  static size_t idx(Tier t, Category c) { return size_t(t) * size_t(Category::count) + size_t(c); }
+  static constexpr size_t N = size_t(Tier::count) * size_t(Category::count);
+  std::array<size_t, N> cur_{};
+  std::array<size_t, N> peak_{};
+};
+
+// "1.50 MiB"-style formatting used by every memory table.
+std::string format_bytes(double bytes);
+
+}  // namespace zt
