@@ -104,8 +104,13 @@ nlohmann::json resolve_plan(const std::string& path, const std::vector<std::stri
 
 // Validates a resolved plan (types, unknown keys with close-match suggestions, ranges,
 // combinations, options this build does not implement) and fills the typed struct.
-// With check_files, also requires the data files to exist.
+// With check_files, also requires the data files to exist (relative data paths are relative to
+// the current working directory, not to the plan file).
 Plan plan_from_json(const nlohmann::json& resolved, bool check_files);
+
+// The candidate closest to `bad` (case-insensitive edit distance, or one containing the other),
+// or "" when none is close enough. Used for "did you mean" in unknown-key errors.
+std::string suggest_key(const std::string& bad, const std::vector<std::string>& candidates);
 
 // resolve_plan + plan_from_json.
 Plan load_plan(const std::string& path, const std::vector<std::string>& overrides, bool check_files = true);

@@ -1,0 +1,32 @@
+# Front door. The real build is CMake in build/; these targets wrap it.
+#   make            build ./train (and the test binaries)
+#   make train      prepare the default data if missing, then train plans/default.json
+#   make test       build and run every test through ctest
+#   make bench      CPU throughput vs PyTorch (scripts/bench_cpu.sh)
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all build train test bench data clean
+all: build
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+data:
+	scripts/prepare_data
+
+train: build data
+	./train plans/default.json
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+bench: build data
+	scripts/bench_cpu.sh
+
+clean:
+	rm -rf $(BUILD) train

@@ -1,0 +1,325 @@
+#include "model/gpt.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+#include <memory>
+
+#include "model/ops_cpu.h"
+#include "runtime/error.h"
+
+namespace zt {
+
+namespace {
+
+constexpr int kModelMagic = 20240326;  // llm.c model checkpoint
+constexpr int kModelVersionFp32 = 3;
+constexpr int kModelVersionBf16 = 5;
+
+// Counter-based normal deviates: the value of element i of stream k depends only on
+// (seed, k, i), so any rank can initialise any shard of any tensor and get the same numbers.
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+inline double normal_at(uint64_t seed, uint64_t stream, uint64_t i) {
+  const uint64_t base = splitmix64(splitmix64(seed) ^ (stream * 0xD1B54A32D192ED03ull));
+  const double u1 = (double((splitmix64(base + 2 * i) >> 11)) + 1.0) * 0x1.0p-53;  // (0, 1]
+  const double u2 = double(splitmix64(base + 2 * i + 1) >> 11) * 0x1.0p-53;         // [0, 1)
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+struct FileCloser {
+  void operator()(FILE* f) const { if (f) std::fclose(f); }
+};
+using File = std::unique_ptr<FILE, FileCloser>;
+
+}  // namespace
+
+template <class Ops>
+GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pad_multiple)
+    : cfg_(cfg), layout_(cfg, pad_multiple), B_(B), T_(Tn) {
+  ZT_REQUIRE(cfg.C % cfg.NH == 0, "model: n_embd " << cfg.C << " is not divisible by n_head " << cfg.NH);
+  ZT_REQUIRE(Tn <= cfg.maxT, "model: sequence length " << Tn << " exceeds the position table (" << cfg.maxT << ")");
+  const size_t L = size_t(cfg.L), C = size_t(cfg.C), NH = size_t(cfg.NH), Vp = size_t(cfg.Vp);
+  const size_t BT = size_t(B) * size_t(Tn);
+
+  params_ = mem.alloc(layout_.total() * sizeof(T), Ops::tier, Category::params, "parameters");
+  grads_ = mem.alloc(layout_.total() * sizeof(T), Ops::tier, Category::grads, "gradients");
+  for (const Unit& u : layout_.units()) {
+    unit_param_.push_back(params() + u.offset);
+    unit_grad_.push_back(grads() + u.offset);
+  }
+
+  // Activations: one tracked block carved into the fields of Activations, in declaration order.
+  struct Field { T** ptr; size_t n; };
+  const Field act_fields[] = {
+      {&acts_.encoded, BT * C},       {&acts_.ln1, L * BT * C},      {&acts_.ln1_mean, L * BT},
+      {&acts_.ln1_rstd, L * BT},      {&acts_.qkv, L * BT * 3 * C},  {&acts_.atty, L * BT * C},
+      {&acts_.att_lse, L * BT * NH},  {&acts_.attproj, L * BT * C},  {&acts_.residual2, L * BT * C},
+      {&acts_.ln2, L * BT * C},       {&acts_.ln2_mean, L * BT},     {&acts_.ln2_rstd, L * BT},
+      {&acts_.fch, L * BT * 4 * C},   {&acts_.fch_gelu, L * BT * 4 * C}, {&acts_.fcproj, L * BT * C},
+      {&acts_.residual3, L * BT * C}, {&acts_.lnf, BT * C},          {&acts_.lnf_mean, BT},
+      {&acts_.lnf_rstd, BT},          {&acts_.logits, BT * Vp},      {&acts_.losses, BT},
+  };
+  const Field grad_fields[] = {
+      {&gs_.dresidual, BT * C}, {&gs_.dC, BT * C}, {&gs_.d4C_a, BT * 4 * C}, {&gs_.d4C_b, BT * 4 * C}, {&gs_.dqkv, BT * 3 * C},
+  };
+  // Each field starts on a 64-byte boundary so kernels get aligned rows.
+  constexpr size_t kAlignElems = MemoryTracker::kAlign / sizeof(T);
+  auto carve = [&](const auto& fields, Allocation& block, const char* name) {
+    size_t total = 0;
+    for (const Field& f : fields) total += (f.n + kAlignElems - 1) / kAlignElems * kAlignElems;
+    block = mem.alloc(total * sizeof(T), Ops::tier, Category::activations, name);
+    T* p = block.as<T>();
+    for (const Field& f : fields) {
+      *f.ptr = p;
+      p += (f.n + kAlignElems - 1) / kAlignElems * kAlignElems;
+    }
+  };
+  carve(act_fields, act_mem_, "activations");
+  carve(grad_fields, grad_act_mem_, "activation gradients");
+}
+
+template <class Ops>
+void GPT<Ops>::init_gpt2(uint64_t seed) {
+  const double residual_scale = 1.0 / std::sqrt(2.0 * cfg_.L);
+  const auto& tensors = layout_.tensors();
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const TensorSlot& s = tensors[k];
+    T* p = unit_param_[size_t(s.unit)] + (s.offset - layout_.units()[size_t(s.unit)].offset);
+    const bool is_weight = s.shape.size() == 2;
+    const bool is_gain = s.id == ParamId::ln1w || s.id == ParamId::ln2w || s.id == ParamId::lnfw;
+    double std_dev = 0.02;
+    if (s.id == ParamId::attprojw || s.id == ParamId::fcprojw) std_dev *= residual_scale;
+    size_t n = s.numel;
+    if (s.id == ParamId::wte) n = size_t(cfg_.V) * size_t(cfg_.C);  // padding rows stay zero
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < s.numel; ++i) {
+      double v = 0.0;
+      if (is_weight) v = i < n ? std_dev * normal_at(seed, k, i) : 0.0;
+      else if (is_gain) v = 1.0;
+      p[i] = T(v);
+    }
+  }
+}
+
+template <class Ops>
+void GPT<Ops>::load_llmc(const std::string& path) {
+  File f(std::fopen(path.c_str(), "rb"));
+  ZT_REQUIRE(f, "model.init: cannot open " << path << ": " << std::strerror(errno));
+  int header[256];
+  ZT_REQUIRE(std::fread(header, sizeof(int), 256, f.get()) == 256,
+             "model.init: " << path << " is too short for an llm.c checkpoint header");
+  ZT_REQUIRE(header[0] == kModelMagic, "model.init: " << path << ": bad magic " << header[0]
+                                                      << " (expected an llm.c model checkpoint, magic " << kModelMagic << ")");
+  ZT_REQUIRE(header[1] != kModelVersionBf16, "model.init: " << path << " holds bf16 weights (llm.c version 5); "
+                                                             "convert it with llm.c's scripts to fp32 (version 3)");
+  ZT_REQUIRE(header[1] == kModelVersionFp32,
+             "model.init: " << path << ": unsupported llm.c checkpoint version " << header[1] << " (supported: 3, fp32)");
+  const int maxT = header[2], V = header[3], L = header[4], NH = header[5], C = header[6], Vp = header[7];
+  ZT_REQUIRE(L == cfg_.L && NH == cfg_.NH && C == cfg_.C && V == cfg_.V,
+             "model.init: " << path << " has n_layer " << L << ", n_head " << NH << ", n_embd " << C << ", vocab_size " << V
+                            << " but the plan asks for " << cfg_.L << ", " << cfg_.NH << ", " << cfg_.C << ", " << cfg_.V);
+  ZT_REQUIRE(maxT >= cfg_.maxT, "model.init: " << path << " has " << maxT << " positions, fewer than model.seq_len "
+                                               << cfg_.maxT);
+  ZT_REQUIRE(Vp >= V, "model.init: " << path << ": padded vocabulary " << Vp << " < vocabulary " << V);
+
+  std::vector<float> buf;
+  auto read_floats = [&](size_t n, const char* what) {
+    buf.resize(n);
+    ZT_REQUIRE(std::fread(buf.data(), sizeof(float), n, f.get()) == n,
+               "model.init: " << path << " ends inside tensor " << what << " (truncated file?)");
+  };
+  const size_t Cs = size_t(C);
+  // llm.c stores each tensor for all layers together: (L, ...) per ParamId.
+  for (int id = 0; id < kNumParamIds; ++id) {
+    const ParamId pid = ParamId(id);
+    if (pid == ParamId::wte || pid == ParamId::wpe) {
+      const size_t file_rows = size_t(pid == ParamId::wte ? Vp : maxT);
+      const size_t keep_rows = size_t(pid == ParamId::wte ? V : cfg_.maxT);
+      read_floats(file_rows * Cs, pid == ParamId::wte ? "wte" : "wpe");
+      T* dst = param(pid);
+      const size_t own_rows = size_t(layout_.slot(pid).shape[0]);
+      for (size_t i = 0; i < own_rows * Cs; ++i) dst[i] = i < keep_rows * Cs ? T(buf[i]) : T(0);
+    } else if (pid == ParamId::lnfw || pid == ParamId::lnfb) {
+      read_floats(Cs, "ln_f");
+      T* dst = param(pid);
+      for (size_t i = 0; i < Cs; ++i) dst[i] = T(buf[i]);
+    } else {
+      const size_t per_layer = layout_.slot(pid, 0).numel;
+      read_floats(per_layer * size_t(L), layout_.slot(pid, 0).name.c_str());
+      for (int l = 0; l < L; ++l) {
+        T* dst = param(pid, l);
+        for (size_t i = 0; i < per_layer; ++i) dst[i] = T(buf[size_t(l) * per_layer + i]);
+      }
+    }
+  }
+  char extra;
+  ZT_REQUIRE(std::fread(&extra, 1, 1, f.get()) == 0, "model.init: " << path << " has trailing bytes after the 16 tensors");
+}
+
+template <class Ops>
+void GPT<Ops>::save_llmc(const std::string& path) {
+  File f(std::fopen(path.c_str(), "wb"));
+  ZT_CHECK_ERRNO(f != nullptr, "open " << path << " for writing");
+  int header[256] = {};
+  header[0] = kModelMagic; header[1] = kModelVersionFp32;
+  header[2] = cfg_.maxT; header[3] = cfg_.V; header[4] = cfg_.L; header[5] = cfg_.NH; header[6] = cfg_.C; header[7] = cfg_.Vp;
+  ZT_CHECK_ERRNO(std::fwrite(header, sizeof(int), 256, f.get()) == 256, "write " << path);
+  std::vector<float> buf;
+  for (int id = 0; id < kNumParamIds; ++id) {
+    const ParamId pid = ParamId(id);
+    const bool global = pid == ParamId::wte || pid == ParamId::wpe || pid == ParamId::lnfw || pid == ParamId::lnfb;
+    for (int l = global ? -1 : 0; l < (global ? 0 : cfg_.L); ++l) {
+      const size_t n = layout_.slot(pid, l).numel;
+      const T* src = param(pid, l);
+      buf.assign(src, src + n);
+      ZT_CHECK_ERRNO(std::fwrite(buf.data(), sizeof(float), n, f.get()) == n, "write " << path);
+    }
+  }
+  ZT_CHECK_ERRNO(std::fflush(f.get()) == 0, "flush " << path);
+}
+
+// ---- forward ---------------------------------------------------------------------------------
+
+template <class Ops>
+double GPT<Ops>::forward(const int* inputs, const int* targets, int B, int Tn, bool write_dlogits, T dloss) {
+  ZT_REQUIRE(B >= 1 && B <= B_ && Tn >= 1 && Tn <= T_,
+             "model: batch (" << B << ", " << Tn << ") exceeds the allocated (" << B_ << ", " << T_ << ")");
+  ZT_ASSERT(!write_dlogits || targets != nullptr);
+  const int C = cfg_.C, L = cfg_.L, N = B * Tn;
+  const size_t layer_stride = size_t(B_) * size_t(T_) * size_t(C);  // (B, T, C) of one layer
+
+  hooks_->before_forward(0);  // unit 0 stays in use until the LM head has run
+  Ops::encoder_forward(acts_.encoded, inputs, param(ParamId::wte), param(ParamId::wpe), B, Tn, C);
+
+  const T* x = acts_.encoded;
+  for (int l = 0; l < L; ++l) {
+    hooks_->before_forward(ParamLayout::block_unit(l));
+    block_forward(l, x, B, Tn);
+    hooks_->after_forward(ParamLayout::block_unit(l));
+    x = acts_.residual3 + size_t(l) * layer_stride;
+  }
+
+  hooks_->before_forward(layout_.final_unit());
+  Ops::layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, x, param(ParamId::lnfw), param(ParamId::lnfb), N, C);
+  hooks_->after_forward(layout_.final_unit());
+
+  // Tied LM head: logits = lnf @ wte^T over the padded vocabulary.
+  Ops::matmul_forward(acts_.logits, acts_.lnf, param(ParamId::wte), nullptr, N, C, cfg_.Vp);
+  hooks_->after_forward(0);
+
+  if (!targets) return 0.0;
+  Ops::softmax_xent(acts_.logits, acts_.losses, targets, dloss, N, cfg_.V, cfg_.Vp, write_dlogits);
+  double sum = 0.0;
+  for (int i = 0; i < N; ++i) sum += double(acts_.losses[i]);
+  return sum / double(N);
+}
+
+template <class Ops>
+void GPT<Ops>::block_forward(int l, const T* x, int B, int Tn) {
+  const int C = cfg_.C, NH = cfg_.NH, N = B * Tn;
+  const size_t BT = size_t(B_) * size_t(T_);
+  const size_t s1 = size_t(l) * BT, sC = s1 * size_t(C);  // layer offsets of (B,T) and (B,T,C) buffers
+  T* ln1 = acts_.ln1 + sC;
+  T* qkv = acts_.qkv + 3 * sC;
+  T* atty = acts_.atty + sC;
+  T* lse = acts_.att_lse + s1 * size_t(NH);
+  T* attproj = acts_.attproj + sC;
+  T* residual2 = acts_.residual2 + sC;
+  T* ln2 = acts_.ln2 + sC;
+  T* fch = acts_.fch + 4 * sC;
+  T* fch_gelu = acts_.fch_gelu + 4 * sC;
+  T* fcproj = acts_.fcproj + sC;
+  T* residual3 = acts_.residual3 + sC;
+
+  Ops::layernorm_forward(ln1, acts_.ln1_mean + s1, acts_.ln1_rstd + s1, x, param(ParamId::ln1w, l), param(ParamId::ln1b, l), N, C);
+  Ops::matmul_forward(qkv, ln1, param(ParamId::qkvw, l), param(ParamId::qkvb, l), N, C, 3 * C);
+  Ops::attention_forward(atty, lse, qkv, B, Tn, C, NH);
+  Ops::matmul_forward(attproj, atty, param(ParamId::attprojw, l), param(ParamId::attprojb, l), N, C, C);
+  Ops::residual_forward(residual2, x, attproj, size_t(N) * size_t(C));
+  Ops::layernorm_forward(ln2, acts_.ln2_mean + s1, acts_.ln2_rstd + s1, residual2, param(ParamId::ln2w, l), param(ParamId::ln2b, l), N, C);
+  Ops::matmul_forward(fch, ln2, param(ParamId::fcw, l), param(ParamId::fcb, l), N, C, 4 * C);
+  Ops::gelu_forward(fch_gelu, fch, size_t(N) * 4 * size_t(C));
+  Ops::matmul_forward(fcproj, fch_gelu, param(ParamId::fcprojw, l), param(ParamId::fcprojb, l), N, 4 * C, C);
+  Ops::residual_forward(residual3, residual2, fcproj, size_t(N) * size_t(C));
+}
+
+// ---- backward --------------------------------------------------------------------------------
+
+template <class Ops>
+void GPT<Ops>::block_backward(int l, const T* x, int B, int Tn) {
+  // On entry gs_.dresidual = dL/d residual3; on exit dL/dx. The residual adds pass the gradient
+  // through unchanged, so the stream is accumulated in place by the two layernorm backwards.
+  const int C = cfg_.C, NH = cfg_.NH, N = B * Tn;
+  const size_t BT = size_t(B_) * size_t(T_);
+  const size_t s1 = size_t(l) * BT, sC = s1 * size_t(C);
+  const size_t nC = size_t(N) * size_t(C);
+
+  // MLP: residual3 = residual2 + fc_proj(gelu(fc(ln_2(residual2))))
+  Ops::zero(gs_.d4C_a, 4 * nC);
+  Ops::matmul_backward(gs_.d4C_a, grad(ParamId::fcprojw, l), grad(ParamId::fcprojb, l), gs_.dresidual,
+                       acts_.fch_gelu + 4 * sC, param(ParamId::fcprojw, l), N, 4 * C, C);
+  Ops::zero(gs_.d4C_b, 4 * nC);
+  Ops::gelu_backward(gs_.d4C_b, acts_.fch + 4 * sC, gs_.d4C_a, 4 * nC);
+  Ops::zero(gs_.dC, nC);
+  Ops::matmul_backward(gs_.dC, grad(ParamId::fcw, l), grad(ParamId::fcb, l), gs_.d4C_b, acts_.ln2 + sC,
+                       param(ParamId::fcw, l), N, C, 4 * C);
+  Ops::layernorm_backward(gs_.dresidual, grad(ParamId::ln2w, l), grad(ParamId::ln2b, l), gs_.dC, acts_.residual2 + sC,
+                          param(ParamId::ln2w, l), acts_.ln2_mean + s1, acts_.ln2_rstd + s1, N, C);
+
+  // Attention: residual2 = x + c_proj(attn(c_attn(ln_1(x))))
+  Ops::zero(gs_.dC, nC);
+  Ops::matmul_backward(gs_.dC, grad(ParamId::attprojw, l), grad(ParamId::attprojb, l), gs_.dresidual, acts_.atty + sC,
+                       param(ParamId::attprojw, l), N, C, C);
+  Ops::zero(gs_.dqkv, 3 * nC);
+  Ops::attention_backward(gs_.dqkv, gs_.dC, acts_.qkv + 3 * sC, acts_.atty + sC, acts_.att_lse + s1 * size_t(NH), B, Tn, C, NH);
+  Ops::zero(gs_.dC, nC);
+  Ops::matmul_backward(gs_.dC, grad(ParamId::qkvw, l), grad(ParamId::qkvb, l), gs_.dqkv, acts_.ln1 + sC,
+                       param(ParamId::qkvw, l), N, C, 3 * C);
+  Ops::layernorm_backward(gs_.dresidual, grad(ParamId::ln1w, l), grad(ParamId::ln1b, l), gs_.dC, x,
+                          param(ParamId::ln1w, l), acts_.ln1_mean + s1, acts_.ln1_rstd + s1, N, C);
+}
+
+template <class Ops>
+void GPT<Ops>::backward(const int* inputs, int B, int Tn) {
+  const int C = cfg_.C, L = cfg_.L, N = B * Tn;
+  const size_t nC = size_t(N) * size_t(C);
+  const size_t layer_stride = size_t(B_) * size_t(T_) * size_t(C);
+
+  // LM head (tied to wte): the logits buffer holds dlogits from forward(write_dlogits).
+  hooks_->before_backward(0);
+  Ops::zero(gs_.dC, nC);
+  Ops::matmul_backward(gs_.dC, grad(ParamId::wte), nullptr, acts_.logits, acts_.lnf, param(ParamId::wte), N, C, cfg_.Vp);
+
+  hooks_->before_backward(layout_.final_unit());
+  Ops::zero(gs_.dresidual, nC);
+  const T* x_last = L > 0 ? acts_.residual3 + size_t(L - 1) * layer_stride : acts_.encoded;
+  Ops::layernorm_backward(gs_.dresidual, grad(ParamId::lnfw), grad(ParamId::lnfb), gs_.dC, x_last, param(ParamId::lnfw),
+                          acts_.lnf_mean, acts_.lnf_rstd, N, C);
+  hooks_->grads_ready(layout_.final_unit());
+
+  for (int l = L - 1; l >= 0; --l) {
+    hooks_->before_backward(ParamLayout::block_unit(l));
+    const T* x = l == 0 ? acts_.encoded : acts_.residual3 + size_t(l - 1) * layer_stride;
+    block_backward(l, x, B, Tn);
+    hooks_->grads_ready(ParamLayout::block_unit(l));
+  }
+
+  Ops::encoder_backward(grad(ParamId::wte), grad(ParamId::wpe), gs_.dresidual, inputs, B, Tn, C);
+  hooks_->grads_ready(0);
+}
+
+template <class Ops>
+void GPT<Ops>::zero_grad() {
+  for (size_t u = 0; u < layout_.units().size(); ++u) Ops::zero(unit_grad_[u], layout_.units()[u].padded);
+}
+
+template class GPT<CpuOps<float>>;
+template class GPT<CpuOps<double>>;
+
+}  // namespace zt

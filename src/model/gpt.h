@@ -1,0 +1,125 @@
+// GPT-2, forward and backward written once over an op table (Ops = CpuOps<float>, later CUDA).
+//
+// The model knows no communication, sharding or files beyond its own weights format: a ZeRO
+// engine drives it through UnitHooks (where gathers and gradient-bucket launches happen) and may
+// point any unit's parameters / gradients at buffers it owns (set_unit_params / set_unit_grads).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/layout.h"
+#include "runtime/memory.h"
+
+namespace zt {
+
+// Called by the model around each unit's work. Unit 0 (embedding) is used twice per pass: at the
+// start (token/position lookup) and again by the tied LM head at the end; backward visits the
+// head first (unit 0), then final_norm, blocks L-1..0, then the encoder (unit 0 again).
+struct UnitHooks {
+  virtual ~UnitHooks() = default;
+  virtual void before_forward(int unit) {}
+  virtual void after_forward(int unit) {}
+  virtual void before_backward(int unit) {}
+  // The unit's gradients are complete for this backward pass.
+  virtual void grads_ready(int unit) {}
+};
+
+template <class Ops>
+class GPT {
+ public:
+  using T = typename Ops::T;
+
+  // Allocates parameters, gradients (tracked: params, grads) and activations for batches up to
+  // (B, Tn) (tracked: activations).
+  GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pad_multiple = 128);
+
+  const GPTConfig& config() const { return cfg_; }
+  const ParamLayout& layout() const { return layout_; }
+  int max_B() const { return B_; }
+  int max_T() const { return T_; }
+
+  T* params() { return params_.as<T>(); }  // (layout.total()) all units, padded
+  T* grads() { return grads_.as<T>(); }    // same layout
+  T* param(ParamId id, int layer = -1) { return unit_param_[size_t(layout_.slot(id, layer).unit)] + local(id, layer); }
+  T* grad(ParamId id, int layer = -1) { return unit_grad_[size_t(layout_.slot(id, layer).unit)] + local(id, layer); }
+  void set_unit_params(int u, T* p) { unit_param_[size_t(u)] = p; }
+  void set_unit_grads(int u, T* g) { unit_grad_[size_t(u)] = g; }
+  void set_hooks(UnitHooks* h) { hooks_ = h ? h : &no_hooks_; }
+
+  // GPT-2 initialisation: N(0, 0.02) for weights and embeddings, residual projections scaled by
+  // 1/sqrt(2L), zero biases, unit LayerNorm gains. Counter-based RNG: element i of tensor k gets
+  // the same value for a given seed whatever shard computes it.
+  void init_gpt2(uint64_t seed);
+  // llm.c model checkpoint (.bin, fp32 version 3). Dimensions must match; positions beyond
+  // maxT in the file are dropped, vocabulary padding rows are zeroed.
+  void load_llmc(const std::string& path);
+  void save_llmc(const std::string& path);
+
+  // inputs, targets: (B, Tn) token ids. targets may be nullptr (logits only; returns 0).
+  // Returns the mean loss over B*Tn tokens. With write_dlogits, the logits buffer is overwritten
+  // with d(dloss * sum of token losses)/dlogits, ready for backward().
+  double forward(const int* inputs, const int* targets, int B, int Tn, bool write_dlogits = false, T dloss = T(0));
+  // Accumulates parameter gradients of the loss given to the last forward(write_dlogits=true).
+  void backward(const int* inputs, int B, int Tn);
+  void zero_grad();
+
+  const T* logits() const { return acts_.logits; }  // (B, Tn, Vp), stride Vp
+  const T* losses() const { return acts_.losses; }  // (B, Tn)
+
+ private:
+  size_t local(ParamId id, int layer) const {
+    const TensorSlot& s = layout_.slot(id, layer);
+    return s.offset - layout_.units()[size_t(s.unit)].offset;
+  }
+
+  // Activations kept for backward. L-indexed buffers are (L, B*T, ...) with layer stride from the
+  // allocated (B_, T_), so smaller batches (sampling) reuse the same memory.
+  struct Activations {
+    T* encoded;     // (B, T, C)
+    T* ln1;         // (L, B, T, C)
+    T* ln1_mean;    // (L, B, T)
+    T* ln1_rstd;    // (L, B, T)
+    T* qkv;         // (L, B, T, 3C)
+    T* atty;        // (L, B, T, C)
+    T* att_lse;     // (L, B, NH, T)   log-sum-exp per attention row; no (T, T) matrix is kept
+    T* attproj;     // (L, B, T, C)
+    T* residual2;   // (L, B, T, C)
+    T* ln2;         // (L, B, T, C)
+    T* ln2_mean;    // (L, B, T)
+    T* ln2_rstd;    // (L, B, T)
+    T* fch;         // (L, B, T, 4C)
+    T* fch_gelu;    // (L, B, T, 4C)
+    T* fcproj;      // (L, B, T, C)
+    T* residual3;   // (L, B, T, C)
+    T* lnf;         // (B, T, C)
+    T* lnf_mean;    // (B, T)
+    T* lnf_rstd;    // (B, T)
+    T* logits;      // (B, T, Vp)   overwritten by dlogits when forward(write_dlogits)
+    T* losses;      // (B, T)
+  };
+  // Gradient scratch for one layer at a time (backward walks layers in reverse and reuses it).
+  struct GradScratch {
+    T* dresidual;   // (B, T, C)   gradient of the residual stream, accumulated through all layers
+    T* dC;          // (B, T, C)   dln2 / datty / dln1 / dlnf, one after the other
+    T* d4C_a;       // (B, T, 4C)  dfch_gelu
+    T* d4C_b;       // (B, T, 4C)  dfch
+    T* dqkv;        // (B, T, 3C)
+  };
+
+  void block_forward(int l, const T* x, int B, int Tn);
+  void block_backward(int l, const T* x, int B, int Tn);
+
+  GPTConfig cfg_;
+  ParamLayout layout_;
+  int B_, T_;
+  Allocation params_, grads_, act_mem_, grad_act_mem_;
+  std::vector<T*> unit_param_, unit_grad_;
+  Activations acts_{};
+  GradScratch gs_{};
+  UnitHooks no_hooks_;
+  UnitHooks* hooks_ = &no_hooks_;
+};
+
+}  // namespace zt

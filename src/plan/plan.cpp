@@ -1,0 +1,582 @@
+// Plan loading: read JSON, follow "extends", merge over the embedded defaults, apply --set
+// overrides, then validate into the typed Plan (see plan.h and DESIGN "Plan").
+//
+// Order of work, each step throwing one zt::Error line that names the file and/or JSON path:
+//   1. resolve_plan: parse each file of the "extends" chain, check its keys and value types
+//      against the schema (= plans/base.json), deep-merge parent <- child over the defaults,
+//      apply overrides (type-checked against the schema too).
+//   2. plan_from_json: schema check again (for JSON built by hand), ranges per field,
+//      combinations of fields, what this build supports, and (optionally) the data files.
+#include "plan/plan.h"
+
+#include <glob.h>
+
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <regex>
+#include <sstream>
+
+#include "runtime/error.h"
+
+namespace zt {
+
+extern const char* const kBasePlanJson;  // generated from plans/base.json (base_plan.cpp.in)
+
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string join_key(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : prefix + "." + key;
+}
+
+// "string \"8\"", "number 2.5", "integer 3", "boolean true", "null", "array [1,2]", "object".
+std::string describe(const json& v) {
+  if (v.is_string()) return "string " + v.dump();
+  if (v.is_number_integer()) return "integer " + v.dump();
+  if (v.is_number()) return "number " + v.dump();
+  if (v.is_boolean()) return std::string("boolean ") + (v.get<bool>() ? "true" : "false");
+  if (v.is_null()) return "null";
+  if (v.is_array()) {
+    std::string s = v.dump();
+    if (s.size() > 40) s = s.substr(0, 37) + "...";
+    return "array " + s;
+  }
+  return "object";
+}
+
+// What the schema value `s` demands, phrased for "expected ...".
+std::string expected_type(const json& s) {
+  if (s.is_object()) return "an object";
+  if (s.is_array()) return "an array of " + std::to_string(s.size()) + " numbers";
+  if (s.is_number_integer()) return "an integer";
+  if (s.is_number()) return "a number";
+  if (s.is_boolean()) return "true or false";
+  if (s.is_string()) return "a string";
+  return "null";
+}
+
+// Leaf type check (objects are walked by the caller). An integer default demands an integer,
+// a floating default accepts any number; arrays (optim.betas) must have the schema's length and
+// hold numbers.
+bool type_matches(const json& s, const json& v) {
+  if (s.is_array()) {
+    if (!v.is_array() || v.size() != s.size()) return false;
+    for (const auto& e : v)
+      if (!e.is_number()) return false;
+    return true;
+  }
+  if (s.is_number_integer()) return v.is_number_integer();
+  if (s.is_number()) return v.is_number();
+  if (s.is_boolean()) return v.is_boolean();
+  if (s.is_string()) return v.is_string();
+  if (s.is_object()) return v.is_object();
+  return false;
+}
+
+size_t levenshtein(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string key_list(const json& section) {
+  std::string out;
+  for (auto it = section.begin(); it != section.end(); ++it) out += (out.empty() ? "" : ", ") + it.key();
+  return out;
+}
+
+// The message for key `key` not found in schema section `section` (at dotted `section_path`).
+std::string unknown_key_message(const json& section, const std::string& section_path, const std::string& key) {
+  const std::string full = join_key(section_path, key);
+  std::string msg = "unknown key \"" + full + "\"";
+  std::vector<std::string> here;
+  for (auto it = section.begin(); it != section.end(); ++it) here.push_back(it.key());
+
+  std::string guess = suggest_key(key, here);
+  if (!guess.empty()) return msg + " (did you mean \"" + join_key(section_path, guess) + "\"?)";
+
+  // The same name in another section ("lr" at the top level, or "model.lr", means "optim.lr").
+  const json& base = base_plan_json();
+  std::vector<std::string> leaves;  // "sec.leaf" for every leaf of every section
+  for (auto sec = base.begin(); sec != base.end(); ++sec) {
+    if (!sec->is_object()) continue;
+    for (auto it = sec->begin(); it != sec->end(); ++it) {
+      if (it.key() == key && sec.key() != section_path) return msg + " (did you mean \"" + sec.key() + "." + key + "\"?)";
+      leaves.push_back(sec.key() + "." + it.key());
+    }
+  }
+  if (section_path.empty()) {  // a misspelled leaf written at the top level: "stag" -> "zero.stage"
+    std::vector<std::string> names;
+    for (const auto& l : leaves) names.push_back(l.substr(l.find('.') + 1));
+    std::string g = suggest_key(key, names);
+    if (!g.empty())
+      for (const auto& l : leaves)
+        if (l.substr(l.find('.') + 1) == g) return msg + " (did you mean \"" + l + "\"?)";
+    return msg + " (allowed top-level keys: " + key_list(section) + ")";
+  }
+  return msg + " (allowed keys in \"" + section_path + "\": " + key_list(section) + ")";
+}
+
+// Walks `v` against schema `s`; the first unknown key or wrong type throws
+// "plan: <msg><where>" (where = "" or " (in FILE)").
+void check_schema(const json& s, const json& v, const std::string& path, const std::string& where) {
+  if (s.is_object()) {
+    if (!v.is_object()) {
+      if (path.empty()) throw Error("plan: expected a JSON object at the top level, got " + describe(v) + where);
+      throw Error("plan: " + path + ": expected an object (a section), got " + describe(v) + where);
+    }
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      auto sit = s.find(it.key());
+      if (sit == s.end()) throw Error("plan: " + unknown_key_message(s, path, it.key()) + where);
+      check_schema(*sit, *it, join_key(path, it.key()), where);
+    }
+    return;
+  }
+  if (!type_matches(s, v))
+    throw Error("plan: " + path + ": expected " + expected_type(s) + ", got " + describe(v) + where);
+}
+
+// Objects merge key by key, recursively; any other value replaces.
+void deep_merge(json& dst, const json& src) {
+  for (auto it = src.begin(); it != src.end(); ++it) {
+    auto dit = dst.find(it.key());
+    if (dit != dst.end() && dit->is_object() && it->is_object())
+      deep_merge(*dit, *it);
+    else
+      dst[it.key()] = *it;
+  }
+}
+
+std::string read_file_or_throw(const std::string& path, const std::string& extended_by) {
+  std::string suffix = extended_by.empty() ? "" : " (extended by " + extended_by + ")";
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw Error("plan " + path + ": cannot open: is a directory" + suffix);
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw Error("plan " + path + ": cannot open: " + std::strerror(errno) + suffix);
+  std::string text;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  bool bad = std::ferror(f);
+  std::fclose(f);
+  if (bad) throw Error("plan " + path + ": read failed" + suffix);
+  return text;
+}
+
+json parse_or_throw(const std::string& text, const std::string& path) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    // nlohmann's message: "[json.exception.parse_error.101] parse error at line L, column C: MSG"
+    std::string what = e.what();
+    std::smatch m;
+    static const std::regex re("at line ([0-9]+), column ([0-9]+): (.*)");
+    if (std::regex_search(what, m, re))
+      throw Error("plan " + path + ": malformed JSON at line " + m[1].str() + ", column " + m[2].str() + ": " + m[3].str());
+    // Fallback: compute line/column from the byte offset.
+    size_t upto = std::min<size_t>(e.byte > 0 ? e.byte - 1 : 0, text.size());
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < upto; ++i) {
+      if (text[i] == '\n') { ++line; col = 1; } else { ++col; }
+    }
+    size_t p = what.find("] ");
+    throw Error("plan " + path + ": malformed JSON at line " + std::to_string(line) + ", column " + std::to_string(col) +
+                ": " + (p == std::string::npos ? what : what.substr(p + 2)));
+  }
+}
+
+// Resolves one file of the chain: its parent (if any) merged under its own keys. `chain` holds
+// the canonical paths of the files naming this one (for cycle detection), `shown` their paths
+// as written.
+json resolve_file(const std::string& path, const std::string& extended_by, std::vector<std::string>& chain,
+                  std::vector<std::string>& shown) {
+  std::error_code ec;
+  std::string canon = fs::weakly_canonical(fs::path(path), ec).string();
+  if (ec) canon = fs::path(path).lexically_normal().string();
+  for (size_t i = 0; i < chain.size(); ++i) {
+    if (chain[i] == canon) {
+      std::string cyc;
+      for (size_t k = i; k < shown.size(); ++k) cyc += shown[k] + " -> ";
+      throw Error("plan " + shown.front() + ": \"extends\" cycle: " + cyc + path);
+    }
+  }
+  json own = parse_or_throw(read_file_or_throw(path, extended_by), path);
+  const std::string where = " (in " + path + ")";
+  if (!own.is_object()) throw Error("plan " + path + ": expected a JSON object at the top level, got " + describe(own));
+
+  json merged = json::object();
+  auto ext = own.find("extends");
+  if (ext != own.end()) {
+    if (!ext->is_string() || ext->get<std::string>().empty())
+      throw Error("plan " + path + ": \"extends\": expected a non-empty string (a plan path relative to this file), got " +
+                  describe(*ext));
+    fs::path target(ext->get<std::string>());
+    if (target.is_relative()) target = fs::path(path).parent_path() / target;
+    std::string tpath = target.lexically_normal().string();
+    if (!fs::exists(target) && target.filename() == "base.json") {
+      // Extending "base.json" where none sits beside the plan: the embedded defaults, which
+      // underlie every plan anyway.
+    } else {
+      chain.push_back(canon);
+      shown.push_back(path);
+      merged = resolve_file(tpath, path, chain, shown);
+      chain.pop_back();
+      shown.pop_back();
+    }
+    own.erase("extends");
+  }
+  check_schema(base_plan_json(), own, "", where);
+  deep_merge(merged, own);
+  return merged;
+}
+
+// ---- typed reads with range checks --------------------------------------------------------------
+
+[[noreturn]] void bad(const std::string& path, const std::string& what) { throw Error("plan: " + path + ": " + what); }
+
+const json& at(const json& root, const std::string& dotted) {
+  const json* cur = &root;
+  size_t start = 0;
+  while (true) {
+    size_t dot = dotted.find('.', start);
+    std::string key = dotted.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    ZT_ASSERT(cur->is_object() && cur->contains(key));
+    cur = &(*cur)[key];
+    if (dot == std::string::npos) return *cur;
+    start = dot + 1;
+  }
+}
+
+std::string num_str(double x) { return json(x).dump(); }
+std::string num_str(int64_t x) { return std::to_string(x); }
+
+int64_t get_i64(const json& root, const std::string& path, int64_t min, int64_t max = INT_MAX) {
+  const json& v = at(root, path);
+  if (!v.is_number_integer()) bad(path, "expected an integer, got " + describe(v));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    bad(path, "must be <= " + num_str(max) + ", got " + v.dump());
+  int64_t x = v.get<int64_t>();
+  if (x < min) bad(path, "must be >= " + num_str(min) + ", got " + v.dump());
+  if (x > max) bad(path, "must be <= " + num_str(max) + ", got " + v.dump());
+  return x;
+}
+
+int get_int(const json& root, const std::string& path, int64_t min) {
+  return static_cast<int>(get_i64(root, path, min, INT_MAX));
+}
+
+double get_num(const json& root, const std::string& path) {
+  const json& v = at(root, path);
+  if (!v.is_number()) bad(path, "expected a number, got " + describe(v));
+  return v.get<double>();
+}
+
+double get_positive(const json& root, const std::string& path) {
+  double x = get_num(root, path);
+  if (!(x > 0)) bad(path, "must be > 0, got " + at(root, path).dump());
+  return x;
+}
+
+double get_nonneg(const json& root, const std::string& path) {
+  double x = get_num(root, path);
+  if (!(x >= 0)) bad(path, "must be >= 0, got " + at(root, path).dump());
+  return x;
+}
+
+bool get_bool(const json& root, const std::string& path) {
+  const json& v = at(root, path);
+  if (!v.is_boolean()) bad(path, "expected true or false, got " + describe(v));
+  return v.get<bool>();
+}
+
+std::string get_str(const json& root, const std::string& path) {
+  const json& v = at(root, path);
+  if (!v.is_string()) bad(path, "expected a string, got " + describe(v));
+  return v.get<std::string>();
+}
+
+// "\"a\"", "\"a\" or \"b\"", "\"a\", \"b\" or \"c\"".
+std::string alternatives(const std::vector<std::string>& xs) {
+  std::string out;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (i > 0) out += (i + 1 == xs.size()) ? " or " : ", ";
+    out += json(xs[i]).dump();
+  }
+  return out;
+}
+
+std::string get_choice(const json& root, const std::string& path, const std::vector<std::string>& allowed) {
+  std::string s = get_str(root, path);
+  for (const auto& a : allowed)
+    if (s == a) return s;
+  bad(path, "must be " + alternatives(allowed) + ", got " + json(s).dump());
+}
+
+// ---- what this build supports -----------------------------------------------------------------
+//
+// THE ONE PLACE that narrows valid plans down to what this build can run: single-process CPU
+// training in fp32, zero.stage 0, no recompute, no offload, no checkpoint saving or resuming.
+// Everything rejected here is a valid plan (it passed the range and combination checks); relax
+// these checks as the corresponding features land.
+void check_supported_by_this_build(const Plan& p) {
+  auto unsupported = [](const std::string& path, const std::string& value, const std::string& supported) {
+    bad(path, value + " is not supported by this build yet (supported: " + supported + ")");
+  };
+  if (p.device == "cuda") unsupported("device", "\"cuda\"", "\"auto\", \"cpu\"; this build has only the CPU backend");
+  if (p.precision.compute == "bf16")
+    unsupported("precision.compute", "\"bf16\"",
+                "\"auto\", \"fp32\"; the CPU backend computes in fp32, bf16 needs the CUDA backend");
+  if (p.offload.params != "none") unsupported("offload.params", json(p.offload.params).dump(), "\"none\"");
+  if (p.offload.optimizer != "none") unsupported("offload.optimizer", json(p.offload.optimizer).dump(), "\"none\"");
+  if (p.checkpoint.every != 0)
+    unsupported("checkpoint.every", std::to_string(p.checkpoint.every), "0, i.e. no checkpoint saving");
+  if (p.checkpoint.resume != "none") unsupported("checkpoint.resume", json(p.checkpoint.resume).dump(), "\"none\"");
+  if (p.zero.stage != 0) unsupported("zero.stage", std::to_string(p.zero.stage), "0");
+}
+
+// Combinations that no build can run, whatever it supports.
+void check_combinations(const Plan& p) {
+  if (p.offload.params != "none" && p.zero.stage != 3)
+    bad("offload.params", json(p.offload.params).dump() +
+                              " requires zero.stage 3 (only sharded parameters can be offloaded), got zero.stage " +
+                              std::to_string(p.zero.stage));
+  for (const char* which : {"optimizer", "params"}) {
+    const std::string& v = std::string(which) == "optimizer" ? p.offload.optimizer : p.offload.params;
+    if (v == "nvme" && p.offload.nvme_dir.empty())
+      bad("offload.nvme_dir", std::string("must be set when offload.") + which + " is \"nvme\"");
+  }
+  if (p.checkpoint.every > 0 && p.checkpoint.dir.empty())
+    bad("checkpoint.dir", "must be set when checkpoint.every > 0 (got \"\")");
+  if (p.checkpoint.resume == "auto" && p.checkpoint.dir.empty())
+    bad("checkpoint.dir", "must be set when checkpoint.resume is \"auto\" (got \"\")");
+}
+
+// Data paths: relative paths are relative to the current working directory (where `train` is
+// run; `make` leaves it at the repo root), not to the plan file.
+void check_data_files(const Plan& p) {
+  const char* hint = " (run scripts/prepare_data first, or make train)";
+  auto glob_count = [](const std::string& pattern) {
+    glob_t g;
+    std::memset(&g, 0, sizeof g);
+    int rc = glob(pattern.c_str(), 0, nullptr, &g);
+    size_t n = rc == 0 ? g.gl_pathc : 0;
+    globfree(&g);
+    return n;
+  };
+  if (glob_count(p.data.train) == 0) bad("data.train", "no files match " + json(p.data.train).dump() + hint);
+  if (glob_count(p.data.val) == 0) bad("data.val", "no files match " + json(p.data.val).dump() + hint);
+  std::error_code ec;
+  if (!p.data.tokenizer.empty() && !fs::is_regular_file(p.data.tokenizer, ec))
+    bad("data.tokenizer", "file not found: " + json(p.data.tokenizer).dump() +
+                              " (run scripts/prepare_data first, or set data.tokenizer to \"\" to skip samples)");
+  if (!p.model.init.empty() && !fs::is_regular_file(p.model.init, ec))
+    bad("model.init", "file not found: " + json(p.model.init).dump() + " (set model.init to \"\" for a random init)");
+}
+
+}  // namespace
+
+std::string suggest_key(const std::string& bad_key, const std::vector<std::string>& candidates) {
+  const std::string b = lower(bad_key);
+  const size_t limit = b.size() <= 3 ? 1 : (b.size() <= 6 ? 2 : 3);
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& c : candidates) {
+    size_t d = levenshtein(b, lower(c));
+    if (d < best_d) best_d = d, best = c;
+  }
+  if (!best.empty() && best_d <= limit) return best;
+  // One contains the other ("micro_batch_size" -> "micro_batch").
+  if (b.size() >= 3)
+    for (const auto& c : candidates) {
+      std::string lc = lower(c);
+      if (lc.size() >= 3 && (lc.find(b) != std::string::npos || b.find(lc) != std::string::npos)) return c;
+    }
+  return "";
+}
+
+const nlohmann::json& base_plan_json() {
+  static const json base = json::parse(kBasePlanJson);
+  return base;
+}
+
+nlohmann::json resolve_plan(const std::string& path, const std::vector<std::string>& overrides) {
+  std::vector<std::string> chain, shown;
+  json resolved = base_plan_json();
+  deep_merge(resolved, resolve_file(path, "", chain, shown));
+
+  const json& schema = base_plan_json();
+  for (const std::string& ov : overrides) {
+    const std::string pre = "--set " + ov + ": ";
+    size_t eq = ov.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw Error("--set " + ov + ": expected KEY=VALUE with a dotted key, e.g. --set zero.stage=2");
+    const std::string key = ov.substr(0, eq), text = ov.substr(eq + 1);
+
+    // Walk the schema and the resolved plan together along the dotted key.
+    const json* s = &schema;
+    json* target = &resolved;
+    std::string section;
+    size_t start = 0;
+    while (true) {
+      size_t dot = key.find('.', start);
+      std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      if (!s->is_object()) throw Error(pre + "\"" + section + "\" is a value, not a section");
+      auto sit = s->find(part);
+      if (part.empty() || sit == s->end()) throw Error(pre + unknown_key_message(*s, section, part));
+      s = &*sit;
+      target = &(*target)[part];
+      section = join_key(section, part);
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    if (s->is_object())
+      throw Error(pre + "\"" + key + "\" is a section; set one of its keys (" + key_list(*s) + "), e.g. --set " + key +
+                  "." + s->begin().key() + "=...");
+
+    // The value: JSON when it parses (numbers, true/false, arrays, "quoted strings"), else the raw
+    // text as a string. A string field takes the raw text even when it would parse (run.log=2024).
+    json value;
+    try {
+      value = json::parse(text);
+    } catch (const json::parse_error&) {
+      value = text;
+    }
+    if (s->is_string() && !value.is_string()) value = text;
+    if (!type_matches(*s, value)) throw Error(pre + "expected " + expected_type(*s) + ", got " + describe(value));
+    *target = value;
+  }
+  return resolved;
+}
+
+Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
+  // Missing keys take their defaults, so partial JSON built by hand works too.
+  json r = base_plan_json();
+  check_schema(base_plan_json(), resolved, "", "");
+  deep_merge(r, resolved);
+
+  Plan p;
+  p.resolved = r;
+
+  p.model.n_layer = get_int(r, "model.n_layer", 1);
+  p.model.n_head = get_int(r, "model.n_head", 1);
+  p.model.n_embd = get_int(r, "model.n_embd", 1);
+  if (p.model.n_embd % p.model.n_head != 0)
+    bad("model.n_embd", "must be divisible by model.n_head (" + std::to_string(p.model.n_head) + "), got " +
+                            std::to_string(p.model.n_embd));
+  p.model.seq_len = get_int(r, "model.seq_len", 1);
+  {
+    const json& v = at(r, "model.vocab_size");
+    int64_t x = get_i64(r, "model.vocab_size", INT64_MIN, INT64_MAX);
+    if (x < 2 || x > 65536) bad("model.vocab_size", "must be in [2, 65536] (tokens are stored as uint16), got " + v.dump());
+    p.model.vocab_size = static_cast<int>(x);
+  }
+  p.model.init = get_str(r, "model.init");
+
+  p.data.train = get_str(r, "data.train");
+  if (p.data.train.empty()) bad("data.train", "must not be empty (a glob of token shards, e.g. \"data/brown/train_*.bin\")");
+  p.data.val = get_str(r, "data.val");
+  if (p.data.val.empty()) bad("data.val", "must not be empty (a token shard, e.g. \"data/brown/val.bin\")");
+  p.data.tokenizer = get_str(r, "data.tokenizer");
+  p.data.shuffle = get_bool(r, "data.shuffle");
+
+  p.batch.micro_batch = get_int(r, "batch.micro_batch", 1);
+  p.batch.grad_accum = get_int(r, "batch.grad_accum", 1);
+
+  p.optim.lr = get_positive(r, "optim.lr");
+  {
+    const json& betas = at(r, "optim.betas");
+    if (!betas.is_array() || betas.size() != 2)
+      bad("optim.betas", "expected an array of 2 numbers, got " + describe(betas));
+    for (int i = 0; i < 2; ++i) {
+      const std::string path = "optim.betas[" + std::to_string(i) + "]";
+      if (!betas[i].is_number()) bad(path, "expected a number, got " + describe(betas[i]));
+      double b = betas[i].get<double>();
+      if (!(b >= 0 && b < 1)) bad(path, "must be in [0, 1), got " + betas[i].dump());
+    }
+    p.optim.beta1 = betas[0].get<double>();
+    p.optim.beta2 = betas[1].get<double>();
+  }
+  p.optim.eps = get_positive(r, "optim.eps");
+  p.optim.weight_decay = get_nonneg(r, "optim.weight_decay");
+  p.optim.grad_clip = get_nonneg(r, "optim.grad_clip");
+  p.optim.warmup_steps = get_int(r, "optim.warmup_steps", 0);
+  p.optim.schedule = get_choice(r, "optim.schedule", {"cosine", "constant"});
+  p.optim.min_lr_ratio = get_num(r, "optim.min_lr_ratio");
+  if (!(p.optim.min_lr_ratio >= 0 && p.optim.min_lr_ratio <= 1))
+    bad("optim.min_lr_ratio", "must be in [0, 1], got " + at(r, "optim.min_lr_ratio").dump());
+
+  p.precision.compute = get_choice(r, "precision.compute", {"auto", "fp32", "bf16"});
+  p.precision.master_weights = get_bool(r, "precision.master_weights");
+
+  {
+    const json& v = at(r, "zero.stage");
+    int64_t st = get_i64(r, "zero.stage", INT64_MIN, INT64_MAX);
+    if (st < 0 || st > 3) bad("zero.stage", "must be 0, 1, 2 or 3, got " + v.dump());
+    p.zero.stage = static_cast<int>(st);
+  }
+  p.zero.bucket_mb = get_positive(r, "zero.bucket_mb");
+  p.zero.overlap_comm = get_bool(r, "zero.overlap_comm");
+  p.zero.prefetch_units = get_int(r, "zero.prefetch_units", 0);
+
+  p.recompute.policy = get_choice(r, "recompute.policy", {"none"});
+
+  p.offload.optimizer = get_choice(r, "offload.optimizer", {"none", "cpu", "nvme"});
+  p.offload.params = get_choice(r, "offload.params", {"none", "cpu", "nvme"});
+  p.offload.nvme_dir = get_str(r, "offload.nvme_dir");
+
+  p.checkpoint.dir = get_str(r, "checkpoint.dir");
+  p.checkpoint.every = get_int(r, "checkpoint.every", 0);
+  p.checkpoint.keep = get_int(r, "checkpoint.keep", 1);
+  p.checkpoint.resume = get_choice(r, "checkpoint.resume", {"none", "auto"});
+
+  p.run.steps = get_int(r, "run.steps", 1);
+  p.run.eval_every = get_int(r, "run.eval_every", 0);
+  p.run.eval_batches = get_int(r, "run.eval_batches", 1);
+  p.run.sample_every = get_int(r, "run.sample_every", 0);
+  p.run.sample_tokens = get_int(r, "run.sample_tokens", 1);
+  p.run.log_every = get_int(r, "run.log_every", 1);
+  {
+    const json& v = at(r, "run.seed");
+    if (!v.is_number_integer()) bad("run.seed", "expected an integer, got " + describe(v));
+    if (!v.is_number_unsigned() && v.get<int64_t>() < 0) bad("run.seed", "must be >= 0, got " + v.dump());
+    p.run.seed = v.get<uint64_t>();
+  }
+  p.run.log = get_str(r, "run.log");
+  if (p.run.log.empty()) bad("run.log", "must not be empty (the metrics JSONL path, e.g. \"runs/x/metrics.jsonl\")");
+  p.run.threads = get_int(r, "run.threads", 0);
+
+  p.device = get_choice(r, "device", {"auto", "cpu", "cuda"});
+
+  check_combinations(p);
+  check_supported_by_this_build(p);
+  if (check_files) check_data_files(p);
+  return p;
+}
+
+Plan load_plan(const std::string& path, const std::vector<std::string>& overrides, bool check_files) {
+  Plan p = plan_from_json(resolve_plan(path, overrides), check_files);
+  p.source = path;
+  return p;
+}
+
+}  // namespace zt

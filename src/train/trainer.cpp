@@ -1,0 +1,248 @@
+#include "train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include <cblas.h>
+#include <omp.h>
+
+#include "data/loader.h"
+#include "data/tokenizer.h"
+#include "model/gpt.h"
+#include "model/ops_cpu.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+
+namespace zt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string format_duration(double s) {
+  char buf[32];
+  const int total = int(s + 0.5);
+  if (total >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", total / 3600, (total / 60) % 60);
+  else if (total >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", total / 60, total % 60);
+  else std::snprintf(buf, sizeof buf, "%ds", total);
+  return buf;
+}
+
+// Metrics JSONL: one object per line, flushed at once so a crash loses nothing already logged.
+class MetricsLog {
+ public:
+  explicit MetricsLog(const std::string& path) : path_(path), out_(path, std::ios::out | std::ios::trunc) {
+    ZT_REQUIRE(out_, "run.log: cannot open " << path << " for writing: " << std::strerror(errno));
+  }
+  void write(const nlohmann::json& j) {
+    out_ << j.dump() << "\n";
+    out_.flush();
+    ZT_REQUIRE(out_, "run.log: write to " << path_ << " failed");
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+// Small deterministic RNG for sampling (xorshift64*), independent of the standard library.
+struct SampleRng {
+  uint64_t s;
+  double uniform() {
+    s ^= s >> 12; s ^= s << 25; s ^= s >> 27;
+    return double((s * 0x2545F4914F6CDD1Dull) >> 11) * 0x1.0p-53;
+  }
+};
+
+template <class Ops>
+class Trainer {
+ public:
+  using T = typename Ops::T;
+
+  explicit Trainer(const Plan& plan) : plan_(plan) {}
+
+  TrainResult run() {
+    setup();
+    TrainResult res;
+    const RunSection& run = plan_.run;
+    const int B = plan_.batch.micro_batch, Tn = plan_.model.seq_len, accum = plan_.batch.grad_accum;
+    const double tokens_per_step = double(B) * Tn * accum;
+    std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
+    const bool tty = isatty(STDOUT_FILENO);
+    const auto t_start = Clock::now();
+    double train_seconds = 0.0;
+
+    for (int step = 0; step < run.steps; ++step) {
+      const auto t0 = Clock::now();
+      const double lr = lr_at(step, plan_.optim.lr, plan_.optim.warmup_steps, run.steps, plan_.optim.schedule,
+                              plan_.optim.min_lr_ratio);
+      model_->zero_grad();
+      double loss = 0.0;
+      for (int micro = 0; micro < accum; ++micro) {
+        loader_->train_batch(step, micro, accum, inputs.data(), targets.data());
+        check_tokens(inputs, targets);
+        const T dloss = T(1.0 / (double(B) * Tn * accum));
+        loss += model_->forward(inputs.data(), targets.data(), B, Tn, true, dloss) / accum;
+        model_->backward(inputs.data(), B, Tn);
+      }
+      const double norm = opt_->grad_norm(*model_);
+      ZT_REQUIRE(std::isfinite(loss) && std::isfinite(norm),
+                 "training diverged at step " << step << ": loss " << loss << ", grad norm " << norm
+                                              << " (lower optim.lr, or raise optim.warmup_steps)");
+      opt_->step(*model_, lr, clip_scale(norm, plan_.optim.grad_clip));
+      const double ms = seconds_since(t0) * 1e3;
+      train_seconds += ms / 1e3;
+      res.steps = step + 1;
+      res.final_loss = loss;
+
+      log_->write({{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"ms", ms},
+                   {"tokens_per_s", tokens_per_step / (ms / 1e3)}});
+      const double eta = train_seconds / (step + 1) * (run.steps - step - 1);
+      if (step % run.log_every == 0 || step + 1 == run.steps) {
+        if (tty) std::printf("\r\033[K");
+        std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s%s\n", step + 1, run.steps, loss,
+                    lr, norm, ms, tokens_per_step / (ms / 1e3), tty ? (" | eta " + format_duration(eta)).c_str() : "");
+      } else if (tty) {
+        std::printf("\r\033[Kstep %d/%d | loss %.4f | eta %s", step + 1, run.steps, loss, format_duration(eta).c_str());
+      }
+      std::fflush(stdout);
+
+      const bool last = step + 1 == run.steps;
+      if ((run.eval_every > 0 && (step + 1) % run.eval_every == 0) || last) res.final_val_loss = evaluate(step);
+      if (tokenizer_ && ((run.sample_every > 0 && (step + 1) % run.sample_every == 0) || last)) sample(step);
+    }
+
+    const double wall = seconds_since(t_start);
+    std::printf("\ndone: %d steps in %s (%.0f tokens/s while training); final loss %.4f", res.steps,
+                format_duration(wall).c_str(), tokens_per_step * res.steps / train_seconds, res.final_loss);
+    if (res.final_val_loss >= 0) std::printf(", val loss %.4f", res.final_val_loss);
+    std::printf("\n\nmemory (tracked, current and peak):\n%s", mem_.table(true).c_str());
+    log_->write({{"summary",
+                  {{"steps", res.steps},
+                   {"final_loss", res.final_loss},
+                   {"final_val_loss", res.final_val_loss},
+                   {"tokens_per_s", tokens_per_step * res.steps / train_seconds},
+                   {"wall_s", wall},
+                   {"peak_memory_bytes", mem_.peak_json()},
+                   {"bytes_sent_per_step", 0},
+                   {"world", 1},
+                   {"backend", Ops::name}}}});
+    return res;
+  }
+
+ private:
+  void setup() {
+    const int threads = plan_.run.threads > 0 ? plan_.run.threads : omp_get_num_procs();
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+
+    const ModelSection& m = plan_.model;
+    cfg_ = GPTConfig::make(m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size);
+    const int B = plan_.batch.micro_batch, Tn = m.seq_len;
+
+    // Data first: a bad shard fails before any large allocation.
+    loader_ = std::make_unique<DataLoader>(plan_.data.train, B, Tn, 0, 1, plan_.run.seed, plan_.data.shuffle);
+    val_loader_ = std::make_unique<DataLoader>(plan_.data.val, B, Tn, 0, 1, plan_.run.seed, false);
+    if (!plan_.data.tokenizer.empty()) tokenizer_ = std::make_unique<Tokenizer>(plan_.data.tokenizer);
+
+    model_ = std::make_unique<GPT<Ops>>(cfg_, B, Tn, mem_);
+    if (m.init.empty()) model_->init_gpt2(plan_.run.seed);
+    else model_->load_llmc(m.init);
+    opt_ = std::make_unique<AdamW<Ops>>(model_->layout(), plan_.optim, mem_);
+
+    const std::filesystem::path log_path(plan_.run.log);
+    if (log_path.has_parent_path()) std::filesystem::create_directories(log_path.parent_path());
+    log_ = std::make_unique<MetricsLog>(plan_.run.log);
+
+    std::printf("backend %s, %d threads | model L=%d NH=%d C=%d T=%d V=%d (Vp=%d): %.2fM parameters in %d units\n",
+                Ops::name, threads, cfg_.L, cfg_.NH, cfg_.C, cfg_.maxT, cfg_.V, cfg_.Vp,
+                double(model_->layout().num_params()) / 1e6, model_->layout().num_units());
+    std::printf("data: %zu train tokens (%zu sequences) in %zu file(s), %zu val tokens\n", loader_->num_tokens(),
+                loader_->num_sequences(), loader_->files().size(), val_loader_->num_tokens());
+    std::printf("batch: micro_batch %d x seq_len %d x grad_accum %d x world 1 = %d tokens per step\n", B, Tn,
+                plan_.batch.grad_accum, B * Tn * plan_.batch.grad_accum);
+    std::printf("\nmemory (tracked):\n%s\n", mem_.table(false).c_str());
+    std::fflush(stdout);
+  }
+
+  void check_tokens(const std::vector<int>& inputs, const std::vector<int>& targets) const {
+    for (size_t i = 0; i < inputs.size(); ++i)
+      ZT_REQUIRE(inputs[i] < cfg_.V && targets[i] < cfg_.V,
+                 "data: token id " << std::max(inputs[i], targets[i]) << " is outside the vocabulary (model.vocab_size "
+                                   << cfg_.V << ")");
+  }
+
+  double evaluate(int step) {
+    const int B = plan_.batch.micro_batch, Tn = plan_.model.seq_len;
+    const int64_t n = std::min<int64_t>(plan_.run.eval_batches, val_loader_->num_eval_batches());
+    ZT_REQUIRE(n > 0, "data.val: " << plan_.data.val << " holds fewer than " << B << " sequences of " << Tn + 1 << " tokens");
+    std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      val_loader_->eval_batch(i, inputs.data(), targets.data());
+      check_tokens(inputs, targets);
+      sum += model_->forward(inputs.data(), targets.data(), B, Tn);
+    }
+    const double val = sum / double(n);
+    log_->write({{"step", step}, {"val_loss", val}});
+    std::printf("step %5d | val loss %.4f (%lld batches)\n", step + 1, val, (long long)n);
+    return val;
+  }
+
+  // Autoregressive sample from <|endoftext|>, temperature 1: the full forward at the current
+  // length each token (cheap at these sizes; no KV cache in the training model).
+  void sample(int step) {
+    const int Tn = plan_.model.seq_len, n = std::min(plan_.run.sample_tokens, Tn - 1);
+    std::vector<int> tokens{tokenizer_->eot()};
+    SampleRng rng{plan_.run.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) + 1};
+    for (int i = 0; i < n; ++i) {
+      const int t = int(tokens.size());
+      model_->forward(tokens.data(), nullptr, 1, t);
+      const T* logits = model_->logits() + size_t(t - 1) * size_t(cfg_.Vp);
+      double maxv = -1e30;
+      for (int v = 0; v < cfg_.V; ++v) maxv = std::max(maxv, double(logits[v]));
+      double sum = 0.0;
+      for (int v = 0; v < cfg_.V; ++v) sum += std::exp(double(logits[v]) - maxv);
+      double r = rng.uniform() * sum;
+      int next = cfg_.V - 1;
+      for (int v = 0; v < cfg_.V; ++v) {
+        r -= std::exp(double(logits[v]) - maxv);
+        if (r <= 0) { next = v; break; }
+      }
+      tokens.push_back(next);
+    }
+    std::vector<int> body(tokens.begin() + 1, tokens.end());
+    std::printf("---- sample at step %d ----\n%s\n---------------------------\n", step + 1, tokenizer_->decode(body).c_str());
+    std::fflush(stdout);
+  }
+
+  const Plan& plan_;
+  GPTConfig cfg_;
+  MemoryTracker mem_;
+  std::unique_ptr<DataLoader> loader_, val_loader_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<GPT<Ops>> model_;
+  std::unique_ptr<AdamW<Ops>> opt_;
+  std::unique_ptr<MetricsLog> log_;
+};
+
+}  // namespace
+
+TrainResult train(const Plan& plan) {
+  Trainer<CpuOps<float>> trainer(plan);
+  return trainer.run();
+}
+
+}  // namespace zt
