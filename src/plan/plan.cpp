@@ -99,6 +99,30 @@ std::string lower(std::string s) {
   return s;
 }
 
+// Close match by case-insensitive edit distance only (see suggest_key for the full rule).
+std::string closest_by_edits(const std::string& bad_key, const std::vector<std::string>& candidates) {
+  const std::string b = lower(bad_key);
+  const size_t limit = b.size() <= 3 ? 1 : (b.size() <= 6 ? 2 : 3);
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& c : candidates) {
+    size_t d = levenshtein(b, lower(c));
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best_d <= limit ? best : "";
+}
+
+// A candidate containing `bad_key` or contained in it ("micro_batch_size" -> "micro_batch").
+std::string closest_by_containment(const std::string& bad_key, const std::vector<std::string>& candidates) {
+  const std::string b = lower(bad_key);
+  if (b.size() < 3) return "";
+  for (const auto& c : candidates) {
+    std::string lc = lower(c);
+    if (lc.size() >= 3 && (lc.find(b) != std::string::npos || b.find(lc) != std::string::npos)) return c;
+  }
+  return "";
+}
+
 std::string key_list(const json& section) {
   std::string out;
   for (auto it = section.begin(); it != section.end(); ++it) out += (out.empty() ? "" : ", ") + it.key();
@@ -112,7 +136,9 @@ std::string unknown_key_message(const json& section, const std::string& section_
   std::vector<std::string> here;
   for (auto it = section.begin(); it != section.end(); ++it) here.push_back(it.key());
 
-  std::string guess = suggest_key(key, here);
+  // Preference: a near-miss spelling here, the exact name in another section, a name here that
+  // contains it (or that it contains), then (top level only) a near-miss name in any section.
+  std::string guess = closest_by_edits(key, here);
   if (!guess.empty()) return msg + " (did you mean \"" + join_key(section_path, guess) + "\"?)";
 
   // The same name in another section ("lr" at the top level, or "model.lr", means "optim.lr").
@@ -125,6 +151,8 @@ std::string unknown_key_message(const json& section, const std::string& section_
       leaves.push_back(sec.key() + "." + it.key());
     }
   }
+  guess = closest_by_containment(key, here);
+  if (!guess.empty()) return msg + " (did you mean \"" + join_key(section_path, guess) + "\"?)";
   if (section_path.empty()) {  // a misspelled leaf written at the top level: "stag" -> "zero.stage"
     std::vector<std::string> names;
     for (const auto& l : leaves) names.push_back(l.substr(l.find('.') + 1));
@@ -267,7 +295,6 @@ const json& at(const json& root, const std::string& dotted) {
   }
 }
 
-std::string num_str(double x) { return json(x).dump(); }
 std::string num_str(int64_t x) { return std::to_string(x); }
 
 int64_t get_i64(const json& root, const std::string& path, int64_t min, int64_t max = INT_MAX) {
@@ -396,22 +423,8 @@ void check_data_files(const Plan& p) {
 }  // namespace
 
 std::string suggest_key(const std::string& bad_key, const std::vector<std::string>& candidates) {
-  const std::string b = lower(bad_key);
-  const size_t limit = b.size() <= 3 ? 1 : (b.size() <= 6 ? 2 : 3);
-  std::string best;
-  size_t best_d = SIZE_MAX;
-  for (const auto& c : candidates) {
-    size_t d = levenshtein(b, lower(c));
-    if (d < best_d) best_d = d, best = c;
-  }
-  if (!best.empty() && best_d <= limit) return best;
-  // One contains the other ("micro_batch_size" -> "micro_batch").
-  if (b.size() >= 3)
-    for (const auto& c : candidates) {
-      std::string lc = lower(c);
-      if (lc.size() >= 3 && (lc.find(b) != std::string::npos || b.find(lc) != std::string::npos)) return c;
-    }
-  return "";
+  std::string s = closest_by_edits(bad_key, candidates);
+  return s.empty() ? closest_by_containment(bad_key, candidates) : s;
 }
 
 const nlohmann::json& base_plan_json() {

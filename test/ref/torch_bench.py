@@ -79,7 +79,10 @@ def bench(attn_impl):
             times.append(dt)
     n_params = sum(p.numel() for p in model.parameters())
     mean = sum(times) / len(times)
+    med = sorted(times)[len(times) // 2] if len(times) % 2 else \
+        0.5 * (sorted(times)[len(times) // 2 - 1] + sorted(times)[len(times) // 2])
     return {"attn": attn_impl, "ms_per_step": 1e3 * mean, "ms_min": 1e3 * min(times),
+            "ms_median": 1e3 * med, "ms_steps": [round(1e3 * t, 1) for t in times],
             "tokens_per_s": args.batch * args.seq / mean, "final_loss": loss,
             "foreach": foreach, "params": n_params}
 
@@ -91,11 +94,12 @@ def main():
     for impl in impls:
         r = bench(impl)
         variants.append(r)
-        print(f"# attn={impl}: {r['ms_per_step']:.1f} ms/step, "
-              f"{r['tokens_per_s']:.1f} tok/s", file=sys.stderr)
+        print(f"# attn={impl}: {r['ms_per_step']:.1f} ms/step (mean), "
+              f"{r['tokens_per_s']:.1f} tok/s; steps(ms) {r['ms_steps']}", file=sys.stderr)
     best = min(variants, key=lambda r: r["ms_per_step"])
     out = {"impl": "pytorch", "tokens_per_s": round(best["tokens_per_s"], 2),
            "ms_per_step": round(best["ms_per_step"], 2), "ms_min": round(best["ms_min"], 2),
+           "ms_median": round(best["ms_median"], 2),
            "attn": best["attn"], "foreach": best["foreach"], "params": best["params"],
            "L": args.layers, "NH": args.heads, "C": args.embd, "T": args.seq,
            "V": args.vocab, "B": args.batch, "steps": args.steps,

@@ -1,0 +1,139 @@
+// The whole model in double precision: backward against central finite differences, the layout's
+// padding and offsets, GPT-2 initialisation statistics, and the llm.c weight format round trip.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "model/gpt.h"
+#include "model/ops_cpu.h"
+
+namespace zt {
+namespace {
+
+TEST(Layout, UnitsArePaddedAndTensorsContiguous) {
+  const GPTConfig cfg = GPTConfig::make(3, 3, 48, 24, 211);
+  for (size_t pad : {size_t(128), size_t(384), size_t(7)}) {
+    ParamLayout layout(cfg, pad);
+    ASSERT_EQ(layout.num_units(), cfg.L + 2);
+    size_t offset = 0, real = 0;
+    for (const Unit& u : layout.units()) {
+      EXPECT_EQ(u.offset, offset);
+      EXPECT_EQ(u.padded % pad, 0u);
+      EXPECT_GE(u.padded, u.numel);
+      EXPECT_LT(u.padded - u.numel, pad);
+      size_t t_off = u.offset;
+      for (int ti : u.tensors) {
+        EXPECT_EQ(layout.tensors()[size_t(ti)].offset, t_off);  // tensors packed in order
+        t_off += layout.tensors()[size_t(ti)].numel;
+      }
+      EXPECT_EQ(t_off - u.offset, u.numel);
+      offset += u.padded;
+      real += u.numel;
+    }
+    EXPECT_EQ(layout.total(), offset);
+    EXPECT_EQ(layout.num_params(), real);
+  }
+  // GPT-2 124M has 124,475,904 parameters with the vocabulary padded to 50304 (llm.c's count).
+  ParamLayout gpt2(GPTConfig::make(12, 12, 768, 1024, 50257), 128);
+  EXPECT_EQ(gpt2.num_params(), 124475904u);
+  EXPECT_EQ(gpt2.slot(ParamId::wte).shape, (std::vector<int>{50304, 768}));
+  EXPECT_TRUE(gpt2.slot(ParamId::qkvw, 3).decay);
+  EXPECT_FALSE(gpt2.slot(ParamId::qkvb, 3).decay);
+  EXPECT_FALSE(gpt2.slot(ParamId::lnfw).decay);
+}
+
+TEST(Init, Gpt2StatisticsAndDeterminism) {
+  const GPTConfig cfg = GPTConfig::make(4, 4, 64, 32, 300);
+  MemoryTracker mem;
+  GPT<CpuOps<float>> a(cfg, 1, 8, mem), b(cfg, 1, 8, mem), c(cfg, 1, 8, mem);
+  a.init_gpt2(7); b.init_gpt2(7); c.init_gpt2(8);
+  const size_t n = a.layout().total();
+  EXPECT_EQ(0, std::memcmp(a.params(), b.params(), n * sizeof(float)));
+  EXPECT_NE(0, std::memcmp(a.params(), c.params(), n * sizeof(float)));
+  auto stddev = [&](const float* p, size_t k) {
+    double s = 0, ss = 0;
+    for (size_t i = 0; i < k; ++i) { s += p[i]; ss += double(p[i]) * p[i]; }
+    return std::sqrt(ss / double(k) - (s / double(k)) * (s / double(k)));
+  };
+  const size_t fc = a.layout().slot(ParamId::fcw, 1).numel;
+  EXPECT_NEAR(stddev(a.param(ParamId::fcw, 1), fc), 0.02, 0.001);
+  EXPECT_NEAR(stddev(a.param(ParamId::fcprojw, 1), fc), 0.02 / std::sqrt(2.0 * cfg.L), 0.0005);
+  EXPECT_EQ(a.param(ParamId::ln2w, 2)[5], 1.0f);
+  EXPECT_EQ(a.param(ParamId::qkvb, 0)[5], 0.0f);
+  // padded vocabulary rows are zero
+  const float* wte = a.param(ParamId::wte);
+  for (size_t i = size_t(cfg.V) * cfg.C; i < size_t(cfg.Vp) * cfg.C; ++i) ASSERT_EQ(wte[i], 0.0f);
+}
+
+TEST(LlmcFormat, SaveLoadRoundTripAndErrors) {
+  const GPTConfig cfg = GPTConfig::make(2, 2, 16, 8, 50);
+  MemoryTracker mem;
+  GPT<CpuOps<float>> a(cfg, 1, 8, mem), b(cfg, 1, 8, mem);
+  a.init_gpt2(3);
+  const std::string path = (std::filesystem::temp_directory_path() / "zt_roundtrip.bin").string();
+  a.save_llmc(path);
+  b.load_llmc(path);
+  EXPECT_EQ(0, std::memcmp(a.params(), b.params(), a.layout().total() * sizeof(float)));
+  EXPECT_EQ(std::filesystem::file_size(path), 256 * 4 + a.layout().num_params() * 4);
+  GPT<CpuOps<float>> wrong(GPTConfig::make(2, 2, 32, 8, 50), 1, 8, mem);
+  try {
+    wrong.load_llmc(path);
+    FAIL() << "dimension mismatch accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n_embd 16"), std::string::npos) << e.what();
+  }
+  std::filesystem::resize_file(path, 256 * 4 + 100);
+  EXPECT_THROW(b.load_llmc(path), Error);
+  std::filesystem::remove(path);
+}
+
+// Finite differences on the whole model in double: loss(theta + h e_i) - loss(theta - h e_i).
+TEST(ModelGradients, MatchFiniteDifferencesInDouble) {
+  using Model = GPT<CpuOps<double>>;
+  const GPTConfig cfg = GPTConfig::make(2, 3, 12, 7, 23);
+  const int B = 2, Tn = 5, N = B * Tn;
+  MemoryTracker mem;
+  Model m(cfg, B, Tn, mem, 128);
+  m.init_gpt2(11);
+  std::mt19937 rng(5);
+  std::normal_distribution<double> nd(0.0, 0.3);
+  // Larger, non-trivial values everywhere (incl. biases and LN gains) so every gradient matters.
+  for (const TensorSlot& s : m.layout().tensors()) {
+    double* p = m.param(s.id, s.layer);
+    const size_t n = s.id == ParamId::wte ? size_t(cfg.V) * cfg.C : s.numel;
+    for (size_t i = 0; i < n; ++i) p[i] += nd(rng);
+  }
+  std::vector<int> in(N), tg(N);
+  for (int i = 0; i < N; ++i) { in[size_t(i)] = int(rng() % cfg.V); tg[size_t(i)] = int(rng() % cfg.V); }
+
+  m.zero_grad();
+  m.forward(in.data(), tg.data(), B, Tn, true, 1.0 / N);
+  m.backward(in.data(), B, Tn);
+
+  const double h = 1e-5;
+  for (const TensorSlot& s : m.layout().tensors()) {
+    double* p = m.param(s.id, s.layer);
+    const double* g = m.grad(s.id, s.layer);
+    const size_t n = s.id == ParamId::wte ? size_t(cfg.V) * cfg.C : s.numel;
+    double max_g = 0;
+    for (size_t i = 0; i < n; ++i) max_g = std::max(max_g, std::fabs(g[i]));
+    ASSERT_GT(max_g, 0.0) << s.name;
+    for (int k = 0; k < 6; ++k) {
+      const size_t i = size_t(rng()) % n;
+      const double keep = p[i];
+      p[i] = keep + h;
+      const double lp = m.forward(in.data(), tg.data(), B, Tn);
+      p[i] = keep - h;
+      const double lm = m.forward(in.data(), tg.data(), B, Tn);
+      p[i] = keep;
+      const double fd = (lp - lm) / (2 * h);
+      EXPECT_NEAR(g[i], fd, 1e-7 * std::max(1.0, max_g)) << s.name << "[" << i << "]";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zt

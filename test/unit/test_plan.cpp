@@ -1,0 +1,583 @@
+// Plan loading and validation: "extends" chains, deep merge, --set overrides, schema checks with
+// suggestions, ranges, combinations, options this build does not support, data-file checks.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+#include "runtime/error.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// A fresh directory under the system temp dir, removed at the end of the test.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() /
+           ("zt_plan_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string write(const std::string& name, const std::string& text) const {
+    fs::path p = path / name;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+    return p.string();
+  }
+};
+
+// The zt::Error message thrown by f, or a test failure when nothing (or something else) is thrown.
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const zt::Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected zt::Error, got another exception: " << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected zt::Error, nothing was thrown";
+  return "";
+}
+
+std::string plan_error(const json& j) {
+  return error_of([&] { zt::plan_from_json(j, false); });
+}
+
+// The base plan with one field replaced.
+json base_with(const std::string& section, const std::string& key, const json& value) {
+  json j = zt::base_plan_json();
+  if (section.empty())
+    j[key] = value;
+  else
+    j[section][key] = value;
+  return j;
+}
+
+const std::string kSrc = ZT_SOURCE_DIR;
+
+}  // namespace
+
+// ---- the shipped plans ----------------------------------------------------------------------------
+
+TEST(PlanBase, EmbeddedBaseMatchesPlansBaseJson) {
+  std::ifstream f(kSrc + "/plans/base.json");
+  ASSERT_TRUE(f.good());
+  EXPECT_EQ(zt::base_plan_json(), json::parse(f));
+}
+
+TEST(PlanBase, BaseValidatesAsIs) {
+  zt::Plan p = zt::plan_from_json(zt::base_plan_json(), false);
+  EXPECT_EQ(p.model.n_layer, 4);
+  EXPECT_EQ(p.model.vocab_size, 50257);
+  EXPECT_DOUBLE_EQ(p.optim.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(p.optim.beta2, 0.95);
+  EXPECT_DOUBLE_EQ(p.optim.eps, 1e-8);
+  EXPECT_EQ(p.zero.stage, 0);
+  EXPECT_EQ(p.run.seed, 1337u);
+  EXPECT_EQ(p.device, "auto");
+  EXPECT_EQ(p.resolved, zt::base_plan_json());
+}
+
+TEST(PlanBase, BaseFileResolves) {
+  zt::Plan p = zt::load_plan(kSrc + "/plans/base.json", {}, false);
+  EXPECT_EQ(p.resolved, zt::base_plan_json());
+  EXPECT_EQ(p.source, kSrc + "/plans/base.json");
+}
+
+TEST(PlanShipped, DefaultResolvesAndValidates) {
+  zt::Plan p = zt::load_plan(kSrc + "/plans/default.json", {}, false);
+  EXPECT_EQ(p.run.log, "runs/default/metrics.jsonl");
+  EXPECT_GE(p.run.steps, 1);
+  EXPECT_FALSE(p.resolved.contains("extends"));
+}
+
+TEST(PlanShipped, Gpt2_124mResolvesAndValidates) {
+  zt::Plan p = zt::load_plan(kSrc + "/plans/gpt2-124m.json", {}, false);
+  EXPECT_EQ(p.model.n_layer, 12);
+  EXPECT_EQ(p.model.n_head, 12);
+  EXPECT_EQ(p.model.n_embd, 768);
+  EXPECT_EQ(p.model.seq_len, 1024);
+  EXPECT_EQ(p.model.vocab_size, 50257);
+  // Inherited from default.json.
+  zt::Plan d = zt::load_plan(kSrc + "/plans/default.json", {}, false);
+  EXPECT_EQ(p.run.steps, d.run.steps);
+  EXPECT_FALSE(p.resolved.contains("extends"));
+}
+
+// Every shipped plan must at least resolve and pass the schema, range and combination checks;
+// a plan for a feature this build lacks may only fail with the "not supported" message.
+TEST(PlanShipped, EveryPlanInPlansDirIsValid) {
+  int n = 0;
+  for (const auto& entry : fs::directory_iterator(kSrc + "/plans")) {
+    if (entry.path().extension() != ".json") continue;
+    ++n;
+    SCOPED_TRACE(entry.path().string());
+    try {
+      zt::load_plan(entry.path().string(), {}, false);
+    } catch (const zt::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is not supported by this build yet"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_GE(n, 3);
+}
+
+// ---- extends ------------------------------------------------------------------------------------
+
+TEST(PlanExtends, ChainAndDeepMerge) {
+  TempDir d;
+  d.write("c.json", R"({"optim": {"lr": 0.001, "weight_decay": 0.0}, "model": {"n_layer": 2}})");
+  d.write("b.json", R"({"extends": "c.json", "optim": {"eps": 1e-6}, "batch": {"grad_accum": 3}})");
+  std::string a = d.write("a.json", R"({"extends": "b.json", "optim": {"lr": 0.002}, "run": {"steps": 7}})");
+  json r = zt::resolve_plan(a, {});
+  EXPECT_FALSE(r.contains("extends"));
+  EXPECT_DOUBLE_EQ(r["optim"]["lr"].get<double>(), 0.002);           // a over c
+  EXPECT_DOUBLE_EQ(r["optim"]["eps"].get<double>(), 1e-6);           // from b
+  EXPECT_DOUBLE_EQ(r["optim"]["weight_decay"].get<double>(), 0.0);   // from c
+  EXPECT_EQ(r["optim"]["betas"], json::parse("[0.9, 0.95]"));        // from the base
+  EXPECT_EQ(r["optim"]["schedule"], "cosine");                       // from the base
+  EXPECT_EQ(r["model"]["n_layer"], 2);
+  EXPECT_EQ(r["model"]["n_head"], 4);
+  EXPECT_EQ(r["batch"]["grad_accum"], 3);
+  EXPECT_EQ(r["batch"]["micro_batch"], 8);
+  EXPECT_EQ(r["run"]["steps"], 7);
+  zt::Plan p = zt::plan_from_json(r, false);
+  EXPECT_EQ(p.model.n_layer, 2);
+  EXPECT_DOUBLE_EQ(p.optim.lr, 0.002);
+}
+
+TEST(PlanExtends, PathsAreRelativeToTheNamingFile) {
+  TempDir d;
+  d.write("shared/parent.json", R"({"run": {"steps": 11}})");
+  d.write("shared/mid.json", R"({"extends": "parent.json", "run": {"seed": 5}})");
+  std::string a = d.write("plans/sub/a.json", R"({"extends": "../../shared/mid.json"})");
+  zt::Plan p = zt::load_plan(a, {}, false);
+  EXPECT_EQ(p.run.steps, 11);
+  EXPECT_EQ(p.run.seed, 5u);
+  EXPECT_EQ(p.source, a);
+}
+
+TEST(PlanExtends, ExplicitBaseJsonUsesEmbeddedDefaultsWhenAbsent) {
+  TempDir d;
+  std::string a = d.write("a.json", R"({"extends": "base.json", "run": {"steps": 3}})");
+  json r = zt::resolve_plan(a, {});
+  json expect = zt::base_plan_json();
+  expect["run"]["steps"] = 3;
+  EXPECT_EQ(r, expect);
+}
+
+TEST(PlanExtends, CycleIsRejectedAndNamed) {
+  TempDir d;
+  std::string a = d.write("a.json", R"({"extends": "b.json"})");
+  d.write("b.json", R"({"extends": "c.json"})");
+  d.write("c.json", R"({"extends": "a.json"})");
+  std::string e = error_of([&] { zt::resolve_plan(a, {}); });
+  EXPECT_NE(e.find("\"extends\" cycle"), std::string::npos) << e;
+  EXPECT_NE(e.find("a.json -> "), std::string::npos) << e;
+  EXPECT_NE(e.find("b.json -> "), std::string::npos) << e;
+  EXPECT_NE(e.find("c.json -> "), std::string::npos) << e;
+}
+
+TEST(PlanExtends, SelfCycleIsRejected) {
+  TempDir d;
+  std::string a = d.write("self.json", R"({"extends": "self.json"})");
+  std::string e = error_of([&] { zt::resolve_plan(a, {}); });
+  EXPECT_NE(e.find("\"extends\" cycle"), std::string::npos) << e;
+  EXPECT_NE(e.find("self.json -> "), std::string::npos) << e;
+}
+
+TEST(PlanExtends, DiamondIsNotACycle) {
+  // The same parent used twice along different branches is fine: b and the leaf both extend
+  // nothing circular.
+  TempDir d;
+  d.write("p.json", R"({"run": {"steps": 9}})");
+  d.write("b.json", R"({"extends": "p.json"})");
+  std::string a = d.write("a.json", R"({"extends": "b.json"})");
+  EXPECT_EQ(zt::resolve_plan(a, {})["run"]["steps"], 9);
+}
+
+TEST(PlanExtends, MissingParentNamesBothFiles) {
+  TempDir d;
+  std::string a = d.write("a.json", R"({"extends": "nope.json"})");
+  std::string e = error_of([&] { zt::resolve_plan(a, {}); });
+  EXPECT_NE(e.find("nope.json: cannot open"), std::string::npos) << e;
+  EXPECT_NE(e.find("extended by " + a), std::string::npos) << e;
+}
+
+TEST(PlanExtends, ExtendsMustBeAString) {
+  TempDir d;
+  std::string a = d.write("a.json", R"({"extends": 3})");
+  std::string e = error_of([&] { zt::resolve_plan(a, {}); });
+  EXPECT_NE(e.find("\"extends\": expected a non-empty string"), std::string::npos) << e;
+}
+
+// ---- files --------------------------------------------------------------------------------------
+
+TEST(PlanFile, MissingFile) {
+  std::string e = error_of([&] { zt::resolve_plan("/nonexistent/dir/plan.json", {}); });
+  EXPECT_EQ(e.rfind("plan /nonexistent/dir/plan.json: cannot open", 0), 0u) << e;
+}
+
+TEST(PlanFile, MalformedJsonNamesFileAndLine) {
+  TempDir d;
+  std::string a = d.write("bad.json", "{\n  \"run\": {\n    \"steps\": 10,\n  }\n}\n");
+  std::string e = error_of([&] { zt::resolve_plan(a, {}); });
+  EXPECT_EQ(e.rfind("plan " + a + ": malformed JSON at line 4, column", 0), 0u) << e;
+}
+
+TEST(PlanFile, TopLevelMustBeAnObject) {
+  TempDir d;
+  std::string a = d.write("arr.json", "[1, 2]");
+  std::string e = error_of([&] { zt::resolve_plan(a, {}); });
+  EXPECT_NE(e.find("expected a JSON object at the top level"), std::string::npos) << e;
+}
+
+TEST(PlanFile, UnknownKeyInFileNamesPathFileAndSuggestion) {
+  TempDir d;
+  std::string a = d.write("a.json", R"({"optim": {"lrr": 0.1}})");
+  std::string e = error_of([&] { zt::resolve_plan(a, {}); });
+  EXPECT_EQ(e.rfind("plan: unknown key \"optim.lrr\" (did you mean \"optim.lr\"?)", 0), 0u) << e;
+  EXPECT_NE(e.find("(in " + a + ")"), std::string::npos) << e;
+}
+
+TEST(PlanFile, WrongTypeInParentFileIsCaught) {
+  TempDir d;
+  d.write("p.json", R"({"batch": {"micro_batch": "8"}})");
+  std::string a = d.write("a.json", R"({"extends": "p.json"})");
+  std::string e = error_of([&] { zt::resolve_plan(a, {}); });
+  EXPECT_EQ(e.rfind("plan: batch.micro_batch: expected an integer, got string \"8\"", 0), 0u) << e;
+  EXPECT_NE(e.find("p.json"), std::string::npos) << e;
+}
+
+// ---- overrides ----------------------------------------------------------------------------------
+
+TEST(PlanOverrides, TypesThatMatchAreApplied) {
+  json r = zt::resolve_plan(kSrc + "/plans/default.json",
+                            {"zero.bucket_mb=4", "optim.lr=1e-3", "data.shuffle=false", "optim.schedule=constant",
+                             "run.log=\"runs/q/m.jsonl\"", "optim.betas=[0.8,0.9]", "model.n_layer=2",
+                             "checkpoint.dir=2024", "device=cpu"});
+  EXPECT_EQ(r["zero"]["bucket_mb"], 4);  // integer accepted where the default is a float
+  EXPECT_DOUBLE_EQ(r["optim"]["lr"].get<double>(), 1e-3);
+  EXPECT_EQ(r["data"]["shuffle"], false);
+  EXPECT_EQ(r["optim"]["schedule"], "constant");  // raw text -> string
+  EXPECT_EQ(r["run"]["log"], "runs/q/m.jsonl");    // quoted JSON string
+  EXPECT_EQ(r["optim"]["betas"], json::parse("[0.8, 0.9]"));
+  EXPECT_EQ(r["model"]["n_layer"], 2);
+  EXPECT_EQ(r["checkpoint"]["dir"], "2024");  // string field keeps the raw text
+  EXPECT_EQ(r["device"], "cpu");
+  zt::Plan p = zt::plan_from_json(r, false);
+  EXPECT_DOUBLE_EQ(p.zero.bucket_mb, 4.0);
+  EXPECT_DOUBLE_EQ(p.optim.beta1, 0.8);
+  EXPECT_EQ(p.model.n_layer, 2);
+  EXPECT_FALSE(p.data.shuffle);
+}
+
+TEST(PlanOverrides, LaterOverrideWins) {
+  json r = zt::resolve_plan(kSrc + "/plans/base.json", {"run.steps=5", "run.steps=6"});
+  EXPECT_EQ(r["run"]["steps"], 6);
+}
+
+TEST(PlanOverrides, TypeMismatchIsRejected) {
+  auto e = error_of([&] { zt::resolve_plan(kSrc + "/plans/base.json", {"zero.stage=abc"}); });
+  EXPECT_EQ(e, "--set zero.stage=abc: expected an integer, got string \"abc\"");
+  e = error_of([&] { zt::resolve_plan(kSrc + "/plans/base.json", {"run.steps=2.5"}); });
+  EXPECT_EQ(e, "--set run.steps=2.5: expected an integer, got number 2.5");
+  e = error_of([&] { zt::resolve_plan(kSrc + "/plans/base.json", {"data.shuffle=1"}); });
+  EXPECT_EQ(e, "--set data.shuffle=1: expected true or false, got integer 1");
+  e = error_of([&] { zt::resolve_plan(kSrc + "/plans/base.json", {"optim.betas=[0.9]"}); });
+  EXPECT_EQ(e, "--set optim.betas=[0.9]: expected an array of 2 numbers, got array [0.9]");
+  e = error_of([&] { zt::resolve_plan(kSrc + "/plans/base.json", {"optim.lr=fast"}); });
+  EXPECT_EQ(e, "--set optim.lr=fast: expected a number, got string \"fast\"");
+}
+
+TEST(PlanOverrides, UnknownKeyWithSuggestion) {
+  auto e = error_of([&] { zt::resolve_plan(kSrc + "/plans/base.json", {"optim.lrr=0.1"}); });
+  EXPECT_EQ(e, "--set optim.lrr=0.1: unknown key \"optim.lrr\" (did you mean \"optim.lr\"?)");
+  e = error_of([&] { zt::resolve_plan(kSrc + "/plans/base.json", {"zero.stag=2"}); });
+  EXPECT_EQ(e, "--set zero.stag=2: unknown key \"zero.stag\" (did you mean \"zero.stage\"?)");
+  e = error_of([&] { zt::resolve_plan(kSrc + "/plans/base.json", {"zeroo.stage=2"}); });
+  EXPECT_EQ(e, "--set zeroo.stage=2: unknown key \"zeroo\" (did you mean \"zero\"?)");
+  e = error_of([&] { zt::resolve_plan(kSrc + "/plans/base.json", {"lr=0.1"}); });
+  EXPECT_EQ(e, "--set lr=0.1: unknown key \"lr\" (did you mean \"optim.lr\"?)");
+}
+
+TEST(PlanOverrides, MalformedOverrides) {
+  auto e = error_of([&] { zt::resolve_plan(kSrc + "/plans/base.json", {"zero.stage"}); });
+  EXPECT_NE(e.find("--set zero.stage: expected KEY=VALUE"), std::string::npos) << e;
+  e = error_of([&] { zt::resolve_plan(kSrc + "/plans/base.json", {"=3"}); });
+  EXPECT_NE(e.find("expected KEY=VALUE"), std::string::npos) << e;
+  e = error_of([&] { zt::resolve_plan(kSrc + "/plans/base.json", {"zero=3"}); });
+  EXPECT_NE(e.find("\"zero\" is a section"), std::string::npos) << e;
+  e = error_of([&] { zt::resolve_plan(kSrc + "/plans/base.json", {"zero.stage.x=3"}); });
+  EXPECT_NE(e.find("\"zero.stage\" is a value, not a section"), std::string::npos) << e;
+}
+
+TEST(PlanOverrides, OverrideValueIsValidatedLater) {
+  json r = zt::resolve_plan(kSrc + "/plans/base.json", {"optim.lr=-0.001"});
+  EXPECT_EQ(plan_error(r), "plan: optim.lr: must be > 0, got -0.001");
+}
+
+// ---- schema: unknown keys and types -------------------------------------------------------------
+
+TEST(PlanSchema, UnknownKeySuggestsCloseMatch) {
+  EXPECT_EQ(plan_error(base_with("optim", "lrr", 0.1)), "plan: unknown key \"optim.lrr\" (did you mean \"optim.lr\"?)");
+  EXPECT_EQ(plan_error(base_with("batch", "micro_batch_size", 4)),
+            "plan: unknown key \"batch.micro_batch_size\" (did you mean \"batch.micro_batch\"?)");
+}
+
+TEST(PlanSchema, UnknownTopLevelKeySuggestsSection) {
+  EXPECT_EQ(plan_error(base_with("", "optm", json::object())), "plan: unknown key \"optm\" (did you mean \"optim\"?)");
+  EXPECT_EQ(plan_error(base_with("", "lr", 0.1)), "plan: unknown key \"lr\" (did you mean \"optim.lr\"?)");
+  EXPECT_EQ(plan_error(base_with("", "micro_batch", 4)),
+            "plan: unknown key \"micro_batch\" (did you mean \"batch.micro_batch\"?)");
+}
+
+TEST(PlanSchema, KeyInWrongSectionSuggestsTheRightOne) {
+  EXPECT_EQ(plan_error(base_with("model", "lr", 0.1)), "plan: unknown key \"model.lr\" (did you mean \"optim.lr\"?)");
+}
+
+TEST(PlanSchema, UnknownKeyWithoutCloseMatchListsAllowedKeys) {
+  std::string e = plan_error(base_with("zero", "xyzzy", 1));
+  EXPECT_EQ(e.rfind("plan: unknown key \"zero.xyzzy\" (allowed keys in \"zero\": ", 0), 0u) << e;
+  EXPECT_NE(e.find("bucket_mb"), std::string::npos) << e;
+  e = plan_error(base_with("", "qqqqqqq", 1));
+  EXPECT_EQ(e.rfind("plan: unknown key \"qqqqqqq\" (allowed top-level keys: ", 0), 0u) << e;
+}
+
+TEST(PlanSchema, WrongTypes) {
+  EXPECT_EQ(plan_error(base_with("batch", "micro_batch", "8")),
+            "plan: batch.micro_batch: expected an integer, got string \"8\"");
+  EXPECT_EQ(plan_error(base_with("batch", "micro_batch", 8.5)),
+            "plan: batch.micro_batch: expected an integer, got number 8.5");
+  EXPECT_EQ(plan_error(base_with("optim", "lr", "0.1")), "plan: optim.lr: expected a number, got string \"0.1\"");
+  EXPECT_EQ(plan_error(base_with("data", "shuffle", "yes")), "plan: data.shuffle: expected true or false, got string \"yes\"");
+  EXPECT_EQ(plan_error(base_with("run", "log", nullptr)), "plan: run.log: expected a string, got null");
+  EXPECT_EQ(plan_error(base_with("optim", "betas", json::parse("[0.9, 0.95, 0.99]"))),
+            "plan: optim.betas: expected an array of 2 numbers, got array [0.9,0.95,0.99]");
+  EXPECT_EQ(plan_error(base_with("optim", "betas", json::parse("[0.9, \"x\"]"))),
+            "plan: optim.betas: expected an array of 2 numbers, got array [0.9,\"x\"]");
+  EXPECT_EQ(plan_error(base_with("", "model", 5)), "plan: model: expected an object (a section), got integer 5");
+  EXPECT_EQ(plan_error(json::array()), "plan: expected a JSON object at the top level, got array []");
+}
+
+TEST(PlanSchema, PartialJsonTakesDefaults) {
+  zt::Plan p = zt::plan_from_json(json::parse(R"({"model": {"n_layer": 1}})"), false);
+  EXPECT_EQ(p.model.n_layer, 1);
+  EXPECT_EQ(p.model.n_head, 4);
+  EXPECT_EQ(p.resolved["model"]["n_embd"], 128);
+}
+
+// ---- ranges -------------------------------------------------------------------------------------
+
+TEST(PlanRanges, NegativeLr) {
+  EXPECT_EQ(plan_error(base_with("optim", "lr", -0.001)), "plan: optim.lr: must be > 0, got -0.001");
+}
+
+struct RangeCase {
+  const char* section;
+  const char* key;
+  const char* value;  // JSON
+  const char* expect;  // exact message
+};
+
+TEST(PlanRanges, EveryRangeIsChecked) {
+  const RangeCase cases[] = {
+      {"model", "n_layer", "0", "plan: model.n_layer: must be >= 1, got 0"},
+      {"model", "n_head", "0", "plan: model.n_head: must be >= 1, got 0"},
+      {"model", "n_embd", "0", "plan: model.n_embd: must be >= 1, got 0"},
+      {"model", "n_embd", "130", "plan: model.n_embd: must be divisible by model.n_head (4), got 130"},
+      {"model", "seq_len", "0", "plan: model.seq_len: must be >= 1, got 0"},
+      {"model", "vocab_size", "1", "plan: model.vocab_size: must be in [2, 65536] (tokens are stored as uint16), got 1"},
+      {"model", "vocab_size", "65537",
+       "plan: model.vocab_size: must be in [2, 65536] (tokens are stored as uint16), got 65537"},
+      {"model", "n_layer", "3000000000", "plan: model.n_layer: must be <= 2147483647, got 3000000000"},
+      {"data", "train", "\"\"", "plan: data.train: must not be empty"},
+      {"data", "val", "\"\"", "plan: data.val: must not be empty"},
+      {"batch", "micro_batch", "0", "plan: batch.micro_batch: must be >= 1, got 0"},
+      {"batch", "grad_accum", "-1", "plan: batch.grad_accum: must be >= 1, got -1"},
+      {"optim", "lr", "0", "plan: optim.lr: must be > 0, got 0"},
+      {"optim", "betas", "[1.0, 0.95]", "plan: optim.betas[0]: must be in [0, 1), got 1.0"},
+      {"optim", "betas", "[0.9, -0.1]", "plan: optim.betas[1]: must be in [0, 1), got -0.1"},
+      {"optim", "eps", "0", "plan: optim.eps: must be > 0, got 0"},
+      {"optim", "weight_decay", "-0.1", "plan: optim.weight_decay: must be >= 0, got -0.1"},
+      {"optim", "grad_clip", "-1", "plan: optim.grad_clip: must be >= 0, got -1"},
+      {"optim", "warmup_steps", "-1", "plan: optim.warmup_steps: must be >= 0, got -1"},
+      {"optim", "schedule", "\"linear\"", "plan: optim.schedule: must be \"cosine\" or \"constant\", got \"linear\""},
+      {"optim", "min_lr_ratio", "1.5", "plan: optim.min_lr_ratio: must be in [0, 1], got 1.5"},
+      {"precision", "compute", "\"fp16\"",
+       "plan: precision.compute: must be \"auto\", \"fp32\" or \"bf16\", got \"fp16\""},
+      {"zero", "stage", "4", "plan: zero.stage: must be 0, 1, 2 or 3, got 4"},
+      {"zero", "stage", "-1", "plan: zero.stage: must be 0, 1, 2 or 3, got -1"},
+      {"zero", "bucket_mb", "0", "plan: zero.bucket_mb: must be > 0, got 0"},
+      {"zero", "prefetch_units", "-1", "plan: zero.prefetch_units: must be >= 0, got -1"},
+      {"recompute", "policy", "\"full\"", "plan: recompute.policy: must be \"none\", got \"full\""},
+      {"offload", "optimizer", "\"gpu\"",
+       "plan: offload.optimizer: must be \"none\", \"cpu\" or \"nvme\", got \"gpu\""},
+      {"offload", "params", "\"disk\"", "plan: offload.params: must be \"none\", \"cpu\" or \"nvme\", got \"disk\""},
+      {"checkpoint", "every", "-5", "plan: checkpoint.every: must be >= 0, got -5"},
+      {"checkpoint", "keep", "0", "plan: checkpoint.keep: must be >= 1, got 0"},
+      {"checkpoint", "resume", "\"latest\"", "plan: checkpoint.resume: must be \"none\" or \"auto\", got \"latest\""},
+      {"run", "steps", "0", "plan: run.steps: must be >= 1, got 0"},
+      {"run", "eval_every", "-1", "plan: run.eval_every: must be >= 0, got -1"},
+      {"run", "eval_batches", "0", "plan: run.eval_batches: must be >= 1, got 0"},
+      {"run", "sample_every", "-1", "plan: run.sample_every: must be >= 0, got -1"},
+      {"run", "sample_tokens", "0", "plan: run.sample_tokens: must be >= 1, got 0"},
+      {"run", "log_every", "0", "plan: run.log_every: must be >= 1, got 0"},
+      {"run", "seed", "-1", "plan: run.seed: must be >= 0, got -1"},
+      {"run", "threads", "-2", "plan: run.threads: must be >= 0, got -2"},
+      {"run", "log", "\"\"", "plan: run.log: must not be empty"},
+      {"", "device", "\"tpu\"", "plan: device: must be \"auto\", \"cpu\" or \"cuda\", got \"tpu\""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(c.section) + "." + c.key + " = " + c.value);
+    std::string e = plan_error(base_with(c.section, c.key, json::parse(c.value)));
+    EXPECT_EQ(e.rfind(c.expect, 0), 0u) << e;  // the message starts with the expected text
+  }
+}
+
+TEST(PlanRanges, BoundaryValuesAreAccepted) {
+  json j = zt::base_plan_json();
+  j["model"]["vocab_size"] = 65536;
+  j["optim"]["betas"] = json::parse("[0.0, 0.999]");
+  j["optim"]["min_lr_ratio"] = 0;
+  j["optim"]["weight_decay"] = 0;
+  j["optim"]["grad_clip"] = 0;
+  j["run"]["seed"] = 18446744073709551615ull;
+  j["run"]["eval_every"] = 0;
+  j["precision"]["compute"] = "fp32";
+  j["device"] = "cpu";
+  zt::Plan p = zt::plan_from_json(j, false);
+  EXPECT_EQ(p.model.vocab_size, 65536);
+  EXPECT_EQ(p.run.seed, 18446744073709551615ull);
+}
+
+// ---- combinations -------------------------------------------------------------------------------
+
+TEST(PlanCombinations, ParamOffloadNeedsStage3) {
+  json j = base_with("offload", "params", "cpu");
+  EXPECT_EQ(plan_error(j),
+            "plan: offload.params: \"cpu\" requires zero.stage 3 (only sharded parameters can be offloaded), got "
+            "zero.stage 0");
+}
+
+TEST(PlanCombinations, NvmeNeedsADirectory) {
+  json j = base_with("offload", "optimizer", "nvme");
+  j["offload"]["nvme_dir"] = "";
+  EXPECT_EQ(plan_error(j), "plan: offload.nvme_dir: must be set when offload.optimizer is \"nvme\"");
+}
+
+TEST(PlanCombinations, CheckpointingNeedsADirectory) {
+  std::string e = plan_error(base_with("checkpoint", "every", 100));
+  EXPECT_EQ(e.rfind("plan: checkpoint.dir: must be set when checkpoint.every > 0", 0), 0u) << e;
+  e = plan_error(base_with("checkpoint", "resume", "auto"));
+  EXPECT_EQ(e.rfind("plan: checkpoint.dir: must be set when checkpoint.resume is \"auto\"", 0), 0u) << e;
+}
+
+// ---- options this build does not support yet ----------------------------------------------------
+
+TEST(PlanUnsupported, EveryUnsupportedOptionIsRejected) {
+  struct Case {
+    std::vector<std::string> sets;  // --set overrides
+    std::string expect;             // message prefix
+  };
+  const Case cases[] = {
+      {{"zero.stage=1"}, "plan: zero.stage: 1 is not supported by this build yet (supported: 0)"},
+      {{"zero.stage=2"}, "plan: zero.stage: 2 is not supported by this build yet (supported: 0)"},
+      {{"zero.stage=3"}, "plan: zero.stage: 3 is not supported by this build yet (supported: 0)"},
+      {{"offload.optimizer=cpu"}, "plan: offload.optimizer: \"cpu\" is not supported by this build yet (supported: \"none\")"},
+      {{"offload.optimizer=nvme"},
+       "plan: offload.optimizer: \"nvme\" is not supported by this build yet (supported: \"none\")"},
+      {{"offload.params=cpu", "zero.stage=3"},
+       "plan: offload.params: \"cpu\" is not supported by this build yet (supported: \"none\")"},
+      {{"offload.params=nvme", "zero.stage=3"},
+       "plan: offload.params: \"nvme\" is not supported by this build yet (supported: \"none\")"},
+      {{"checkpoint.every=100", "checkpoint.dir=runs/x/ckpt"},
+       "plan: checkpoint.every: 100 is not supported by this build yet (supported: 0"},
+      {{"checkpoint.resume=auto", "checkpoint.dir=runs/x/ckpt"},
+       "plan: checkpoint.resume: \"auto\" is not supported by this build yet (supported: \"none\")"},
+      {{"precision.compute=bf16"},
+       "plan: precision.compute: \"bf16\" is not supported by this build yet (supported: \"auto\", \"fp32\""},
+      {{"device=cuda"}, "plan: device: \"cuda\" is not supported by this build yet (supported: \"auto\", \"cpu\""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.sets.front());
+    std::string e = error_of([&] { zt::load_plan(kSrc + "/plans/base.json", c.sets, false); });
+    EXPECT_EQ(e.rfind(c.expect, 0), 0u) << e;
+    EXPECT_EQ(e.find("implemented"), std::string::npos) << e;
+  }
+}
+
+TEST(PlanUnsupported, SupportedValuesPass) {
+  zt::Plan p = zt::load_plan(kSrc + "/plans/base.json",
+                             {"zero.stage=0", "offload.optimizer=none", "offload.params=none", "checkpoint.every=0",
+                              "checkpoint.resume=none", "precision.compute=fp32", "device=cpu"},
+                             false);
+  EXPECT_EQ(p.precision.compute, "fp32");
+  EXPECT_EQ(p.device, "cpu");
+}
+
+// ---- data files ---------------------------------------------------------------------------------
+
+TEST(PlanFiles, DataFilesMustExist) {
+  TempDir d;
+  const std::string dir = d.path.string();
+  std::vector<std::string> sets = {"data.train=" + dir + "/train_*.bin", "data.val=" + dir + "/val.bin",
+                                   "data.tokenizer=" + dir + "/tok.bin"};
+  auto err = [&](std::vector<std::string> extra = {}) {
+    std::vector<std::string> all = sets;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return error_of([&] { zt::load_plan(kSrc + "/plans/base.json", all, true); });
+  };
+
+  EXPECT_EQ(err(), "plan: data.train: no files match \"" + dir +
+                       "/train_*.bin\" (run scripts/prepare_data first, or make train)");
+  d.write("train_000.bin", "x");
+  d.write("train_001.bin", "x");
+  EXPECT_EQ(err(), "plan: data.val: no files match \"" + dir + "/val.bin\" (run scripts/prepare_data first, or make train)");
+  d.write("val.bin", "x");
+  std::string e = err();
+  EXPECT_EQ(e.rfind("plan: data.tokenizer: file not found: \"" + dir + "/tok.bin\"", 0), 0u) << e;
+  d.write("tok.bin", "x");
+  e = err({"model.init=" + dir + "/model.bin"});
+  EXPECT_EQ(e.rfind("plan: model.init: file not found: \"" + dir + "/model.bin\"", 0), 0u) << e;
+  d.write("model.bin", "x");
+
+  sets.push_back("model.init=" + dir + "/model.bin");
+  zt::Plan p = zt::load_plan(kSrc + "/plans/base.json", sets, true);
+  EXPECT_EQ(p.model.init, dir + "/model.bin");
+  // No tokenizer is fine (no samples).
+  sets.push_back("data.tokenizer=\"\"");
+  EXPECT_NO_THROW(zt::load_plan(kSrc + "/plans/base.json", sets, true));
+}
+
+TEST(PlanFiles, NotCheckedWithoutCheckFiles) {
+  EXPECT_NO_THROW(zt::load_plan(kSrc + "/plans/base.json", {"data.train=/nonexistent/train_*.bin"}, false));
+}
+
+// ---- suggest_key --------------------------------------------------------------------------------
+
+TEST(PlanSuggest, CloseMatches) {
+  const std::vector<std::string> keys = {"lr", "betas", "eps", "weight_decay", "grad_clip", "warmup_steps"};
+  EXPECT_EQ(zt::suggest_key("lrr", keys), "lr");
+  EXPECT_EQ(zt::suggest_key("LR", keys), "lr");
+  EXPECT_EQ(zt::suggest_key("beta", keys), "betas");
+  EXPECT_EQ(zt::suggest_key("weightdecay", keys), "weight_decay");
+  EXPECT_EQ(zt::suggest_key("warmup", keys), "warmup_steps");
+  EXPECT_EQ(zt::suggest_key("momentum", keys), "");
+  EXPECT_EQ(zt::suggest_key("x", keys), "");
+  EXPECT_EQ(zt::suggest_key("lr", {}), "");
+}
