@@ -112,7 +112,7 @@ void write_token_shard(const std::string& path, const std::vector<uint16_t>& tok
 std::vector<std::string> glob_files(const std::string& pattern) {
   glob_t g;
   std::memset(&g, 0, sizeof(g));
-  const int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
   std::vector<std::string> files;
   if (rc == 0)
     for (size_t i = 0; i < g.gl_pathc; ++i) files.emplace_back(g.gl_pathv[i]);

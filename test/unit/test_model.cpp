@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <random>
 
 #include "model/gpt.h"
 #include "model/ops_cpu.h"
+#include "runtime/error.h"
 
 namespace zt {
 namespace {
