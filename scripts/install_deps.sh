@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PKGS=(build-essential cmake g++ make pkg-config git
-      libopenblas-dev libcli11-dev nlohmann-json3-dev libgtest-dev
+      libopenblas-dev libopenblas-openmp-dev libcli11-dev nlohmann-json3-dev libgtest-dev
       libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools liburing-dev
       python3 python3-numpy python3-torch python3-h5py
       nodejs npm)

@@ -4,8 +4,12 @@
 //   m      = beta1 m + (1 - beta1) g              (torch: m.lerp_(g, 1 - beta1))
 //   v      = beta2 v + (1 - beta2) g^2
 //   param -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
-// The last line is lr * mhat / (sqrt(vhat) + eps), arranged exactly as torch's single-tensor and
-// foreach implementations arrange it, so that fp32 results match PyTorch to the last bit or two.
+// The last line is lr * mhat / (sqrt(vhat) + eps), arranged as torch's single-tensor and foreach
+// implementations arrange it, so that fp32 results track PyTorch's closely. step starts at 1.
+//
+// Speed: this is a pure streaming loop (4 arrays in, 3 out). GCC only vectorises std::sqrt when
+// the file is compiled with -fno-math-errno (errno is never read here); with it the loop runs at
+// memory speed, about twice as fast as with the scalar sqrt.
 #include "kernels/adamw.h"
 
 #include <cmath>

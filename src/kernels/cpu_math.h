@@ -25,7 +25,7 @@ inline float exp_f32(float x) {
   // integer and leaves k in the low mantissa bits of the sum.
   const float shifter = 12582912.0f;  // 1.5 * 2^23
   float kf = x * 1.44269504088896341f + shifter;
-  int32_t kbits;
+  uint32_t kbits;
   std::memcpy(&kbits, &kf, sizeof kbits);
   kf -= shifter;
   // r = x - k*ln2, with ln2 split in two parts so that k*ln2_hi is exact (Cody-Waite).
@@ -39,9 +39,9 @@ inline float exp_f32(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  // times 2^k, built directly in the exponent field (k is in [-126, 127] after clamping).
-  const int32_t k = kbits - 0x4B400000;
-  const int32_t ebits = (k + 127) << 23;
+  // times 2^k, built directly in the exponent field: k + 127 is in [1, 254] after clamping.
+  // (Unsigned arithmetic: well defined even for the garbage k of a NaN input.)
+  const uint32_t ebits = (kbits - 0x4B400000u + 127u) << 23;
   float two_k;
   std::memcpy(&two_k, &ebits, sizeof two_k);
   const float y = p * two_k;
