@@ -1,0 +1,115 @@
+// Communication layer (DESIGN: "Communication knows no ZeRO"). One interface, two implementations:
+// MPI for host buffers (CPU backend, non-blocking collectives) and NCCL for device buffers (its own
+// stream, completion through events). Every collective is non-blocking and returns a handle; the
+// caller overlaps work and then wait()s. Blocking helpers are built on the same path so that a hang
+// anywhere becomes a timeout error.
+//
+// Bookkeeping: every collective gets a sequence number and a record in a per-rank ring buffer
+// (op, bytes, sequence, start/end time, state), and bytes sent are counted per step under the ring
+// model stated below, so tests can compare them with theory exactly.
+//
+// Byte model (per rank, what a ring algorithm sends; n = element count, N = world, 4-byte floats):
+//   all_reduce(n)              2 * (N-1)/N * 4n     (reduce-scatter + all-gather phases)
+//   reduce_scatter(recv_n)     (N-1) * 4 recv_n      (the full buffer is N * recv_n)
+//   all_gather(send_n)         (N-1) * 4 send_n
+//   broadcast(bytes)           bytes on the root, 0 elsewhere
+// Model-state traffic (gradients, parameters) is counted in `bytes`; small control messages
+// (scalar all-reduces for loss and gradient norm, barriers) are counted apart in `control_bytes`.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace zt {
+
+enum class CollOp : uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, barrier, scalar_all_reduce };
+const char* coll_op_name(CollOp op);
+
+enum class CollState : uint8_t { pending, done, skipped };
+
+struct CollRecord {
+  uint64_t seq = 0;
+  CollOp op = CollOp::barrier;
+  size_t bytes = 0;        // under the byte model above
+  int64_t step = -1;       // training step it belongs to (begin_step), -1 before the first
+  double t_start = 0;      // seconds since the Comm was created
+  double t_end = -1;       // -1 while pending
+  CollState state = CollState::pending;
+};
+
+// Handle to one in-flight collective. Default-constructed = nothing to wait for.
+struct CommHandle {
+  uint64_t seq = 0;
+  bool valid() const { return seq != 0; }
+};
+
+struct CommOptions {
+  double timeout_s = 300;  // a wait longer than this is a hang: print the ring buffer, throw CommTimeout
+  // Fault injection for tests: at training step `fault_skip_step`, rank `fault_skip_rank` silently
+  // skips its first collective of that step (-1 = off).
+  int fault_skip_rank = -1;
+  int64_t fault_skip_step = -1;
+};
+
+struct CommStepStats {
+  uint64_t bytes = 0;          // model-state bytes this rank sent in the step (byte model)
+  uint64_t control_bytes = 0;  // scalar reductions and barriers
+  uint64_t collectives = 0;
+  double wait_s = 0;           // time spent blocked in wait()
+};
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  virtual int local_rank() const = 0;   // rank among the processes on this host
+  virtual int local_world() const = 0;
+
+  // Sums of floats. Host pointers for MPI, device pointers for NCCL.
+  virtual CommHandle all_reduce(float* buf, size_t n) = 0;                            // in place
+  virtual CommHandle reduce_scatter(const float* send, float* recv, size_t recv_n) = 0;  // send: N*recv_n
+  virtual CommHandle all_gather(const float* send, float* recv, size_t send_n) = 0;      // recv: N*send_n
+  virtual CommHandle broadcast(void* buf, size_t bytes, int root) = 0;
+
+  // Completes the collective; throws CommTimeout (after printing the ring buffer) past timeout_s.
+  virtual void wait(CommHandle h) = 0;
+  // Progresses outstanding collectives (MPI moves non-blocking collectives only inside MPI calls);
+  // returns true when h has completed (h invalid: just progresses).
+  virtual bool test(CommHandle h) = 0;
+  void wait_all(std::vector<CommHandle>& hs) {
+    for (CommHandle& h : hs) wait(h);
+    hs.clear();
+  }
+
+  // Blocking helpers (control traffic): sum of doubles on host, barrier, bytes from every rank.
+  virtual void all_reduce_sum(double* vals, int n) = 0;
+  virtual void barrier() = 0;
+  virtual std::vector<uint64_t> all_gather_u64(uint64_t v) = 0;
+
+  // Step bookkeeping: begin_step resets the per-step counters; step_stats reads them.
+  virtual void begin_step(int64_t step) = 0;
+  virtual const CommStepStats& step_stats() const = 0;
+  // The last `n` records of the ring buffer, one per line (op, bytes, sequence, step, state, times).
+  virtual std::string ring_dump(size_t n = 16) const = 0;
+  // Every record still in the ring (oldest first), for tests.
+  virtual std::vector<CollRecord> records() const = 0;
+
+  // Ends every rank (after a fatal error on this one). Never returns.
+  [[noreturn]] virtual void abort_all(int code) = 0;
+};
+
+// Thrown when a collective did not complete within timeout_s. what() names rank, op and sequence.
+struct CommTimeout : Error {
+  using Error::Error;
+};
+
+// MPI for host buffers. Initialises MPI (MPI_THREAD_FUNNELED) if nobody has; finalises at exit.
+// Works without mpirun as a world of one.
+std::unique_ptr<Comm> make_mpi_comm(const CommOptions& opts);
+
+}  // namespace zt
