@@ -1,22 +1,30 @@
-// zerotrain entry point: CLI -> Plan -> Trainer. Reads as a table of contents; the work is in src/.
+// zerotrain entry point: CLI -> Plan -> Comm -> Trainer. Reads as a table of contents; the work is in src/.
 //
-//   ./train PLAN.json [--set a.b=v ...]     train one rank on the plan
+//   ./train PLAN.json [--set a.b=v ...]                 train (one rank, or N under mpirun -np N)
+//   ./train estimate PLAN.json --world N [--json]       per-rank memory and bytes per step, no allocation
 //
-// Every failure is a zt::Error caught here: one line on stderr, exit code 1.
+// Every failure is a zt::Error caught here: one line on stderr, exit code 1; with several ranks,
+// the failing rank also takes the others down (MPI_Abort) so nothing hangs.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "comm/comm.h"
 #include "plan/plan.h"
 #include "runtime/error.h"
 #include "train/trainer.h"
+#include "zero/estimate.h"
 
 namespace {
+
+std::unique_ptr<zt::Comm> g_comm;  // for the error path in main()
 
 // The resolved plan is printed, and written beside the metrics log so a run can be repeated
 // exactly (./train runs/x/plan.json). Only after validation: bad input writes nothing.
@@ -31,39 +39,84 @@ void publish_plan(const zt::Plan& plan) {
   ZT_REQUIRE(f, "cannot write the resolved plan to " << out.string());
 }
 
+// All ranks must run the same plan with the same binary: compare a hash of both.
+void check_same_plan_everywhere(const zt::Plan& plan, zt::Comm& comm) {
+  const std::string text = plan.resolved.dump() + "|" ZT_VERSION;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  const std::vector<uint64_t> all = comm.all_gather_u64(h);
+  for (int r = 0; r < comm.world(); ++r)
+    ZT_REQUIRE(all[size_t(r)] == all[0], "rank " << r << " runs a different plan or binary than rank 0 (plan+version hash "
+                                                 << std::hex << all[size_t(r)] << " vs " << all[0]
+                                                 << "); give every rank the same plan file, --set flags and build");
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"zerotrain: train GPT-2 from a JSON plan (see README.md and plans/)"};
   app.set_version_flag("--version", "zerotrain " ZT_VERSION);
   std::string plan_path;
   std::vector<std::string> overrides;
-  app.add_option("plan", plan_path, "plan file (JSON); defaults come from plans/base.json")->required();
-  app.add_option("--set", overrides, "override a plan field, e.g. --set optim.lr=3e-4 --set run.steps=100")
+  app.add_option("plan", plan_path, "plan file (JSON); defaults come from plans/base.json");
+  app.add_option("--set", overrides, "override a plan field, e.g. --set optim.lr=3e-4 --set zero.stage=2")
       ->type_name("KEY=VALUE");
-  app.footer("Multi-rank training, ZeRO stages, offload and checkpoints are not available in this build yet;\n"
-             "plans that ask for them are rejected with a message naming the field.");
+
+  CLI::App* est = app.add_subcommand("estimate", "per-rank memory (tier x category) and bytes sent per step");
+  int world = 1;
+  bool as_json = false;
+  est->add_option("plan", plan_path, "plan file")->required();
+  est->add_option("--world", world, "number of ranks")->check(CLI::PositiveNumber);
+  est->add_option("--set", overrides, "override a plan field")->type_name("KEY=VALUE");
+  est->add_flag("--json", as_json, "print JSON instead of a table");
+  app.footer("Multi-rank: mpirun -np N ./train PLAN.json. The CPU backend computes in fp32; offload, checkpoints\n"
+             "and the CUDA backend are not available in this build yet (plans asking for them are rejected).");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
 
+  if (est->parsed()) {
+    const zt::Plan plan = zt::load_plan(plan_path, overrides, /*check_files=*/false);
+    const zt::Estimate e = zt::estimate_plan(plan, world);
+    if (as_json)
+      std::printf("%s\n", nlohmann::json{{"memory", e.memory}, {"buffers", e.buffers}, {"bytes_per_step", e.bytes_per_step},
+                                         {"world", world}, {"stage", plan.zero.stage}}.dump(2).c_str());
+    else
+      std::printf("%s", e.table.c_str());
+    return 0;
+  }
+  ZT_REQUIRE(!plan_path.empty(), "no plan given: ./train PLAN.json (see ./train --help)");
+
   const zt::Plan plan = zt::load_plan(plan_path, overrides);
-  publish_plan(plan);
-  const zt::TrainResult r = zt::train(plan);
+  zt::CommOptions co;
+  co.timeout_s = plan.comm.timeout_s;
+  co.fault_skip_rank = plan.comm.fault_skip_rank;
+  co.fault_skip_step = plan.comm.fault_skip_step;
+  g_comm = zt::make_mpi_comm(co);
+  check_same_plan_everywhere(plan, *g_comm);
+  if (g_comm->rank() == 0) publish_plan(plan);
+  const zt::TrainResult r = zt::train(plan, *g_comm);
+  g_comm->barrier();
   return r.steps == plan.run.steps ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::string msg;
   try {
-    return run(argc, argv);
-  } catch (const zt::Error& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "error: %s\n", e.what());
+    const int rc = run(argc, argv);
+    g_comm.reset();
+    return rc;
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "error: %s\n", e.what());
+    msg = e.what();
   }
+  std::fflush(stdout);
+  if (g_comm && g_comm->world() > 1) {
+    std::fprintf(stderr, "error: rank %d: %s\n", g_comm->rank(), msg.c_str());
+    std::fflush(stderr);
+    g_comm->abort_all(1);
+  }
+  std::fprintf(stderr, "error: %s\n", msg.c_str());
   return 1;
 }

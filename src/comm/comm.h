@@ -15,6 +15,27 @@
 //   broadcast(bytes)           bytes on the root, 0 elsewhere
 // Model-state traffic (gradients, parameters) is counted in `bytes`; small control messages
 // (scalar all-reduces for loss and gradient norm, barriers) are counted apart in `control_bytes`.
+// Integer arithmetic, rounded down: all_reduce is (2*(N-1)*4n)/N, exact whenever N divides n
+// (ZeRO pads units so that it always does). Control traffic under the same model:
+//   all_reduce_sum(n doubles)  (2*(N-1)*8n)/N     all_gather_u64  (N-1)*8     barrier  0
+// With N == 1 every count is 0 (a world of one sends nothing, broadcast root included).
+// A collective skipped by fault injection sends nothing and is not counted (its record still
+// shows the bytes it would have sent).
+//
+// Buffers: reduce_scatter/all_gather buffers must not overlap, except NCCL's in-place forms:
+//   reduce_scatter: recv == send + rank*recv_n   (send's other parts are undefined afterwards)
+//   all_gather:     send == recv + rank*send_n
+// Element counts above INT_MAX (MPI's count type) are rejected with an error.
+//
+// Timeouts: a CommTimeout leaves the collective pending (its record is marked timed_out); the
+// only sensible continuation is abort_all(). If a process exits after a timeout without calling
+// abort_all, the MPI backend aborts the job at exit instead of finalising (finalising would wait
+// for the stuck ranks forever).
+//
+// Collective matching: MPI and NCCL match collectives by order. When a rank skips one, its next
+// collective completes together with the other ranks' current one (with the wrong data) and the
+// other ranks hang in their last collective; the skipping rank itself may never block. Timeouts
+// are therefore detected on the ranks that did NOT skip; their abort_all ends the whole job.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,7 +47,10 @@
 
 namespace zt {
 
-enum class CollOp : uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, barrier, scalar_all_reduce };
+// scalar_all_reduce / scalar_all_gather / barrier are control traffic (all_reduce_sum,
+// all_gather_u64, barrier); the first four are model-state traffic.
+enum class CollOp : uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, barrier, scalar_all_reduce,
+                              scalar_all_gather };
 const char* coll_op_name(CollOp op);
 
 enum class CollState : uint8_t { pending, done, skipped };
@@ -39,6 +63,7 @@ struct CollRecord {
   double t_start = 0;      // seconds since the Comm was created
   double t_end = -1;       // -1 while pending
   CollState state = CollState::pending;
+  bool timed_out = false;  // a wait() on it gave up (CommTimeout)
 };
 
 // Handle to one in-flight collective. Default-constructed = nothing to wait for.
@@ -50,7 +75,8 @@ struct CommHandle {
 struct CommOptions {
   double timeout_s = 300;  // a wait longer than this is a hang: print the ring buffer, throw CommTimeout
   // Fault injection for tests: at training step `fault_skip_step`, rank `fault_skip_rank` silently
-  // skips its first collective of that step (-1 = off).
+  // skips its first model-state collective (all_reduce, reduce_scatter or all_gather) of that step
+  // (-1 = off): recorded as skipped, data untouched, the handle is already complete. Once per Comm.
   int fault_skip_rank = -1;
   int64_t fault_skip_step = -1;
 };
@@ -58,8 +84,9 @@ struct CommOptions {
 struct CommStepStats {
   uint64_t bytes = 0;          // model-state bytes this rank sent in the step (byte model)
   uint64_t control_bytes = 0;  // scalar reductions and barriers
-  uint64_t collectives = 0;
-  double wait_s = 0;           // time spent blocked in wait()
+  uint64_t collectives = 0;          // model-state collectives launched (skipped ones excluded)
+  uint64_t control_collectives = 0;  // all_reduce_sum, barrier, all_gather_u64
+  double wait_s = 0;           // time spent blocked in wait() (blocking helpers included)
 };
 
 class Comm {
@@ -79,7 +106,8 @@ class Comm {
   // Completes the collective; throws CommTimeout (after printing the ring buffer) past timeout_s.
   virtual void wait(CommHandle h) = 0;
   // Progresses outstanding collectives (MPI moves non-blocking collectives only inside MPI calls);
-  // returns true when h has completed (h invalid: just progresses).
+  // returns true when h has completed (h invalid: just progresses and returns true).
+  // Completion times in the records are when test()/wait() observed the completion.
   virtual bool test(CommHandle h) = 0;
   void wait_all(std::vector<CommHandle>& hs) {
     for (CommHandle& h : hs) wait(h);

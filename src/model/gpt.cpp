@@ -39,49 +39,72 @@ using File = std::unique_ptr<FILE, FileCloser>;
 
 }  // namespace
 
+namespace {
+// Element counts of the activation fields, in the declaration order of GPT::Activations, then of
+// GPT::GradScratch. One list serves the constructor and activation_bytes().
+std::vector<size_t> activation_sizes(const GPTConfig& cfg, int B, int Tn) {
+  const size_t L = size_t(cfg.L), C = size_t(cfg.C), NH = size_t(cfg.NH), Vp = size_t(cfg.Vp);
+  const size_t BT = size_t(B) * size_t(Tn);
+  return {
+      BT * C,         L * BT * C,     L * BT,     L * BT,         L * BT * 3 * C, L * BT * C, L * BT * NH,
+      L * BT * C,     L * BT * C,     L * BT * C, L * BT,         L * BT,         L * BT * 4 * C, L * BT * 4 * C,
+      L * BT * C,     L * BT * C,     BT * C,     BT,             BT,             BT * Vp,    BT,
+  };
+}
+std::vector<size_t> grad_scratch_sizes(const GPTConfig& cfg, int B, int Tn) {
+  const size_t BT = size_t(B) * size_t(Tn), C = size_t(cfg.C);
+  return {BT * C, BT * C, BT * 4 * C, BT * 4 * C, BT * 3 * C};
+}
+// Each field starts on a 64-byte boundary so kernels get aligned rows.
+size_t aligned_elems(size_t n, size_t elem_bytes) {
+  const size_t a = MemoryTracker::kAlign / elem_bytes;
+  return (n + a - 1) / a * a;
+}
+}  // namespace
+
 template <class Ops>
-GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pad_multiple)
+size_t GPT<Ops>::activation_bytes(const GPTConfig& cfg, int B, int Tn) {
+  size_t n = 0;
+  for (size_t k : activation_sizes(cfg, B, Tn)) n += aligned_elems(k, sizeof(T));
+  for (size_t k : grad_scratch_sizes(cfg, B, Tn)) n += aligned_elems(k, sizeof(T));
+  return n * sizeof(T);
+}
+
+template <class Ops>
+GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pad_multiple, bool full_params,
+              bool full_grads)
     : cfg_(cfg), layout_(cfg, pad_multiple), B_(B), T_(Tn) {
   ZT_REQUIRE(cfg.C % cfg.NH == 0, "model: n_embd " << cfg.C << " is not divisible by n_head " << cfg.NH);
   ZT_REQUIRE(Tn <= cfg.maxT, "model: sequence length " << Tn << " exceeds the position table (" << cfg.maxT << ")");
-  const size_t L = size_t(cfg.L), C = size_t(cfg.C), NH = size_t(cfg.NH), Vp = size_t(cfg.Vp);
-  const size_t BT = size_t(B) * size_t(Tn);
 
-  params_ = mem.alloc(layout_.total() * sizeof(T), Ops::tier, Category::params, "parameters");
-  grads_ = mem.alloc(layout_.total() * sizeof(T), Ops::tier, Category::grads, "gradients");
+  if (full_params) params_ = mem.alloc(layout_.total() * sizeof(T), Ops::tier, Category::params, "parameters");
+  if (full_grads) grads_ = mem.alloc(layout_.total() * sizeof(T), Ops::tier, Category::grads, "gradients");
   for (const Unit& u : layout_.units()) {
-    unit_param_.push_back(params() + u.offset);
-    unit_grad_.push_back(grads() + u.offset);
+    unit_param_.push_back(full_params ? params() + u.offset : nullptr);
+    unit_grad_.push_back(full_grads ? grads() + u.offset : nullptr);
   }
 
-  // Activations: one tracked block carved into the fields of Activations, in declaration order.
-  struct Field { T** ptr; size_t n; };
-  const Field act_fields[] = {
-      {&acts_.encoded, BT * C},       {&acts_.ln1, L * BT * C},      {&acts_.ln1_mean, L * BT},
-      {&acts_.ln1_rstd, L * BT},      {&acts_.qkv, L * BT * 3 * C},  {&acts_.atty, L * BT * C},
-      {&acts_.att_lse, L * BT * NH},  {&acts_.attproj, L * BT * C},  {&acts_.residual2, L * BT * C},
-      {&acts_.ln2, L * BT * C},       {&acts_.ln2_mean, L * BT},     {&acts_.ln2_rstd, L * BT},
-      {&acts_.fch, L * BT * 4 * C},   {&acts_.fch_gelu, L * BT * 4 * C}, {&acts_.fcproj, L * BT * C},
-      {&acts_.residual3, L * BT * C}, {&acts_.lnf, BT * C},          {&acts_.lnf_mean, BT},
-      {&acts_.lnf_rstd, BT},          {&acts_.logits, BT * Vp},      {&acts_.losses, BT},
-  };
-  const Field grad_fields[] = {
-      {&gs_.dresidual, BT * C}, {&gs_.dC, BT * C}, {&gs_.d4C_a, BT * 4 * C}, {&gs_.d4C_b, BT * 4 * C}, {&gs_.dqkv, BT * 3 * C},
-  };
-  // Each field starts on a 64-byte boundary so kernels get aligned rows.
-  constexpr size_t kAlignElems = MemoryTracker::kAlign / sizeof(T);
-  auto carve = [&](const auto& fields, Allocation& block, const char* name) {
+  // Activations: one tracked block per struct, carved into its fields in declaration order.
+  T** act_fields[] = {&acts_.encoded,  &acts_.ln1,       &acts_.ln1_mean, &acts_.ln1_rstd,  &acts_.qkv,      &acts_.atty,
+                      &acts_.att_lse,  &acts_.attproj,   &acts_.residual2, &acts_.ln2,      &acts_.ln2_mean, &acts_.ln2_rstd,
+                      &acts_.fch,      &acts_.fch_gelu,  &acts_.fcproj,   &acts_.residual3, &acts_.lnf,      &acts_.lnf_mean,
+                      &acts_.lnf_rstd, &acts_.logits,    &acts_.losses};
+  T** grad_fields[] = {&gs_.dresidual, &gs_.dC, &gs_.d4C_a, &gs_.d4C_b, &gs_.dqkv};
+  auto carve = [&](T** const* fields, const std::vector<size_t>& sizes, Allocation& block, const char* name) {
     size_t total = 0;
-    for (const Field& f : fields) total += (f.n + kAlignElems - 1) / kAlignElems * kAlignElems;
+    for (size_t k : sizes) total += aligned_elems(k, sizeof(T));
     block = mem.alloc(total * sizeof(T), Ops::tier, Category::activations, name);
     T* p = block.as<T>();
-    for (const Field& f : fields) {
-      *f.ptr = p;
-      p += (f.n + kAlignElems - 1) / kAlignElems * kAlignElems;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      *fields[i] = p;
+      p += aligned_elems(sizes[i], sizeof(T));
     }
   };
-  carve(act_fields, act_mem_, "activations");
-  carve(grad_fields, grad_act_mem_, "activation gradients");
+  const auto act_sizes = activation_sizes(cfg, B, Tn);
+  const auto grad_sizes = grad_scratch_sizes(cfg, B, Tn);
+  ZT_ASSERT(act_sizes.size() == std::size(act_fields) && grad_sizes.size() == std::size(grad_fields));
+  carve(act_fields, act_sizes, act_mem_, "activations");
+  carve(grad_fields, grad_sizes, grad_act_mem_, "activation gradients");
 }
 
 template <class Ops>
@@ -194,8 +217,9 @@ double GPT<Ops>::forward(const int* inputs, const int* targets, int B, int Tn, b
   const int C = cfg_.C, L = cfg_.L, N = B * Tn;
   const size_t layer_stride = size_t(B_) * size_t(T_) * size_t(C);  // (B, T, C) of one layer
 
-  hooks_->before_forward(0);  // unit 0 stays in use until the LM head has run
+  hooks_->before_forward(0);
   Ops::encoder_forward(acts_.encoded, inputs, param(ParamId::wte), param(ParamId::wpe), B, Tn, C);
+  hooks_->after_forward(0);
 
   const T* x = acts_.encoded;
   for (int l = 0; l < L; ++l) {
@@ -210,6 +234,7 @@ double GPT<Ops>::forward(const int* inputs, const int* targets, int B, int Tn, b
   hooks_->after_forward(layout_.final_unit());
 
   // Tied LM head: logits = lnf @ wte^T over the padded vocabulary.
+  hooks_->before_forward(0);
   Ops::matmul_forward(acts_.logits, acts_.lnf, param(ParamId::wte), nullptr, N, C, cfg_.Vp);
   hooks_->after_forward(0);
 
@@ -295,28 +320,34 @@ void GPT<Ops>::backward(const int* inputs, int B, int Tn) {
   hooks_->before_backward(0);
   Ops::zero(gs_.dC, nC);
   Ops::matmul_backward(gs_.dC, grad(ParamId::wte), nullptr, acts_.logits, acts_.lnf, param(ParamId::wte), N, C, cfg_.Vp);
+  hooks_->after_backward(0);
 
   hooks_->before_backward(layout_.final_unit());
   Ops::zero(gs_.dresidual, nC);
   const T* x_last = L > 0 ? acts_.residual3 + size_t(L - 1) * layer_stride : acts_.encoded;
   Ops::layernorm_backward(gs_.dresidual, grad(ParamId::lnfw), grad(ParamId::lnfb), gs_.dC, x_last, param(ParamId::lnfw),
                           acts_.lnf_mean, acts_.lnf_rstd, N, C);
+  hooks_->after_backward(layout_.final_unit());
   hooks_->grads_ready(layout_.final_unit());
 
   for (int l = L - 1; l >= 0; --l) {
     hooks_->before_backward(ParamLayout::block_unit(l));
     const T* x = l == 0 ? acts_.encoded : acts_.residual3 + size_t(l - 1) * layer_stride;
     block_backward(l, x, B, Tn);
+    hooks_->after_backward(ParamLayout::block_unit(l));
     hooks_->grads_ready(ParamLayout::block_unit(l));
   }
 
+  hooks_->before_backward(0);
   Ops::encoder_backward(grad(ParamId::wte), grad(ParamId::wpe), gs_.dresidual, inputs, B, Tn, C);
+  hooks_->after_backward(0);
   hooks_->grads_ready(0);
 }
 
 template <class Ops>
 void GPT<Ops>::zero_grad() {
-  for (size_t u = 0; u < layout_.units().size(); ++u) Ops::zero(unit_grad_[u], layout_.units()[u].padded);
+  for (size_t u = 0; u < layout_.units().size(); ++u)
+    if (unit_grad_[u]) Ops::zero(unit_grad_[u], layout_.units()[u].padded);
 }
 
 template class GPT<CpuOps<float>>;

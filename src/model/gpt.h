@@ -14,14 +14,16 @@
 
 namespace zt {
 
-// Called by the model around each unit's work. Unit 0 (embedding) is used twice per pass: at the
-// start (token/position lookup) and again by the tied LM head at the end; backward visits the
-// head first (unit 0), then final_norm, blocks L-1..0, then the encoder (unit 0 again).
+// Called by the model around each unit's work. Unit 0 (embedding) is used twice per pass, so its
+// before/after pair comes twice: forward uses 0 (token/position lookup), 1..L, L+1 (final norm),
+// 0 (tied LM head); backward uses 0 (head), L+1, L..1, 0 (lookup). grads_ready(u) comes once per
+// backward, when unit u's gradients are complete (for unit 0: after the lookup's backward).
 struct UnitHooks {
   virtual ~UnitHooks() = default;
   virtual void before_forward(int unit) {}
   virtual void after_forward(int unit) {}
   virtual void before_backward(int unit) {}
+  virtual void after_backward(int unit) {}
   // The unit's gradients are complete for this backward pass.
   virtual void grads_ready(int unit) {}
 };
@@ -31,9 +33,14 @@ class GPT {
  public:
   using T = typename Ops::T;
 
-  // Allocates parameters, gradients (tracked: params, grads) and activations for batches up to
-  // (B, Tn) (tracked: activations).
-  GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pad_multiple = 128);
+  // Allocates activations for batches up to (B, Tn) (tracked: activations) and, unless told not
+  // to, full flat parameters and gradients (tracked: params, grads). A ZeRO engine that shards
+  // them passes false and points the units at its own buffers.
+  GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pad_multiple = 128, bool full_params = true,
+      bool full_grads = true);
+
+  // Bytes of activations (and activation gradients) the constructor allocates for (B, Tn).
+  static size_t activation_bytes(const GPTConfig& cfg, int B, int Tn);
 
   const GPTConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }

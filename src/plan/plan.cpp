@@ -378,7 +378,6 @@ void check_supported_by_this_build(const Plan& p) {
   if (p.checkpoint.every != 0)
     unsupported("checkpoint.every", std::to_string(p.checkpoint.every), "0, i.e. no checkpoint saving");
   if (p.checkpoint.resume != "none") unsupported("checkpoint.resume", json(p.checkpoint.resume).dump(), "\"none\"");
-  if (p.zero.stage != 0) unsupported("zero.stage", std::to_string(p.zero.stage), "0");
 }
 
 // Combinations that no build can run, whatever it supports.
@@ -551,6 +550,10 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
   p.zero.overlap_comm = get_bool(r, "zero.overlap_comm");
   p.zero.prefetch_units = get_int(r, "zero.prefetch_units", 0);
 
+  p.comm.timeout_s = get_positive(r, "comm.timeout_s");
+  p.comm.fault_skip_rank = get_int(r, "comm.fault_skip_rank", -1);
+  p.comm.fault_skip_step = get_int(r, "comm.fault_skip_step", -1);
+
   p.recompute.policy = get_choice(r, "recompute.policy", {"none"});
 
   p.offload.optimizer = get_choice(r, "offload.optimizer", {"none", "cpu", "nvme"});
@@ -577,6 +580,7 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
   p.run.log = get_str(r, "run.log");
   if (p.run.log.empty()) bad("run.log", "must not be empty (the metrics JSONL path, e.g. \"runs/x/metrics.jsonl\")");
   p.run.threads = get_int(r, "run.threads", 0);
+  p.run.final_weights = get_str(r, "run.final_weights");
 
   p.device = get_choice(r, "device", {"auto", "cpu", "cuda"});
 

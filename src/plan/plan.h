@@ -53,6 +53,12 @@ struct ZeroSection {
   int prefetch_units = 1;
 };
 
+struct CommSection {
+  double timeout_s = 300;     // a collective not done after this long is a hang: diagnose and abort all ranks
+  int fault_skip_rank = -1;   // fault injection for tests: this rank skips its first collective
+  int fault_skip_step = -1;   // ... of this training step (-1 = off)
+};
+
 struct RecomputeSection { std::string policy; };
 
 struct OffloadSection { std::string optimizer, params, nvme_dir; };
@@ -73,7 +79,8 @@ struct RunSection {
   int log_every = 1;
   uint64_t seed = 0;
   std::string log;        // metrics JSONL path (rank 0); the resolved plan is written beside it
-  int threads = 0;        // CPU threads (OpenMP + BLAS); 0 = all cores
+  int threads = 0;        // CPU threads per rank (OpenMP + BLAS); 0 = cores / ranks on this host
+  std::string final_weights;  // "" = none; else write the final weights there as an llm.c .bin (rank 0)
 };
 
 struct Plan {
@@ -83,6 +90,7 @@ struct Plan {
   OptimSection optim;
   PrecisionSection precision;
   ZeroSection zero;
+  CommSection comm;
   RecomputeSection recompute;
   OffloadSection offload;
   CheckpointSection checkpoint;

@@ -1,28 +1,33 @@
-// AdamW over the parameter layout, unsharded (ZeRO stage 0 on one rank). Moments are tracked as
-// "optimizer" memory; weight decay applies only to the tensors the layout marks (2-D weights).
+// AdamW over (parts of) the parameter layout. The ZeRO engine calls it on each rank's shard of
+// each unit; weight decay is decided per tensor from the layout (2-D weights only), so a shard
+// boundary may cut through a tensor and the decision stays right.
 #pragma once
-#include "model/gpt.h"
+#include <cstddef>
+
+#include "kernels/adamw.h"
+#include "model/layout.h"
 #include "plan/plan.h"
 
 namespace zt {
 
+// AdamW on elements [begin, begin + n) of unit u (offsets relative to the unit). param, grad, m, v
+// point at element `begin` of their buffers. Padding elements (past the unit's last tensor) are
+// left alone, so they stay zero.
 template <class Ops>
-class AdamW {
- public:
-  using T = typename Ops::T;
-  AdamW(const ParamLayout& layout, const OptimSection& cfg, MemoryTracker& mem);
-
-  // Global L2 norm of the gradients (padding is zero and adds nothing).
-  double grad_norm(GPT<Ops>& model) const;
-  // One update with learning rate lr; grad_scale multiplies every gradient (clipping).
-  void step(GPT<Ops>& model, double lr, double grad_scale);
-  int steps_taken() const { return t_; }
-
- private:
-  const ParamLayout& layout_;
-  OptimSection cfg_;
-  Allocation m_, v_;  // (layout.total()) each
-  int t_ = 0;
-};
+void adamw_unit_range(const ParamLayout& layout, int u, size_t begin, size_t n, typename Ops::T* param,
+                      const typename Ops::T* grad, typename Ops::T* m, typename Ops::T* v, const OptimSection& cfg,
+                      double lr, double grad_scale, int step) {
+  const Unit& unit = layout.units()[size_t(u)];
+  for (int ti : unit.tensors) {
+    const TensorSlot& s = layout.tensors()[size_t(ti)];
+    const size_t t0 = s.offset - unit.offset, t1 = t0 + s.numel;
+    const size_t a = t0 > begin ? t0 : begin, b = t1 < begin + n ? t1 : begin + n;
+    if (a >= b) continue;
+    cpu::AdamWArgs args{float(lr), float(cfg.beta1), float(cfg.beta2), float(cfg.eps),
+                        float(s.decay ? cfg.weight_decay : 0.0), float(grad_scale), step};
+    const size_t k = a - begin;
+    Ops::adamw(param + k, grad + k, m + k, v + k, b - a, args);
+  }
+}
 
 }  // namespace zt

@@ -21,8 +21,9 @@
 #include "model/ops_cpu.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
-#include "train/optimizer.h"
 #include "train/schedule.h"
+#include "zero/engine.h"
+#include "zero/partition.h"
 
 namespace zt {
 
@@ -71,64 +72,84 @@ class Trainer {
  public:
   using T = typename Ops::T;
 
-  explicit Trainer(const Plan& plan) : plan_(plan) {}
+  Trainer(const Plan& plan, Comm& comm) : plan_(plan), comm_(comm), root_(comm.rank() == 0) {}
 
   TrainResult run() {
     setup();
     TrainResult res;
     const RunSection& run = plan_.run;
     const int B = plan_.batch.micro_batch, Tn = plan_.model.seq_len, accum = plan_.batch.grad_accum;
-    const double tokens_per_step = double(B) * Tn * accum;
+    const double tokens_per_step = double(B) * Tn * accum * comm_.world();
     std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
     const bool tty = isatty(STDOUT_FILENO);
     const auto t_start = Clock::now();
     double train_seconds = 0.0;
 
+    const int world = comm_.world();
     for (int step = 0; step < run.steps; ++step) {
       const auto t0 = Clock::now();
       const double lr = lr_at(step, plan_.optim.lr, plan_.optim.warmup_steps, run.steps, plan_.optim.schedule,
                               plan_.optim.min_lr_ratio);
-      model_->zero_grad();
+      engine_->begin_step(step);
       double loss = 0.0;
       for (int micro = 0; micro < accum; ++micro) {
         loader_->train_batch(step, micro, accum, inputs.data(), targets.data());
         check_tokens(inputs, targets);
-        const T dloss = T(1.0 / (double(B) * Tn * accum));
+        // Every rank's gradient is scaled by 1 / (tokens in the global batch), so the sum the
+        // collectives compute is the global mean gradient.
+        const T dloss = T(1.0 / (double(B) * Tn * accum * world));
+        engine_->begin_pass(micro, true);
         loss += model_->forward(inputs.data(), targets.data(), B, Tn, true, dloss) / accum;
         model_->backward(inputs.data(), B, Tn);
       }
-      const double norm = opt_->grad_norm(*model_);
+      engine_->finish_gradients();
+      if (world > 1) {
+        comm_.all_reduce_sum(&loss, 1);
+        loss /= world;
+      }
+      const double norm = engine_->grad_norm();
       ZT_REQUIRE(std::isfinite(loss) && std::isfinite(norm),
                  "training diverged at step " << step << ": loss " << loss << ", grad norm " << norm
                                               << " (lower optim.lr, or raise optim.warmup_steps)");
-      opt_->step(*model_, lr, clip_scale(norm, plan_.optim.grad_clip));
+      engine_->optimizer_step(lr, clip_scale(norm, plan_.optim.grad_clip));
+      const CommStepStats cs = comm_.step_stats();
       const double ms = seconds_since(t0) * 1e3;
       train_seconds += ms / 1e3;
       res.steps = step + 1;
       res.final_loss = loss;
+      bytes_per_step_ = cs.bytes;
 
-      log_->write({{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"ms", ms},
-                   {"tokens_per_s", tokens_per_step / (ms / 1e3)}});
-      const double eta = train_seconds / (step + 1) * (run.steps - step - 1);
-      if (step % run.log_every == 0 || step + 1 == run.steps) {
-        if (tty) std::printf("\r\033[K");
-        std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s%s\n", step + 1, run.steps, loss,
-                    lr, norm, ms, tokens_per_step / (ms / 1e3), tty ? (" | eta " + format_duration(eta)).c_str() : "");
-      } else if (tty) {
-        std::printf("\r\033[Kstep %d/%d | loss %.4f | eta %s", step + 1, run.steps, loss, format_duration(eta).c_str());
+      if (root_) {
+        log_->write({{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"ms", ms},
+                     {"tokens_per_s", tokens_per_step / (ms / 1e3)}, {"comm_bytes", cs.bytes},
+                     {"comm_wait_ms", cs.wait_s * 1e3}});
+        const double eta = train_seconds / (step + 1) * (run.steps - step - 1);
+        if (step % run.log_every == 0 || step + 1 == run.steps) {
+          if (tty) std::printf("\r\033[K");
+          std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s%s\n", step + 1, run.steps,
+                      loss, lr, norm, ms, tokens_per_step / (ms / 1e3),
+                      tty ? (" | eta " + format_duration(eta)).c_str() : "");
+        } else if (tty) {
+          std::printf("\r\033[Kstep %d/%d | loss %.4f | eta %s", step + 1, run.steps, loss, format_duration(eta).c_str());
+        }
+        std::fflush(stdout);
       }
-      std::fflush(stdout);
 
       const bool last = step + 1 == run.steps;
       if ((run.eval_every > 0 && (step + 1) % run.eval_every == 0) || last) res.final_val_loss = evaluate(step);
       if (tokenizer_ && ((run.sample_every > 0 && (step + 1) % run.sample_every == 0) || last)) sample(step);
     }
+    if (!plan_.run.final_weights.empty()) save_final_weights();
 
     const double wall = seconds_since(t_start);
+    if (!root_) return res;
     std::printf("\ndone: %d steps in %s (%.0f tokens/s while training); final loss %.4f", res.steps,
                 format_duration(wall).c_str(), tokens_per_step * res.steps / train_seconds, res.final_loss);
     if (res.final_val_loss >= 0) std::printf(", val loss %.4f", res.final_val_loss);
-    std::printf("\n\nmemory (tracked, current and peak):\n%s", mem_.table(true).c_str());
+    std::printf("\n\nmemory per rank (tracked, current and peak):\n%s", mem_.table(true).c_str());
+    if (comm_.world() > 1)
+      std::printf("communication: %s sent per rank per step (%s)\n", format_bytes(double(bytes_per_step_)).c_str(),
+                  partition_->bytes_formula().c_str());
     log_->write({{"summary",
                   {{"steps", res.steps},
                    {"final_loss", res.final_loss},
@@ -136,15 +157,20 @@ class Trainer {
                    {"tokens_per_s", tokens_per_step * res.steps / train_seconds},
                    {"wall_s", wall},
                    {"peak_memory_bytes", mem_.peak_json()},
-                   {"bytes_sent_per_step", 0},
-                   {"world", 1},
+                   {"bytes_sent_per_step", bytes_per_step_},
+                   {"bytes_sent_per_step_theory", partition_->bytes_per_step()},
+                   {"max_gathered_units", engine_->max_gathered_alive()},
+                   {"world", comm_.world()},
+                   {"zero_stage", plan_.zero.stage},
                    {"backend", Ops::name}}}});
     return res;
   }
 
  private:
   void setup() {
-    const int threads = plan_.run.threads > 0 ? plan_.run.threads : omp_get_num_procs();
+    const int world = comm_.world(), rank = comm_.rank();
+    // Ranks on one host share its cores.
+    const int threads = plan_.run.threads > 0 ? plan_.run.threads : std::max(1, omp_get_num_procs() / comm_.local_world());
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
 
@@ -153,28 +179,54 @@ class Trainer {
     const int B = plan_.batch.micro_batch, Tn = m.seq_len;
 
     // Data first: a bad shard fails before any large allocation.
-    loader_ = std::make_unique<DataLoader>(plan_.data.train, B, Tn, 0, 1, plan_.run.seed, plan_.data.shuffle);
-    val_loader_ = std::make_unique<DataLoader>(plan_.data.val, B, Tn, 0, 1, plan_.run.seed, false);
+    loader_ = std::make_unique<DataLoader>(plan_.data.train, B, Tn, rank, world, plan_.run.seed, plan_.data.shuffle);
+    val_loader_ = std::make_unique<DataLoader>(plan_.data.val, B, Tn, rank, world, plan_.run.seed, false);
     if (!plan_.data.tokenizer.empty()) tokenizer_ = std::make_unique<Tokenizer>(plan_.data.tokenizer);
 
-    model_ = std::make_unique<GPT<Ops>>(cfg_, B, Tn, mem_);
-    if (m.init.empty()) model_->init_gpt2(plan_.run.seed);
-    else model_->load_llmc(m.init);
-    opt_ = std::make_unique<AdamW<Ops>>(model_->layout(), plan_.optim, mem_);
+    // Units padded so every rank's shard has the same size.
+    const int stage = plan_.zero.stage;
+    model_ = std::make_unique<GPT<Ops>>(cfg_, B, Tn, mem_, zero_pad_multiple(world), stage <= 2, stage <= 1);
+    ZeroConfig zc;
+    zc.stage = stage; zc.world = world; zc.rank = rank; zc.overlap = plan_.zero.overlap_comm;
+    zc.bucket_mb = plan_.zero.bucket_mb; zc.prefetch_units = plan_.zero.prefetch_units;
+    zc.grad_accum = plan_.batch.grad_accum; zc.elem_bytes = sizeof(T);
+    partition_ = std::make_unique<Partition>(model_->layout(), zc);
+    engine_ = std::make_unique<ZeroEngine<Ops>>(*model_, *partition_, comm_, mem_, plan_.optim);
+    engine_->init_parameters(plan_.run.seed, m.init);
 
-    const std::filesystem::path log_path(plan_.run.log);
-    if (log_path.has_parent_path()) std::filesystem::create_directories(log_path.parent_path());
-    log_ = std::make_unique<MetricsLog>(plan_.run.log);
-
-    std::printf("backend %s, %d threads | model L=%d NH=%d C=%d T=%d V=%d (Vp=%d): %.2fM parameters in %d units\n",
-                Ops::name, threads, cfg_.L, cfg_.NH, cfg_.C, cfg_.maxT, cfg_.V, cfg_.Vp,
+    if (root_) {
+      const std::filesystem::path log_path(plan_.run.log);
+      if (log_path.has_parent_path()) std::filesystem::create_directories(log_path.parent_path());
+      log_ = std::make_unique<MetricsLog>(plan_.run.log);
+    }
+    if (!root_) return;
+    std::printf("backend %s, %d rank(s) x %d threads | model L=%d NH=%d C=%d T=%d V=%d (Vp=%d): %.2fM parameters in %d units\n",
+                Ops::name, world, threads, cfg_.L, cfg_.NH, cfg_.C, cfg_.maxT, cfg_.V, cfg_.Vp,
                 double(model_->layout().num_params()) / 1e6, model_->layout().num_units());
     std::printf("data: %zu train tokens (%zu sequences) in %zu file(s), %zu val tokens\n", loader_->num_tokens(),
                 loader_->num_sequences(), loader_->files().size(), val_loader_->num_tokens());
-    std::printf("batch: micro_batch %d x seq_len %d x grad_accum %d x world 1 = %d tokens per step\n", B, Tn,
-                plan_.batch.grad_accum, B * Tn * plan_.batch.grad_accum);
-    std::printf("\nmemory (tracked):\n%s\n", mem_.table(false).c_str());
+    std::printf("batch: micro_batch %d x seq_len %d x grad_accum %d x world %d = %d tokens per step\n", B, Tn,
+                plan_.batch.grad_accum, world, B * Tn * plan_.batch.grad_accum * world);
+    std::printf("zero: stage %d, %s, %zu gradient bucket(s)\n", stage,
+                plan_.zero.overlap_comm ? "overlapped bucketed communication" : "naive blocking per-unit communication",
+                partition_->buckets().size());
+    std::printf("\nmemory per rank (tracked):\n%s\n", mem_.table(false).c_str());
     std::fflush(stdout);
+  }
+
+  void save_final_weights() {
+    // Collective for stage 3 (every rank gathers); rank 0 writes.
+    MemoryTracker scratch;
+    Allocation full = scratch.alloc(model_->layout().total() * sizeof(T), Ops::tier, Category::staging, "final weights");
+    engine_->gather_full_parameters(full.as<T>());
+    if (!root_) return;
+    MemoryTracker mem2;
+    GPT<Ops> out(cfg_, 1, 1, mem2, model_->layout().pad_multiple(), true, false);
+    Ops::copy(out.params(), full.as<T>(), model_->layout().total());
+    const std::string tmp = plan_.run.final_weights + ".tmp";
+    out.save_llmc(tmp);
+    std::filesystem::rename(tmp, plan_.run.final_weights);
+    std::printf("final weights written to %s (llm.c format)\n", plan_.run.final_weights.c_str());
   }
 
   void check_tokens(const std::vector<int>& inputs, const std::vector<int>& targets) const {
@@ -187,17 +239,22 @@ class Trainer {
   double evaluate(int step) {
     const int B = plan_.batch.micro_batch, Tn = plan_.model.seq_len;
     const int64_t n = std::min<int64_t>(plan_.run.eval_batches, val_loader_->num_eval_batches());
-    ZT_REQUIRE(n > 0, "data.val: " << plan_.data.val << " holds fewer than " << B << " sequences of " << Tn + 1 << " tokens");
+    ZT_REQUIRE(n > 0, "data.val: " << plan_.data.val << " holds fewer than " << B * comm_.world() << " sequences of "
+                                   << Tn + 1 << " tokens");
     std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
     double sum = 0.0;
     for (int64_t i = 0; i < n; ++i) {
       val_loader_->eval_batch(i, inputs.data(), targets.data());
       check_tokens(inputs, targets);
+      engine_->begin_pass(0, false);
       sum += model_->forward(inputs.data(), targets.data(), B, Tn);
     }
-    const double val = sum / double(n);
-    log_->write({{"step", step}, {"val_loss", val}});
-    std::printf("step %5d | val loss %.4f (%lld batches)\n", step + 1, val, (long long)n);
+    if (comm_.world() > 1) comm_.all_reduce_sum(&sum, 1);
+    const double val = sum / double(n * comm_.world());
+    if (root_) {
+      log_->write({{"step", step}, {"val_loss", val}});
+      std::printf("step %5d | val loss %.4f (%lld batches)\n", step + 1, val, (long long)(n * comm_.world()));
+    }
     return val;
   }
 
@@ -209,6 +266,7 @@ class Trainer {
     SampleRng rng{plan_.run.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) + 1};
     for (int i = 0; i < n; ++i) {
       const int t = int(tokens.size());
+      engine_->begin_pass(0, false);  // every rank samples the same tokens (stage 3 gathers need all)
       model_->forward(tokens.data(), nullptr, 1, t);
       const T* logits = model_->logits() + size_t(t - 1) * size_t(cfg_.Vp);
       double maxv = -1e30;
@@ -223,25 +281,30 @@ class Trainer {
       }
       tokens.push_back(next);
     }
+    if (!root_) return;
     std::vector<int> body(tokens.begin() + 1, tokens.end());
     std::printf("---- sample at step %d ----\n%s\n---------------------------\n", step + 1, tokenizer_->decode(body).c_str());
     std::fflush(stdout);
   }
 
   const Plan& plan_;
+  Comm& comm_;
+  const bool root_;
   GPTConfig cfg_;
   MemoryTracker mem_;
   std::unique_ptr<DataLoader> loader_, val_loader_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<GPT<Ops>> model_;
-  std::unique_ptr<AdamW<Ops>> opt_;
+  std::unique_ptr<Partition> partition_;
+  std::unique_ptr<ZeroEngine<Ops>> engine_;
+  uint64_t bytes_per_step_ = 0;
   std::unique_ptr<MetricsLog> log_;
 };
 
 }  // namespace
 
-TrainResult train(const Plan& plan) {
-  Trainer<CpuOps<float>> trainer(plan);
+TrainResult train(const Plan& plan, Comm& comm) {
+  Trainer<CpuOps<float>> trainer(plan, comm);
   return trainer.run();
 }
 

@@ -1,7 +1,8 @@
-// The training loop: plan -> model, data, optimizer -> steps with logging, evaluation, samples.
+// The training loop: plan -> model, data, ZeRO engine -> steps with logging, evaluation, samples.
 #pragma once
 #include <string>
 
+#include "comm/comm.h"
 #include "plan/plan.h"
 
 namespace zt {
@@ -12,7 +13,8 @@ struct TrainResult {
   double final_val_loss = -1.0;  // < 0: no evaluation ran
 };
 
-// Runs the plan to completion. Throws zt::Error on failure (bad data, NaN loss, ...).
-TrainResult train(const Plan& plan);
+// Runs the plan to completion on this rank of `comm`. Throws zt::Error on failure (bad data, NaN
+// loss, a collective that timed out, ...).
+TrainResult train(const Plan& plan, Comm& comm);
 
 }  // namespace zt

@@ -495,9 +495,6 @@ TEST(PlanUnsupported, EveryUnsupportedOptionIsRejected) {
     std::string expect;             // message prefix
   };
   const Case cases[] = {
-      {{"zero.stage=1"}, "plan: zero.stage: 1 is not supported by this build yet (supported: 0)"},
-      {{"zero.stage=2"}, "plan: zero.stage: 2 is not supported by this build yet (supported: 0)"},
-      {{"zero.stage=3"}, "plan: zero.stage: 3 is not supported by this build yet (supported: 0)"},
       {{"offload.optimizer=cpu"}, "plan: offload.optimizer: \"cpu\" is not supported by this build yet (supported: \"none\")"},
       {{"offload.optimizer=nvme"},
        "plan: offload.optimizer: \"nvme\" is not supported by this build yet (supported: \"none\")"},
@@ -523,7 +520,7 @@ TEST(PlanUnsupported, EveryUnsupportedOptionIsRejected) {
 
 TEST(PlanUnsupported, SupportedValuesPass) {
   zt::Plan p = zt::load_plan(kSrc + "/plans/base.json",
-                             {"zero.stage=0", "offload.optimizer=none", "offload.params=none", "checkpoint.every=0",
+                             {"zero.stage=3", "offload.optimizer=none", "offload.params=none", "checkpoint.every=0",
                               "checkpoint.resume=none", "precision.compute=fp32", "device=cpu"},
                              false);
   EXPECT_EQ(p.precision.compute, "fp32");

@@ -1,0 +1,160 @@
+#include "comm/coll_log.h"
+
+#include <cstdio>
+#include <sstream>
+
+namespace zt {
+
+const char* coll_op_name(CollOp op) {
+  switch (op) {
+    case CollOp::all_reduce: return "all_reduce";
+    case CollOp::reduce_scatter: return "reduce_scatter";
+    case CollOp::all_gather: return "all_gather";
+    case CollOp::broadcast: return "broadcast";
+    case CollOp::barrier: return "barrier";
+    case CollOp::scalar_all_reduce: return "scalar_all_reduce";
+    case CollOp::scalar_all_gather: return "scalar_all_gather";
+  }
+  return "?";
+}
+
+bool coll_op_is_control(CollOp op) {
+  return op == CollOp::barrier || op == CollOp::scalar_all_reduce || op == CollOp::scalar_all_gather;
+}
+
+uint64_t model_bytes_all_reduce(uint64_t n, int world, uint64_t elem_bytes) {
+  if (world <= 1) return 0;
+  return 2 * uint64_t(world - 1) * elem_bytes * n / uint64_t(world);
+}
+uint64_t model_bytes_reduce_scatter(uint64_t recv_n, int world) {
+  return world <= 1 ? 0 : uint64_t(world - 1) * 4 * recv_n;
+}
+uint64_t model_bytes_all_gather(uint64_t send_n, int world, uint64_t elem_bytes) {
+  return world <= 1 ? 0 : uint64_t(world - 1) * elem_bytes * send_n;
+}
+uint64_t model_bytes_broadcast(uint64_t bytes, int world, bool is_root) {
+  return (world <= 1 || !is_root) ? 0 : bytes;
+}
+
+std::string format_bytes(uint64_t b) {
+  char buf[64];
+  if (b < 1024) std::snprintf(buf, sizeof buf, "%llu B", (unsigned long long)b);
+  else if (b < (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
+  else if (b < (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
+  else std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
+  return buf;
+}
+
+CollLog::CollLog(int rank, int world, const CommOptions& opts)
+    : rank_(rank), world_(world), opts_(opts), t0_(std::chrono::steady_clock::now()), ring_(kRing) {}
+
+double CollLog::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+bool CollLog::take_fault(CollOp op) {
+  if (fault_fired_ || coll_op_is_control(op) || op == CollOp::broadcast) return false;
+  if (opts_.fault_skip_rank < 0 || opts_.fault_skip_rank != rank_) return false;
+  if (step_ != opts_.fault_skip_step) return false;
+  fault_fired_ = true;
+  return true;
+}
+
+uint64_t CollLog::start(CollOp op, uint64_t bytes, bool skipped) {
+  const uint64_t seq = next_seq_++;
+  CollRecord& r = ring_[seq % kRing];
+  r = CollRecord{};
+  r.seq = seq;
+  r.op = op;
+  r.bytes = bytes;
+  r.step = step_;
+  r.t_start = now();
+  if (skipped) {
+    r.state = CollState::skipped;
+    r.t_end = r.t_start;
+    return seq;
+  }
+  if (coll_op_is_control(op)) {
+    stats_.control_bytes += bytes;
+    stats_.control_collectives += 1;
+  } else {
+    stats_.bytes += bytes;
+    stats_.collectives += 1;
+  }
+  return seq;
+}
+
+void CollLog::finish(uint64_t seq) {
+  CollRecord& r = ring_[seq % kRing];
+  if (r.seq != seq || r.state != CollState::pending) return;
+  r.state = CollState::done;
+  r.t_end = now();
+}
+
+void CollLog::mark_timed_out(uint64_t seq) {
+  CollRecord& r = ring_[seq % kRing];
+  if (r.seq == seq) r.timed_out = true;
+}
+
+void CollLog::begin_step(int64_t step) {
+  step_ = step;
+  stats_ = CommStepStats{};
+}
+
+const CollRecord* CollLog::find(uint64_t seq) const {
+  if (seq == 0) return nullptr;
+  const CollRecord& r = ring_[seq % kRing];
+  return r.seq == seq ? &r : nullptr;
+}
+
+std::vector<CollRecord> CollLog::records() const {
+  std::vector<CollRecord> out;
+  const uint64_t last = next_seq_ - 1;
+  const uint64_t first = last >= kRing ? last - kRing + 1 : 1;
+  for (uint64_t s = first; s <= last; ++s) out.push_back(ring_[s % kRing]);
+  return out;
+}
+
+std::string CollLog::dump(size_t n) const {
+  std::vector<CollRecord> recs = records();
+  const size_t from = recs.size() > n ? recs.size() - n : 0;
+  const double t = now();
+  std::ostringstream os;
+  char buf[160];
+  for (size_t i = from; i < recs.size(); ++i) {
+    const CollRecord& r = recs[i];
+    os << "  #" << r.seq << " " << coll_op_name(r.op) << " " << format_bytes(r.bytes) << " step " << r.step << " ";
+    switch (r.state) {
+      case CollState::done:
+        std::snprintf(buf, sizeof buf, "done %.3f s -> %.3f s", r.t_start, r.t_end);
+        break;
+      case CollState::pending:
+        std::snprintf(buf, sizeof buf, "pending since %.3f s (%.3f s ago)", r.t_start, t - r.t_start);
+        break;
+      case CollState::skipped:
+        std::snprintf(buf, sizeof buf, "skipped (fault injection) at %.3f s", r.t_start);
+        break;
+    }
+    os << buf;
+    if (r.timed_out) os << (r.state == CollState::pending ? " TIMED OUT" : " (timed out earlier)");
+    os << "\n";
+  }
+  return os.str();
+}
+
+std::string CollLog::timeout_headline(uint64_t seq) const {
+  const CollRecord* r = find(seq);
+  std::ostringstream os;
+  os << "rank " << rank_ << ": collective ";
+  if (r) os << coll_op_name(r->op) << " #" << seq << " (" << r->bytes << " bytes, step " << r->step << ")";
+  else os << "#" << seq;
+  os << " did not complete within " << opts_.timeout_s
+     << " s \xe2\x80\x94 another rank is probably stuck or skipped it";
+  return os.str();
+}
+
+std::string CollLog::timeout_report(uint64_t seq, size_t dump_n) const {
+  return timeout_headline(seq) + "; last collectives on this rank:\n" + dump(dump_n);
+}
+
+}  // namespace zt

@@ -1,0 +1,73 @@
+// Collective bookkeeping shared by the MPI and NCCL backends: sequence numbers, the ring buffer of
+// the last kRing records, per-step counters under the byte model of comm.h, fault injection, and
+// the timeout diagnostic. Knows nothing about MPI, CUDA or NCCL.
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/comm.h"
+
+namespace zt {
+
+// Byte model of comm.h (per rank, integer arithmetic, rounded down).
+uint64_t model_bytes_all_reduce(uint64_t n, int world, uint64_t elem_bytes = 4);
+uint64_t model_bytes_reduce_scatter(uint64_t recv_n, int world);
+uint64_t model_bytes_all_gather(uint64_t send_n, int world, uint64_t elem_bytes = 4);
+uint64_t model_bytes_broadcast(uint64_t bytes, int world, bool is_root);
+
+bool coll_op_is_control(CollOp op);
+
+// "16 B", "3.00 KiB", "1.50 MiB", "2.00 GiB".
+std::string format_bytes(uint64_t bytes);
+
+class CollLog {
+ public:
+  static constexpr size_t kRing = 256;
+
+  CollLog(int rank, int world, const CommOptions& opts);
+
+  double now() const;  // seconds since creation
+
+  // Fault injection: true exactly once, for the first model-state collective of fault_skip_step on
+  // fault_skip_rank. Call before start().
+  bool take_fault(CollOp op);
+
+  // New record (pending, or skipped when `skipped`), counted in the step stats unless skipped.
+  // Returns its sequence number (1, 2, ...).
+  uint64_t start(CollOp op, uint64_t bytes, bool skipped = false);
+  void finish(uint64_t seq);          // done at now(); no-op if the record left the ring
+  void mark_timed_out(uint64_t seq);
+  void add_wait(double s) { stats_.wait_s += s; }
+
+  void begin_step(int64_t step);
+  int64_t step() const { return step_; }
+  const CommStepStats& stats() const { return stats_; }
+
+  const CollRecord* find(uint64_t seq) const;  // nullptr once it left the ring
+  std::vector<CollRecord> records() const;     // oldest first
+  std::string dump(size_t n) const;            // last n records, one line each
+
+  // Timeout diagnostic: the one-line headline (CommTimeout::what()) and the full text printed to
+  // stderr: headline + "; last collectives on this rank:" + the ring dump.
+  std::string timeout_headline(uint64_t seq) const;
+  std::string timeout_report(uint64_t seq, size_t dump_n = 16) const;
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  const CommOptions& options() const { return opts_; }
+
+ private:
+  int rank_, world_;
+  CommOptions opts_;
+  std::chrono::steady_clock::time_point t0_;
+  std::vector<CollRecord> ring_;
+  uint64_t next_seq_ = 1;
+  int64_t step_ = -1;
+  bool fault_fired_ = false;
+  CommStepStats stats_;
+};
+
+}  // namespace zt

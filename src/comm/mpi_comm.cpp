@@ -1,0 +1,367 @@
+// MPI backend of Comm (host buffers). Every collective is a non-blocking MPI call (MPI_I*) kept
+// as an MPI_Request keyed by its sequence number. Open MPI moves a non-blocking collective forward
+// only inside MPI calls, so test() runs MPI_Testsome over every pending request (progressing all
+// of them, not just the one asked about), and wait() polls the same way until done or timeout_s.
+//
+//   all_reduce       MPI_Iallreduce(MPI_IN_PLACE, MPI_FLOAT, MPI_SUM)
+//   reduce_scatter   MPI_Ireduce_scatter_block      all_gather   MPI_Iallgather
+//   broadcast        MPI_Ibcast (bytes)             control      MPI_Iallreduce / MPI_Ibarrier / MPI_Iallgather
+//
+// Collectives run on a duplicate of MPI_COMM_WORLD, so nothing else in the process can match
+// them by accident. Errors come back as codes (MPI_ERRORS_RETURN) and become zt::Error.
+// Construction (MPI_Comm_dup, MPI_Comm_split_type) is blocking and has no timeout.
+#include "comm/mpi_check.h"  // first: includes <mpi.h> without the C++ bindings
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "comm/coll_log.h"
+#include "comm/comm.h"
+
+namespace zt {
+namespace {
+
+// Process-wide MPI lifetime: initialised by the first make_mpi_comm (unless someone else did),
+// finalised at exit only if we initialised it. Comms may be created and destroyed any number of
+// times in between.
+bool g_we_initialised = false;
+bool g_atexit_registered = false;
+// Collectives that timed out and are still pending, over every Comm: exiting with one left means
+// the other ranks are stuck, and MPI_Finalize would wait for them forever.
+int g_stuck_collectives = 0;
+
+void finalize_at_exit() {
+  int finalized = 0;
+  if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+  if (g_stuck_collectives > 0) {
+    std::fprintf(stderr,
+                 "zerotrain: exiting with %d timed-out collective(s) pending; aborting the MPI job instead of "
+                 "finalising (MPI_Finalize would wait for the stuck ranks forever)\n",
+                 g_stuck_collectives);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (g_we_initialised) MPI_Finalize();
+}
+
+void ensure_mpi() {
+  int initialized = 0, finalized = 0;
+  ZT_CHECK_MPI(MPI_Initialized(&initialized));
+  ZT_CHECK_MPI(MPI_Finalized(&finalized));
+  ZT_REQUIRE(!finalized, "MPI has already been finalised in this process; create the MPI communicator before "
+                         "MPI_Finalize (MPI cannot be initialised twice)");
+  if (!initialized) {
+    int provided = 0;
+    ZT_CHECK_MPI(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+    g_we_initialised = true;
+    ZT_REQUIRE(provided >= MPI_THREAD_FUNNELED,
+               "the MPI library provides thread level " << provided << ", below MPI_THREAD_FUNNELED");
+  }
+  if (!g_atexit_registered) {
+    ZT_REQUIRE(std::atexit(finalize_at_exit) == 0, "could not register MPI_Finalize with atexit");
+    g_atexit_registered = true;
+  }
+  ZT_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+}
+
+int mpi_count(size_t n, const char* what) {
+  ZT_REQUIRE(n <= size_t(INT_MAX), what << ": " << n << " elements is more than MPI's int count allows ("
+                                        << INT_MAX << "); use smaller buckets/units");
+  return int(n);
+}
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const char* pa = static_cast<const char*>(a);
+  const char* pb = static_cast<const char*>(b);
+  return a_bytes && b_bytes && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+class MpiComm final : public Comm {
+ public:
+  explicit MpiComm(const CommOptions& opts) : comm_(dup_world()), rank_(comm_rank(comm_)), world_(comm_size(comm_)),
+                                              log_(rank_, world_, opts) {
+    MPI_Comm node = MPI_COMM_NULL;
+    ZT_CHECK_MPI(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    ZT_CHECK_MPI(MPI_Comm_rank(node, &local_rank_));
+    ZT_CHECK_MPI(MPI_Comm_size(node, &local_world_));
+    ZT_CHECK_MPI(MPI_Comm_free(&node));
+    gather_u64_.resize(world_);
+  }
+
+  ~MpiComm() override {
+    int finalized = 0;
+    if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+    if (!pending_.empty()) {
+      // Freeing the communicator under in-flight collectives is erroneous; leave it to MPI_Finalize/abort.
+      std::fprintf(stderr, "zerotrain: rank %d: MPI comm destroyed with %zu collective(s) pending (oldest #%llu)\n",
+                   rank_, pending_.size(), (unsigned long long)pending_.front().seq);
+      return;
+    }
+    MPI_Comm_free(&comm_);  // no throw from a destructor; an error here is harmless
+  }
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  int local_rank() const override { return local_rank_; }
+  int local_world() const override { return local_world_; }
+
+  CommHandle all_reduce(float* buf, size_t n) override {
+    const int count = mpi_count(n, "all_reduce");
+    const uint64_t bytes = model_bytes_all_reduce(n, world_);
+    if (log_.take_fault(CollOp::all_reduce)) return {log_.start(CollOp::all_reduce, bytes, true)};
+    const uint64_t seq = log_.start(CollOp::all_reduce, bytes);
+    if (world_ == 1 || n == 0) return finished(seq);
+    MPI_Request req = MPI_REQUEST_NULL;
+    ZT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, comm_, &req));
+    pending_.push_back({seq, req});
+    return {seq};
+  }
+
+  CommHandle reduce_scatter(const float* send, float* recv, size_t recv_n) override {
+    const int count = mpi_count(recv_n, "reduce_scatter");
+    const bool in_place = recv == send + size_t(rank_) * recv_n;
+    ZT_REQUIRE(in_place || !overlaps(send, 4 * recv_n * world_, recv, 4 * recv_n),
+               "reduce_scatter: send and recv overlap (only recv == send + rank*recv_n is allowed in place)");
+    const uint64_t bytes = model_bytes_reduce_scatter(recv_n, world_);
+    if (log_.take_fault(CollOp::reduce_scatter)) return {log_.start(CollOp::reduce_scatter, bytes, true)};
+    const uint64_t seq = log_.start(CollOp::reduce_scatter, bytes);
+    if (world_ == 1 || recv_n == 0) {
+      if (!in_place && recv_n) std::memcpy(recv, send, 4 * recv_n);
+      return finished(seq);
+    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    Pending p{seq, MPI_REQUEST_NULL};
+    if (in_place) {
+      // MPI's in-place form leaves the result at the start of the full buffer; move it to our
+      // shard's slot when the collective completes.
+      float* full = const_cast<float*>(send);  // writable: recv points into it
+      ZT_CHECK_MPI(MPI_Ireduce_scatter_block(MPI_IN_PLACE, full, count, MPI_FLOAT, MPI_SUM, comm_, &req));
+      if (rank_ != 0) p.move = {recv, full, recv_n};
+    } else {
+      ZT_CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, count, MPI_FLOAT, MPI_SUM, comm_, &req));
+    }
+    p.req = req;
+    pending_.push_back(p);
+    return {seq};
+  }
+
+  CommHandle all_gather(const float* send, float* recv, size_t send_n) override {
+    const int count = mpi_count(send_n, "all_gather");
+    const bool in_place = send == recv + size_t(rank_) * send_n;
+    ZT_REQUIRE(in_place || !overlaps(send, 4 * send_n, recv, 4 * send_n * world_),
+               "all_gather: send and recv overlap (only send == recv + rank*send_n is allowed in place)");
+    const uint64_t bytes = model_bytes_all_gather(send_n, world_);
+    if (log_.take_fault(CollOp::all_gather)) return {log_.start(CollOp::all_gather, bytes, true)};
+    const uint64_t seq = log_.start(CollOp::all_gather, bytes);
+    if (world_ == 1 || send_n == 0) {
+      if (!in_place && send_n) std::memcpy(recv, send, 4 * send_n);
+      return finished(seq);
+    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    ZT_CHECK_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, count, MPI_FLOAT, recv, count, MPI_FLOAT, comm_, &req));
+    pending_.push_back({seq, req});
+    return {seq};
+  }
+
+  CommHandle broadcast(void* buf, size_t bytes, int root) override {
+    const int count = mpi_count(bytes, "broadcast");
+    ZT_REQUIRE(root >= 0 && root < world_, "broadcast: root " << root << " is not a rank of a world of " << world_);
+    const uint64_t seq = log_.start(CollOp::broadcast, model_bytes_broadcast(bytes, world_, root == rank_));
+    if (world_ == 1 || bytes == 0) return finished(seq);
+    MPI_Request req = MPI_REQUEST_NULL;
+    ZT_CHECK_MPI(MPI_Ibcast(buf, count, MPI_BYTE, root, comm_, &req));
+    pending_.push_back({seq, req});
+    return {seq};
+  }
+
+  bool test(CommHandle h) override {
+    progress();
+    return !h.valid() || !is_pending(h.seq);
+  }
+
+  void wait(CommHandle h) override {
+    if (!h.valid() || !is_pending(h.seq)) return;
+    const double t0 = log_.now();
+    for (int spins = 0;; ++spins) {
+      progress();
+      if (!is_pending(h.seq)) break;
+      const double waited = log_.now() - t0;
+      if (waited > log_.options().timeout_s) {
+        log_.add_wait(waited);
+        timeout(h.seq);
+      }
+      // A short spin keeps latency low for small messages; then yield the core (ranks are often
+      // oversubscribed on small machines) while still polling every ~50 us.
+      if (spins < 64) sched_yield();
+      else usleep(50);
+    }
+    log_.add_wait(log_.now() - t0);
+  }
+
+  void all_reduce_sum(double* vals, int n) override {
+    ZT_REQUIRE(n >= 0, "all_reduce_sum: negative count " << n);
+    const uint64_t seq = log_.start(CollOp::scalar_all_reduce, model_bytes_all_reduce(uint64_t(n), world_, 8));
+    if (world_ == 1 || n == 0) {
+      log_.finish(seq);
+      return;
+    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    ZT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, MPI_SUM, comm_, &req));
+    pending_.push_back({seq, req});
+    wait({seq});
+  }
+
+  void barrier() override {
+    const uint64_t seq = log_.start(CollOp::barrier, 0);
+    if (world_ == 1) {
+      log_.finish(seq);
+      return;
+    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    ZT_CHECK_MPI(MPI_Ibarrier(comm_, &req));
+    pending_.push_back({seq, req});
+    wait({seq});
+  }
+
+  std::vector<uint64_t> all_gather_u64(uint64_t v) override {
+    const uint64_t seq = log_.start(CollOp::scalar_all_gather, model_bytes_all_gather(1, world_, 8));
+    if (world_ == 1) {
+      log_.finish(seq);
+      return {v};
+    }
+    // A member buffer: if the wait times out, MPI may still write into it later.
+    gather_u64_[rank_] = v;
+    MPI_Request req = MPI_REQUEST_NULL;
+    ZT_CHECK_MPI(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, gather_u64_.data(), 1, MPI_UINT64_T, comm_, &req));
+    pending_.push_back({seq, req});
+    wait({seq});
+    return gather_u64_;
+  }
+
+  void begin_step(int64_t step) override { log_.begin_step(step); }
+  const CommStepStats& step_stats() const override { return log_.stats(); }
+  std::string ring_dump(size_t n) const override { return log_.dump(n); }
+  std::vector<CollRecord> records() const override { return log_.records(); }
+
+  [[noreturn]] void abort_all(int code) override {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);  // MPI_Abort does not return; this only satisfies [[noreturn]]
+  }
+
+ private:
+  struct Move {  // post-completion copy for in-place reduce_scatter
+    float* dst = nullptr;
+    const float* src = nullptr;
+    size_t n = 0;
+  };
+  struct Pending {
+    uint64_t seq;
+    MPI_Request req;
+    Move move{};
+    bool timed_out = false;
+  };
+
+  static MPI_Comm dup_world() {
+    ensure_mpi();
+    MPI_Comm c = MPI_COMM_NULL;
+    ZT_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+    ZT_CHECK_MPI(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+    return c;
+  }
+  static int comm_rank(MPI_Comm c) {
+    int r = 0;
+    ZT_CHECK_MPI(MPI_Comm_rank(c, &r));
+    return r;
+  }
+  static int comm_size(MPI_Comm c) {
+    int n = 0;
+    ZT_CHECK_MPI(MPI_Comm_size(c, &n));
+    return n;
+  }
+
+  CommHandle finished(uint64_t seq) {
+    log_.finish(seq);
+    return {seq};
+  }
+
+  bool is_pending(uint64_t seq) const {
+    for (const Pending& p : pending_)
+      if (p.seq == seq) return true;
+    return false;
+  }
+
+  // One MPI_Testsome over every pending request: progresses all of them and retires those done.
+  void progress() {
+    if (pending_.empty()) return;
+    const int n = int(pending_.size());
+    reqs_.resize(n);
+    idx_.resize(n);
+    statuses_.resize(n);
+    for (int i = 0; i < n; ++i) reqs_[i] = pending_[i].req;
+    int outcount = 0;
+    const int rc = MPI_Testsome(n, reqs_.data(), &outcount, idx_.data(), statuses_.data());
+    if (rc == MPI_ERR_IN_STATUS) {
+      for (int k = 0; k < outcount; ++k) {
+        const int err = statuses_[k].MPI_ERROR;
+        if (err != MPI_SUCCESS) {
+          const CollRecord* r = log_.find(pending_[idx_[k]].seq);
+          fail_at(__FILE__, __LINE__,
+                  std::string("MPI collective ") + (r ? coll_op_name(r->op) : "?") + " #" +
+                      std::to_string(pending_[idx_[k]].seq) + " failed: " + detail::mpi_error_string(err));
+        }
+      }
+    }
+    if (rc != MPI_SUCCESS) detail::mpi_fail(__FILE__, __LINE__, "MPI_Testsome(pending collectives)", rc);
+    if (outcount == MPI_UNDEFINED || outcount == 0) return;
+    for (int k = 0; k < outcount; ++k) {
+      Pending& p = pending_[idx_[k]];
+      if (p.move.n) std::memmove(p.move.dst, p.move.src, 4 * p.move.n);
+      if (p.timed_out) --g_stuck_collectives;
+      log_.finish(p.seq);
+      p.seq = 0;  // retired
+    }
+    for (int i = 0; i < n; ++i) pending_[i].req = reqs_[i];
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [](const Pending& p) { return p.seq == 0; }),
+                   pending_.end());
+  }
+
+  [[noreturn]] void timeout(uint64_t seq) {
+    log_.mark_timed_out(seq);
+    for (Pending& p : pending_)
+      if (p.seq == seq && !p.timed_out) {
+        p.timed_out = true;
+        ++g_stuck_collectives;
+      }
+    const std::string report = log_.timeout_report(seq);
+    std::fprintf(stderr, "%s", report.c_str());
+    std::fflush(stderr);
+    throw CommTimeout(log_.timeout_headline(seq));
+  }
+
+  MPI_Comm comm_;
+  int rank_, world_;
+  int local_rank_ = 0, local_world_ = 1;
+  CollLog log_;
+  std::vector<Pending> pending_;
+  std::vector<MPI_Request> reqs_;
+  std::vector<int> idx_;
+  std::vector<MPI_Status> statuses_;
+  std::vector<uint64_t> gather_u64_;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_mpi_comm(const CommOptions& opts) {
+  ZT_REQUIRE(opts.timeout_s > 0, "comm timeout must be > 0 s, got " << opts.timeout_s);
+  return std::make_unique<MpiComm>(opts);
+}
+
+}  // namespace zt

@@ -1,0 +1,68 @@
+#include "zero/estimate.h"
+
+#include <iomanip>
+#include <sstream>
+
+#include "model/gpt.h"
+#include "model/ops_cpu.h"
+#include "runtime/error.h"
+#include "zero/partition.h"
+
+namespace zt {
+
+Estimate estimate_plan(const Plan& plan, int world) {
+  ZT_REQUIRE(world >= 1, "estimate: --world must be >= 1, got " << world);
+  using Ops = CpuOps<float>;  // the CPU backend: fp32 everywhere, host memory
+  const ModelSection& m = plan.model;
+  const GPTConfig cfg = GPTConfig::make(m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size);
+  const ParamLayout layout(cfg, zero_pad_multiple(world));
+  ZeroConfig zc;
+  zc.stage = plan.zero.stage; zc.world = world; zc.rank = 0; zc.overlap = plan.zero.overlap_comm;
+  zc.bucket_mb = plan.zero.bucket_mb; zc.prefetch_units = plan.zero.prefetch_units;
+  zc.grad_accum = plan.batch.grad_accum; zc.elem_bytes = sizeof(Ops::T);
+  const Partition part(layout, zc);
+
+  Estimate e;
+  std::map<Category, size_t> by_cat;
+  for (const Partition::Buffer& b : part.buffers()) {
+    const size_t bytes = b.numel * sizeof(Ops::T);
+    by_cat[b.cat] += bytes;
+    e.buffers.push_back({{"category", category_name(b.cat)}, {"name", b.name}, {"bytes", bytes}});
+  }
+  const size_t act = GPT<Ops>::activation_bytes(cfg, plan.batch.micro_batch, m.seq_len);
+  by_cat[Category::activations] += act;
+  e.buffers.push_back({{"category", "activations"}, {"name", "activations and activation gradients"}, {"bytes", act}});
+
+  const char* tier = tier_name(Ops::tier);
+  size_t total = 0;
+  nlohmann::json row = nlohmann::json::object();
+  for (const auto& [cat, bytes] : by_cat) {
+    row[category_name(cat)] = bytes;
+    total += bytes;
+  }
+  row["total"] = total;
+  e.memory[tier] = row;
+  e.bytes_per_step = part.bytes_per_step();
+  e.bytes_formula = part.bytes_formula();
+
+  std::ostringstream os;
+  os << "plan " << plan.source << ": zero stage " << plan.zero.stage << ", world " << world << ", "
+     << double(layout.num_params()) / 1e6 << "M parameters (" << layout.total() << " padded), micro_batch "
+     << plan.batch.micro_batch << " x seq_len " << m.seq_len << "\n\n";
+  os << "per-rank memory (" << tier << "):\n";
+  for (const auto& b : e.buffers)
+    os << "  " << std::left << std::setw(12) << b["category"].get<std::string>() << std::setw(40)
+       << b["name"].get<std::string>() << std::right << std::setw(14) << format_bytes(double(b["bytes"].get<size_t>()))
+       << "\n";
+  os << "\n  " << std::left << std::setw(12) << "category" << std::right << std::setw(14) << tier << "\n";
+  for (const auto& [cat, bytes] : by_cat)
+    os << "  " << std::left << std::setw(12) << category_name(cat) << std::right << std::setw(14)
+       << format_bytes(double(bytes)) << "\n";
+  os << "  " << std::left << std::setw(12) << "total" << std::right << std::setw(14) << format_bytes(double(total)) << "\n";
+  os << "\nsent per rank per optimizer step: " << format_bytes(double(e.bytes_per_step)) << " (" << e.bytes_per_step
+     << " bytes)\n  " << e.bytes_formula << "\n";
+  e.table = os.str();
+  return e;
+}
+
+}  // namespace zt

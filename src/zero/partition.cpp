@@ -1,0 +1,111 @@
+#include "zero/partition.h"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+#include "runtime/error.h"
+
+namespace zt {
+
+size_t zero_pad_multiple(int world) { return std::lcm(size_t(world), size_t(128)); }
+
+Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) {
+  ZT_ASSERT(zc.world >= 1 && zc.rank >= 0 && zc.rank < zc.world);
+  ZT_REQUIRE(layout.pad_multiple() % size_t(zc.world) == 0,
+             "layout padded to " << layout.pad_multiple() << " elements cannot be split over " << zc.world << " ranks");
+  const int U = layout.num_units();
+  size_t flat = 0;
+  for (const Unit& u : layout.units()) {
+    unit_padded_.push_back(u.padded);
+    shard_flat_.push_back(flat);
+    flat += u.padded / size_t(zc.world);
+  }
+  total_ = layout.total();
+
+  // Buckets in backward order; unit 0 alone at the end.
+  const size_t bucket_elems = std::max<size_t>(1, size_t(zc.bucket_mb * 1024.0 * 1024.0) / zc.elem_bytes);
+  bucket_of_.assign(size_t(U), -1);
+  Bucket cur;
+  auto close = [&] {
+    if (cur.units.empty()) return;
+    cur.offset = layout.units()[size_t(cur.units.back())].offset;
+    cur.shard_numel = cur.numel / size_t(zc.world);
+    for (int u : cur.units) bucket_of_[size_t(u)] = int(buckets_.size());
+    buckets_.push_back(cur);
+    cur = Bucket{};
+  };
+  for (int u = U - 1; u >= 1; --u) {
+    cur.units.push_back(u);
+    cur.numel += unit_padded_[size_t(u)];
+    // Naive path: one collective per unit, no bucketing.
+    if (!zc.overlap || cur.numel >= bucket_elems) close();
+  }
+  close();
+  cur.units.push_back(0);
+  cur.numel = unit_padded_[0];
+  close();
+}
+
+size_t Partition::max_unit_padded() const { return *std::max_element(unit_padded_.begin(), unit_padded_.end()); }
+
+size_t Partition::staging_slot_numel() const {
+  size_t m = 0;
+  for (const Bucket& b : buckets_)
+    if (b.units.front() != 0) m = std::max(m, b.numel);
+  return m;
+}
+
+std::vector<Partition::Buffer> Partition::buffers() const {
+  const size_t psi = total_, shard = shard_total();
+  std::vector<Buffer> out;
+  const int s = zc_.stage;
+  // The model's own buffers (allocated by GPT when the stage keeps them full).
+  if (s <= 2) out.push_back({Category::params, "parameters", psi});
+  if (s <= 1) out.push_back({Category::grads, "gradients", psi});
+  // The engine's.
+  if (s == 3) out.push_back({Category::params, "parameter shard", shard});
+  if (s >= 1) out.push_back({Category::grads, "gradient shard", shard});
+  const size_t mv = s == 0 ? psi : shard;
+  out.push_back({Category::optimizer, "AdamW first moment", mv});
+  out.push_back({Category::optimizer, "AdamW second moment", mv});
+  if (s >= 2) {
+    out.push_back({Category::comm, "embedding gradient staging", unit_padded_[0]});
+    out.push_back({Category::comm, "bucket gradient staging", staging_slots() * staging_slot_numel()});
+    out.push_back({Category::comm, "reduce-scatter receive",
+                   staging_slots() * staging_slot_numel() / size_t(zc_.world) + unit_padded_[0] / size_t(zc_.world)});
+  }
+  if (s == 3) out.push_back({Category::comm, "gathered units", gather_slots() * max_unit_padded()});
+  return out;
+}
+
+uint64_t Partition::bytes_per_step() const {
+  const uint64_t N = uint64_t(zc_.world), e = zc_.elem_bytes, A = uint64_t(zc_.grad_accum);
+  const uint64_t psi = total_, p0 = unit_padded_[0];
+  // Every count below is a multiple of N (units are padded to lcm(N, 128)), so this is exact.
+  const uint64_t one_pass = (N - 1) * e * psi / N;  // one reduce-scatter or all-gather of everything
+  switch (zc_.stage) {
+    case 0: return 2 * one_pass;                       // all-reduce = reduce-scatter + all-gather
+    case 1: return 2 * one_pass;                       // reduce-scatter once, all-gather params
+    case 2: return A * one_pass + one_pass;            // reduce-scatter every micro-step, all-gather params
+    default: return A * (3 * one_pass + (N - 1) * e * p0 / N);  // per micro-step: gather fwd + bwd, RS; embedding gathered once more
+  }
+}
+
+std::string Partition::bytes_formula() const {
+  std::ostringstream os;
+  const double psi = double(total_), N = zc_.world;
+  os << "Ψ = " << total_ << " padded parameters, N = " << zc_.world << ", grad_accum A = " << zc_.grad_accum << ": ";
+  switch (zc_.stage) {
+    case 0: os << "all-reduce 2Ψ(N-1)/N"; break;
+    case 1: os << "reduce-scatter Ψ(N-1)/N + all-gather Ψ(N-1)/N"; break;
+    case 2: os << "A x reduce-scatter Ψ(N-1)/N + all-gather Ψ(N-1)/N"; break;
+    default:
+      os << "A x (gather 2Ψ + embedding again " << unit_padded_[0] << " + reduce-scatter Ψ)(N-1)/N";
+  }
+  os << " elements x " << zc_.elem_bytes << " bytes";
+  (void)psi; (void)N;
+  return os.str();
+}
+
+}  // namespace zt

@@ -1,0 +1,91 @@
+// ZeRO partitioning, written as data (DESIGN idea 3: "stages are data layouts").
+//
+// Every unit is padded to a multiple of lcm(world, 128) elements, so it splits into `world` equal
+// shards; rank r owns elements [r*P_u/N, (r+1)*P_u/N) of each unit u. The rank's shards of all
+// units, concatenated in unit order, form its flat SHARD buffers (optimizer moments, gradient
+// shard, and for stage 3 the parameter shard), Ψ/N elements each.
+//
+// What each stage keeps per rank (Ψ = padded parameter count, P_u = padded size of unit u):
+//
+//            params            grads                       optimizer (m, v)   comm buffers
+//   stage 0  Ψ                 Ψ                           2Ψ                 -
+//   stage 1  Ψ                 Ψ + Ψ/N (reduced shard)     2Ψ/N               -
+//   stage 2  Ψ                 Ψ/N                         2Ψ/N               unit-0 staging P_0, bucket staging, RS receive
+//   stage 3  Ψ/N               Ψ/N                         2Ψ/N               + (prefetch+1) gathered-unit slots
+//
+// Gradient buckets follow the order backward produces gradients (final norm, blocks L-1..0,
+// embedding). A bucket is a run of consecutive units of at least bucket_mb MiB (the last may be
+// smaller); the embedding (unit 0) is always a bucket of its own, because its gradient is written
+// twice per backward (LM head first, token/position lookup last).
+//
+// This header sizes everything from the plan and a world size without allocating: the engine
+// allocates exactly these buffers, and `train estimate` prints the same numbers.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/layout.h"
+#include "runtime/memory.h"
+
+namespace zt {
+
+size_t zero_pad_multiple(int world);  // lcm(world, 128)
+
+struct Bucket {
+  std::vector<int> units;  // in backward order (descending unit index)
+  size_t offset = 0;       // element offset of the bucket's lowest unit in the full flat buffer
+  size_t numel = 0;        // padded elements, contiguous in the full flat buffer
+  size_t shard_numel = 0;  // numel / world
+};
+
+struct ZeroConfig {
+  int stage = 0;
+  int world = 1;
+  int rank = 0;
+  bool overlap = true;
+  double bucket_mb = 25;
+  int prefetch_units = 1;
+  int grad_accum = 1;
+  size_t elem_bytes = 4;  // bytes of one parameter / gradient element (fp32 on the CPU backend)
+};
+
+class Partition {
+ public:
+  Partition(const ParamLayout& layout, const ZeroConfig& zc);
+
+  const ZeroConfig& config() const { return zc_; }
+  size_t total() const { return total_; }              // Ψ (padded)
+  size_t shard_total() const { return total_ / size_t(zc_.world); }  // Ψ/N
+  size_t unit_shard_numel(int u) const { return unit_padded_[size_t(u)] / size_t(zc_.world); }
+  size_t unit_shard_begin(int u) const { return unit_shard_numel(u) * size_t(zc_.rank); }  // within the unit
+  size_t unit_shard_flat(int u) const { return shard_flat_[size_t(u)]; }  // offset in the flat shard buffers
+  size_t unit_padded(int u) const { return unit_padded_[size_t(u)]; }
+  size_t max_unit_padded() const;
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  int bucket_of(int u) const { return bucket_of_[size_t(u)]; }
+
+  // Buffers the engine allocates, by (category, name) -> elements. Model activations are separate.
+  struct Buffer { Category cat; std::string name; size_t numel; };
+  std::vector<Buffer> buffers() const;
+  size_t staging_slots() const { return zc_.overlap ? 2 : 1; }  // bucket staging slots (stages 2-3)
+  size_t staging_slot_numel() const;                            // largest bucket without unit 0
+  size_t gather_slots() const { return size_t(zc_.overlap ? zc_.prefetch_units : 0) + 1; }
+
+  // Bytes this rank sends per optimizer step under the Comm byte model (comm.h).
+  uint64_t bytes_per_step() const;
+  // The same, spelled as a formula with its numbers, for `train estimate`.
+  std::string bytes_formula() const;
+
+ private:
+  ZeroConfig zc_;
+  size_t total_ = 0;
+  std::vector<size_t> unit_padded_, shard_flat_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;
+};
+
+}  // namespace zt
