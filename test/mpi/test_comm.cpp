@@ -71,7 +71,9 @@ TEST(Comm, AllReduceSizesAndBytes) {
       }
     const zt::CommStepStats& st = c.step_stats();
     EXPECT_EQ(st.bytes, all_reduce_bytes(n, N));
-    if (n % N == 0) EXPECT_EQ(st.bytes * uint64_t(N), 2 * uint64_t(N - 1) * 4 * n);  // exact, no rounding
+    if (n % N == 0) {
+      EXPECT_EQ(st.bytes * uint64_t(N), 2 * uint64_t(N - 1) * 4 * n);  // exact, no rounding
+    }
     EXPECT_EQ(st.control_bytes, 0u);
     EXPECT_EQ(st.collectives, 1u);
     const zt::CollRecord& rec = last_record(c);
@@ -254,7 +256,9 @@ TEST(Comm, RingKeepsLast256InOrder) {
     EXPECT_EQ(recs[i].step, 42);
     EXPECT_EQ(recs[i].state, zt::CollState::done);
     EXPECT_GE(recs[i].t_end, recs[i].t_start);
-    if (i) EXPECT_GE(recs[i].t_start, recs[i - 1].t_start);
+    if (i) {
+      EXPECT_GE(recs[i].t_start, recs[i - 1].t_start);
+    }
   }
   EXPECT_EQ(c.step_stats().collectives, 300u);
   EXPECT_EQ(c.step_stats().bytes, 300 * all_reduce_bytes(N, N));

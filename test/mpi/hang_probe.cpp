@@ -1,0 +1,40 @@
+// Fault-injection probe for the collective timeout: rank 1 skips its first collective of step 0.
+// Run by test/mpi/hang_test.sh: `mpirun --oversubscribe -np 3 ./hang_probe` under `timeout 30`;
+// the job must end on its own (CommTimeout -> abort_all(3)) with the diagnostic, well before 30 s.
+#include <cstdio>
+#include <exception>
+#include <vector>
+
+#include "comm/comm.h"
+
+int main() {
+  zt::CommOptions opts;
+  opts.timeout_s = 3;
+  opts.fault_skip_rank = 1;
+  opts.fault_skip_step = 0;
+  std::unique_ptr<zt::Comm> comm;
+  try {
+    comm = zt::make_mpi_comm(opts);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hang_probe: %s\n", e.what());
+    return 1;
+  }
+  const int rank = comm->rank();
+  std::vector<float> buf(1000, 1.0f);
+  try {
+    comm->begin_step(0);
+    comm->wait(comm->all_reduce(buf.data(), buf.size()));
+    comm->wait(comm->all_reduce(buf.data(), buf.size()));
+  } catch (const zt::CommTimeout& e) {
+    std::fprintf(stderr, "hang_probe rank %d: error: %s\n", rank, e.what());
+    comm->abort_all(3);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hang_probe rank %d: unexpected error: %s\n", rank, e.what());
+    comm->abort_all(4);
+  }
+  // The skipping rank gets here: MPI matches collectives by order, so its second all-reduce
+  // completed with the others' first, and the others now wait in their second.
+  std::fprintf(stderr, "hang_probe rank %d: both all-reduces returned; last collectives:\n%s", rank,
+               comm->ring_dump(4).c_str());
+  return 0;
+}
