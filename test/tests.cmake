@@ -23,3 +23,20 @@ add_test(NAME cli_bad_input COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/bad_input.
 add_test(NAME cli_train_sample COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/train_sample.sh $<TARGET_FILE:train>
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(cli_bad_input cli_train_sample PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=2")
+
+# ---- multi-rank: the ZeRO acceptance matrix and a hung collective in a real run ----------------
+# zero_matrix: N in {1,2,3,4} x stage 0-3 x overlap on/off x grad_accum {1,3} against single-rank
+# stage 0 (loss, final weights, bytes per step vs theory, tracked memory vs `train estimate`);
+# about 2-3 minutes on 2 cores. hang_train: a skipped collective at step 2 must end the job with the
+# timeout diagnostic within comm.timeout_s + 10 s, for every stage. Both oversubscribe the cores and
+# hang_train measures elapsed time, so they run alone.
+set(ZT_MPI_TEST_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;PYTHONDONTWRITEBYTECODE=1")
+add_test(NAME zero_matrix
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/mpi/zero_matrix.py --train $<TARGET_FILE:train>
+                 --mpirun ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+add_test(NAME hang_train
+         COMMAND bash ${CMAKE_SOURCE_DIR}/test/mpi/hang_train.sh $<TARGET_FILE:train> ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(zero_matrix PROPERTIES TIMEOUT 1200 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+set_tests_properties(hang_train PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")

@@ -269,12 +269,13 @@ void ZeroEngine<Ops>::before_backward(int u) {
   StagingSlot* slot = nullptr;
   for (StagingSlot& s : sslots_)
     if (s.bucket < 0) { slot = &s; break; }
-  if (!slot) {
+  if (!slot) {  // the one taken longest ago (it may hold a bucket of the previous micro-step)
     slot = &*std::min_element(sslots_.begin(), sslots_.end(),
-                              [](const StagingSlot& a, const StagingSlot& c) { return a.bucket < c.bucket; });
+                              [](const StagingSlot& a, const StagingSlot& c) { return a.taken < c.taken; });
     complete_staging(*slot);
   }
   slot->bucket = b;
+  slot->taken = ++slots_taken_;
   Ops::zero(slot->buf, bk.numel);
   for (int v : bk.units) model_.set_unit_grads(v, slot->buf + (layout_.units()[size_t(v)].offset - bk.offset));
 }

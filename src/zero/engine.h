@@ -80,6 +80,7 @@ class ZeroEngine : public UnitHooks {
     T* buf = nullptr;
     T* recv = nullptr;
     int bucket = -1;
+    uint64_t taken = 0;  // when it was last assigned a bucket
     std::vector<CommHandle> hs;
   };
 
@@ -112,6 +113,7 @@ class ZeroEngine : public UnitHooks {
   // stages 2-3 gradient staging
   std::vector<StagingSlot> sslots_;
   StagingSlot s0_;  // the embedding's own
+  uint64_t slots_taken_ = 0;
   bool head_seen_ = false;
 };
 

@@ -12,7 +12,7 @@ if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_RO
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 start_ns=$(date +%s%N)
-timeout 30 "$mpiexec" --oversubscribe -np $np "$probe" >"$out" 2>&1
+timeout -k 5 30 "$mpiexec" --oversubscribe -np $np "$probe" >"$out" 2>&1
 rc=$?
 elapsed_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
 cat "$out"

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# A hung collective in a real training run must end the job by itself, with a diagnostic.
+#
+#   test/mpi/hang_train.sh [PATH/TO/train] [MPIEXEC]     (defaults: ./train, mpirun)
+#
+# 3 ranks train a tiny model; at step 2 rank 1 skips its first model-state collective
+# (comm.fault_skip_rank/fault_skip_step, see src/comm/comm.h). The other ranks must give up after
+# comm.timeout_s = 3 s, print which collective (rank, op, sequence number) "did not complete" and
+# a dump of their collective ring buffer, and take the whole job down (abort_all). Under
+# `timeout 60` the job must exit non-zero, not by the outer timeout, within timeout_s + 10 s.
+# Checked for every ZeRO stage (each hangs in a different collective: all-reduce, reduce-scatter,
+# all-gather).
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TRAIN=$(realpath "${1:-$ROOT/train}")
+MPIEXEC=${2:-mpirun}
+cd "$ROOT"
+[ -x "$TRAIN" ] || { echo "hang_train: $TRAIN is not executable"; exit 1; }
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+export OMP_NUM_THREADS=1
+
+TIMEOUT_S=3
+OUTER=60
+SLACK=10
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+for stage in 0 1 2 3; do
+  out="$work/stage$stage.txt"
+  start_ns=$(date +%s%N)
+  timeout $OUTER "$MPIEXEC" --oversubscribe -np 3 "$TRAIN" plans/default.json \
+    --set model.n_layer=2 --set model.n_head=5 --set model.n_embd=35 --set model.seq_len=31 \
+    --set 'data.train=data/sample/train_*.bin' --set data.val=data/sample/val.bin --set data.tokenizer= \
+    --set batch.micro_batch=2 --set run.steps=8 --set run.eval_every=0 --set run.eval_batches=1 \
+    --set run.threads=1 --set run.log="$work/run$stage/metrics.jsonl" --set zero.stage=$stage \
+    --set comm.timeout_s=$TIMEOUT_S --set comm.fault_skip_rank=1 --set comm.fault_skip_step=2 \
+    >"$out" 2>&1
+  rc=$?
+  elapsed_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
+
+  why=()
+  [ "$rc" -ne 0 ] || why+=("the job exited 0; a hung collective must end it with an error")
+  { [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ]; } || why+=("the job hung until 'timeout $OUTER' killed it (exit $rc)")
+  [ "$elapsed_ms" -lt $(( (TIMEOUT_S + SLACK) * 1000 )) ] ||
+    why+=("took ${elapsed_ms} ms, expected < $((TIMEOUT_S + SLACK)) s")
+  # The diagnostic of a rank that waited: "rank R: collective OP #SEQ (...) did not complete within 3 s"
+  # followed by its ring buffer.
+  grep -qE "rank [02]\b.*(all_reduce|reduce_scatter|all_gather) #[0-9]+.*did not complete" "$out" ||
+    grep -qE "(all_reduce|reduce_scatter|all_gather) #[0-9]+.*rank [02]\b.*did not complete" "$out" ||
+    why+=("no line names a waiting rank (0 or 2), the op, its sequence number and 'did not complete'")
+  grep -q "did not complete within $TIMEOUT_S" "$out" || why+=("no 'did not complete within $TIMEOUT_S' message")
+  grep -q "last collectives on this rank:" "$out" || why+=("no ring dump header ('last collectives on this rank:')")
+  grep -qE "^ +#[0-9]+ +(all_reduce|reduce_scatter|all_gather) .*TIMED OUT" "$out" ||
+    why+=("the ring dump shows no timed-out model-state collective")
+  grep -qE "^ +#[0-9]+ +[a-z_]+ .* done" "$out" || why+=("the ring dump shows no completed collective")
+  if grep -qE "Segmentation fault|signal 11|free\(\)|MPI_ERR_TRUNCATE|double free|corrupted" "$out"; then
+    why+=("the job crashed instead of timing out (mismatched collectives after the skip)")
+  fi
+
+  if [ ${#why[@]} -eq 0 ]; then
+    printf 'hang_train stage %d: ok, exit %d after %d ms\n' "$stage" "$rc" "$elapsed_ms"
+    grep -m1 "did not complete" "$out" | sed 's/^/    /'
+  else
+    failures=$((failures + 1))
+    printf 'hang_train stage %d: FAILED, exit %d after %d ms\n' "$stage" "$rc" "$elapsed_ms"
+    for w in "${why[@]}"; do echo "    - $w"; done
+    echo "    --- output (last 40 lines, progress lines dropped) ---"
+    grep -v -E 'step +[0-9]+/[0-9]+ \| loss' "$out" | tail -40 | sed 's/^/    | /'
+  fi
+done
+
+if [ $failures -ne 0 ]; then
+  echo "hang_train FAILED ($failures of 4 stages)"
+  exit 1
+fi
+echo "hang_train passed"

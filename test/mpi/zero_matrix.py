@@ -1,0 +1,409 @@
+#!/usr/bin/env python3
+"""Acceptance matrix of the distributed ZeRO engine (DESIGN: "Single-rank DDP is the oracle for
+every distributed plan"; "Counts, not impressions").
+
+For every world size N, ZeRO stage, overlap on/off and gradient accumulation A, a short run under
+`mpirun --oversubscribe -np N` must reproduce the single-rank stage-0 run with the same global
+batch (N = 1, grad_accum = A*N; the loader hands out the same sequences per step, see
+src/data/loader.h):
+
+  * loss per step               |loss - ref| / |ref|                          <= 1e-5
+  * final weights (llm.c .bin)  ||w - w_ref||_2 / ||w_ref||_2 over everything <= 1e-5
+                                per tensor max|dw| / max|w_ref|               <= 1e-4
+                                (attention key bias: max|dw| <= 1e-4 absolute, see split_qkv_bias)
+  * grad norm per step          relative                                      <= 1e-4
+
+and the summary line of the metrics JSONL must count exactly what theory says:
+
+  * bytes_sent_per_step (and every step's comm_bytes) == an independent formula (comm.h byte
+    model, partition.h stage table): stages 0, 1: 2(N-1)4Ψ/N; stage 2: (A+1)(N-1)4Ψ/N;
+    stage 3: A(N-1)4(3Ψ+Ψ_0)/N; N = 1: 0. Ψ = Σ_units numel rounded up to lcm(N,128), Ψ_0 the
+    padded embedding unit. Also == `train estimate`'s bytes_per_step and the binary's own theory.
+  * tracked peak memory per category == `train estimate PLAN --world N --json` memory.host
+  * stages 2-3: grads == 4Ψ/N and no "gradients" buffer; stage 3: params == 4Ψ/N and
+    max_gathered_units <= prefetch_units + 1.
+
+The model is a tiny GPT on the committed sample data whose unit sizes are divisible by neither
+3 nor 4 (so every unit really gets padded and split unevenly before padding); the arithmetic is
+asserted below. Runs are sequential (the reference machine has 2 cores).
+
+  /usr/bin/python3 test/mpi/zero_matrix.py [--train ./train] [--quick] [--keep]
+
+Exit status 0 when every configuration passes; otherwise a list of failures and exit 1.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# ---- the model and run ----------------------------------------------------------------------
+C, NH, L, T = 35, 5, 3, 31          # n_embd, n_head, n_layer, seq_len
+V = 50257
+VP = (V + 127) // 128 * 128         # 50304, as GPTConfig::pad_vocab
+B, STEPS = 2, 20
+LR, WARMUP, CLIP = 3e-3, 3, 1.0
+BUCKET_MB = 0.05                    # 13107 fp32 elements: several gradient buckets per step
+PREFETCH = 2
+
+LOSS_TOL, WEIGHT_TOL, TENSOR_TOL, NORM_TOL = 1e-5, 1e-5, 1e-4, 1e-4
+KBIAS_ABS = 1e-4  # absolute, for the attention key bias (see split_qkv_bias)
+
+
+def unit_sizes():
+    """Real element counts of the units, as src/model/layout.h lays them out."""
+    emb = (VP + T) * C
+    block = 12 * C * C + 13 * C
+    final = 2 * C
+    return [emb] + [block] * L + [final]
+
+
+def check_unit_arithmetic():
+    sizes = unit_sizes()
+    # Spelled out, so a change of dimensions cannot silently make the test trivial.
+    assert sizes[0] == (50304 + 31) * 35 == 1761725, sizes
+    assert sizes[1] == 12 * 35 * 35 + 13 * 35 == 15155, sizes
+    assert sizes[-1] == 70, sizes
+    for n in sizes:
+        assert n % 3 != 0 and n % 4 != 0, f"unit of {n} elements divides by 3 or 4: pick other dims"
+    # The layer-stacked tensors of the llm.c file, for the weight comparison.
+    assert C % NH == 0
+
+
+def pad_multiple(n_ranks):
+    return n_ranks * 128 // math.gcd(n_ranks, 128)
+
+
+def psi(n_ranks):
+    m = pad_multiple(n_ranks)
+    padded = [(n + m - 1) // m * m for n in unit_sizes()]
+    return sum(padded), padded[0]
+
+
+def theory_bytes(n_ranks, stage, accum):
+    if n_ranks == 1:
+        return 0
+    P, P0 = psi(n_ranks)
+    N, A, e = n_ranks, accum, 4
+    if stage in (0, 1):
+        return 2 * (N - 1) * e * P // N
+    if stage == 2:
+        return (A + 1) * (N - 1) * e * P // N
+    return A * (N - 1) * e * (3 * P + P0) // N
+
+
+# llm.c checkpoint: 256 int32 header (magic, version, maxT, V, L, NH, C, Vp) then fp32 tensors in
+# this order; block tensors are stored layer after layer within each kind.
+def tensor_list(maxT, L_, C_, Vp):
+    g = [("wte", Vp * C_), ("wpe", maxT * C_)]
+    per_layer = [("ln1w", C_), ("ln1b", C_), ("qkvw", 3 * C_ * C_), ("qkvb", 3 * C_), ("attprojw", C_ * C_),
+                 ("attprojb", C_), ("ln2w", C_), ("ln2b", C_), ("fcw", 4 * C_ * C_), ("fcb", 4 * C_),
+                 ("fcprojw", 4 * C_ * C_), ("fcprojb", C_)]
+    out = list(g)
+    for name, n in per_layer:
+        out += [(f"{name}.{l}", n) for l in range(L_)]
+    out += [("lnfw", C_), ("lnfb", C_)]
+    return out
+
+
+def load_weights(path):
+    raw = np.fromfile(path, dtype=np.uint8)
+    hdr = raw[:1024].view(np.int32)
+    maxT, v, l_, nh, c_, vp = (int(x) for x in hdr[2:8])
+    if (maxT, v, l_, nh, c_, vp) != (T, V, L, NH, C, VP):
+        raise ValueError(f"{path}: header {hdr[:8].tolist()} does not describe the test model")
+    tensors = tensor_list(maxT, l_, c_, vp)
+    count = sum(n for _, n in tensors)
+    body = raw[1024:].view(np.float32)
+    if body.size != count:
+        raise ValueError(f"{path}: {body.size} floats after the header, the header's dims imply {count}")
+    out, off = {}, 0
+    for name, n in tensors:
+        out[name] = body[off:off + n].astype(np.float64)
+        off += n
+    return out
+
+
+def split_qkv_bias(ws):
+    """qkvb.l -> q, k and v parts. The key bias gets no gradient in exact arithmetic (adding a
+    constant to every key shifts a query's scores uniformly; softmax ignores that), so its values
+    are pure rounding noise that AdamW turns into updates of about lr * noise / eps, and they differ
+    between reduction orders. It is compared in absolute terms (KBIAS_ABS) instead of relative to
+    a tensor maximum that its noise has nothing to do with; q and v biases stay relative."""
+    out = {}
+    for name, x in ws.items():
+        if name.startswith("qkvb."):
+            l = name.split(".")[1]
+            out[f"qkvb.{l}.q"], out[f"qkvb.{l}.k"], out[f"qkvb.{l}.v"] = x[:C], x[C:2 * C], x[2 * C:]
+        else:
+            out[name] = x
+    return out
+
+
+def compare_weights(w, ref):
+    """(rel L2 over all parameters, worst per-tensor max|dw|/max|w_ref|, its name, worst key-bias
+    max|dw|)."""
+    num = den = 0.0
+    worst_t, worst_name, worst_k = 0.0, "", 0.0
+    w, ref = split_qkv_bias(w), split_qkv_bias(ref)
+    for name, r in ref.items():
+        d = w[name] - r
+        num += float(d @ d)
+        den += float(r @ r)
+        dmax = float(np.max(np.abs(d)))
+        if name.endswith(".k"):
+            worst_k = max(worst_k, dmax)
+            continue
+        scale = float(np.max(np.abs(r)))
+        t = dmax / scale if scale > 0 else dmax
+        if t > worst_t:
+            worst_t, worst_name = t, name
+    return math.sqrt(num / den), worst_t, worst_name, worst_k
+
+
+# ---- running the binary ---------------------------------------------------------------------
+def env():
+    e = dict(os.environ)
+    e.setdefault("OMP_NUM_THREADS", "1")
+    if os.geteuid() == 0:
+        e.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        e.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return e
+
+
+def plan_sets(stage, overlap, accum, workdir):
+    s = {
+        "model.n_layer": L, "model.n_head": NH, "model.n_embd": C, "model.seq_len": T, "model.vocab_size": V,
+        "data.train": "data/sample/train_*.bin", "data.val": "data/sample/val.bin", "data.tokenizer": "",
+        "batch.micro_batch": B, "batch.grad_accum": accum,
+        "optim.lr": LR, "optim.warmup_steps": WARMUP, "optim.grad_clip": CLIP,
+        "zero.stage": stage, "zero.overlap_comm": "true" if overlap else "false",
+        "zero.bucket_mb": BUCKET_MB, "zero.prefetch_units": PREFETCH,
+        "run.steps": STEPS, "run.eval_every": 0, "run.eval_batches": 1, "run.sample_every": 0,
+        "run.threads": 1, "run.log": os.path.join(workdir, "metrics.jsonl"),
+        "run.final_weights": os.path.join(workdir, "final.bin"),
+    }
+    args = []
+    for k, v in s.items():
+        args += ["--set", f"{k}={v}"]
+    return args
+
+
+class RunFailed(Exception):
+    pass
+
+
+def run_train(train, mpirun, n_ranks, stage, overlap, accum, workdir, timeout_s):
+    os.makedirs(workdir, exist_ok=True)
+    sets = plan_sets(stage, overlap, accum, workdir)
+    cmd = [mpirun, "--oversubscribe", "-np", str(n_ranks), train, "plans/default.json"] + sets
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise RunFailed(f"timed out after {timeout_s} s: {' '.join(cmd)}")
+    secs = time.monotonic() - t0
+    out = p.stdout.decode(errors="replace")
+    with open(os.path.join(workdir, "output.txt"), "w") as f:
+        f.write(" ".join(cmd) + "\n\n" + out)
+    if p.returncode != 0:
+        tail = "\n".join(out.splitlines()[-15:])
+        raise RunFailed(f"exit code {p.returncode}: {' '.join(cmd)}\n{tail}")
+    rows = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
+    steps = [r for r in rows if "loss" in r]
+    summ = [r["summary"] for r in rows if "summary" in r]
+    if len(steps) != STEPS or len(summ) != 1:
+        raise RunFailed(f"metrics log has {len(steps)} step lines and {len(summ)} summary lines")
+    est_cmd = [train, "estimate", "plans/default.json", "--world", str(n_ranks), "--json"] + sets
+    pe = subprocess.run(est_cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    if pe.returncode != 0:
+        raise RunFailed(f"estimate failed ({pe.returncode}): {pe.stdout.decode(errors='replace')}")
+    est = json.loads(pe.stdout)
+    return {"steps": steps, "summary": summ[0], "estimate": est, "weights": load_weights(sets_path(sets)),
+            "seconds": secs}
+
+
+def sets_path(sets):
+    for a in sets:
+        if a.startswith("run.final_weights="):
+            return a.split("=", 1)[1]
+    raise AssertionError
+
+
+# ---- checks ---------------------------------------------------------------------------------
+def check(res, ref, n_ranks, stage, accum):
+    """Returns (errors, measures)."""
+    errs = []
+    m = {}
+    # Numerics vs the reference.
+    loss = np.array([r["loss"] for r in res["steps"]])
+    rloss = np.array([r["loss"] for r in ref["steps"]])
+    m["loss"] = float(np.max(np.abs(loss - rloss) / np.abs(rloss)))
+    if m["loss"] > LOSS_TOL:
+        i = int(np.argmax(np.abs(loss - rloss) / np.abs(rloss)))
+        errs.append(f"loss at step {i}: {loss[i]!r} vs reference {rloss[i]!r} (rel {m['loss']:.2e} > {LOSS_TOL})")
+    norm = np.array([r["grad_norm"] for r in res["steps"]])
+    rnorm = np.array([r["grad_norm"] for r in ref["steps"]])
+    m["norm"] = float(np.max(np.abs(norm - rnorm) / np.abs(rnorm)))
+    if m["norm"] > NORM_TOL:
+        errs.append(f"grad norm rel err {m['norm']:.2e} > {NORM_TOL}")
+    m["w"], m["t"], tname, m["k"] = compare_weights(res["weights"], ref["weights"])
+    if m["w"] > WEIGHT_TOL:
+        errs.append(f"final weights: rel L2 {m['w']:.2e} > {WEIGHT_TOL}")
+    if m["t"] > TENSOR_TOL:
+        errs.append(f"final weights: tensor {tname} max|dw|/max|w_ref| {m['t']:.2e} > {TENSOR_TOL}")
+    if m["k"] > KBIAS_ABS:
+        errs.append(f"final weights: key bias max|dw| {m['k']:.2e} > {KBIAS_ABS} (absolute)")
+
+    # Bytes.
+    s, est = res["summary"], res["estimate"]
+    want = theory_bytes(n_ranks, stage, accum)
+    got = {"summary": s["bytes_sent_per_step"], "binary's theory": s["bytes_sent_per_step_theory"],
+           "estimate": est["bytes_per_step"]}
+    bad_steps = [r["step"] for r in res["steps"] if r.get("comm_bytes") != want]
+    m["bytes"] = s["bytes_sent_per_step"]
+    bytes_ok = all(v == want for v in got.values()) and not bad_steps
+    if not bytes_ok:
+        errs.append(f"bytes per step: theory {want}, got {got}; steps whose comm_bytes differ: {bad_steps[:5]}")
+
+    # Memory.
+    P, _ = psi(n_ranks)
+    peak = s["peak_memory_bytes"].get("host", {})
+    emem = est["memory"].get("host", {})
+    keys = sorted(set(peak) | set(emem))
+    diff = {k: (peak.get(k, 0), emem.get(k, 0)) for k in keys if peak.get(k, 0) != emem.get(k, 0)}
+    mem_ok = not diff
+    if diff:
+        errs.append(f"tracked peak memory != estimate (tracked, estimate): {diff}")
+    names = [b["name"] for b in est["buffers"]]
+    if stage >= 2:
+        for where, d in (("tracked", peak), ("estimate", emem)):
+            if d.get("grads") != 4 * P // n_ranks:
+                mem_ok = False
+                errs.append(f"stage {stage}: {where} grads {d.get('grads')} != 4Ψ/N = {4 * P // n_ranks}")
+        if "gradients" in names:
+            mem_ok = False
+            errs.append(f"stage {stage}: estimate lists a full 'gradients' buffer: {names}")
+    if stage == 3:
+        for where, d in (("tracked", peak), ("estimate", emem)):
+            if d.get("params") != 4 * P // n_ranks:
+                mem_ok = False
+                errs.append(f"stage 3: {where} params {d.get('params')} != 4Ψ/N = {4 * P // n_ranks}")
+        mg = s["max_gathered_units"]
+        if not 1 <= mg <= PREFETCH + 1:
+            mem_ok = False
+            errs.append(f"stage 3: max_gathered_units {mg} not in [1, prefetch_units+1 = {PREFETCH + 1}]")
+    for k, v in (("world", n_ranks), ("zero_stage", stage), ("steps", STEPS)):
+        if s.get(k) != v:
+            errs.append(f"summary {k} = {s.get(k)}, expected {v}")
+    m["bytes_ok"], m["mem_ok"] = bytes_ok, mem_ok
+    return errs, m
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--train", default=os.path.join(ROOT, "train"), help="path to the train binary")
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--quick", action="store_true", help="N in {1,3} only")
+    ap.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
+    ap.add_argument("--timeout", type=int, default=180, help="seconds per run")
+    args = ap.parse_args()
+    train = os.path.abspath(args.train)
+    if not os.access(train, os.X_OK):
+        sys.exit(f"zero_matrix: {train} is not an executable (build it, or pass --train)")
+    if shutil.which(args.mpirun) is None:
+        sys.exit(f"zero_matrix: {args.mpirun} not found")
+    check_unit_arithmetic()
+
+    worlds = [1, 3] if args.quick else [1, 2, 3, 4]
+    stages, overlaps, accums = [0, 1, 2, 3], [True, False], [1, 3]
+    work = tempfile.mkdtemp(prefix="zero_matrix.")
+    t_all = time.monotonic()
+    failures = []
+
+    # References: one rank, stage 0, same global batch.
+    refs = {}
+    for g in sorted({n * a for n in worlds for a in accums}):
+        d = os.path.join(work, f"ref_A{g}")
+        try:
+            refs[g] = run_train(train, args.mpirun, 1, 0, True, g, d, args.timeout)
+        except (RunFailed, ValueError) as e:
+            print(f"reference (N=1, stage 0, grad_accum {g}) FAILED: {e}")
+            sys.exit(1)
+        clipped = sum(1 for r in refs[g]["steps"] if r["grad_norm"] > CLIP)
+        print(f"reference grad_accum {g:2d}: loss {refs[g]['steps'][0]['loss']:.4f} -> {refs[g]['steps'][-1]['loss']:.4f}, "
+              f"clipped in {clipped}/{STEPS} steps, {refs[g]['seconds']:.1f} s", flush=True)
+        if clipped == 0:
+            failures.append(f"reference grad_accum {g}: gradient clipping never triggered (grad_clip {CLIP})")
+
+    hdr = f"{'N':>2} {'stage':>5} {'overlap':>7} {'accum':>5} {'loss err':>9} {'norm err':>9} {'w err':>9} " \
+          f"{'tensor err':>10} {'bytes/step':>11} {'bytes':>5} {'mem':>4} {'sec':>5}"
+    print("\n" + hdr + "\n" + "-" * len(hdr), flush=True)
+    worst = {"loss": 0.0, "norm": 0.0, "w": 0.0, "t": 0.0, "k": 0.0}
+    bytes_by = {}
+    n_runs = 0
+    for n in worlds:
+        for stage in stages:
+            for ov in overlaps:
+                for a in accums:
+                    name = f"N={n} stage={stage} overlap={'on' if ov else 'off'} accum={a}"
+                    d = os.path.join(work, f"N{n}_s{stage}_o{int(ov)}_A{a}")
+                    try:
+                        res = run_train(train, args.mpirun, n, stage, ov, a, d, args.timeout)
+                    except (RunFailed, ValueError) as e:
+                        failures.append(f"{name}: {e}")
+                        print(f"{n:>2} {stage:>5} {'on' if ov else 'off':>7} {a:>5}  RUN FAILED (see end)", flush=True)
+                        continue
+                    n_runs += 1
+                    errs, m = check(res, refs[n * a], n, stage, a)
+                    for k in worst:
+                        worst[k] = max(worst[k], m[k])
+                    bytes_by[(n, stage, ov, a)] = m["bytes"]
+                    failures += [f"{name}: {e}" for e in errs]
+                    print(f"{n:>2} {stage:>5} {'on' if ov else 'off':>7} {a:>5} {m['loss']:9.2e} {m['norm']:9.2e} "
+                          f"{m['w']:9.2e} {m['t']:10.2e} {m['bytes']:11d} {'ok' if m['bytes_ok'] else 'BAD':>5} "
+                          f"{'ok' if m['mem_ok'] else 'BAD':>4} {res['seconds']:5.1f}", flush=True)
+
+    # ZeRO-3 / ZeRO-0 traffic: theory A(3Ψ+Ψ_0)/(2Ψ).
+    print("\nZeRO-3 / ZeRO-0 bytes per step (overlap on):")
+    for n in worlds:
+        if n == 1:
+            continue
+        for a in accums:
+            b0, b3 = bytes_by.get((n, 0, True, a)), bytes_by.get((n, 3, True, a))
+            if not b0 or b3 is None:
+                continue
+            P, P0 = psi(n)
+            want = a * (3 * P + P0) / (2 * P)
+            ok = abs(b3 / b0 - want) < 1e-12 * want
+            print(f"  N={n} A={a}: {b3 / b0:.6f} (theory A(3Ψ+Ψ0)/2Ψ = {want:.6f}, Ψ={P}, Ψ0={P0}) {'ok' if ok else 'BAD'}")
+            if not ok:
+                failures.append(f"N={n} A={a}: ZeRO-3/ZeRO-0 byte ratio {b3 / b0} != {want}")
+
+    total = time.monotonic() - t_all
+    print(f"\nworst: loss rel {worst['loss']:.2e} (tol {LOSS_TOL}), grad norm rel {worst['norm']:.2e} (tol {NORM_TOL}), "
+          f"weights rel L2 {worst['w']:.2e} (tol {WEIGHT_TOL}), per-tensor max|dw|/max|w| {worst['t']:.2e} (tol {TENSOR_TOL}), "
+          f"key bias max|dw| {worst['k']:.2e} (tol {KBIAS_ABS} absolute)")
+    print(f"{n_runs} configurations + {len(refs)} references in {total:.0f} s; run directories in {work}"
+          + ("" if args.keep or failures else " (removed)"))
+    if not args.keep and not failures:
+        shutil.rmtree(work, ignore_errors=True)
+    if failures:
+        print(f"\nzero_matrix FAILED ({len(failures)}):")
+        for f in failures:
+            print("  - " + f)
+        sys.exit(1)
+    print("zero_matrix passed")
+
+
+if __name__ == "__main__":
+    main()
