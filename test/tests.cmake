@@ -40,3 +40,16 @@ add_test(NAME hang_train
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(zero_matrix PROPERTIES TIMEOUT 1200 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 set_tests_properties(hang_train PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+
+# ---- the Comm layer under mpirun: collectives, byte counts, ring buffer; a skipped collective ----
+add_executable(zt_test_comm ${CMAKE_SOURCE_DIR}/test/mpi/test_comm.cpp)
+target_link_libraries(zt_test_comm PRIVATE zt GTest::gtest)  # its own main (MPI + agreement across ranks)
+foreach(np 1 2 3 4)
+  add_test(NAME mpi_comm_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:zt_test_comm>)
+  set_tests_properties(mpi_comm_np${np} PROPERTIES RUN_SERIAL TRUE TIMEOUT 120 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+endforeach()
+add_executable(zt_hang_probe ${CMAKE_SOURCE_DIR}/test/mpi/hang_probe.cpp)
+target_link_libraries(zt_hang_probe PRIVATE zt)
+add_test(NAME mpi_comm_hang COMMAND bash ${CMAKE_SOURCE_DIR}/test/mpi/hang_test.sh $<TARGET_FILE:zt_hang_probe>
+                                    ${MPIEXEC_EXECUTABLE})
+set_tests_properties(mpi_comm_hang PROPERTIES RUN_SERIAL TRUE TIMEOUT 60 ENVIRONMENT "${ZT_MPI_TEST_ENV}")

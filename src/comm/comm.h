@@ -32,10 +32,13 @@
 // abort_all, the MPI backend aborts the job at exit instead of finalising (finalising would wait
 // for the stuck ranks forever).
 //
-// Collective matching: MPI and NCCL match collectives by order. When a rank skips one, its next
-// collective completes together with the other ranks' current one (with the wrong data) and the
-// other ranks hang in their last collective; the skipping rank itself may never block. Timeouts
-// are therefore detected on the ranks that did NOT skip; their abort_all ends the whole job.
+// Collective matching: MPI and NCCL match collectives by their order on a communicator. The MPI
+// backend runs collective #seq on one of 256 duplicate communicators (seq % 256), so a collective
+// only ever meets the same sequence number on the other ranks: when a rank skips #s, the others
+// wait in #s and the skipping rank waits in its next one, and every rank's timeout fires (instead
+// of the skipper's next collective completing with the others' #s, with wrong data or, for
+// different sizes, MPI_ERR_TRUNCATE and heap corruption inside Open MPI's libnbc). NCCL has a
+// single communicator (they are expensive): there, a skip shifts the matching by one.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -136,8 +139,12 @@ struct CommTimeout : Error {
   using Error::Error;
 };
 
-// MPI for host buffers. Initialises MPI (MPI_THREAD_FUNNELED) if nobody has; finalises at exit.
-// Works without mpirun as a world of one.
+// MPI for host buffers. Initialises MPI (MPI_THREAD_FUNNELED) if nobody has; finalises at exit
+// (atexit) only if it initialised MPI, and only after every rank has reached the exit (a barrier
+// with a timeout of 2*timeout_s + 5 s that aborts the job instead: Open MPI 4.1's mpirun can hang
+// when one rank sits in MPI_Finalize while another calls MPI_Abort). May be called more than once
+// per process (each Comm has its own communicator). Works without mpirun as a world of one.
+// Link: MPI's C API only (the C++ bindings are skipped), e.g. CMake MPI::MPI_CXX or MPI::MPI_C.
 std::unique_ptr<Comm> make_mpi_comm(const CommOptions& opts);
 
 }  // namespace zt

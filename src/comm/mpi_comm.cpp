@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -28,13 +29,40 @@ namespace zt {
 namespace {
 
 // Process-wide MPI lifetime: initialised by the first make_mpi_comm (unless someone else did),
-// finalised at exit only if we initialised it. Comms may be created and destroyed any number of
-// times in between.
+// finalised at exit (atexit) only if we initialised it, after an exit barrier with a timeout.
+// Comms may be created and destroyed any number of times in between.
 bool g_we_initialised = false;
 bool g_atexit_registered = false;
 // Collectives that timed out and are still pending, over every Comm: exiting with one left means
 // the other ranks are stuck, and MPI_Finalize would wait for them forever.
 int g_stuck_collectives = 0;
+// A communicator of its own for the exit barrier, so it can never match a collective left pending
+// on a Comm's communicator.
+MPI_Comm g_exit_comm = MPI_COMM_NULL;
+// 2 * the largest timeout_s of any Comm + 5 s: longer than any collective timeout, so that when a
+// rank is stuck, the ranks waiting in a collective report it (and abort) first.
+double g_exit_timeout_s = 0;
+
+// Ranks enter MPI_Finalize only once every rank has reached the exit. Reason: with Open MPI 4.1
+// (Debian, external PMIx), a rank sitting in MPI_Finalize while another calls MPI_Abort makes
+// mpirun hang or crash after all processes are gone (measured: 6 of 15 runs of hang_probe). A rank
+// polling this barrier is simply killed by the abort. Returns false on timeout or error.
+bool exit_barrier(int* rank) {
+  MPI_Comm_rank(g_exit_comm, rank);
+  int size = 1;
+  MPI_Comm_size(g_exit_comm, &size);
+  if (size == 1) return true;
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(g_exit_comm, &req) != MPI_SUCCESS) return false;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    int flag = 0;
+    if (MPI_Test(&req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (flag) return true;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > g_exit_timeout_s) return false;
+    usleep(1000);
+  }
+}
 
 void finalize_at_exit() {
   int finalized = 0;
@@ -47,7 +75,18 @@ void finalize_at_exit() {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  if (g_we_initialised) MPI_Finalize();
+  if (!g_we_initialised) return;
+  int rank = 0;
+  if (!exit_barrier(&rank)) {
+    std::fprintf(stderr,
+                 "zerotrain: rank %d: the other ranks did not reach the end of the program within %g s (one is "
+                 "stuck or failed); aborting the MPI job instead of waiting in MPI_Finalize\n",
+                 rank, g_exit_timeout_s);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Comm_free(&g_exit_comm);
+  MPI_Finalize();
 }
 
 void ensure_mpi() {
@@ -63,11 +102,12 @@ void ensure_mpi() {
     ZT_REQUIRE(provided >= MPI_THREAD_FUNNELED,
                "the MPI library provides thread level " << provided << ", below MPI_THREAD_FUNNELED");
   }
+  ZT_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   if (!g_atexit_registered) {
+    if (g_we_initialised) ZT_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &g_exit_comm));
     ZT_REQUIRE(std::atexit(finalize_at_exit) == 0, "could not register MPI_Finalize with atexit");
     g_atexit_registered = true;
   }
-  ZT_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
 }
 
 int mpi_count(size_t n, const char* what) {
@@ -82,10 +122,30 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   return a_bytes && b_bytes && pa < pb + b_bytes && pb < pa + a_bytes;
 }
 
+// Channels: collective #seq runs on communicator seq % kChannels (duplicates of MPI_COMM_WORLD).
+// MPI matches collectives by their order on a communicator, so with a single one, a rank that
+// skips (or adds) a collective gets its later ones matched with different collectives of the
+// other ranks: wrong data when the sizes agree, MPI_ERR_TRUNCATE and, in Open MPI 4.1's libnbc,
+// heap corruption (free(): invalid next size) when they differ -- observed in hang_train. With
+// channels, a collective can only meet collectives of the same sequence number (mod kChannels) on
+// the other ranks, so a skip makes every rank wait (and time out, naming the sequence number)
+// instead, as long as no rank gets kChannels collectives ahead: it cannot, unless more than about
+// kChannels/2 collectives are in flight at once (the engine has at most ~units or ~buckets in
+// flight: measured 14 for 12 layers). Creating 256 duplicates costs ~0.1 s at start-up (4 ranks).
+constexpr int kChannels = 256;
+
 class MpiComm final : public Comm {
  public:
   explicit MpiComm(const CommOptions& opts) : comm_(dup_world()), rank_(comm_rank(comm_)), world_(comm_size(comm_)),
                                               log_(rank_, world_, opts) {
+    channels_.push_back(comm_);
+    if (world_ > 1) {
+      for (int k = 1; k < kChannels; ++k) {
+        MPI_Comm c = MPI_COMM_NULL;
+        ZT_CHECK_MPI(MPI_Comm_dup(comm_, &c));
+        channels_.push_back(c);
+      }
+    }
     MPI_Comm node = MPI_COMM_NULL;
     ZT_CHECK_MPI(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
     ZT_CHECK_MPI(MPI_Comm_rank(node, &local_rank_));
@@ -103,7 +163,7 @@ class MpiComm final : public Comm {
                    rank_, pending_.size(), (unsigned long long)pending_.front().seq);
       return;
     }
-    MPI_Comm_free(&comm_);  // no throw from a destructor; an error here is harmless
+    for (MPI_Comm& c : channels_) MPI_Comm_free(&c);  // no throw from a destructor; errors are harmless
   }
 
   int rank() const override { return rank_; }
@@ -118,7 +178,7 @@ class MpiComm final : public Comm {
     const uint64_t seq = log_.start(CollOp::all_reduce, bytes);
     if (world_ == 1 || n == 0) return finished(seq);
     MPI_Request req = MPI_REQUEST_NULL;
-    ZT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, comm_, &req));
+    ZT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, channel(seq), &req));
     pending_.push_back({seq, req});
     return {seq};
   }
@@ -141,10 +201,10 @@ class MpiComm final : public Comm {
       // MPI's in-place form leaves the result at the start of the full buffer; move it to our
       // shard's slot when the collective completes.
       float* full = const_cast<float*>(send);  // writable: recv points into it
-      ZT_CHECK_MPI(MPI_Ireduce_scatter_block(MPI_IN_PLACE, full, count, MPI_FLOAT, MPI_SUM, comm_, &req));
+      ZT_CHECK_MPI(MPI_Ireduce_scatter_block(MPI_IN_PLACE, full, count, MPI_FLOAT, MPI_SUM, channel(seq), &req));
       if (rank_ != 0) p.move = {recv, full, recv_n};
     } else {
-      ZT_CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, count, MPI_FLOAT, MPI_SUM, comm_, &req));
+      ZT_CHECK_MPI(MPI_Ireduce_scatter_block(send, recv, count, MPI_FLOAT, MPI_SUM, channel(seq), &req));
     }
     p.req = req;
     pending_.push_back(p);
@@ -164,7 +224,7 @@ class MpiComm final : public Comm {
       return finished(seq);
     }
     MPI_Request req = MPI_REQUEST_NULL;
-    ZT_CHECK_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, count, MPI_FLOAT, recv, count, MPI_FLOAT, comm_, &req));
+    ZT_CHECK_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, count, MPI_FLOAT, recv, count, MPI_FLOAT, channel(seq), &req));
     pending_.push_back({seq, req});
     return {seq};
   }
@@ -175,7 +235,7 @@ class MpiComm final : public Comm {
     const uint64_t seq = log_.start(CollOp::broadcast, model_bytes_broadcast(bytes, world_, root == rank_));
     if (world_ == 1 || bytes == 0) return finished(seq);
     MPI_Request req = MPI_REQUEST_NULL;
-    ZT_CHECK_MPI(MPI_Ibcast(buf, count, MPI_BYTE, root, comm_, &req));
+    ZT_CHECK_MPI(MPI_Ibcast(buf, count, MPI_BYTE, root, channel(seq), &req));
     pending_.push_back({seq, req});
     return {seq};
   }
@@ -212,7 +272,7 @@ class MpiComm final : public Comm {
       return;
     }
     MPI_Request req = MPI_REQUEST_NULL;
-    ZT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, MPI_SUM, comm_, &req));
+    ZT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, MPI_SUM, channel(seq), &req));
     pending_.push_back({seq, req});
     wait({seq});
   }
@@ -224,7 +284,7 @@ class MpiComm final : public Comm {
       return;
     }
     MPI_Request req = MPI_REQUEST_NULL;
-    ZT_CHECK_MPI(MPI_Ibarrier(comm_, &req));
+    ZT_CHECK_MPI(MPI_Ibarrier(channel(seq), &req));
     pending_.push_back({seq, req});
     wait({seq});
   }
@@ -238,7 +298,7 @@ class MpiComm final : public Comm {
     // A member buffer: if the wait times out, MPI may still write into it later.
     gather_u64_[rank_] = v;
     MPI_Request req = MPI_REQUEST_NULL;
-    ZT_CHECK_MPI(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, gather_u64_.data(), 1, MPI_UINT64_T, comm_, &req));
+    ZT_CHECK_MPI(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, gather_u64_.data(), 1, MPI_UINT64_T, channel(seq), &req));
     pending_.push_back({seq, req});
     wait({seq});
     return gather_u64_;
@@ -286,6 +346,8 @@ class MpiComm final : public Comm {
     ZT_CHECK_MPI(MPI_Comm_size(c, &n));
     return n;
   }
+
+  MPI_Comm channel(uint64_t seq) const { return channels_[seq % channels_.size()]; }
 
   CommHandle finished(uint64_t seq) {
     log_.finish(seq);
@@ -346,7 +408,8 @@ class MpiComm final : public Comm {
     throw CommTimeout(log_.timeout_headline(seq));
   }
 
-  MPI_Comm comm_;
+  MPI_Comm comm_;                   // channels_[0]
+  std::vector<MPI_Comm> channels_;  // collective #seq runs on channels_[seq % size]
   int rank_, world_;
   int local_rank_ = 0, local_world_ = 1;
   CollLog log_;
@@ -361,6 +424,7 @@ class MpiComm final : public Comm {
 
 std::unique_ptr<Comm> make_mpi_comm(const CommOptions& opts) {
   ZT_REQUIRE(opts.timeout_s > 0, "comm timeout must be > 0 s, got " << opts.timeout_s);
+  g_exit_timeout_s = std::max(g_exit_timeout_s, 2 * opts.timeout_s + 5);
   return std::make_unique<MpiComm>(opts);
 }
 

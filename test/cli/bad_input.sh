@@ -36,7 +36,7 @@ expect missing_val   'data/sample/nope.bin' "{\"data\": {\"train\": \"data/sampl
 expect negative_lr   'optim.lr'             "{\"optim\": {\"lr\": -0.001}, $good_data}"
 expect malformed     'malformed JSON'       "{\"optim\": {\"lr\": 0.001,, $good_data}"
 expect bad_override  'zero.stage'           "{$good_data}" --set zero.stage=abc
-expect unsupported   'zero.stage'           "{$good_data}" --set zero.stage=2
+expect unsupported   'offload.optimizer'    "{$good_data}" --set offload.optimizer=cpu
 # A plan file that does not exist at all.
 if "$TRAIN" "$work/does_not_exist.json" >/dev/null 2>"$work/err"; then echo "FAIL nonexistent plan: exit 0"; fails=$((fails+1));
 elif ! grep -q 'cannot open' "$work/err"; then echo "FAIL nonexistent plan:"; cat "$work/err"; fails=$((fails+1));

@@ -32,9 +32,8 @@ int main() {
     std::fprintf(stderr, "hang_probe rank %d: unexpected error: %s\n", rank, e.what());
     comm->abort_all(4);
   }
-  // The skipping rank gets here: MPI matches collectives by order, so its second all-reduce
-  // completed with the others' first, and the others now wait in their second.
-  std::fprintf(stderr, "hang_probe rank %d: both all-reduces returned; last collectives:\n%s", rank,
+  // Not reached: ranks 0 and 2 wait in #1 (skipped by rank 1), rank 1 waits in #2.
+  std::fprintf(stderr, "hang_probe rank %d: both all-reduces returned (unexpected); last collectives:\n%s", rank,
                comm->ring_dump(4).c_str());
   return 0;
 }

@@ -29,7 +29,7 @@ failures=0
 for stage in 0 1 2 3; do
   out="$work/stage$stage.txt"
   start_ns=$(date +%s%N)
-  timeout $OUTER "$MPIEXEC" --oversubscribe -np 3 "$TRAIN" plans/default.json \
+  timeout -k 5 $OUTER "$MPIEXEC" --oversubscribe -np 3 "$TRAIN" plans/default.json \
     --set model.n_layer=2 --set model.n_head=5 --set model.n_embd=35 --set model.seq_len=31 \
     --set 'data.train=data/sample/train_*.bin' --set data.val=data/sample/val.bin --set data.tokenizer= \
     --set batch.micro_batch=2 --set run.steps=8 --set run.eval_every=0 --set run.eval_batches=1 \

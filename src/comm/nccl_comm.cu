@@ -1,0 +1,313 @@
+// NCCL backend of Comm: see nccl_comm.h. Host code only (no kernels): NCCL launches its own.
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <vector>
+
+#include "comm/coll_log.h"
+#include "comm/comm.h"
+#include "comm/nccl_comm.h"
+
+#ifndef ZT_CHECK_CUDA
+#define ZT_CHECK_CUDA(call)                                                                              \
+  do {                                                                                                   \
+    const cudaError_t zt_cuda_rc_ = (call);                                                              \
+    if (zt_cuda_rc_ != cudaSuccess)                                                                      \
+      ::zt::fail_at(__FILE__, __LINE__,                                                                  \
+                    std::string("CUDA call failed: ") + #call + ": " + cudaGetErrorName(zt_cuda_rc_) + \
+                        ": " + cudaGetErrorString(zt_cuda_rc_));                                         \
+  } while (0)
+#endif
+
+#define ZT_CHECK_NCCL(call)                                                                             \
+  do {                                                                                                  \
+    const ncclResult_t zt_nccl_rc_ = (call);                                                            \
+    if (zt_nccl_rc_ != ncclSuccess)                                                                     \
+      ::zt::fail_at(__FILE__, __LINE__,                                                                 \
+                    std::string("NCCL call failed: ") + #call + ": " + ncclGetErrorString(zt_nccl_rc_) + \
+                        " (NCCL_DEBUG=WARN tells more)");                                              \
+  } while (0)
+
+namespace zt {
+namespace {
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const char* pa = static_cast<const char*>(a);
+  const char* pb = static_cast<const char*>(b);
+  return a_bytes && b_bytes && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+class NcclComm final : public Comm {
+ public:
+  NcclComm(const CommOptions& opts, Comm& boot)
+      : boot_(boot), rank_(boot.rank()), world_(boot.world()), log_(boot.rank(), boot.world(), opts) {
+    int ndev = 0;
+    ZT_CHECK_CUDA(cudaGetDeviceCount(&ndev));
+    ZT_REQUIRE(ndev > 0, "rank " << rank_ << ": no CUDA device visible; NCCL needs one GPU per rank");
+    ZT_REQUIRE(boot.local_world() <= ndev,
+               "rank " << rank_ << ": " << boot.local_world() << " ranks on this host but only " << ndev
+                       << " GPU(s) visible; NCCL needs one GPU per rank (start fewer ranks per host)");
+    device_ = boot.local_rank() % ndev;
+    ZT_CHECK_CUDA(cudaSetDevice(device_));
+
+    ncclUniqueId id{};
+    if (rank_ == 0) ZT_CHECK_NCCL(ncclGetUniqueId(&id));
+    boot_.wait(boot_.broadcast(&id, sizeof id, 0));
+    ZT_CHECK_NCCL(ncclCommInitRank(&comm_, world_, id, rank_));
+    ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    ZT_CHECK_CUDA(cudaEventCreateWithFlags(&input_ready_, cudaEventDisableTiming));
+  }
+
+  ~NcclComm() override {
+    // No throw from here: report and go on.
+    cudaSetDevice(device_);
+    if (comm_ && !aborted_) {
+      if (!pending_.empty()) {
+        std::fprintf(stderr, "zerotrain: rank %d: NCCL comm destroyed with %zu collective(s) pending; aborting it\n",
+                     rank_, pending_.size());
+        ncclCommAbort(comm_);
+      } else {
+        cudaStreamSynchronize(stream_);
+        if (ncclCommFinalize(comm_) == ncclSuccess) ncclCommDestroy(comm_);
+        else ncclCommAbort(comm_);
+      }
+    }
+    for (Pending& p : pending_) cudaEventDestroy(p.done);
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+    if (input_ready_) cudaEventDestroy(input_ready_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  int local_rank() const override { return boot_.local_rank(); }
+  int local_world() const override { return boot_.local_world(); }
+
+  CommHandle all_reduce(float* buf, size_t n) override {
+    check_usable();
+    const uint64_t bytes = model_bytes_all_reduce(n, world_);
+    if (log_.take_fault(CollOp::all_reduce)) return {log_.start(CollOp::all_reduce, bytes, true)};
+    const uint64_t seq = log_.start(CollOp::all_reduce, bytes);
+    if (n == 0) return finished(seq);
+    before_launch();
+    ZT_CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
+    return after_launch(seq);
+  }
+
+  CommHandle reduce_scatter(const float* send, float* recv, size_t recv_n) override {
+    check_usable();
+    const bool in_place = recv == send + size_t(rank_) * recv_n;
+    ZT_REQUIRE(in_place || !overlaps(send, 4 * recv_n * world_, recv, 4 * recv_n),
+               "reduce_scatter: send and recv overlap (only recv == send + rank*recv_n is allowed in place)");
+    const uint64_t bytes = model_bytes_reduce_scatter(recv_n, world_);
+    if (log_.take_fault(CollOp::reduce_scatter)) return {log_.start(CollOp::reduce_scatter, bytes, true)};
+    const uint64_t seq = log_.start(CollOp::reduce_scatter, bytes);
+    if (recv_n == 0) return finished(seq);
+    before_launch();
+    ZT_CHECK_NCCL(ncclReduceScatter(send, recv, recv_n, ncclFloat, ncclSum, comm_, stream_));
+    return after_launch(seq);
+  }
+
+  CommHandle all_gather(const float* send, float* recv, size_t send_n) override {
+    check_usable();
+    const bool in_place = send == recv + size_t(rank_) * send_n;
+    ZT_REQUIRE(in_place || !overlaps(send, 4 * send_n, recv, 4 * send_n * world_),
+               "all_gather: send and recv overlap (only send == recv + rank*send_n is allowed in place)");
+    const uint64_t bytes = model_bytes_all_gather(send_n, world_);
+    if (log_.take_fault(CollOp::all_gather)) return {log_.start(CollOp::all_gather, bytes, true)};
+    const uint64_t seq = log_.start(CollOp::all_gather, bytes);
+    if (send_n == 0) return finished(seq);
+    before_launch();
+    ZT_CHECK_NCCL(ncclAllGather(send, recv, send_n, ncclFloat, comm_, stream_));
+    return after_launch(seq);
+  }
+
+  CommHandle broadcast(void* buf, size_t bytes, int root) override {
+    check_usable();
+    ZT_REQUIRE(root >= 0 && root < world_, "broadcast: root " << root << " is not a rank of a world of " << world_);
+    const uint64_t seq = log_.start(CollOp::broadcast, model_bytes_broadcast(bytes, world_, root == rank_));
+    if (bytes == 0) return finished(seq);
+    before_launch();
+    ZT_CHECK_NCCL(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_));
+    return after_launch(seq);
+  }
+
+  bool test(CommHandle h) override {
+    progress();
+    return !h.valid() || !is_pending(h.seq);
+  }
+
+  void wait(CommHandle h) override {
+    if (!h.valid() || !is_pending(h.seq)) return;
+    const double t0 = log_.now();
+    for (int spins = 0;; ++spins) {
+      progress();
+      if (!is_pending(h.seq)) break;
+      const double waited = log_.now() - t0;
+      if (waited > log_.options().timeout_s) {
+        log_.add_wait(waited);
+        timeout(h.seq);
+      }
+      if (spins < 64) sched_yield();
+      else usleep(20);
+    }
+    log_.add_wait(log_.now() - t0);
+  }
+
+  // Control traffic goes over MPI (host doubles); recorded here too so step_stats() of the model
+  // comm has the control bytes.
+  void all_reduce_sum(double* vals, int n) override {
+    const uint64_t seq = log_.start(CollOp::scalar_all_reduce, model_bytes_all_reduce(uint64_t(std::max(n, 0)), world_, 8));
+    const double t0 = log_.now();
+    boot_.all_reduce_sum(vals, n);
+    log_.add_wait(log_.now() - t0);
+    log_.finish(seq);
+  }
+  void barrier() override {
+    const uint64_t seq = log_.start(CollOp::barrier, 0);
+    const double t0 = log_.now();
+    boot_.barrier();
+    log_.add_wait(log_.now() - t0);
+    log_.finish(seq);
+  }
+  std::vector<uint64_t> all_gather_u64(uint64_t v) override {
+    const uint64_t seq = log_.start(CollOp::scalar_all_gather, model_bytes_all_gather(1, world_, 8));
+    const double t0 = log_.now();
+    std::vector<uint64_t> out = boot_.all_gather_u64(v);
+    log_.add_wait(log_.now() - t0);
+    log_.finish(seq);
+    return out;
+  }
+
+  void begin_step(int64_t step) override {
+    log_.begin_step(step);
+    boot_.begin_step(step);
+  }
+  const CommStepStats& step_stats() const override { return log_.stats(); }
+  std::string ring_dump(size_t n) const override { return log_.dump(n); }
+  std::vector<CollRecord> records() const override { return log_.records(); }
+
+  [[noreturn]] void abort_all(int code) override {
+    if (comm_ && !aborted_) {
+      aborted_ = true;
+      ncclCommAbort(comm_);  // unblocks our kernels; best effort, we are going down anyway
+    }
+    boot_.abort_all(code);
+    std::_Exit(code);  // not reached: abort_all never returns
+  }
+
+  void set_compute_stream(cudaStream_t s) { compute_stream_ = s; }
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  struct Pending {
+    uint64_t seq;
+    cudaEvent_t done;
+  };
+
+  void check_usable() const {
+    ZT_REQUIRE(!aborted_, "rank " << rank_ << ": the NCCL communicator was aborted after a collective timed out; "
+                                  "no further collectives are possible");
+  }
+
+  void before_launch() {
+    ZT_CHECK_CUDA(cudaSetDevice(device_));
+    ZT_CHECK_CUDA(cudaEventRecord(input_ready_, compute_stream_));
+    ZT_CHECK_CUDA(cudaStreamWaitEvent(stream_, input_ready_, 0));
+  }
+
+  CommHandle after_launch(uint64_t seq) {
+    cudaEvent_t ev = nullptr;
+    if (!free_events_.empty()) {
+      ev = free_events_.back();
+      free_events_.pop_back();
+    } else {
+      ZT_CHECK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    }
+    ZT_CHECK_CUDA(cudaEventRecord(ev, stream_));
+    pending_.push_back({seq, ev});
+    return {seq};
+  }
+
+  CommHandle finished(uint64_t seq) {
+    log_.finish(seq);
+    return {seq};
+  }
+
+  bool is_pending(uint64_t seq) const {
+    for (const Pending& p : pending_)
+      if (p.seq == seq) return true;
+    return false;
+  }
+
+  // Retires every pending collective whose event has fired; surfaces NCCL's asynchronous errors.
+  void progress() {
+    if (pending_.empty()) return;
+    for (Pending& p : pending_) {
+      const cudaError_t rc = cudaEventQuery(p.done);
+      if (rc == cudaErrorNotReady) continue;
+      ZT_CHECK_CUDA(rc);
+      log_.finish(p.seq);
+      free_events_.push_back(p.done);
+      p.seq = 0;
+    }
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [](const Pending& p) { return p.seq == 0; }),
+                   pending_.end());
+    if (!pending_.empty()) {
+      ncclResult_t async = ncclSuccess;
+      ZT_CHECK_NCCL(ncclCommGetAsyncError(comm_, &async));
+      if (async != ncclSuccess && async != ncclInProgress)
+        fail_at(__FILE__, __LINE__,
+                "rank " + std::to_string(rank_) + ": NCCL reported an asynchronous error: " + ncclGetErrorString(async));
+    }
+  }
+
+  [[noreturn]] void timeout(uint64_t seq) {
+    log_.mark_timed_out(seq);
+    const std::string report = log_.timeout_report(seq);
+    std::fprintf(stderr, "%s", report.c_str());
+    std::fflush(stderr);
+    // The kernels of this and every later collective on the stream would spin forever: abort the
+    // communicator so the GPU is released; the comm is unusable from here on.
+    aborted_ = true;
+    ncclCommAbort(comm_);
+    throw CommTimeout(log_.timeout_headline(seq));
+  }
+
+  Comm& boot_;
+  int rank_, world_;
+  int device_ = 0;
+  CollLog log_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaStream_t compute_stream_ = nullptr;  // legacy default stream
+  cudaEvent_t input_ready_ = nullptr;
+  bool aborted_ = false;
+  std::vector<Pending> pending_;
+  std::vector<cudaEvent_t> free_events_;
+};
+
+NcclComm& as_nccl(Comm& c) {
+  NcclComm* n = dynamic_cast<NcclComm*>(&c);
+  ZT_REQUIRE(n, "internal error: not an NCCL comm");
+  return *n;
+}
+
+}  // namespace
+
+std::unique_ptr<Comm> make_nccl_comm(const CommOptions& opts, Comm& bootstrap) {
+  ZT_REQUIRE(opts.timeout_s > 0, "comm timeout must be > 0 s, got " << opts.timeout_s);
+  return std::make_unique<NcclComm>(opts, bootstrap);
+}
+
+void nccl_comm_set_compute_stream(Comm& comm, CUstream_st* stream) { as_nccl(comm).set_compute_stream(stream); }
+CUstream_st* nccl_comm_stream(Comm& comm) { return as_nccl(comm).stream(); }
+
+}  // namespace zt
