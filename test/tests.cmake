@@ -53,3 +53,6 @@ target_link_libraries(zt_hang_probe PRIVATE zt)
 add_test(NAME mpi_comm_hang COMMAND bash ${CMAKE_SOURCE_DIR}/test/mpi/hang_test.sh $<TARGET_FILE:zt_hang_probe>
                                     ${MPIEXEC_EXECUTABLE})
 set_tests_properties(mpi_comm_hang PROPERTIES RUN_SERIAL TRUE TIMEOUT 60 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+add_test(NAME plan_mismatch COMMAND bash ${CMAKE_SOURCE_DIR}/test/mpi/plan_mismatch.sh $<TARGET_FILE:train> ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(plan_mismatch PROPERTIES RUN_SERIAL TRUE TIMEOUT 90 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
