@@ -1,5 +1,7 @@
 #include "comm/coll_log.h"
 
+#include "runtime/memory.h"
+
 #include <cstdio>
 #include <sstream>
 
@@ -34,15 +36,6 @@ uint64_t model_bytes_all_gather(uint64_t send_n, int world, uint64_t elem_bytes)
 }
 uint64_t model_bytes_broadcast(uint64_t bytes, int world, bool is_root) {
   return (world <= 1 || !is_root) ? 0 : bytes;
-}
-
-std::string format_bytes(uint64_t b) {
-  char buf[64];
-  if (b < 1024) std::snprintf(buf, sizeof buf, "%llu B", (unsigned long long)b);
-  else if (b < (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
-  else if (b < (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
-  else std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
-  return buf;
 }
 
 CollLog::CollLog(int rank, int world, const CommOptions& opts)
@@ -123,7 +116,7 @@ std::string CollLog::dump(size_t n) const {
   char buf[160];
   for (size_t i = from; i < recs.size(); ++i) {
     const CollRecord& r = recs[i];
-    os << "  #" << r.seq << " " << coll_op_name(r.op) << " " << format_bytes(r.bytes) << " step " << r.step << " ";
+    os << "  #" << r.seq << " " << coll_op_name(r.op) << " " << format_bytes(double(r.bytes)) << " step " << r.step << " ";
     switch (r.state) {
       case CollState::done:
         std::snprintf(buf, sizeof buf, "done %.3f s -> %.3f s", r.t_start, r.t_end);

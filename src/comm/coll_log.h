@@ -2,6 +2,9 @@
 // the last kRing records, per-step counters under the byte model of comm.h, fault injection, and
 // the timeout diagnostic. Knows nothing about MPI, CUDA or NCCL.
 #pragma once
+#include <sched.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -19,9 +22,6 @@ uint64_t model_bytes_all_gather(uint64_t send_n, int world, uint64_t elem_bytes 
 uint64_t model_bytes_broadcast(uint64_t bytes, int world, bool is_root);
 
 bool coll_op_is_control(CollOp op);
-
-// "16 B", "3.00 KiB", "1.50 MiB", "2.00 GiB".
-std::string format_bytes(uint64_t bytes);
 
 class CollLog {
  public:
@@ -41,6 +41,27 @@ class CollLog {
   void finish(uint64_t seq);          // done at now(); no-op if the record left the ring
   void mark_timed_out(uint64_t seq);
   void add_wait(double s) { stats_.wait_s += s; }
+
+  // The timed wait both backends use: calls poll() (progress the backend) until done(); past
+  // timeout_s calls on_timeout(), which reports and throws. A short spin keeps latency low for
+  // small messages; then it yields the core (ranks are often oversubscribed on small machines)
+  // while still polling every sleep_us.
+  template <class Poll, class Done, class OnTimeout>
+  void wait_polling(Poll poll, Done done, OnTimeout on_timeout, unsigned sleep_us) {
+    const double t0 = now();
+    for (int spins = 0;; ++spins) {
+      poll();
+      if (done()) break;
+      const double waited = now() - t0;
+      if (waited > opts_.timeout_s) {
+        add_wait(waited);
+        on_timeout();
+      }
+      if (spins < 64) sched_yield();
+      else usleep(sleep_us);
+    }
+    add_wait(now() - t0);
+  }
 
   void begin_step(int64_t step);
   int64_t step() const { return step_; }

@@ -247,21 +247,7 @@ class MpiComm final : public Comm {
 
   void wait(CommHandle h) override {
     if (!h.valid() || !is_pending(h.seq)) return;
-    const double t0 = log_.now();
-    for (int spins = 0;; ++spins) {
-      progress();
-      if (!is_pending(h.seq)) break;
-      const double waited = log_.now() - t0;
-      if (waited > log_.options().timeout_s) {
-        log_.add_wait(waited);
-        timeout(h.seq);
-      }
-      // A short spin keeps latency low for small messages; then yield the core (ranks are often
-      // oversubscribed on small machines) while still polling every ~50 us.
-      if (spins < 64) sched_yield();
-      else usleep(50);
-    }
-    log_.add_wait(log_.now() - t0);
+    log_.wait_polling([&] { progress(); }, [&] { return !is_pending(h.seq); }, [&] { timeout(h.seq); }, 50);
   }
 
   void all_reduce_sum(double* vals, int n) override {

@@ -146,19 +146,7 @@ class NcclComm final : public Comm {
 
   void wait(CommHandle h) override {
     if (!h.valid() || !is_pending(h.seq)) return;
-    const double t0 = log_.now();
-    for (int spins = 0;; ++spins) {
-      progress();
-      if (!is_pending(h.seq)) break;
-      const double waited = log_.now() - t0;
-      if (waited > log_.options().timeout_s) {
-        log_.add_wait(waited);
-        timeout(h.seq);
-      }
-      if (spins < 64) sched_yield();
-      else usleep(20);
-    }
-    log_.add_wait(log_.now() - t0);
+    log_.wait_polling([&] { progress(); }, [&] { return !is_pending(h.seq); }, [&] { timeout(h.seq); }, 20);
   }
 
   // Control traffic goes over MPI (host doubles); recorded here too so step_stats() of the model
