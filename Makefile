@@ -1,13 +1,14 @@
 # Front door. The real build is CMake in build/; these targets wrap it.
 #   make            build ./train (and the test binaries)
 #   make train      prepare the default data if missing, then train plans/default.json
-#   make test       build and run every test through ctest
+#   make test       build and run every test through ctest (GPU tests report "Skipped" without a GPU)
+#   make test-gpu   only the GPU tests: CUDA ops vs CPU ops, the model on the GPU vs the CPU backend
 #   make bench      CPU throughput vs PyTorch (scripts/bench_cpu.sh)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build train test bench data clean
+.PHONY: all build train test test-gpu bench data clean
 all: build
 
 $(BUILD)/CMakeCache.txt:
@@ -24,6 +25,9 @@ train: build data
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-gpu: build
+	cd $(BUILD) && ctest -L gpu --output-on-failure
 
 bench: build data
 	scripts/bench_cpu.sh

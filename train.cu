@@ -67,8 +67,9 @@ int run(int argc, char** argv) {
   est->add_option("--world", world, "number of ranks")->check(CLI::PositiveNumber);
   est->add_option("--set", overrides, "override a plan field")->type_name("KEY=VALUE");
   est->add_flag("--json", as_json, "print JSON instead of a table");
-  app.footer("Multi-rank: mpirun -np N ./train PLAN.json. The CPU backend computes in fp32; offload, checkpoints\n"
-             "and the CUDA backend are not available in this build yet (plans asking for them are rejected).");
+  app.footer("Multi-rank: mpirun -np N ./train PLAN.json (CPU backend, fp32). device \"cuda\" (or \"auto\" with a\n"
+             "GPU) trains on one GPU, precision.compute \"bf16\" (default there) or \"fp32\", zero.stage 0. Offload and\n"
+             "checkpoints are not available in this build yet (plans asking for them are rejected).");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

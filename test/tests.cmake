@@ -56,3 +56,18 @@ set_tests_properties(mpi_comm_hang PROPERTIES RUN_SERIAL TRUE TIMEOUT 60 ENVIRON
 add_test(NAME plan_mismatch COMMAND bash ${CMAKE_SOURCE_DIR}/test/mpi/plan_mismatch.sh $<TARGET_FILE:train> ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(plan_mismatch PROPERTIES RUN_SERIAL TRUE TIMEOUT 90 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+
+# ---- GPU: each CUDA op against its CPU op, the whole model against the CPU backend ----------------
+# Built whenever the CUDA backend is; every test starts with ZT_REQUIRE_GPU(), which reports it as
+# skipped (gtest's [  SKIPPED ], which ctest turns into "Skipped", never "Passed") on machines
+# without a GPU. `make test-gpu` runs only these (label gpu).
+if(ZT_HAVE_CUDA)
+  file(GLOB ZT_GPU_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/test/gpu/test_*.cpp)
+  add_executable(zt_gpu_tests ${ZT_GPU_TESTS})
+  target_link_libraries(zt_gpu_tests PRIVATE zt GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(zt_gpu_tests DISCOVERY_TIMEOUT 60
+                       PROPERTIES LABELS gpu SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
+                                  ENVIRONMENT "OMP_NUM_THREADS=2;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  add_executable(zt_bench_kernels ${CMAKE_SOURCE_DIR}/test/gpu/bench_kernels.cpp)
+  target_link_libraries(zt_bench_kernels PRIVATE zt)
+endif()

@@ -14,17 +14,8 @@
 #include "comm/coll_log.h"
 #include "comm/comm.h"
 #include "comm/nccl_comm.h"
+#include "runtime/cuda_check.h"
 
-#ifndef ZT_CHECK_CUDA
-#define ZT_CHECK_CUDA(call)                                                                              \
-  do {                                                                                                   \
-    const cudaError_t zt_cuda_rc_ = (call);                                                              \
-    if (zt_cuda_rc_ != cudaSuccess)                                                                      \
-      ::zt::fail_at(__FILE__, __LINE__,                                                                  \
-                    std::string("CUDA call failed: ") + #call + ": " + cudaGetErrorName(zt_cuda_rc_) + \
-                        ": " + cudaGetErrorString(zt_cuda_rc_));                                         \
-  } while (0)
-#endif
 
 #define ZT_CHECK_NCCL(call)                                                                             \
   do {                                                                                                  \

@@ -1,6 +1,7 @@
 // AdamW (decoupled weight decay, as torch.optim.AdamW) on a contiguous range of parameters.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 namespace zt::cpu {
 struct AdamWArgs {
   float lr, beta1, beta2, eps, weight_decay;
@@ -10,3 +11,16 @@ struct AdamWArgs {
 // param -= lr * (wd * param + mhat / (sqrt(vhat) + eps)), m and v updated in place.
 template <class T> void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const AdamWArgs& a);
 }  // namespace zt::cpu
+
+#if ZT_HAVE_CUDA
+#include "runtime/cuda_check.h"
+namespace zt::cuda {
+// AdamW with fp32 state. T = bf16: `master` (fp32 copy of the parameters) is updated and the bf16
+// parameter is its stochastic rounding (seeded by `seed`, counter-based per element). T = float:
+// master may be nullptr (param is the master; for bf16 the update is then computed from the bf16
+// value and stochastically rounded back). With a master, param = round(master) afterwards, exactly
+// for float. m and v are fp32 always.
+template <class T> void adamw_update(T* param, float* master, const T* grad, float* m, float* v, size_t n,
+                                     const cpu::AdamWArgs& a, uint32_t seed, cudaStream_t stream);
+}  // namespace zt::cuda
+#endif

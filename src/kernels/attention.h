@@ -9,3 +9,18 @@ template <class T> void attention_forward(T* out, T* lse, const T* qkv, int B, i
 template <class T> void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int Tn,
                                            int C, int NH);
 }  // namespace zt::cpu
+
+#if ZT_HAVE_CUDA
+#include "runtime/cuda_check.h"
+namespace zt::cuda {
+// Flash-style causal attention (online softmax, no (T,T) matrix). hs = C/NH in {16, 32, 64, 128}.
+// bf16: tensor cores (mma.sync); float: SIMT fp32, the parity mode. lse is fp32 (B,NH,T).
+template <class T> void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH,
+                                          cudaStream_t stream);
+// Accumulates (+=) into dqkv (B,T,3C), deterministically (no atomics: dK/dV and dQ in separate
+// passes). scratch: attention_backward_scratch_bytes, the row dot products D = rowsum(dout * out).
+size_t attention_backward_scratch_bytes(int B, int Tn, int C, int NH);
+template <class T> void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B,
+                                           int Tn, int C, int NH, void* scratch, cudaStream_t stream);
+}  // namespace zt::cuda
+#endif

@@ -6,3 +6,12 @@ template <class T> void gelu_forward(T* out, const T* inp, size_t n);
 // Accumulates (+=) into dinp.
 template <class T> void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
 }  // namespace zt::cpu
+
+#if ZT_HAVE_CUDA
+#include "runtime/cuda_check.h"
+namespace zt::cuda {
+template <class T> void gelu_forward(T* out, const T* inp, size_t n, cudaStream_t stream);
+// Accumulates (+=) into dinp.
+template <class T> void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n, cudaStream_t stream);
+}  // namespace zt::cuda
+#endif

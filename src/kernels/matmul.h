@@ -8,3 +8,27 @@ template <class T> void matmul_forward(T* out, const T* inp, const T* weight, co
 template <class T> void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N,
                                         int C, int OC);
 }  // namespace zt::cpu
+
+#if ZT_HAVE_CUDA
+#include "runtime/cuda_check.h"
+namespace zt::cuda {
+// cuBLASLt. Handle, workspace and stream come from the caller (kernels know no global state).
+struct Blas {
+  cublasLtHandle_t lt = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  cudaStream_t stream = nullptr;
+};
+// out (N,OC) = inp (N,C) @ weight^T (+ bias). With pre_gelu != nullptr the GELU is fused into the
+// epilogue: pre_gelu = inp @ weight^T + bias, out = gelu(pre_gelu). Overwrites out (and pre_gelu).
+// T = float runs in strict fp32 (no TF32), the parity mode; T = bf16 accumulates in fp32.
+template <class T> void matmul_forward(T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias, int N, int C,
+                                       int OC, const Blas& blas);
+// Accumulates (+=) into dinp (N,C), dweight (OC,C), dbias (OC); dinp or dbias may be nullptr.
+// dbias is reduced by a deterministic kernel (per-block partials in `scratch`,
+// matmul_backward_scratch_bytes) since cuBLASLt's BGRAD epilogue overwrites instead of adding.
+size_t matmul_backward_scratch_bytes(int N, int OC);
+template <class T> void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N,
+                                        int C, int OC, void* scratch, const Blas& blas);
+}  // namespace zt::cuda
+#endif

@@ -5,8 +5,12 @@
 #include <cstring>
 #include <cstdio>
 #include <memory>
+#include <type_traits>
 
 #include "model/ops_cpu.h"
+#if ZT_HAVE_CUDA
+#include "model/ops_cuda.h"
+#endif
 #include "runtime/error.h"
 
 namespace zt {
@@ -40,34 +44,47 @@ using File = std::unique_ptr<FILE, FileCloser>;
 }  // namespace
 
 namespace {
+// Kind of element of an activation field: token id, storage type T, or statistic type S.
+enum class Elem { token, t, s };
+struct FieldSize {
+  size_t n;
+  Elem kind;
+};
 // Element counts of the activation fields, in the declaration order of GPT::Activations, then of
 // GPT::GradScratch. One list serves the constructor and activation_bytes().
-std::vector<size_t> activation_sizes(const GPTConfig& cfg, int B, int Tn) {
+std::vector<FieldSize> activation_sizes(const GPTConfig& cfg, int B, int Tn) {
   const size_t L = size_t(cfg.L), C = size_t(cfg.C), NH = size_t(cfg.NH), Vp = size_t(cfg.Vp);
   const size_t BT = size_t(B) * size_t(Tn);
+  const Elem i = Elem::token, t = Elem::t, s = Elem::s;
   return {
-      BT * C,         L * BT * C,     L * BT,     L * BT,         L * BT * 3 * C, L * BT * C, L * BT * NH,
-      L * BT * C,     L * BT * C,     L * BT * C, L * BT,         L * BT,         L * BT * 4 * C, L * BT * 4 * C,
-      L * BT * C,     L * BT * C,     BT * C,     BT,             BT,             BT * Vp,    BT,
+      {BT, i},           {BT, i},
+      {BT * C, t},       {L * BT * C, t},  {L * BT, s},      {L * BT, s},         {L * BT * 3 * C, t},
+      {L * BT * C, t},   {L * BT * NH, s}, {L * BT * C, t},  {L * BT * C, t},     {L * BT * C, t},
+      {L * BT, s},       {L * BT, s},      {L * BT * 4 * C, t}, {L * BT * 4 * C, t}, {L * BT * C, t},
+      {L * BT * C, t},   {BT * C, t},      {BT, s},          {BT, s},             {BT * Vp, t},
+      {BT, s},
   };
 }
-std::vector<size_t> grad_scratch_sizes(const GPTConfig& cfg, int B, int Tn) {
+std::vector<FieldSize> grad_scratch_sizes(const GPTConfig& cfg, int B, int Tn) {
   const size_t BT = size_t(B) * size_t(Tn), C = size_t(cfg.C);
-  return {BT * C, BT * C, BT * 4 * C, BT * 4 * C, BT * 3 * C};
+  return {{BT * C, Elem::t}, {BT * C, Elem::t}, {BT * 4 * C, Elem::t}, {BT * 4 * C, Elem::t}, {BT * 3 * C, Elem::t}};
 }
-// Each field starts on a 64-byte boundary so kernels get aligned rows.
-size_t aligned_elems(size_t n, size_t elem_bytes) {
-  const size_t a = MemoryTracker::kAlign / elem_bytes;
-  return (n + a - 1) / a * a;
+// Each field starts on a 64-byte boundary so kernels get aligned rows (and 128-bit loads).
+size_t aligned_bytes(size_t bytes) { return (bytes + MemoryTracker::kAlign - 1) / MemoryTracker::kAlign * MemoryTracker::kAlign; }
+template <class T, class S>
+size_t field_bytes(const FieldSize& f) {
+  const size_t e = f.kind == Elem::token ? sizeof(int) : f.kind == Elem::t ? sizeof(T) : sizeof(S);
+  return aligned_bytes(f.n * e);
 }
 }  // namespace
 
 template <class Ops>
 size_t GPT<Ops>::activation_bytes(const GPTConfig& cfg, int B, int Tn) {
   size_t n = 0;
-  for (size_t k : activation_sizes(cfg, B, Tn)) n += aligned_elems(k, sizeof(T));
-  for (size_t k : grad_scratch_sizes(cfg, B, Tn)) n += aligned_elems(k, sizeof(T));
-  return n * sizeof(T);
+  for (const FieldSize& f : activation_sizes(cfg, B, Tn)) n += field_bytes<T, S>(f);
+  for (const FieldSize& f : grad_scratch_sizes(cfg, B, Tn)) n += field_bytes<T, S>(f);
+  n += aligned_bytes(Ops::scratch_bytes(B, Tn, cfg.C, cfg.NH, cfg.Vp));
+  return n;
 }
 
 template <class Ops>
@@ -84,20 +101,25 @@ GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pa
     unit_grad_.push_back(full_grads ? grads() + u.offset : nullptr);
   }
 
-  // Activations: one tracked block per struct, carved into its fields in declaration order.
-  T** act_fields[] = {&acts_.encoded,  &acts_.ln1,       &acts_.ln1_mean, &acts_.ln1_rstd,  &acts_.qkv,      &acts_.atty,
-                      &acts_.att_lse,  &acts_.attproj,   &acts_.residual2, &acts_.ln2,      &acts_.ln2_mean, &acts_.ln2_rstd,
-                      &acts_.fch,      &acts_.fch_gelu,  &acts_.fcproj,   &acts_.residual3, &acts_.lnf,      &acts_.lnf_mean,
-                      &acts_.lnf_rstd, &acts_.logits,    &acts_.losses};
-  T** grad_fields[] = {&gs_.dresidual, &gs_.dC, &gs_.d4C_a, &gs_.d4C_b, &gs_.dqkv};
-  auto carve = [&](T** const* fields, const std::vector<size_t>& sizes, Allocation& block, const char* name) {
+  // Activations: one tracked block per struct, carved into its fields in declaration order
+  // (field pointers stored as void** since the struct mixes int, T and S fields).
+  void** act_fields[] = {
+      (void**)&acts_.inputs,   (void**)&acts_.targets,  (void**)&acts_.encoded,  (void**)&acts_.ln1,
+      (void**)&acts_.ln1_mean, (void**)&acts_.ln1_rstd, (void**)&acts_.qkv,      (void**)&acts_.atty,
+      (void**)&acts_.att_lse,  (void**)&acts_.attproj,  (void**)&acts_.residual2, (void**)&acts_.ln2,
+      (void**)&acts_.ln2_mean, (void**)&acts_.ln2_rstd, (void**)&acts_.fch,      (void**)&acts_.fch_gelu,
+      (void**)&acts_.fcproj,   (void**)&acts_.residual3, (void**)&acts_.lnf,     (void**)&acts_.lnf_mean,
+      (void**)&acts_.lnf_rstd, (void**)&acts_.logits,   (void**)&acts_.losses};
+  void** grad_fields[] = {(void**)&gs_.dresidual, (void**)&gs_.dC, (void**)&gs_.d4C_a, (void**)&gs_.d4C_b,
+                          (void**)&gs_.dqkv};
+  auto carve = [&](void** const* fields, const std::vector<FieldSize>& sizes, Allocation& block, const char* name) {
     size_t total = 0;
-    for (size_t k : sizes) total += aligned_elems(k, sizeof(T));
-    block = mem.alloc(total * sizeof(T), Ops::tier, Category::activations, name);
-    T* p = block.as<T>();
+    for (const FieldSize& f : sizes) total += field_bytes<T, S>(f);
+    block = mem.alloc(total, Ops::tier, Category::activations, name);
+    char* p = block.as<char>();
     for (size_t i = 0; i < sizes.size(); ++i) {
       *fields[i] = p;
-      p += aligned_elems(sizes[i], sizeof(T));
+      p += field_bytes<T, S>(sizes[i]);
     }
   };
   const auto act_sizes = activation_sizes(cfg, B, Tn);
@@ -105,6 +127,40 @@ GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pa
   ZT_ASSERT(act_sizes.size() == std::size(act_fields) && grad_sizes.size() == std::size(grad_fields));
   carve(act_fields, act_sizes, act_mem_, "activations");
   carve(grad_fields, grad_sizes, grad_act_mem_, "activation gradients");
+  // Kernel working memory (deterministic reductions, attention backward): sized once, here.
+  const size_t scratch = Ops::scratch_bytes(B, Tn, cfg.C, cfg.NH, cfg.Vp);
+  if (scratch > 0) scratch_ = mem.alloc(scratch, Ops::tier, Category::activations, "kernel scratch");
+}
+
+// Host <-> backend memory, converting between the host type M and the storage type T.
+template <class Ops>
+void GPT<Ops>::upload(T* dst, const M* src, size_t n) {
+  if constexpr (std::is_same_v<T, M>) {
+    Ops::h2d(dst, src, n * sizeof(T));
+  } else {
+    std::vector<T> tmp(n);
+    for (size_t i = 0; i < n; ++i) tmp[i] = T(src[i]);
+    Ops::h2d(dst, tmp.data(), n * sizeof(T));
+  }
+}
+
+template <class Ops>
+void GPT<Ops>::download(M* dst, const T* src, size_t n) const {
+  if constexpr (std::is_same_v<T, M>) {
+    Ops::d2h(dst, src, n * sizeof(T));
+  } else {
+    std::vector<T> tmp(n);
+    Ops::d2h(tmp.data(), src, n * sizeof(T));
+    for (size_t i = 0; i < n; ++i) dst[i] = M(float(tmp[i]));
+  }
+}
+
+template <class Ops>
+std::vector<float> GPT<Ops>::logits_row(int row) const {
+  ZT_ASSERT(row >= 0 && row < B_ * T_);
+  std::vector<M> m(size_t(cfg_.V));
+  download(m.data(), acts_.logits + size_t(row) * size_t(cfg_.Vp), m.size());
+  return std::vector<float>(m.begin(), m.end());
 }
 
 template <class Ops>
@@ -120,13 +176,15 @@ void GPT<Ops>::init_gpt2(uint64_t seed) {
     if (s.id == ParamId::attprojw || s.id == ParamId::fcprojw) std_dev *= residual_scale;
     size_t n = s.numel;
     if (s.id == ParamId::wte) n = size_t(cfg_.V) * size_t(cfg_.C);  // padding rows stay zero
+    std::vector<M> host(s.numel);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < s.numel; ++i) {
       double v = 0.0;
       if (is_weight) v = i < n ? std_dev * normal_at(seed, k, i) : 0.0;
       else if (is_gain) v = 1.0;
-      p[i] = T(v);
+      host[i] = M(v);
     }
+    upload(p, host.data(), s.numel);
   }
 }
 
@@ -152,6 +210,7 @@ void GPT<Ops>::load_llmc(const std::string& path) {
   ZT_REQUIRE(Vp >= V, "model.init: " << path << ": padded vocabulary " << Vp << " < vocabulary " << V);
 
   std::vector<float> buf;
+  std::vector<M> host;
   auto read_floats = [&](size_t n, const char* what) {
     buf.resize(n);
     ZT_REQUIRE(std::fread(buf.data(), sizeof(float), n, f.get()) == n,
@@ -165,19 +224,20 @@ void GPT<Ops>::load_llmc(const std::string& path) {
       const size_t file_rows = size_t(pid == ParamId::wte ? Vp : maxT);
       const size_t keep_rows = size_t(pid == ParamId::wte ? V : cfg_.maxT);
       read_floats(file_rows * Cs, pid == ParamId::wte ? "wte" : "wpe");
-      T* dst = param(pid);
       const size_t own_rows = size_t(layout_.slot(pid).shape[0]);
-      for (size_t i = 0; i < own_rows * Cs; ++i) dst[i] = i < keep_rows * Cs ? T(buf[i]) : T(0);
+      host.assign(own_rows * Cs, M(0));
+      for (size_t i = 0; i < keep_rows * Cs; ++i) host[i] = M(buf[i]);
+      upload(param(pid), host.data(), host.size());
     } else if (pid == ParamId::lnfw || pid == ParamId::lnfb) {
       read_floats(Cs, "ln_f");
-      T* dst = param(pid);
-      for (size_t i = 0; i < Cs; ++i) dst[i] = T(buf[i]);
+      host.assign(buf.begin(), buf.end());
+      upload(param(pid), host.data(), Cs);
     } else {
       const size_t per_layer = layout_.slot(pid, 0).numel;
       read_floats(per_layer * size_t(L), layout_.slot(pid, 0).name.c_str());
       for (int l = 0; l < L; ++l) {
-        T* dst = param(pid, l);
-        for (size_t i = 0; i < per_layer; ++i) dst[i] = T(buf[size_t(l) * per_layer + i]);
+        host.assign(buf.begin() + long(size_t(l) * per_layer), buf.begin() + long(size_t(l + 1) * per_layer));
+        upload(param(pid, l), host.data(), per_layer);
       }
     }
   }
@@ -194,13 +254,15 @@ void GPT<Ops>::save_llmc(const std::string& path) {
   header[2] = cfg_.maxT; header[3] = cfg_.V; header[4] = cfg_.L; header[5] = cfg_.NH; header[6] = cfg_.C; header[7] = cfg_.Vp;
   ZT_CHECK_ERRNO(std::fwrite(header, sizeof(int), 256, f.get()) == 256, "write " << path);
   std::vector<float> buf;
+  std::vector<M> host;
   for (int id = 0; id < kNumParamIds; ++id) {
     const ParamId pid = ParamId(id);
     const bool global = pid == ParamId::wte || pid == ParamId::wpe || pid == ParamId::lnfw || pid == ParamId::lnfb;
     for (int l = global ? -1 : 0; l < (global ? 0 : cfg_.L); ++l) {
       const size_t n = layout_.slot(pid, l).numel;
-      const T* src = param(pid, l);
-      buf.assign(src, src + n);
+      host.resize(n);
+      download(host.data(), param(pid, l), n);
+      buf.assign(host.begin(), host.end());
       ZT_CHECK_ERRNO(std::fwrite(buf.data(), sizeof(float), n, f.get()) == n, "write " << path);
     }
   }
@@ -210,11 +272,17 @@ void GPT<Ops>::save_llmc(const std::string& path) {
 // ---- forward ---------------------------------------------------------------------------------
 
 template <class Ops>
-double GPT<Ops>::forward(const int* inputs, const int* targets, int B, int Tn, bool write_dlogits, T dloss) {
+double GPT<Ops>::forward(const int* host_inputs, const int* host_targets, int B, int Tn, bool write_dlogits, S dloss) {
   ZT_REQUIRE(B >= 1 && B <= B_ && Tn >= 1 && Tn <= T_,
              "model: batch (" << B << ", " << Tn << ") exceeds the allocated (" << B_ << ", " << T_ << ")");
-  ZT_ASSERT(!write_dlogits || targets != nullptr);
+  ZT_ASSERT(!write_dlogits || host_targets != nullptr);
   const int C = cfg_.C, L = cfg_.L, N = B * Tn;
+  last_B_ = B;
+  last_T_ = Tn;
+  const int* inputs = acts_.inputs;
+  const int* targets = host_targets ? acts_.targets : nullptr;
+  Ops::h2d(acts_.inputs, host_inputs, size_t(N) * sizeof(int));
+  if (host_targets) Ops::h2d(acts_.targets, host_targets, size_t(N) * sizeof(int));
   const size_t layer_stride = size_t(B_) * size_t(T_) * size_t(C);  // (B, T, C) of one layer
 
   hooks_->before_forward(0);
@@ -240,8 +308,10 @@ double GPT<Ops>::forward(const int* inputs, const int* targets, int B, int Tn, b
 
   if (!targets) return 0.0;
   Ops::softmax_xent(acts_.logits, acts_.losses, targets, dloss, N, cfg_.V, cfg_.Vp, write_dlogits);
+  std::vector<S> losses(static_cast<size_t>(N));
+  Ops::d2h(losses.data(), acts_.losses, losses.size() * sizeof(S));  // waits for the forward to finish
   double sum = 0.0;
-  for (int i = 0; i < N; ++i) sum += double(acts_.losses[i]);
+  for (int i = 0; i < N; ++i) sum += double(losses[size_t(i)]);
   return sum / double(N);
 }
 
@@ -253,7 +323,7 @@ void GPT<Ops>::block_forward(int l, const T* x, int B, int Tn) {
   T* ln1 = acts_.ln1 + sC;
   T* qkv = acts_.qkv + 3 * sC;
   T* atty = acts_.atty + sC;
-  T* lse = acts_.att_lse + s1 * size_t(NH);
+  S* lse = acts_.att_lse + s1 * size_t(NH);
   T* attproj = acts_.attproj + sC;
   T* residual2 = acts_.residual2 + sC;
   T* ln2 = acts_.ln2 + sC;
@@ -266,10 +336,11 @@ void GPT<Ops>::block_forward(int l, const T* x, int B, int Tn) {
   Ops::matmul_forward(qkv, ln1, param(ParamId::qkvw, l), param(ParamId::qkvb, l), N, C, 3 * C);
   Ops::attention_forward(atty, lse, qkv, B, Tn, C, NH);
   Ops::matmul_forward(attproj, atty, param(ParamId::attprojw, l), param(ParamId::attprojb, l), N, C, C);
-  Ops::residual_forward(residual2, x, attproj, size_t(N) * size_t(C));
-  Ops::layernorm_forward(ln2, acts_.ln2_mean + s1, acts_.ln2_rstd + s1, residual2, param(ParamId::ln2w, l), param(ParamId::ln2b, l), N, C);
-  Ops::matmul_forward(fch, ln2, param(ParamId::fcw, l), param(ParamId::fcb, l), N, C, 4 * C);
-  Ops::gelu_forward(fch_gelu, fch, size_t(N) * 4 * size_t(C));
+  // residual2 = x + attproj, ln2 = layernorm(residual2): fused on CUDA (one pass over the rows).
+  Ops::residual_layernorm_forward(residual2, ln2, acts_.ln2_mean + s1, acts_.ln2_rstd + s1, x, attproj,
+                                  param(ParamId::ln2w, l), param(ParamId::ln2b, l), N, C);
+  // fch = ln2 @ fcw^T + fcb, fch_gelu = gelu(fch): fused into the matmul's epilogue on CUDA.
+  Ops::matmul_gelu_forward(fch_gelu, fch, ln2, param(ParamId::fcw, l), param(ParamId::fcb, l), N, C, 4 * C);
   Ops::matmul_forward(fcproj, fch_gelu, param(ParamId::fcprojw, l), param(ParamId::fcprojb, l), N, 4 * C, C);
   Ops::residual_forward(residual3, residual2, fcproj, size_t(N) * size_t(C));
 }
@@ -285,48 +356,53 @@ void GPT<Ops>::block_backward(int l, const T* x, int B, int Tn) {
   const size_t s1 = size_t(l) * BT, sC = s1 * size_t(C);
   const size_t nC = size_t(N) * size_t(C);
 
+  void* scratch = scratch_.data();
   // MLP: residual3 = residual2 + fc_proj(gelu(fc(ln_2(residual2))))
   Ops::zero(gs_.d4C_a, 4 * nC);
   Ops::matmul_backward(gs_.d4C_a, grad(ParamId::fcprojw, l), grad(ParamId::fcprojb, l), gs_.dresidual,
-                       acts_.fch_gelu + 4 * sC, param(ParamId::fcprojw, l), N, 4 * C, C);
+                       acts_.fch_gelu + 4 * sC, param(ParamId::fcprojw, l), N, 4 * C, C, scratch);
   Ops::zero(gs_.d4C_b, 4 * nC);
   Ops::gelu_backward(gs_.d4C_b, acts_.fch + 4 * sC, gs_.d4C_a, 4 * nC);
   Ops::zero(gs_.dC, nC);
   Ops::matmul_backward(gs_.dC, grad(ParamId::fcw, l), grad(ParamId::fcb, l), gs_.d4C_b, acts_.ln2 + sC,
-                       param(ParamId::fcw, l), N, C, 4 * C);
+                       param(ParamId::fcw, l), N, C, 4 * C, scratch);
   Ops::layernorm_backward(gs_.dresidual, grad(ParamId::ln2w, l), grad(ParamId::ln2b, l), gs_.dC, acts_.residual2 + sC,
-                          param(ParamId::ln2w, l), acts_.ln2_mean + s1, acts_.ln2_rstd + s1, N, C);
+                          param(ParamId::ln2w, l), acts_.ln2_mean + s1, acts_.ln2_rstd + s1, N, C, scratch);
 
   // Attention: residual2 = x + c_proj(attn(c_attn(ln_1(x))))
   Ops::zero(gs_.dC, nC);
   Ops::matmul_backward(gs_.dC, grad(ParamId::attprojw, l), grad(ParamId::attprojb, l), gs_.dresidual, acts_.atty + sC,
-                       param(ParamId::attprojw, l), N, C, C);
+                       param(ParamId::attprojw, l), N, C, C, scratch);
   Ops::zero(gs_.dqkv, 3 * nC);
-  Ops::attention_backward(gs_.dqkv, gs_.dC, acts_.qkv + 3 * sC, acts_.atty + sC, acts_.att_lse + s1 * size_t(NH), B, Tn, C, NH);
+  Ops::attention_backward(gs_.dqkv, gs_.dC, acts_.qkv + 3 * sC, acts_.atty + sC, acts_.att_lse + s1 * size_t(NH), B, Tn, C, NH, scratch);
   Ops::zero(gs_.dC, nC);
   Ops::matmul_backward(gs_.dC, grad(ParamId::qkvw, l), grad(ParamId::qkvb, l), gs_.dqkv, acts_.ln1 + sC,
-                       param(ParamId::qkvw, l), N, C, 3 * C);
+                       param(ParamId::qkvw, l), N, C, 3 * C, scratch);
   Ops::layernorm_backward(gs_.dresidual, grad(ParamId::ln1w, l), grad(ParamId::ln1b, l), gs_.dC, x,
-                          param(ParamId::ln1w, l), acts_.ln1_mean + s1, acts_.ln1_rstd + s1, N, C);
+                          param(ParamId::ln1w, l), acts_.ln1_mean + s1, acts_.ln1_rstd + s1, N, C, scratch);
 }
 
 template <class Ops>
-void GPT<Ops>::backward(const int* inputs, int B, int Tn) {
+void GPT<Ops>::backward() {
+  const int B = last_B_, Tn = last_T_;
+  ZT_REQUIRE(B > 0, "model: backward() without a forward()");
   const int C = cfg_.C, L = cfg_.L, N = B * Tn;
+  void* scratch = scratch_.data();
   const size_t nC = size_t(N) * size_t(C);
   const size_t layer_stride = size_t(B_) * size_t(T_) * size_t(C);
 
   // LM head (tied to wte): the logits buffer holds dlogits from forward(write_dlogits).
   hooks_->before_backward(0);
   Ops::zero(gs_.dC, nC);
-  Ops::matmul_backward(gs_.dC, grad(ParamId::wte), nullptr, acts_.logits, acts_.lnf, param(ParamId::wte), N, C, cfg_.Vp);
+  Ops::matmul_backward(gs_.dC, grad(ParamId::wte), nullptr, acts_.logits, acts_.lnf, param(ParamId::wte), N, C, cfg_.Vp,
+                       scratch);
   hooks_->after_backward(0);
 
   hooks_->before_backward(layout_.final_unit());
   Ops::zero(gs_.dresidual, nC);
   const T* x_last = L > 0 ? acts_.residual3 + size_t(L - 1) * layer_stride : acts_.encoded;
   Ops::layernorm_backward(gs_.dresidual, grad(ParamId::lnfw), grad(ParamId::lnfb), gs_.dC, x_last, param(ParamId::lnfw),
-                          acts_.lnf_mean, acts_.lnf_rstd, N, C);
+                          acts_.lnf_mean, acts_.lnf_rstd, N, C, scratch);
   hooks_->after_backward(layout_.final_unit());
   hooks_->grads_ready(layout_.final_unit());
 
@@ -339,7 +415,7 @@ void GPT<Ops>::backward(const int* inputs, int B, int Tn) {
   }
 
   hooks_->before_backward(0);
-  Ops::encoder_backward(grad(ParamId::wte), grad(ParamId::wpe), gs_.dresidual, inputs, B, Tn, C);
+  Ops::encoder_backward(grad(ParamId::wte), grad(ParamId::wpe), gs_.dresidual, acts_.inputs, B, Tn, C, scratch);
   hooks_->after_backward(0);
   hooks_->grads_ready(0);
 }
@@ -352,5 +428,9 @@ void GPT<Ops>::zero_grad() {
 
 template class GPT<CpuOps<float>>;
 template class GPT<CpuOps<double>>;
+#if ZT_HAVE_CUDA
+template class GPT<CudaOps<float>>;
+template class GPT<CudaOps<bf16>>;
+#endif
 
 }  // namespace zt

@@ -1,4 +1,6 @@
-// GPT-2, forward and backward written once over an op table (Ops = CpuOps<float>, later CUDA).
+// GPT-2, forward and backward written once over an op table: CpuOps<float|double> (ops_cpu.h) or
+// CudaOps<float|bf16> (ops_cuda.h). The model never touches its buffers from the host directly:
+// everything crosses through Ops::h2d / Ops::d2h, so the same code drives host and device memory.
 //
 // The model knows no communication, sharding or files beyond its own weights format: a ZeRO
 // engine drives it through UnitHooks (where gathers and gradient-bucket launches happen) and may
@@ -31,7 +33,9 @@ struct UnitHooks {
 template <class Ops>
 class GPT {
  public:
-  using T = typename Ops::T;
+  using T = typename Ops::T;  // parameters, gradients, activations
+  using S = typename Ops::S;  // statistics kept for backward: layernorm mean/rstd, attention lse, losses
+  using M = typename Ops::M;  // host-side values for init / load / save (and optimizer state)
 
   // Allocates activations for batches up to (B, Tn) (tracked: activations) and, unless told not
   // to, full flat parameters and gradients (tracked: params, grads). A ZeRO engine that shards
@@ -64,16 +68,20 @@ class GPT {
   void load_llmc(const std::string& path);
   void save_llmc(const std::string& path);
 
-  // inputs, targets: (B, Tn) token ids. targets may be nullptr (logits only; returns 0).
-  // Returns the mean loss over B*Tn tokens. With write_dlogits, the logits buffer is overwritten
-  // with d(dloss * sum of token losses)/dlogits, ready for backward().
-  double forward(const int* inputs, const int* targets, int B, int Tn, bool write_dlogits = false, T dloss = T(0));
+  // inputs, targets: (B, Tn) token ids in host memory (copied to the model's own buffers).
+  // targets may be nullptr (logits only; returns 0). Returns the mean loss over B*Tn tokens.
+  // With write_dlogits, the logits buffer is overwritten with d(dloss * sum of token losses)/dlogits,
+  // ready for backward().
+  double forward(const int* inputs, const int* targets, int B, int Tn, bool write_dlogits = false, S dloss = S(0));
   // Accumulates parameter gradients of the loss given to the last forward(write_dlogits=true).
-  void backward(const int* inputs, int B, int Tn);
+  void backward();
   void zero_grad();
 
+  // In the backend's memory (host pointers only for CpuOps):
   const T* logits() const { return acts_.logits; }  // (B, Tn, Vp), stride Vp
-  const T* losses() const { return acts_.losses; }  // (B, Tn)
+  const S* losses() const { return acts_.losses; }  // (B, Tn)
+  // One row of logits (the first V entries) copied to the host, for sampling.
+  std::vector<float> logits_row(int row) const;
 
  private:
   size_t local(ParamId id, int layer) const {
@@ -84,27 +92,29 @@ class GPT {
   // Activations kept for backward. L-indexed buffers are (L, B*T, ...) with layer stride from the
   // allocated (B_, T_), so smaller batches (sampling) reuse the same memory.
   struct Activations {
+    int* inputs;    // (B, T)   token ids of the last forward
+    int* targets;   // (B, T)
     T* encoded;     // (B, T, C)
     T* ln1;         // (L, B, T, C)
-    T* ln1_mean;    // (L, B, T)
-    T* ln1_rstd;    // (L, B, T)
+    S* ln1_mean;    // (L, B, T)
+    S* ln1_rstd;    // (L, B, T)
     T* qkv;         // (L, B, T, 3C)
     T* atty;        // (L, B, T, C)
-    T* att_lse;     // (L, B, NH, T)   log-sum-exp per attention row; no (T, T) matrix is kept
+    S* att_lse;     // (L, B, NH, T)   log-sum-exp per attention row; no (T, T) matrix is kept
     T* attproj;     // (L, B, T, C)
     T* residual2;   // (L, B, T, C)
     T* ln2;         // (L, B, T, C)
-    T* ln2_mean;    // (L, B, T)
-    T* ln2_rstd;    // (L, B, T)
+    S* ln2_mean;    // (L, B, T)
+    S* ln2_rstd;    // (L, B, T)
     T* fch;         // (L, B, T, 4C)
     T* fch_gelu;    // (L, B, T, 4C)
     T* fcproj;      // (L, B, T, C)
     T* residual3;   // (L, B, T, C)
     T* lnf;         // (B, T, C)
-    T* lnf_mean;    // (B, T)
-    T* lnf_rstd;    // (B, T)
+    S* lnf_mean;    // (B, T)
+    S* lnf_rstd;    // (B, T)
     T* logits;      // (B, T, Vp)   overwritten by dlogits when forward(write_dlogits)
-    T* losses;      // (B, T)
+    S* losses;      // (B, T)
   };
   // Gradient scratch for one layer at a time (backward walks layers in reverse and reuses it).
   struct GradScratch {
@@ -117,11 +127,14 @@ class GPT {
 
   void block_forward(int l, const T* x, int B, int Tn);
   void block_backward(int l, const T* x, int B, int Tn);
+  void upload(T* dst, const M* src, size_t n);
+  void download(M* dst, const T* src, size_t n) const;
 
   GPTConfig cfg_;
   ParamLayout layout_;
   int B_, T_;
-  Allocation params_, grads_, act_mem_, grad_act_mem_;
+  Allocation params_, grads_, act_mem_, grad_act_mem_, scratch_;
+  int last_B_ = 0, last_T_ = 0;  // shape of the last forward, for backward()
   std::vector<T*> unit_param_, unit_grad_;
   Activations acts_{};
   GradScratch gs_{};

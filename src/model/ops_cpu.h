@@ -1,8 +1,17 @@
-// The CPU backend as an op table. The model (gpt.h) is written once against this interface; a
-// CUDA table with the same member names and shapes (CudaOps<bf16>, CudaOps<float>) sits beside it.
-// T = float is the CPU trainer; T = double exists so tests can check gradients of the whole model
-// against finite differences.
+// The CPU backend as an op table. The model (gpt.h) is written once against this interface; the
+// CUDA table with the same member names and shapes (CudaOps<bf16>, CudaOps<float>, ops_cuda.h)
+// sits beside it. T = float is the CPU trainer; T = double exists so tests can check gradients of
+// the whole model against finite differences.
+//
+// Types of an op table:
+//   T  storage of parameters, gradients and activations
+//   S  per-row statistics kept for backward (layernorm mean/rstd, attention log-sum-exp, losses)
+//   M  optimizer state and master weights (and the host type for uploads / downloads)
+// Here all three are T. The CUDA table has T = bf16 with S = M = float (mixed precision).
+// Fused ops (residual_layernorm_forward, matmul_gelu_forward) are the unfused pair here; CUDA
+// fuses them. Ops taking `scratch` get kernel working memory the model sized with scratch_bytes().
 #pragma once
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/adamw.h"
@@ -21,36 +30,53 @@ namespace zt {
 template <class TT>
 struct CpuOps {
   using T = TT;
+  using S = TT;
+  using M = TT;
   static constexpr Tier tier = Tier::host;
   static constexpr const char* name = sizeof(TT) == 4 ? "cpu-fp32" : "cpu-fp64";
 
   static void zero(T* p, size_t n) { std::memset(p, 0, n * sizeof(T)); }
   static void copy(T* dst, const T* src, size_t n) { std::memcpy(dst, src, n * sizeof(T)); }
+  // Between this backend's memory and host memory: plain copies here.
+  static void h2d(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+  static void d2h(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+  static size_t scratch_bytes(int B, int Tn, int C, int NH, int Vp) { return 0; }
 
   static void encoder_forward(T* out, const int* tok, const T* wte, const T* wpe, int B, int Tn, int C) {
     cpu::encoder_forward(out, tok, wte, wpe, B, Tn, C);
   }
-  static void encoder_backward(T* dwte, T* dwpe, const T* dout, const int* tok, int B, int Tn, int C) {
+  static void encoder_backward(T* dwte, T* dwpe, const T* dout, const int* tok, int B, int Tn, int C, void* scratch) {
     cpu::encoder_backward(dwte, dwpe, dout, tok, B, Tn, C);
   }
   static void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N, int C) {
     cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
   }
+  static void residual_layernorm_forward(T* residual, T* out, T* mean, T* rstd, const T* a, const T* b, const T* w,
+                                         const T* bias, int N, int C) {
+    cpu::residual_forward(residual, a, b, size_t(N) * size_t(C));
+    cpu::layernorm_forward(out, mean, rstd, residual, w, bias, N, C);
+  }
   static void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, const T* mean,
-                                 const T* rstd, int N, int C) {
+                                 const T* rstd, int N, int C, void* scratch) {
     cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
   static void matmul_forward(T* out, const T* inp, const T* w, const T* b, int N, int C, int OC) {
     cpu::matmul_forward(out, inp, w, b, N, C, OC);
   }
-  static void matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, int N, int C, int OC) {
+  // pre_gelu = inp @ w^T + b, out = gelu(pre_gelu)
+  static void matmul_gelu_forward(T* out, T* pre_gelu, const T* inp, const T* w, const T* b, int N, int C, int OC) {
+    cpu::matmul_forward(pre_gelu, inp, w, b, N, C, OC);
+    cpu::gelu_forward(out, pre_gelu, size_t(N) * size_t(OC));
+  }
+  static void matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, int N, int C, int OC,
+                              void* scratch) {
     cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
   }
   static void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int NH) {
     cpu::attention_forward(out, lse, qkv, B, Tn, C, NH);
   }
   static void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int Tn, int C,
-                                 int NH) {
+                                 int NH, void* scratch) {
     cpu::attention_backward(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
   }
   static void gelu_forward(T* out, const T* inp, size_t n) { cpu::gelu_forward(out, inp, n); }
@@ -59,7 +85,10 @@ struct CpuOps {
   static void softmax_xent(T* logits, T* losses, const int* targets, T dloss, int N, int V, int Vp, bool write_dlogits) {
     cpu::softmax_xent_forward_backward(logits, losses, targets, dloss, N, V, Vp, write_dlogits);
   }
-  static void adamw(T* p, const T* g, T* m, T* v, size_t n, const cpu::AdamWArgs& a) { cpu::adamw_update(p, g, m, v, n, a); }
+  // master is always nullptr here (the parameters are the master copy); seed is for stochastic rounding.
+  static void adamw(T* p, M* master, const T* g, M* m, M* v, size_t n, const cpu::AdamWArgs& a, uint32_t seed) {
+    cpu::adamw_update(p, g, m, v, n, a);
+  }
   static double sum_squares(const T* x, size_t n) { return cpu::sum_squares(x, n); }
 };
 

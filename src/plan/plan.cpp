@@ -21,6 +21,7 @@
 #include <regex>
 #include <sstream>
 
+#include "runtime/device.h"
 #include "runtime/error.h"
 
 namespace zt {
@@ -362,17 +363,23 @@ std::string get_choice(const json& root, const std::string& path, const std::vec
 // ---- what this build supports -----------------------------------------------------------------
 //
 // THE ONE PLACE that narrows valid plans down to what this build can run: single-process CPU
-// training in fp32, zero.stage 0, no recompute, no offload, no checkpoint saving or resuming.
+// training in fp32 (single-GPU training in bf16 or fp32 with the CUDA backend), no offload, no
+// checkpoint saving or resuming. Limits of the CUDA path that depend on the run (one rank,
+// zero.stage 0, head sizes) are checked where the backend is chosen (train/trainer.cpp).
 // Everything rejected here is a valid plan (it passed the range and combination checks); relax
 // these checks as the corresponding features land.
 void check_supported_by_this_build(const Plan& p) {
   auto unsupported = [](const std::string& path, const std::string& value, const std::string& supported) {
     bad(path, value + " is not supported by this build yet (supported: " + supported + ")");
   };
-  if (p.device == "cuda") unsupported("device", "\"cuda\"", "\"auto\", \"cpu\"; this build has only the CPU backend");
-  if (p.precision.compute == "bf16")
+  const bool cuda = device::built_with_cuda();
+  if (p.device == "cuda" && !cuda)
+    unsupported("device", "\"cuda\"", "\"auto\", \"cpu\"; this build has no CUDA backend: build where nvcc is installed");
+  if (p.precision.compute == "bf16" && !cuda)
     unsupported("precision.compute", "\"bf16\"",
                 "\"auto\", \"fp32\"; the CPU backend computes in fp32, bf16 needs the CUDA backend");
+  if (p.precision.compute == "bf16" && !p.precision.master_weights)
+    unsupported("precision.master_weights", "false", "true; bf16 training keeps fp32 master weights");
   if (p.offload.params != "none") unsupported("offload.params", json(p.offload.params).dump(), "\"none\"");
   if (p.offload.optimizer != "none") unsupported("offload.optimizer", json(p.offload.optimizer).dump(), "\"none\"");
   if (p.checkpoint.every != 0)
@@ -382,6 +389,9 @@ void check_supported_by_this_build(const Plan& p) {
 
 // Combinations that no build can run, whatever it supports.
 void check_combinations(const Plan& p) {
+  if (p.precision.compute == "bf16" && p.device == "cpu")
+    bad("precision.compute", "\"bf16\" needs device \"cuda\" (or \"auto\" on a machine with a GPU); the CPU "
+                             "backend computes in fp32");
   if (p.offload.params != "none" && p.zero.stage != 3)
     bad("offload.params", json(p.offload.params).dump() +
                               " requires zero.stage 3 (only sharded parameters can be offloaded), got zero.stage " +

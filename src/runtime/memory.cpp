@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "runtime/device.h"
 #include "runtime/error.h"
 
 namespace zt {
@@ -56,15 +57,28 @@ void Allocation::reset() {
 }
 
 Allocation MemoryTracker::alloc(size_t bytes, Tier tier, Category cat, const std::string& name) {
-  ZT_REQUIRE(tier == Tier::host, "memory tier '" << tier_name(tier) << "' is not available in the CPU backend (buffer "
-                                                 << name << ")");
+  ZT_REQUIRE(tier == Tier::host || tier == Tier::device,
+             "memory tier '" << tier_name(tier) << "' is not supported by this build yet (buffer " << name << ")");
   Allocation a;
   size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   if (rounded == 0) rounded = kAlign;
-  void* p = std::aligned_alloc(kAlign, rounded);
-  ZT_REQUIRE(p != nullptr, "out of host memory allocating " << format_bytes(double(bytes)) << " for " << name
-                                                            << "; tracked memory now:\n" << table(false));
-  std::memset(p, 0, rounded);
+  void* p = nullptr;
+  if (tier == Tier::device) {
+    try {
+      p = device::alloc(rounded);  // cudaMalloc: 256-byte aligned
+    } catch (const DeviceOutOfMemory& e) {
+      std::ostringstream os;
+      os << e.what() << " (allocating " << format_bytes(double(bytes)) << " for " << name
+         << "); tracked memory now:\n" << table(false);
+      throw DeviceOutOfMemory(os.str());
+    }
+    device::memset0(p, rounded);
+  } else {
+    p = std::aligned_alloc(kAlign, rounded);
+    ZT_REQUIRE(p != nullptr, "out of host memory allocating " << format_bytes(double(bytes)) << " for " << name
+                                                              << "; tracked memory now:\n" << table(false));
+    std::memset(p, 0, rounded);
+  }
   a.owner_ = this; a.ptr_ = p; a.bytes_ = bytes; a.tier_ = tier; a.cat_ = cat;
   size_t i = idx(tier, cat);
   cur_[i] += bytes;
@@ -74,7 +88,8 @@ Allocation MemoryTracker::alloc(size_t bytes, Tier tier, Category cat, const std
 
 void MemoryTracker::release(Allocation& a) {
   cur_[idx(a.tier_, a.cat_)] -= a.bytes_;
-  std::free(a.ptr_);
+  if (a.tier_ == Tier::device) device::free(a.ptr_);
+  else std::free(a.ptr_);
 }
 
 size_t MemoryTracker::current_total(Tier t) const {

@@ -50,7 +50,8 @@ class MemoryTracker {
  public:
   static constexpr size_t kAlign = 64;  // cache line; also enough for AVX-512 loads
 
-  // Zero-filled host allocation. `name` appears in out-of-memory messages.
+  // Zero-filled allocation on the host or the CUDA device. `name` appears in out-of-memory messages
+  // (DeviceOutOfMemory for the device, carrying this table).
   Allocation alloc(size_t bytes, Tier tier, Category cat, const std::string& name);
 
   size_t current(Tier t, Category c) const { return cur_[idx(t, c)]; }

@@ -10,13 +10,14 @@
 
 namespace zt {
 
-// AdamW on elements [begin, begin + n) of unit u (offsets relative to the unit). param, grad, m, v
-// point at element `begin` of their buffers. Padding elements (past the unit's last tensor) are
-// left alone, so they stay zero.
+// AdamW on elements [begin, begin + n) of unit u (offsets relative to the unit). param, master,
+// grad, m, v point at element `begin` of their buffers; master is nullptr unless the op table keeps
+// fp32 master weights beside lower-precision parameters. Padding elements (past the unit's last
+// tensor) are left alone, so they stay zero.
 template <class Ops>
 void adamw_unit_range(const ParamLayout& layout, int u, size_t begin, size_t n, typename Ops::T* param,
-                      const typename Ops::T* grad, typename Ops::T* m, typename Ops::T* v, const OptimSection& cfg,
-                      double lr, double grad_scale, int step) {
+                      typename Ops::M* master, const typename Ops::T* grad, typename Ops::M* m, typename Ops::M* v,
+                      const OptimSection& cfg, double lr, double grad_scale, int step) {
   const Unit& unit = layout.units()[size_t(u)];
   for (int ti : unit.tensors) {
     const TensorSlot& s = layout.tensors()[size_t(ti)];
@@ -26,7 +27,9 @@ void adamw_unit_range(const ParamLayout& layout, int u, size_t begin, size_t n, 
     cpu::AdamWArgs args{float(lr), float(cfg.beta1), float(cfg.beta2), float(cfg.eps),
                         float(s.decay ? cfg.weight_decay : 0.0), float(grad_scale), step};
     const size_t k = a - begin;
-    Ops::adamw(param + k, grad + k, m + k, v + k, b - a, args);
+    // Stochastic-rounding seed: distinct per step and per tensor slice, the same on every rank.
+    const uint32_t seed = uint32_t(step) * 0x9E3779B1u ^ uint32_t(s.offset + a - t0) * 0x85EBCA77u;
+    Ops::adamw(param + k, master ? master + k : nullptr, grad + k, m + k, v + k, b - a, args, seed);
   }
 }
 

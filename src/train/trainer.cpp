@@ -19,6 +19,10 @@
 #include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "model/ops_cpu.h"
+#if ZT_HAVE_CUDA
+#include "model/ops_cuda.h"
+#endif
+#include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include "train/schedule.h"
@@ -71,6 +75,7 @@ template <class Ops>
 class Trainer {
  public:
   using T = typename Ops::T;
+  using S = typename Ops::S;
 
   Trainer(const Plan& plan, Comm& comm) : plan_(plan), comm_(comm), root_(comm.rank() == 0) {}
 
@@ -97,10 +102,10 @@ class Trainer {
         check_tokens(inputs, targets);
         // Every rank's gradient is scaled by 1 / (tokens in the global batch), so the sum the
         // collectives compute is the global mean gradient.
-        const T dloss = T(1.0 / (double(B) * Tn * accum * world));
+        const S dloss = S(1.0 / (double(B) * Tn * accum * world));
         engine_->begin_pass(micro, true);
         loss += model_->forward(inputs.data(), targets.data(), B, Tn, true, dloss) / accum;
-        model_->backward(inputs.data(), B, Tn);
+        model_->backward();
       }
       engine_->finish_gradients();
       if (world > 1) {
@@ -200,6 +205,7 @@ class Trainer {
       log_ = std::make_unique<MetricsLog>(plan_.run.log);
     }
     if (!root_) return;
+    if (Ops::tier == Tier::device) std::printf("device: %s\n", device::describe().c_str());
     std::printf("backend %s, %d rank(s) x %d threads | model L=%d NH=%d C=%d T=%d V=%d (Vp=%d): %.2fM parameters in %d units\n",
                 Ops::name, world, threads, cfg_.L, cfg_.NH, cfg_.C, cfg_.maxT, cfg_.V, cfg_.Vp,
                 double(model_->layout().num_params()) / 1e6, model_->layout().num_units());
@@ -268,7 +274,7 @@ class Trainer {
       const int t = int(tokens.size());
       engine_->begin_pass(0, false);  // every rank samples the same tokens (stage 3 gathers need all)
       model_->forward(tokens.data(), nullptr, 1, t);
-      const T* logits = model_->logits() + size_t(t - 1) * size_t(cfg_.Vp);
+      const std::vector<float> logits = model_->logits_row(t - 1);
       double maxv = -1e30;
       for (int v = 0; v < cfg_.V; ++v) maxv = std::max(maxv, double(logits[v]));
       double sum = 0.0;
@@ -301,11 +307,62 @@ class Trainer {
   std::unique_ptr<MetricsLog> log_;
 };
 
+// The next rung of the memory ladder for a run that did not fit on the device: what to change in
+// the plan, using only options this build runs.
+std::string next_memory_step(const Plan& plan, int world) {
+  std::ostringstream os;
+  const int mb = plan.batch.micro_batch;
+  if (mb > 1)
+    os << "halve batch.micro_batch (" << mb << " -> " << mb / 2 << ") and double batch.grad_accum ("
+       << plan.batch.grad_accum << " -> " << plan.batch.grad_accum * 2 << "): same tokens per step, half the activations";
+  else if (world > 1 && plan.zero.stage < 3)
+    os << "raise zero.stage to " << plan.zero.stage + 1 << " to shard more model state across the " << world << " ranks";
+  else
+    os << "shorten model.seq_len or use a smaller model: micro_batch 1 does not fit";
+  return os.str();
+}
+
+template <class Ops>
+TrainResult run_trainer(const Plan& plan, Comm& comm) {
+  Trainer<Ops> trainer(plan, comm);
+  try {
+    return trainer.run();
+  } catch (const DeviceOutOfMemory& e) {
+    throw Error(std::string(e.what()) + "next step: " + next_memory_step(plan, comm.world()));
+  }
+}
+
+// device "auto" is the GPU when this build has the CUDA backend and one is visible.
+std::string resolve_device(const Plan& plan) {
+  if (plan.device != "auto") return plan.device;
+  return device::available() ? "cuda" : "cpu";
+}
+
 }  // namespace
 
 TrainResult train(const Plan& plan, Comm& comm) {
-  Trainer<CpuOps<float>> trainer(plan, comm);
-  return trainer.run();
+  const std::string dev = resolve_device(plan);
+  if (dev == "cpu") return run_trainer<CpuOps<float>>(plan, comm);
+
+#if ZT_HAVE_CUDA
+  ZT_REQUIRE(device::available(), "device: \"cuda\" but no CUDA device is visible (check nvidia-smi and "
+                                  "CUDA_VISIBLE_DEVICES), or set device to \"cpu\"");
+  ZT_REQUIRE(comm.world() == 1, "device: \"cuda\" with " << comm.world()
+                                    << " ranks is not supported by this build yet (supported: one rank on one GPU)");
+  ZT_REQUIRE(plan.zero.stage == 0, "zero.stage: " << plan.zero.stage
+                                                  << " on device \"cuda\" is not supported by this build yet (supported: 0 "
+                                                     "on one GPU; stages 1-3 shard across ranks)");
+  const int C = plan.model.n_embd, hs = C / plan.model.n_head;
+  ZT_REQUIRE(C % 8 == 0, "model.n_embd: " << C << " must be a multiple of 8 on device \"cuda\" (128-bit loads)");
+  ZT_REQUIRE(hs == 16 || hs == 32 || hs == 64 || hs == 128,
+             "model: head size n_embd/n_head = " << hs << " is not supported by the CUDA attention kernels (supported: 16, "
+                                                    "32, 64, 128)");
+  const std::string prec = plan.precision.compute == "auto" ? "bf16" : plan.precision.compute;
+  if (prec == "bf16") return run_trainer<CudaOps<bf16>>(plan, comm);
+  return run_trainer<CudaOps<float>>(plan, comm);
+#else
+  throw Error("device: \"cuda\" but this build has no CUDA backend");
+#endif
 }
 
 }  // namespace zt

@@ -2,12 +2,33 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "model/ops_cpu.h"
+#if ZT_HAVE_CUDA
+#include "model/ops_cuda.h"
+#endif
 #include "runtime/error.h"
 #include "train/optimizer.h"
 
 namespace zt {
+
+namespace {
+// Collectives carry fp32 (the CPU backend, and the CUDA fp32 parity mode over NCCL). Mixed-precision
+// (bf16) collectives come with multi-GPU training; until then a bf16 model runs on one rank, where
+// stage 0 sends nothing (see launch_bucket) and the trainer refuses every other combination.
+template <class X>
+float* comm_ptr(X* p) {
+  if constexpr (std::is_same_v<std::remove_const_t<X>, float>) {
+    return const_cast<float*>(p);
+  } else {
+    (void)p;
+    ZT_REQUIRE(false, "ZeRO: collectives on bf16 buffers are not supported by this build yet (bf16 trains on "
+                             "one rank, zero.stage 0)");
+    return nullptr;
+  }
+}
+}  // namespace
 
 template <class Ops>
 ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, Comm& comm, MemoryTracker& mem,
@@ -17,7 +38,8 @@ ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, Comm& comm, 
   ZT_ASSERT(comm.world() == world_ && comm.rank() == part.config().rank);
   // Allocate exactly what Partition::buffers() lists beyond the model's own buffers.
   for (const Partition::Buffer& b : part.buffers()) {
-    const size_t bytes = b.numel * sizeof(T);
+    const bool fp32_state = b.name == "AdamW first moment" || b.name == "AdamW second moment";
+    const size_t bytes = b.numel * (fp32_state ? sizeof(M) : sizeof(T));
     Allocation* dst = nullptr;
     if (b.name == "parameter shard") dst = &param_shard_;
     else if (b.name == "gradient shard") dst = &grad_shard_;
@@ -28,6 +50,11 @@ ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, Comm& comm, 
     else if (b.name == "reduce-scatter receive") dst = &recv_;
     else if (b.name == "gathered units") dst = &gathered_;
     if (dst) *dst = mem.alloc(bytes, Ops::tier, b.cat, b.name);
+  }
+  if constexpr (kMixed) {
+    // The optimizer updates an fp32 copy of the parameters it owns; the T parameters are its rounding.
+    const size_t n = stage_ == 0 ? layout_.total() : part.shard_total();
+    master_ = mem.alloc(n * sizeof(M), Ops::tier, Category::master, "master weights");
   }
   if (stage_ >= 2) {
     const size_t slot = part.staging_slot_numel();
@@ -69,6 +96,7 @@ void ZeroEngine<Ops>::init_parameters(uint64_t seed, const std::string& llmc_pat
     // Every rank computes the same values (counter-based RNG, or the same file).
     if (llmc_path.empty()) model_.init_gpt2(seed);
     else model_.load_llmc(llmc_path);
+    init_master();
     return;
   }
   // Stage 3: build the full parameters once in a temporary buffer, keep my shard, free it.
@@ -82,6 +110,23 @@ void ZeroEngine<Ops>::init_parameters(uint64_t seed, const std::string& llmc_pat
               full.as<T>() + layout_.units()[size_t(u)].offset + part_.unit_shard_begin(u), part_.unit_shard_numel(u));
     model_.set_unit_params(u, nullptr);
   }
+  init_master();
+}
+
+template <class Ops>
+void ZeroEngine<Ops>::init_master() {
+  if constexpr (kMixed) {
+    // Master = the initial parameters, widened (exact: every bf16 value is an fp32 value).
+    if (stage_ == 0) {
+      Ops::widen(master_.as<M>(), model_.params(), layout_.total());
+      return;
+    }
+    for (int u = 0; u < layout_.num_units(); ++u) {
+      const size_t flat = part_.unit_shard_flat(u);
+      const T* src = stage_ == 3 ? param_shard_.as<T>() + flat : unit_full_params(u) + part_.unit_shard_begin(u);
+      Ops::widen(master_.as<M>() + flat, src, part_.unit_shard_numel(u));
+    }
+  }
 }
 
 template <class Ops>
@@ -92,8 +137,8 @@ void ZeroEngine<Ops>::gather_full_parameters(T* out) {
   }
   std::vector<CommHandle> hs;
   for (int u = 0; u < layout_.num_units(); ++u)
-    hs.push_back(comm_.all_gather(param_shard_.as<T>() + part_.unit_shard_flat(u), out + layout_.units()[size_t(u)].offset,
-                                  part_.unit_shard_numel(u)));
+    hs.push_back(comm_.all_gather(comm_ptr(param_shard_.as<T>() + part_.unit_shard_flat(u)),
+                                  comm_ptr(out + layout_.units()[size_t(u)].offset), part_.unit_shard_numel(u)));
   comm_.wait_all(hs);
 }
 
@@ -155,21 +200,23 @@ void ZeroEngine<Ops>::optimizer_step(double lr, double grad_scale) {
   ++steps_taken_;
   for (int u = 0; u < layout_.num_units(); ++u) {
     const Unit& unit = layout_.units()[size_t(u)];
+    M* master = master_.as<M>();  // nullptr unless mixed precision
     if (stage_ == 0) {
-      adamw_unit_range<Ops>(layout_, u, 0, unit.padded, model_.params() + unit.offset, model_.grads() + unit.offset,
-                            m_.as<T>() + unit.offset, v_.as<T>() + unit.offset, optim_, lr, grad_scale, steps_taken_);
+      adamw_unit_range<Ops>(layout_, u, 0, unit.padded, model_.params() + unit.offset, master ? master + unit.offset : nullptr,
+                            model_.grads() + unit.offset, m_.as<M>() + unit.offset, v_.as<M>() + unit.offset, optim_, lr,
+                            grad_scale, steps_taken_);
       continue;
     }
     const size_t begin = part_.unit_shard_begin(u), n = part_.unit_shard_numel(u), flat = part_.unit_shard_flat(u);
     T* param = stage_ == 3 ? param_shard_.as<T>() + flat : unit_full_params(u) + begin;
-    adamw_unit_range<Ops>(layout_, u, begin, n, param, grad_shard_.as<T>() + flat, m_.as<T>() + flat, v_.as<T>() + flat,
-                          optim_, lr, grad_scale, steps_taken_);
+    adamw_unit_range<Ops>(layout_, u, begin, n, param, master ? master + flat : nullptr, grad_shard_.as<T>() + flat,
+                          m_.as<M>() + flat, v_.as<M>() + flat, optim_, lr, grad_scale, steps_taken_);
   }
   if (stage_ == 1 || stage_ == 2) {
     // Everyone updated its shard of the full parameters in place; all-gather them back.
     for (int u = 0; u < layout_.num_units(); ++u) {
       T* full = unit_full_params(u);
-      inflight_.push_back(comm_.all_gather(full + part_.unit_shard_begin(u), full, part_.unit_shard_numel(u)));
+      inflight_.push_back(comm_.all_gather(comm_ptr(full + part_.unit_shard_begin(u)), comm_ptr(full), part_.unit_shard_numel(u)));
       if (!overlap_) comm_.wait_all(inflight_);
     }
     comm_.wait_all(inflight_);
@@ -184,7 +231,7 @@ void ZeroEngine<Ops>::start_gather(int pos, GatherSlot& s) {
   s.unit = u;
   s.first = s.last = pos;
   while (s.last + 1 < int(sched_.size()) && sched_[size_t(s.last + 1)] == u) ++s.last;
-  s.h = comm_.all_gather(param_shard_.as<T>() + part_.unit_shard_flat(u), s.buf, part_.unit_shard_numel(u));
+  s.h = comm_.all_gather(comm_ptr(param_shard_.as<T>() + part_.unit_shard_flat(u)), comm_ptr(s.buf), part_.unit_shard_numel(u));
   int alive = 0;
   for (const GatherSlot& g : gslots_) alive += g.unit >= 0;
   max_alive_ = std::max(max_alive_, alive);
@@ -302,11 +349,13 @@ template <class Ops>
 void ZeroEngine<Ops>::launch_bucket(int b) {
   const Bucket& bk = part_.buckets()[size_t(b)];
   if (stage_ == 0) {
-    inflight_.push_back(comm_.all_reduce(model_.grads() + bk.offset, bk.numel));
+    if (world_ == 1) return;  // a world of one has nothing to reduce
+    inflight_.push_back(comm_.all_reduce(comm_ptr(model_.grads() + bk.offset), bk.numel));
   } else if (stage_ == 1) {
     for (int v : bk.units)
-      inflight_.push_back(comm_.reduce_scatter(model_.grads() + layout_.units()[size_t(v)].offset,
-                                               grad_shard_.as<T>() + part_.unit_shard_flat(v), part_.unit_shard_numel(v)));
+      inflight_.push_back(comm_.reduce_scatter(comm_ptr(model_.grads() + layout_.units()[size_t(v)].offset),
+                                               comm_ptr(grad_shard_.as<T>() + part_.unit_shard_flat(v)),
+                                               part_.unit_shard_numel(v)));
   } else {
     StagingSlot* slot = bk.units.front() == 0 ? &s0_ : nullptr;
     for (StagingSlot& s : sslots_)
@@ -316,7 +365,8 @@ void ZeroEngine<Ops>::launch_bucket(int b) {
     for (int v : bk.units) {
       const size_t in_bucket = layout_.units()[size_t(v)].offset - bk.offset;
       const size_t in_recv = part_.unit_shard_flat(v) - part_.unit_shard_flat(lowest);
-      slot->hs.push_back(comm_.reduce_scatter(slot->buf + in_bucket, slot->recv + in_recv, part_.unit_shard_numel(v)));
+      slot->hs.push_back(
+          comm_.reduce_scatter(comm_ptr(slot->buf + in_bucket), comm_ptr(slot->recv + in_recv), part_.unit_shard_numel(v)));
     }
     if (!overlap_) complete_staging(*slot);
     return;
@@ -333,11 +383,14 @@ void ZeroEngine<Ops>::complete_staging(StagingSlot& s) {
   comm_.wait_all(s.hs);
   const Bucket& bk = part_.buckets()[size_t(s.bucket)];
   T* shard = grad_shard_.as<T>() + part_.unit_shard_flat(bk.units.back());
-  const T* recv = s.recv;
-  for (size_t i = 0; i < bk.shard_numel; ++i) shard[i] += recv[i];
+  Ops::residual_forward(shard, shard, s.recv, bk.shard_numel);  // shard += recv, in the backend's memory
   if (&s != &s0_) s.bucket = -1;
 }
 
 template class ZeroEngine<CpuOps<float>>;
+#if ZT_HAVE_CUDA
+template class ZeroEngine<CudaOps<float>>;
+template class ZeroEngine<CudaOps<bf16>>;
+#endif
 
 }  // namespace zt

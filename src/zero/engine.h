@@ -25,6 +25,7 @@
 // no prefetch. Kept for teaching and A/B.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "comm/comm.h"
@@ -37,7 +38,9 @@ namespace zt {
 template <class Ops>
 class ZeroEngine : public UnitHooks {
  public:
-  using T = typename Ops::T;
+  using T = typename Ops::T;  // parameters and gradients
+  using M = typename Ops::M;  // optimizer moments and master weights
+  static constexpr bool kMixed = !std::is_same_v<T, M>;
 
   // The model must have been built with full parameters iff stage <= 2 and full gradients iff
   // stage <= 1 (Partition::buffers lists what is whose). Parameters must be initialised through
@@ -92,6 +95,7 @@ class ZeroEngine : public UnitHooks {
   void launch_bucket(int b);
   void complete_staging(StagingSlot& s);
   void progress() { comm_.test(CommHandle{}); }
+  void init_master();
 
   GPT<Ops>& model_;
   const ParamLayout& layout_;
@@ -102,6 +106,7 @@ class ZeroEngine : public UnitHooks {
   bool overlap_, backward_pass_ = false;
 
   Allocation param_shard_, grad_shard_, m_, v_, g0_, staging_, recv_, gathered_;
+  Allocation master_;  // (my parameters) fp32 master weights, mixed precision only
   std::vector<CommHandle> inflight_;  // stage 0/1 gradient collectives, param all-gathers
 
   // stage 3 schedule of unit uses for the current pass, and the slots

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "plan/plan.h"
+#include "runtime/device.h"
 #include "runtime/error.h"
 
 namespace fs = std::filesystem;
@@ -506,9 +507,10 @@ TEST(PlanUnsupported, EveryUnsupportedOptionIsRejected) {
        "plan: checkpoint.every: 100 is not supported by this build yet (supported: 0"},
       {{"checkpoint.resume=auto", "checkpoint.dir=runs/x/ckpt"},
        "plan: checkpoint.resume: \"auto\" is not supported by this build yet (supported: \"none\")"},
-      {{"precision.compute=bf16"},
-       "plan: precision.compute: \"bf16\" is not supported by this build yet (supported: \"auto\", \"fp32\""},
-      {{"device=cuda"}, "plan: device: \"cuda\" is not supported by this build yet (supported: \"auto\", \"cpu\""},
+      {{"precision.compute=bf16", "precision.master_weights=false"},
+       zt::device::built_with_cuda()
+           ? "plan: precision.master_weights: false is not supported by this build yet (supported: true"
+           : "plan: precision.compute: \"bf16\" is not supported by this build yet (supported: \"auto\", \"fp32\""},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.sets.front());
@@ -516,6 +518,25 @@ TEST(PlanUnsupported, EveryUnsupportedOptionIsRejected) {
     EXPECT_EQ(e.rfind(c.expect, 0), 0u) << e;
     EXPECT_EQ(e.find("implemented"), std::string::npos) << e;
   }
+}
+
+// The CUDA backend is part of every build that found nvcc; without it, cuda and bf16 are refused.
+TEST(PlanUnsupported, CudaDependsOnTheBuild) {
+  for (const std::vector<std::string>& sets :
+       {std::vector<std::string>{"device=cuda"}, std::vector<std::string>{"device=cuda", "precision.compute=bf16"},
+        std::vector<std::string>{"precision.compute=bf16"}}) {
+    SCOPED_TRACE(sets.back());
+    const std::string e = error_of([&] { zt::load_plan(kSrc + "/plans/base.json", sets, false); });
+    if (zt::device::built_with_cuda()) {
+      EXPECT_EQ(e, "");
+    } else {
+      EXPECT_NE(e.find("is not supported by this build yet"), std::string::npos) << e;
+    }
+  }
+  // bf16 on the CPU is a wrong combination in every build.
+  const std::string e =
+      error_of([&] { zt::load_plan(kSrc + "/plans/base.json", {"device=cpu", "precision.compute=bf16"}, false); });
+  EXPECT_EQ(e.rfind("plan: precision.compute: \"bf16\" needs device \"cuda\"", 0), 0u) << e;
 }
 
 TEST(PlanUnsupported, SupportedValuesPass) {
