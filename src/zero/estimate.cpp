@@ -49,6 +49,9 @@ Estimate estimate_plan(const Plan& plan, int world) {
   os << "plan " << plan.source << ": zero stage " << plan.zero.stage << ", world " << world << ", "
      << double(layout.num_params()) / 1e6 << "M parameters (" << layout.total() << " padded), micro_batch "
      << plan.batch.micro_batch << " x seq_len " << m.seq_len << "\n\n";
+  if (plan.device == "cuda" || plan.precision.compute == "bf16")
+    os << "note: this estimate models the CPU backend (fp32, host memory); the CUDA backend's sizes (bf16\n"
+          "storage, fp32 master weights and AdamW state, device memory) are not modelled yet\n\n";
   os << "per-rank memory (" << tier << "):\n";
   for (const auto& b : e.buffers)
     os << "  " << std::left << std::setw(12) << b["category"].get<std::string>() << std::setw(40)

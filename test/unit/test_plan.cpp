@@ -526,10 +526,10 @@ TEST(PlanUnsupported, CudaDependsOnTheBuild) {
        {std::vector<std::string>{"device=cuda"}, std::vector<std::string>{"device=cuda", "precision.compute=bf16"},
         std::vector<std::string>{"precision.compute=bf16"}}) {
     SCOPED_TRACE(sets.back());
-    const std::string e = error_of([&] { zt::load_plan(kSrc + "/plans/base.json", sets, false); });
     if (zt::device::built_with_cuda()) {
-      EXPECT_EQ(e, "");
+      EXPECT_NO_THROW(zt::load_plan(kSrc + "/plans/base.json", sets, false));
     } else {
+      const std::string e = error_of([&] { zt::load_plan(kSrc + "/plans/base.json", sets, false); });
       EXPECT_NE(e.find("is not supported by this build yet"), std::string::npos) << e;
     }
   }

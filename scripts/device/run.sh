@@ -1,0 +1,363 @@
+#!/usr/bin/env bash
+# Builds zerotrain on the bare GPU machine and proves the CUDA backend there: GPU tests, memcheck,
+# bf16-vs-fp32 loss parity, GPT-2 124M throughput next to PyTorch, kernel benchmarks. Run from
+# the repo root, with .deps/pack and data/brown carried (scripts/device/fetch_deps.sh makes them):
+#
+#   bash scripts/device/run.sh [PHASE...]      PHASE: build test sanitize parity bench kernels
+#                                              (default: all of them, in that order)
+#
+# Never stops at the first failure: each phase is timed, recorded and the next one runs; the exit
+# status is non-zero when any phase failed. After every phase scripts/device/report.py rewrites
+# the table; $OUT (the device tool's folder that comes back; build-gpu/device-out when unset)
+# receives report.md, results.json, kernels.json and logs.tar.gz (every log and metrics file).
+# Results also stay in build-gpu/device/, so a later call on the same (still warm) machine adds
+# to the same report. Phases that need binaries build first when build-gpu has none.
+#
+# Time: one device command may run 10 minutes, so phases stop starting once ZT_DEADLINE_S
+# (default 560) seconds have passed since the start, and each phase's own timeout is cut to what
+# is left; what was skipped says so in the report. Typical split into two calls:
+#   bash scripts/device/run.sh build test sanitize   and   bash scripts/device/run.sh parity bench kernels
+#
+# Environment (all optional): ZT_BUILD_DIR (build-gpu), ZT_CUDA (ON), ZT_CUDA_ARCHS (90),
+# ZT_BENCH_B (16), ZT_BENCH_STEPS (30), ZT_BENCH_WARMUP (5), ZT_PARITY_STEPS (200),
+# ZT_DEADLINE_S (560), ZT_JOBS (nproc).
+set -uo pipefail
+
+START=$SECONDS
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT" || exit 1
+ARCH=x86_64-linux-gnu
+BUILD="${ZT_BUILD_DIR:-$ROOT/build-gpu}"
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+RES="$BUILD/device"                          # persistent results and logs
+OUTDIR="${OUT:-$BUILD/device-out}"           # what comes back from the device tool
+JOBS="${ZT_JOBS:-$(nproc)}"
+DEADLINE="${ZT_DEADLINE_S:-560}"
+CUDA="${ZT_CUDA:-ON}"
+CUDA_ARCHS="${ZT_CUDA_ARCHS:-90}"
+BENCH_B="${ZT_BENCH_B:-16}"
+BENCH_STEPS="${ZT_BENCH_STEPS:-30}"
+BENCH_WARMUP="${ZT_BENCH_WARMUP:-5}"
+PARITY_STEPS="${ZT_PARITY_STEPS:-200}"
+PY="$(command -v python3 || echo /usr/bin/python3)"
+REPORT=(env PYTHONDONTWRITEBYTECODE=1 "$PY" "$ROOT/scripts/device/report.py" --res "$RES" --out "$OUTDIR")
+
+ALL_PHASES=(build test sanitize parity bench kernels)
+PHASES=("$@")
+[ "${#PHASES[@]}" -gt 0 ] || PHASES=("${ALL_PHASES[@]}")
+for p in "${PHASES[@]}"; do
+  case " ${ALL_PHASES[*]} " in *" $p "*) ;; *) echo "run.sh: unknown phase '$p' (phases: ${ALL_PHASES[*]})" >&2; exit 2 ;; esac
+done
+
+mkdir -p "$RES" "$OUTDIR"
+FAILED=()
+log() { echo "[run.sh $(printf '%4d' $((SECONDS - START)))s] $*"; }
+left() { echo $((DEADLINE - (SECONDS - START))); }
+
+# record PHASE STATUS SECONDS RC NOTE -> $RES/phase_PHASE.json (read by report.py)
+record() {
+  local note="${5//\\/\\\\}"
+  note="${note//\"/\\\"}"
+  printf '{"phase": "%s", "status": "%s", "seconds": %s, "rc": %s, "note": "%s", "finished_at": "%s"}\n' \
+    "$1" "$2" "$3" "$4" "$note" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$RES/phase_$1.json"
+  [ "$2" = fail ] && FAILED+=("$1")
+  return 0
+}
+
+publish() {  # refresh the report and the files that come back; never fails the run
+  "${REPORT[@]}" --quiet >/dev/null 2>&1 || true
+  [ -f "$RES/kernels.json" ] && cp -f "$RES/kernels.json" "$OUTDIR/kernels.json"
+  tar -C "$RES" -czf "$OUTDIR/logs.tar.gz" . 2>/dev/null || true
+}
+
+# ---- dependencies: the carried Debian prefix --------------------------------------------------------
+PACK="$ROOT/.deps/pack"
+DEPS_DIR="$ROOT/.deps/device"   # unpacked here (apart from fetch_deps.sh's .deps/root)
+DEPS_ROOT="$DEPS_DIR/root"
+setup_deps() {
+  if [ -f "$PACK/deps-root.tar.gz" ]; then
+    if [ ! -f "$DEPS_ROOT/.stamp" ] || ! cmp -s "$DEPS_ROOT/.stamp" "$PACK/STAMP"; then
+      log "unpacking .deps/pack/deps-root.tar.gz into ${DEPS_ROOT#"$ROOT"/}"
+      rm -rf "$DEPS_DIR"
+      mkdir -p "$DEPS_DIR"
+      tar -C "$DEPS_DIR" -xzf "$PACK/deps-root.tar.gz" || { echo "run.sh: unpacking the deps failed" >&2; return 1; }
+      cp "$PACK/STAMP" "$DEPS_ROOT/.stamp"
+      # Generic libraries the machine may already have (same soname = same ABI, and the system's is
+      # newer): use the system's, so that nothing else in the process sees an older Debian copy.
+      local so sys_libs
+      sys_libs="$(ldconfig -p 2>/dev/null)"   # (not piped into grep -q: SIGPIPE + pipefail)
+      for so in libudev.so.1 libgfortran.so.5 libquadmath.so.0; do
+        if grep -q "^[[:space:]]$so " <<<"$sys_libs"; then
+          mkdir -p "$DEPS_DIR/shadowed"
+          mv "$DEPS_ROOT/usr/lib/$ARCH/$so" "$DEPS_DIR/shadowed/" 2>/dev/null &&
+            log "using the system's $so"
+        fi
+      done
+    fi
+  else
+    echo "run.sh: no .deps/pack/deps-root.tar.gz: run scripts/device/fetch_deps.sh here and carry .deps/pack" >&2
+    return 1
+  fi
+  local D="$DEPS_ROOT/usr" L="$DEPS_ROOT/usr/lib/$ARCH"
+  # Open MPI and PMIx were configured for /usr; these make them look in the prefix instead
+  # (wrappers' -I/-L flags, plugins, help files, the default MCA parameter file).
+  export OPAL_PREFIX="$D"
+  export OPAL_SYSCONFDIR="$DEPS_ROOT/etc/openmpi"
+  export PMIX_INSTALL_PREFIX="$L/pmix2"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  # No ssh on the image: Open MPI's rsh launcher then aborts every MPI_Init, even a singleton's
+  # ("Unable to start a daemon on the local node"); the isolated launcher is local-only (seen here
+  # with ssh hidden: plain fails, plm=isolated passes for singletons and mpiexec -np 3).
+  export OMPI_MCA_plm=isolated
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none   # no CMA/ptrace assumptions in a VM
+  export PATH="$D/bin:$PATH"
+  # Transitive libraries of libmpi/libopenblas (RUNPATH covers only direct ones).
+  export LD_LIBRARY_PATH="$L:$DEPS_ROOT/lib/$ARCH:$L/pmix2/lib:$L/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+# ---- CUDA toolchain: nvcc, NCCL (system, CUDA toolkit, or PyTorch's nvidia-nccl wheel) ---------------
+site_dirs() { "$PY" -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null; }
+find_nvcc() {
+  local c
+  for c in "$(command -v nvcc 2>/dev/null)" /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc; do
+    [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }
+  done
+  while IFS= read -r s; do
+    for c in "$s"/nvidia/cu*/bin/nvcc "$s"/nvidia/cuda_nvcc/bin/nvcc; do [ -x "$c" ] && { echo "$c"; return 0; }; done
+  done < <(site_dirs)
+  return 1
+}
+NCCL_LIB="" NCCL_INC=""
+find_nccl() {
+  local nvcc_dir="$1" roots=() r f
+  [ -n "$nvcc_dir" ] && roots+=("$(dirname "$nvcc_dir")")
+  roots+=(/usr/local/cuda "/usr/lib/$ARCH" /usr/include /usr/local/cuda-*)
+  while IFS= read -r s; do [ -d "$s/nvidia" ] && roots+=("$s/nvidia"); done < <(site_dirs)
+  for r in "${roots[@]}"; do
+    [ -d "$r" ] || continue
+    if [ -z "$NCCL_LIB" ]; then
+      f="$(find -L "$r" -maxdepth 4 \( -name libnccl.so -o -name 'libnccl.so.[0-9]*' \) 2>/dev/null | sort | head -1)"
+      [ -n "$f" ] && NCCL_LIB="$f"
+    fi
+    if [ -z "$NCCL_INC" ]; then
+      f="$(find -L "$r" -maxdepth 4 -name nccl.h 2>/dev/null | head -1)"
+      [ -n "$f" ] && NCCL_INC="$(dirname "$f")"
+    fi
+  done
+  [ -n "$NCCL_LIB" ] && [ -n "$NCCL_INC" ]
+}
+
+env_info() {
+  {
+    echo "== date"; date -u
+    echo "== host"; uname -a; nproc; grep -m1 'model name' /proc/cpuinfo; sed -n 's/^PRETTY_NAME=//p' /etc/os-release
+    echo "== nvidia-smi"; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
+    echo "== nvcc"; "${NVCC:-nvcc}" --version 2>&1 | tail -2
+    echo "== nccl"; echo "lib=$NCCL_LIB include=$NCCL_INC"
+    echo "== cmake"; cmake --version 2>&1 | head -1
+    echo "== c++"; c++ --version 2>&1 | head -1
+    echo "== python"; "$PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+    echo "== git"; git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown
+  } > "$RES/env.txt" 2>&1
+  local name
+  name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+  printf '{"gpu": "%s", "nproc": %s}\n' "${name:-unknown}" "$(nproc)" > "$RES/env.json"
+}
+
+# run_phase NAME CAP_SECONDS : runs phase_NAME with `T` = min(CAP, time left - 20 s)
+run_phase() {
+  local name="$1" cap="$2" t0=$SECONDS remaining
+  local T PHASE_STATUS PHASE_RC PHASE_NOTE PHASE_T0=$SECONDS   # seen by phase_NAME (dynamic scope)
+  remaining="$(left)"
+  if [ "$remaining" -lt 60 ]; then
+    log "== $name: SKIPPED, only ${remaining}s left of ZT_DEADLINE_S=$DEADLINE"
+    # An earlier call's result of this phase (same machine) stays; else the report says why it is missing.
+    [ -f "$RES/phase_$name.json" ] ||
+      record "$name" skip 0 0 "not started: out of time (ZT_DEADLINE_S=$DEADLINE); run it in another call"
+    publish
+    return
+  fi
+  T=$(( cap < remaining - 20 ? cap : remaining - 20 ))
+  log "== $name (timeout ${T}s)"
+  PHASE_STATUS=ok PHASE_RC=0 PHASE_NOTE=""
+  "phase_$name"
+  local dt=$((SECONDS - t0))
+  record "$name" "$PHASE_STATUS" "$dt" "$PHASE_RC" "$PHASE_NOTE"
+  log "== $name: $PHASE_STATUS in ${dt}s${PHASE_NOTE:+ ($PHASE_NOTE)}"
+  publish
+}
+fail() { PHASE_STATUS=fail; PHASE_RC="$1"; PHASE_NOTE="$2"; }
+
+# ---- phases -----------------------------------------------------------------------------------------
+phase_build() {
+  local nvcc="" gen=() args=()
+  command -v ninja >/dev/null && gen=(-G Ninja)
+  # An existing build dir keeps its generator.
+  [ -f "$BUILD/CMakeCache.txt" ] && gen=()
+  local D="$DEPS_ROOT/usr" L="$DEPS_ROOT/usr/lib/$ARCH"
+  args=(-DCMAKE_BUILD_TYPE=Release "-DZT_CUDA=$CUDA" "-DZT_PYTHON=$PY"
+        "-DCMAKE_PREFIX_PATH=$D"
+        "-DMPI_CXX_COMPILER=$D/bin/mpicxx.openmpi" "-DMPIEXEC_EXECUTABLE=$D/bin/mpiexec.openmpi"
+        "-DOPENBLAS_LIB=$L/openblas-openmp/libopenblas.so" "-DCBLAS_INCLUDE=$D/include/$ARCH/openblas-openmp"
+        -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -Wno-dev)
+  if [ "$CUDA" != OFF ]; then
+    nvcc="${NVCC:-$(find_nvcc)}" || { fail 1 "nvcc not found"; return; }
+    args+=("-DCMAKE_CUDA_COMPILER=$nvcc" "-DZT_CUDA_ARCHS=$CUDA_ARCHS")
+    if [ -n "$NCCL_LIB" ] && [ -n "$NCCL_INC" ]; then
+      args+=("-DNCCL_LIB=$NCCL_LIB" "-DNCCL_INCLUDE=$NCCL_INC")
+    else
+      log "NCCL not found (lib '$NCCL_LIB', header dir '$NCCL_INC'); leaving it to CMake"
+    fi
+  fi
+  env_info
+  if ! timeout "$T" cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" "${args[@]}" > "$RES/configure.log" 2>&1; then
+    tail -30 "$RES/configure.log"; fail 1 "cmake configure failed (configure.log)"; return
+  fi
+  grep -E 'zerotrain:|MPI|OpenMP' "$RES/configure.log" | head -8
+  local t=$(( T - (SECONDS - PHASE_T0) ))
+  # Keep going past a failing target, so that the phases whose binaries did build can still run.
+  local keep=(-k)
+  grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja' "$BUILD/CMakeCache.txt" && keep=(-k 0)
+  timeout "$t" cmake --build "$BUILD" -j "$JOBS" -- "${keep[@]}" > "$RES/build.log" 2>&1
+  local rc=$?
+  if [ "$rc" -ne 0 ]; then
+    grep -E -m 20 'error|Error' "$RES/build.log"; tail -5 "$RES/build.log"
+    fail "$rc" "build failed (build.log)"; return
+  fi
+  PHASE_NOTE="$(grep -c 'Building\|Linking' "$RES/build.log") steps"
+  ldd "$BUILD/train" > "$RES/ldd_train.txt" 2>&1
+  if grep -q 'not found' "$RES/ldd_train.txt"; then
+    grep 'not found' "$RES/ldd_train.txt"; fail 1 "train has unresolved libraries (ldd_train.txt)"
+  fi
+}
+
+need_bin() {  # need_bin FILE...: fail the phase when a binary is missing
+  local f
+  for f in "$@"; do
+    [ -x "$f" ] || { fail 1 "${f#"$BUILD"/} missing (build failed?)"; return 1; }
+  done
+}
+
+phase_test() {
+  need_bin "$BUILD/train" || return
+  (cd "$BUILD" && timeout "$T" ctest -L gpu --output-on-failure --no-tests=error --timeout 600 \
+      --output-junit "$RES/ctest_gpu.xml") > "$RES/test.log" 2>&1
+  local rc=$?
+  grep -E 'tests passed|Total Test time|\*\*\*|Failed|Skipped' "$RES/test.log" | tail -15
+  [ "$rc" -eq 0 ] || fail "$rc" "ctest -L gpu failed (test.log)"
+}
+
+phase_sanitize() {
+  need_bin "$BUILD/train" || return
+  local cs="" c
+  for c in "$(command -v compute-sanitizer 2>/dev/null)" "${NVCC%/*}/compute-sanitizer" \
+           /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+    [ -n "$c" ] && [ -x "$c" ] && { cs="$c"; break; }
+  done
+  [ -n "$cs" ] || { fail 1 "compute-sanitizer not found"; return; }
+  timeout "$T" "$cs" --tool memcheck --error-exitcode 99 --print-limit 100 \
+    "$BUILD/train" plans/default.json --set device=cuda --set precision.compute=bf16 \
+      --set run.steps=10 --set run.eval_every=0 --set run.eval_batches=1 --set run.sample_every=0 \
+      --set data.tokenizer= --set run.log="$RES/sanitizer_metrics.jsonl" > "$RES/sanitize.log" 2>&1
+  local rc=$?
+  grep -E 'ERROR SUMMARY' "$RES/sanitize.log" | tail -1
+  if ! "${REPORT[@]}" --check sanitize; then fail "$rc" "memcheck errors or no ERROR SUMMARY (sanitize.log)"
+  elif [ "$rc" -ne 0 ]; then fail "$rc" "compute-sanitizer exit $rc (sanitize.log)"; fi
+}
+
+phase_parity() {
+  need_bin "$BUILD/train" || return
+  local half=$(( T / 2 ))
+  rm -f "$RES"/parity_*.jsonl
+  timeout "$half" "$BUILD/train" plans/default.json --set device=cuda --set precision.compute=bf16 \
+    --set run.steps="$PARITY_STEPS" --set run.sample_every=0 \
+    --set run.log="$RES/parity_cuda_bf16.jsonl" > "$RES/parity_cuda.log" 2>&1
+  local rc1=$?
+  timeout "$(( T - (SECONDS - PHASE_T0) ))" "$BUILD/train" plans/default.json --set device=cpu \
+    --set precision.compute=fp32 --set run.threads="$(nproc)" \
+    --set run.steps="$PARITY_STEPS" --set run.sample_every=0 \
+    --set run.log="$RES/parity_cpu_fp32.jsonl" > "$RES/parity_cpu.log" 2>&1
+  local rc2=$?
+  [ "$rc1" -eq 0 ] || { tail -5 "$RES/parity_cuda.log"; fail "$rc1" "CUDA bf16 run failed (parity_cuda.log)"; }
+  [ "$rc2" -eq 0 ] || { tail -5 "$RES/parity_cpu.log"; fail "$rc2" "CPU fp32 run failed (parity_cpu.log)"; }
+  [ "$PHASE_STATUS" = ok ] || return
+  "${REPORT[@]}" --check parity || fail 1 "loss deviation above 2%"
+}
+
+phase_bench() {
+  need_bin "$BUILD/train" || return
+  local B="$BENCH_B" rc=1 budget
+  budget=$(( T * 45 / 100 ))
+  rm -f "$RES"/bench_*.json "$RES"/bench_*.jsonl
+  while :; do
+    timeout "$budget" "$BUILD/train" plans/gpt2-124m.json --set device=cuda --set precision.compute=bf16 \
+      --set run.steps="$BENCH_STEPS" --set batch.micro_batch="$B" --set batch.grad_accum=1 \
+      --set run.eval_every=0 --set run.eval_batches=1 --set run.sample_every=0 --set data.tokenizer= \
+      --set run.log="$RES/bench_ours.jsonl" > "$RES/bench_ours.log" 2>&1
+    rc=$?
+    [ "$rc" -eq 0 ] && break
+    tail -5 "$RES/bench_ours.log"
+    # Out of memory (or another failure) at this batch: one retry at half the batch.
+    if [ "$B" -gt 4 ] && [ "$B" = "$BENCH_B" ] && [ "$rc" -ne 124 ]; then B=$(( B / 2 )); log "retrying ours at B=$B"; else break; fi
+  done
+  printf '{"B": %s, "T": 1024, "L": 12, "NH": 12, "C": 768, "V": 50257, "steps": %s, "warmup": %s, "ours_rc": %s}\n' \
+    "$B" "$BENCH_STEPS" "$BENCH_WARMUP" "$rc" > "$RES/bench_meta.json"
+  [ "$B" = "$BENCH_B" ] || PHASE_NOTE="B=$BENCH_B failed for ours (see bench_ours.log); both ran at B=$B"
+  [ "$rc" -eq 0 ] || fail "$rc" "ours failed at B=$B (bench_ours.log)"
+  PYTHONUNBUFFERED=1 timeout "$(( T - (SECONDS - PHASE_T0) - 5 ))" "$PY" test/ref/torch_gpu_bench.py \
+    --B "$B" --T 1024 --steps "$BENCH_STEPS" --warmup "$BENCH_WARMUP" \
+    --json-out "$RES/bench_torch.json" > "$RES/bench_torch.log" 2>&1
+  local rc2=$?
+  tail -1 "$RES/bench_torch.log"
+  [ "$rc2" -eq 0 ] || { tail -5 "$RES/bench_torch.log"; fail "$rc2" "PyTorch baseline failed (bench_torch.log)"; }
+  "${REPORT[@]}" --check bench || true
+}
+
+phase_kernels() {
+  local exe="$BUILD/zt_bench_kernels"
+  need_bin "$exe" || return
+  rm -f "$RES/kernels.json"
+  timeout "$T" "$exe" --json "$RES/kernels.json" > "$RES/kernels.log" 2>&1
+  local rc=$?
+  tail -20 "$RES/kernels.log"
+  if [ "$rc" -eq 77 ]; then PHASE_STATUS=skip; PHASE_RC=77; PHASE_NOTE="zt_bench_kernels skipped itself (exit 77)"
+  elif [ "$rc" -ne 0 ]; then fail "$rc" "zt_bench_kernels exit $rc (kernels.log)"; fi
+}
+
+# ---- main -----------------------------------------------------------------------------------------------
+log "phases: ${PHASES[*]}; build dir $BUILD; results $RES; out $OUTDIR; deadline ${DEADLINE}s"
+if ! setup_deps; then
+  record deps fail 0 1 "dependency prefix missing or broken"
+  publish
+  exit 1
+fi
+NVCC=""
+if [ "$CUDA" != OFF ]; then
+  NVCC="$(find_nvcc)" || log "nvcc not found"
+  if find_nccl "$NVCC"; then
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:${NCCL_LIB%/*}"
+  fi
+fi
+[ -f "$RES/env.txt" ] || env_info
+
+# A fresh machine has no build: phases that need binaries get one first.
+if [ ! -x "$BUILD/train" ] && [ "${PHASES[0]}" != build ]; then
+  log "no build in ${BUILD#"$ROOT"/}: adding the build phase"
+  PHASES=(build "${PHASES[@]}")
+fi
+
+for p in "${PHASES[@]}"; do
+  case "$p" in
+    build) run_phase build 900 ;;
+    test) run_phase test 900 ;;
+    sanitize) run_phase sanitize 600 ;;
+    parity) run_phase parity 600 ;;
+    bench) run_phase bench 900 ;;
+    kernels) run_phase kernels 300 ;;
+  esac
+done
+
+publish
+"${REPORT[@]}"
+log "done in $((SECONDS - START))s; failed: ${FAILED[*]:-none}"
+[ "${#FAILED[@]}" -eq 0 ]
