@@ -446,8 +446,11 @@ template <class T> void check_attention(int B, int Tn, int C, int NH, uint32_t s
 TYPED_TEST(GpuOps, Attention) {
   ZT_REQUIRE_GPU();
   using T = TypeParam;
-  // hs = C / NH must be 64 or 128 (attention.h).
+  // hs = C / NH in {16, 32, 64, 128} (attention.h).
   check_attention<T>(1, 1, 64, 1, 600);       // one position: out = v, lse = the single score
+  check_attention<T>(2, 33, 64, 4, 601);      // hs 16, one past a tile of 32
+  check_attention<T>(2, 128, 128, 4, 602);    // hs 32: the default plan's heads (C 128, NH 4)
+  check_attention<T>(2, 65, 96, 3, 603);      // hs 32, odd head count, one past a tile of 64
   check_attention<T>(2, 13, 128, 1, 610);     // hs 128
   check_attention<T>(2, 13, 256, 4, 620);     // hs 64
   check_attention<T>(3, 64, 256, 2, 630);     // hs 128, one full tile
