@@ -19,6 +19,7 @@
 #include "comm/comm.h"
 #include "plan/plan.h"
 #include "runtime/error.h"
+#include "runtime/device.h"
 #include "train/trainer.h"
 #include "zero/estimate.h"
 
@@ -67,9 +68,12 @@ int run(int argc, char** argv) {
   est->add_option("--world", world, "number of ranks")->check(CLI::PositiveNumber);
   est->add_option("--set", overrides, "override a plan field")->type_name("KEY=VALUE");
   est->add_flag("--json", as_json, "print JSON instead of a table");
-  app.footer("Multi-rank: mpirun -np N ./train PLAN.json (CPU backend, fp32). device \"cuda\" (or \"auto\" with a\n"
-             "GPU) trains on one GPU, precision.compute \"bf16\" (default there) or \"fp32\", zero.stage 0. Offload and\n"
-             "checkpoints are not available in this build yet (plans asking for them are rejected).");
+  app.footer(std::string("Multi-rank: mpirun -np N ./train PLAN.json (CPU backend, fp32). ") +
+             (zt::device::built_with_cuda()
+                  ? "device \"cuda\" (or \"auto\" with a\nGPU) trains on one GPU, precision.compute \"bf16\" (default "
+                    "there) or \"fp32\", zero.stage 0.\n"
+                  : "This build has no CUDA backend\n(nvcc was not found at configure time). ") +
+             "Offload and checkpoints are not available in this build yet\n(plans asking for them are rejected).");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -95,6 +99,7 @@ int run(int argc, char** argv) {
   co.fault_skip_step = plan.comm.fault_skip_step;
   g_comm = zt::make_mpi_comm(co);
   check_same_plan_everywhere(plan, *g_comm);
+  zt::choose_backend(plan, g_comm->world());  // refuse what cannot run here before writing anything
   if (g_comm->rank() == 0) publish_plan(plan);
   const zt::TrainResult r = zt::train(plan, *g_comm);
   g_comm->barrier();

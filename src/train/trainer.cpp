@@ -307,8 +307,8 @@ class Trainer {
   std::unique_ptr<MetricsLog> log_;
 };
 
-// The next rung of the memory ladder for a run that did not fit on the device: what to change in
-// the plan, using only options this build runs.
+}  // namespace
+
 std::string next_memory_step(const Plan& plan, int world) {
   std::ostringstream os;
   const int mb = plan.batch.micro_batch;
@@ -321,6 +321,8 @@ std::string next_memory_step(const Plan& plan, int world) {
     os << "shorten model.seq_len or use a smaller model: micro_batch 1 does not fit";
   return os.str();
 }
+
+namespace {
 
 template <class Ops>
 TrainResult run_trainer(const Plan& plan, Comm& comm) {
@@ -340,15 +342,13 @@ std::string resolve_device(const Plan& plan) {
 
 }  // namespace
 
-TrainResult train(const Plan& plan, Comm& comm) {
+std::string choose_backend(const Plan& plan, int world) {
   const std::string dev = resolve_device(plan);
-  if (dev == "cpu") return run_trainer<CpuOps<float>>(plan, comm);
-
-#if ZT_HAVE_CUDA
-  ZT_REQUIRE(device::available(), "device: \"cuda\" but no CUDA device is visible (check nvidia-smi and "
-                                  "CUDA_VISIBLE_DEVICES), or set device to \"cpu\"");
-  ZT_REQUIRE(comm.world() == 1, "device: \"cuda\" with " << comm.world()
-                                    << " ranks is not supported by this build yet (supported: one rank on one GPU)");
+  if (dev == "cpu") return "cpu-fp32";
+  ZT_REQUIRE(device::built_with_cuda(), "device: \"cuda\" but this build has no CUDA backend");
+  // What the CUDA path cannot run is refused first, on any machine; then whether a GPU is there.
+  ZT_REQUIRE(world == 1, "device: \"cuda\" with " << world
+                             << " ranks is not supported by this build yet (supported: one rank on one GPU)");
   ZT_REQUIRE(plan.zero.stage == 0, "zero.stage: " << plan.zero.stage
                                                   << " on device \"cuda\" is not supported by this build yet (supported: 0 "
                                                      "on one GPU; stages 1-3 shard across ranks)");
@@ -357,9 +357,17 @@ TrainResult train(const Plan& plan, Comm& comm) {
   ZT_REQUIRE(hs == 16 || hs == 32 || hs == 64 || hs == 128,
              "model: head size n_embd/n_head = " << hs << " is not supported by the CUDA attention kernels (supported: 16, "
                                                     "32, 64, 128)");
-  const std::string prec = plan.precision.compute == "auto" ? "bf16" : plan.precision.compute;
-  if (prec == "bf16") return run_trainer<CudaOps<bf16>>(plan, comm);
-  return run_trainer<CudaOps<float>>(plan, comm);
+  ZT_REQUIRE(device::available(), "device: \"cuda\" but no CUDA device is visible (check nvidia-smi and "
+                                  "CUDA_VISIBLE_DEVICES), or set device to \"cpu\"");
+  return plan.precision.compute == "fp32" ? "cuda-fp32" : "cuda-bf16";
+}
+
+TrainResult train(const Plan& plan, Comm& comm) {
+  const std::string backend = choose_backend(plan, comm.world());
+  if (backend == "cpu-fp32") return run_trainer<CpuOps<float>>(plan, comm);
+#if ZT_HAVE_CUDA
+  if (backend == "cuda-fp32") return run_trainer<CudaOps<float>>(plan, comm);
+  return run_trainer<CudaOps<bf16>>(plan, comm);
 #else
   throw Error("device: \"cuda\" but this build has no CUDA backend");
 #endif

@@ -37,6 +37,15 @@ expect negative_lr   'optim.lr'             "{\"optim\": {\"lr\": -0.001}, $good
 expect malformed     'malformed JSON'       "{\"optim\": {\"lr\": 0.001,, $good_data}"
 expect bad_override  'zero.stage'           "{$good_data}" --set zero.stage=abc
 expect unsupported   'offload.optimizer'    "{$good_data}" --set offload.optimizer=cpu
+expect bf16_on_cpu   'needs device "cuda"'  "{$good_data}" --set device=cpu --set precision.compute=bf16
+# The CUDA path's limits are refused on any machine, GPU or not, before anything is allocated or written.
+if "$TRAIN" --help 2>/dev/null | grep -q 'trains on one GPU'; then  # a build with the CUDA backend
+  expect cuda_head_size 'head size n_embd/n_head = 8' "{$good_data}" --set device=cuda --set model.n_head=16
+  expect cuda_stage     'zero.stage: 2 on device "cuda"' "{$good_data}" --set device=cuda --set zero.stage=2
+  if ! nvidia-smi -L >/dev/null 2>&1; then
+    expect cuda_no_gpu  'no CUDA device is visible' "{$good_data}" --set device=cuda
+  fi
+fi
 # A plan file that does not exist at all.
 if "$TRAIN" "$work/does_not_exist.json" >/dev/null 2>"$work/err"; then echo "FAIL nonexistent plan: exit 0"; fails=$((fails+1));
 elif ! grep -q 'cannot open' "$work/err"; then echo "FAIL nonexistent plan:"; cat "$work/err"; fails=$((fails+1));
