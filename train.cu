@@ -72,8 +72,8 @@ int run(int argc, char** argv) {
              (zt::device::built_with_cuda()
                   ? "device \"cuda\" (or \"auto\" with a\nGPU) trains on one GPU, precision.compute \"bf16\" (default "
                     "there) or \"fp32\", zero.stage 0.\n"
-                  : "This build has no CUDA backend\n(nvcc was not found at configure time). ") +
-             "Offload and checkpoints are not available in this build yet\n(plans asking for them are rejected).");
+                  : "This build has no CUDA backend\n(nvcc was not found at configure time).\n") +
+             "Offload and checkpoints are not available in this build yet (plans asking for them are rejected).");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
