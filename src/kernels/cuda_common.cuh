@@ -3,7 +3,7 @@
 //   Packed128<T>     16 bytes of T moved with one 128-bit load/store (8 bf16 or 4 float):
 //                    memory-bound kernels read and write whole cache sectors per instruction.
 //   warp_sum/max     butterfly reductions over the 32 lanes of a warp (no shared memory).
-//   block_sum        sum over a whole block (warp sums through shared memory).
+//   block_sum/max    sum / max over a whole block (warp results through shared memory).
 //   to_float/from_float   conversions that are the identity for float, so one template serves
 //                    the bf16 kernels and the fp32 parity mode.
 //   stochastic_round bf16 rounding with probability proportional to distance (AdamW's update).
@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -71,18 +72,21 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-// Every thread of the block gets the block's sum. blockDim.x must be a multiple of 32 (<= 1024);
-// every thread must call it (it synchronises). Deterministic: fixed order of warp partials.
-__device__ __forceinline__ float block_sum(float v) {
+// Every thread of the block gets the block's sum (max). blockDim.x must be a multiple of 32
+// (<= 1024); every thread must call it (it synchronises). Deterministic: fixed order of warp partials.
+template <bool kMax>
+__device__ __forceinline__ float block_reduce(float v) {
   __shared__ float partial[32];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
-  v = warp_sum(v);
+  v = kMax ? warp_max(v) : warp_sum(v);
   __syncthreads();  // partial[] may still be read by a previous call
   if (lane == 0) partial[warp] = v;
   __syncthreads();
-  v = lane < warps ? partial[lane] : 0.0f;
-  return warp_sum(v);
+  v = lane < warps ? partial[lane] : (kMax ? -INFINITY : 0.0f);
+  return kMax ? warp_max(v) : warp_sum(v);
 }
+__device__ __forceinline__ float block_sum(float v) { return block_reduce<false>(v); }
+__device__ __forceinline__ float block_max(float v) { return block_reduce<true>(v); }
 
 // ---- stochastic rounding ---------------------------------------------------------------------------
 // Counter-based hash (SquirrelNoise5-style): the random bits depend only on (index, seed), so a run

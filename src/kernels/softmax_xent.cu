@@ -17,18 +17,6 @@ namespace {
 
 constexpr int kBlock = 512;
 
-// Every thread of the block gets the block's max; same contract as block_sum in cuda_common.cuh.
-__device__ __forceinline__ float block_max(float v) {
-  __shared__ float partial[32];
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
-  v = warp_max(v);
-  __syncthreads();  // partial[] may still be read by a previous call
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  v = lane < warps ? partial[lane] : -INFINITY;
-  return warp_max(v);
-}
-
 // logits (N, Vp): overwritten by dlogits when write_dlogits. losses (N). One block per row.
 template <class T>
 __global__ void softmax_xent_kernel(T* logits, float* __restrict__ losses, const int* __restrict__ targets, float dloss,

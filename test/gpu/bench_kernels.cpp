@@ -297,32 +297,24 @@ int run(const Args& a) {
   Dev<unsigned char> scratch(scratch_bytes);
 
   std::vector<Row> rows;
-  auto mem_row = [&](const std::string& name, double bytes, const std::function<void()>& f) {
+  // One row: median time of f, and its rate against the measured ceiling (GB/s for memory-bound
+  // kernels, TFLOP/s for matmuls and attention).
+  auto add_row = [&](const std::string& name, double bytes, double flops, const std::function<void()>& f) {
     Row r;
     r.kernel = name;
     r.bytes = bytes;
-    try {
-      r.ms = timer.median_ms(f);
-      r.rate = bytes / (r.ms * 1e6);  // GB/s
-      r.pct = 100.0 * r.rate / bw_gbps;
-    } catch (const std::exception& e) {
-      r.error = e.what();
-    }
-    rows.push_back(r);
-  };
-  auto flop_row = [&](const std::string& name, double flops, const std::function<void()>& f) {
-    Row r;
-    r.kernel = name;
     r.flops = flops;
     try {
       r.ms = timer.median_ms(f);
-      r.rate = flops / (r.ms * 1e9);  // TFLOP/s
-      r.pct = 100.0 * r.rate / gemm_tflops;
+      r.rate = flops > 0 ? flops / (r.ms * 1e9) : bytes / (r.ms * 1e6);
+      r.pct = 100.0 * r.rate / (flops > 0 ? gemm_tflops : bw_gbps);
     } catch (const std::exception& e) {
       r.error = e.what();
     }
     rows.push_back(r);
   };
+  auto mem_row = [&](const std::string& name, double bytes, const std::function<void()>& f) { add_row(name, bytes, 0, f); };
+  auto flop_row = [&](const std::string& name, double flops, const std::function<void()>& f) { add_row(name, 0, flops, f); };
 
   // ---- encoder ----
   mem_row("encoder_forward", double(N) * 4 + double(NC) * E * 2 + double(T) * C * E,
@@ -414,14 +406,8 @@ int run(const Args& a) {
     fill(v, 1e-6f, 1e-4f, 25);
     Dev<float> acc(1);
     ZT_CHECK_CUDA(cudaMemset(acc.get(), 0, sizeof(float)));
-    zt::cpu::AdamWArgs args;
-    args.lr = 6e-4f;
-    args.beta1 = 0.9f;
-    args.beta2 = 0.95f;
-    args.eps = 1e-8f;
-    args.weight_decay = 0.1f;
-    args.grad_scale = 1.0f;
-    args.step = 10;
+    // lr, beta1, beta2, eps, weight_decay, grad_scale, step
+    const zt::cpu::AdamWArgs args{6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 10};
     uint32_t seed = 0;
     // per parameter: grad (bf16) read, master / m / v (fp32) read + written, bf16 param written
     mem_row("adamw (bf16 + fp32 master, 124M)", double(P) * (E + 3 * 8 + E), [&] {

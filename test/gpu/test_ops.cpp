@@ -588,15 +588,9 @@ TYPED_TEST(GpuOps, SoftmaxCrossEntropy) {
 // AdamW
 
 zt::cpu::AdamWArgs adamw_args() {
-  zt::cpu::AdamWArgs a;
-  a.lr = 1e-3f;
-  a.beta1 = 0.9f;
-  a.beta2 = 0.95f;
-  a.eps = 1e-8f;
-  a.weight_decay = 0.1f;
-  a.grad_scale = 0.7f;  // as after global-norm clipping
-  a.step = 3;           // bias corrections not trivial
-  return a;
+  // lr, beta1, beta2, eps, weight_decay, grad_scale (as after global-norm clipping), step (bias
+  // corrections not trivial)
+  return zt::cpu::AdamWArgs{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 3};
 }
 // fp32 AdamW against double: a handful of fp32 roundings per element (~1 ulp of the parameter).
 constexpr double kTolAdam = 1e-6;
