@@ -67,6 +67,8 @@ ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, Comm& comm, 
     s0_.buf = g0_.as<T>();
     s0_.recv = recv_.as<T>() + part.staging_slots() * (slot / size_t(world_));
     s0_.bucket = int(part.buckets().size()) - 1;  // unit 0's own bucket is the last
+    slot_of_bucket_.assign(part.buckets().size(), nullptr);
+    slot_of_bucket_.back() = &s0_;
   }
   if (stage_ == 3) {
     for (size_t i = 0; i < part.gather_slots(); ++i) {
@@ -323,6 +325,7 @@ void ZeroEngine<Ops>::before_backward(int u) {
   }
   slot->bucket = b;
   slot->taken = ++slots_taken_;
+  slot_of_bucket_[size_t(b)] = slot;
   Ops::zero(slot->buf, bk.numel);
   for (int v : bk.units) model_.set_unit_grads(v, slot->buf + (layout_.units()[size_t(v)].offset - bk.offset));
 }
@@ -357,10 +360,8 @@ void ZeroEngine<Ops>::launch_bucket(int b) {
                                                comm_ptr(grad_shard_.as<T>() + part_.unit_shard_flat(v)),
                                                part_.unit_shard_numel(v)));
   } else {
-    StagingSlot* slot = bk.units.front() == 0 ? &s0_ : nullptr;
-    for (StagingSlot& s : sslots_)
-      if (s.bucket == b) slot = &s;
-    ZT_ASSERT(slot && slot->hs.empty());
+    StagingSlot* slot = slot_of_bucket_[size_t(b)];
+    ZT_ASSERT(slot && slot->bucket == b && slot->hs.empty());
     const int lowest = bk.units.back();
     for (int v : bk.units) {
       const size_t in_bucket = layout_.units()[size_t(v)].offset - bk.offset;

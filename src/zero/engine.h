@@ -118,6 +118,10 @@ class ZeroEngine : public UnitHooks {
   // stages 2-3 gradient staging
   std::vector<StagingSlot> sslots_;
   StagingSlot s0_;  // the embedding's own
+  // The slot each bucket of the current micro-step accumulates into. Looked up by bucket, never by
+  // searching the slots' `bucket` fields: with accumulation, a bucket's previous micro-step may still
+  // be in flight in another slot, so two slots can hold the same bucket at once.
+  std::vector<StagingSlot*> slot_of_bucket_;
   uint64_t slots_taken_ = 0;
   bool head_seen_ = false;
 };

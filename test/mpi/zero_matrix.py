@@ -2,10 +2,13 @@
 """Acceptance matrix of the distributed ZeRO engine (DESIGN: "Single-rank DDP is the oracle for
 every distributed plan"; "Counts, not impressions").
 
-For every world size N, ZeRO stage, overlap on/off and gradient accumulation A, a short run under
-`mpirun --oversubscribe -np N` must reproduce the single-rank stage-0 run with the same global
-batch (N = 1, grad_accum = A*N; the loader hands out the same sequences per step, see
-src/data/loader.h):
+For every world size N, ZeRO stage, overlap on/off, gradient accumulation A and bucket size, a
+short run under `mpirun --oversubscribe -np N` must reproduce the single-rank stage-0 run with the
+same global batch (N = 1, grad_accum = A*N; the loader hands out the same sequences per step, see
+src/data/loader.h). Bucket sizes (BUCKETS below) cover the three shapes a bucket can take: one unit
+per bucket (smaller than a block), several units per bucket plus a remainder, and the shipped
+default (25 MiB: every unit but the embedding in one bucket, so with accumulation >= 3 both staging
+slots hold the same bucket at once, the case that once crashed the engine):
 
   * loss per step               |loss - ref| / |ref|                          <= 1e-5
   * final weights (llm.c .bin)  ||w - w_ref||_2 / ||w_ref||_2 over everything <= 1e-5
@@ -21,7 +24,12 @@ and the summary line of the metrics JSONL must count exactly what theory says:
     padded embedding unit. Also == `train estimate`'s bytes_per_step and the binary's own theory.
   * tracked peak memory per category == `train estimate PLAN --world N --json` memory.host
   * stages 2-3: grads == 4Ψ/N and no "gradients" buffer; stage 3: params == 4Ψ/N and
-    max_gathered_units <= prefetch_units + 1.
+    max_gathered_units == prefetch_units + 1 with overlap (the prefetch really runs ahead) and
+    == 1 without (the naive path gathers only the unit it needs).
+
+Rows with N = 1 and stage 0 run the reference's own configuration (with world 1 stage 0 sends
+nothing, so overlap and bucket size change nothing): they are determinism checks and must match
+the reference bit for bit.
 
 The model is a tiny GPT on the committed sample data whose unit sizes are divisible by neither
 3 nor 4 (so every unit really gets padded and split unevenly before padding); the arithmetic is
@@ -51,8 +59,16 @@ V = 50257
 VP = (V + 127) // 128 * 128         # 50304, as GPTConfig::pad_vocab
 B, STEPS = 2, 20
 LR, WARMUP, CLIP = 3e-3, 3, 1.0
-BUCKET_MB = 0.05                    # 13107 fp32 elements: several gradient buckets per step
 PREFETCH = 2
+# Gradient bucket sizes in MiB, and the bucket shapes they give for this model (asserted in
+# check_bucket_arithmetic): unit sizes padded to lcm(N,128) are ~15.2K per block, 128 or 384 for the final norm.
+BUCKETS = {
+    0.05: "one unit per bucket",       # 13107 elements < one block
+    0.1: "several units per bucket",   # 26214: {final, block 3, block 2}, {block 1}
+    25.0: "default (one bucket)",      # plans/base.json: {final, blocks 3..1}
+}
+ACCUMS_SMALL_BUCKETS = [1, 3]          # with 0.05 MiB: the full matrix
+ACCUMS_LARGE_BUCKETS = [3, 4]          # with 0.1 and 25 MiB: accumulation that reuses staging slots
 
 LOSS_TOL, WEIGHT_TOL, TENSOR_TOL, NORM_TOL = 1e-5, 1e-5, 1e-4, 1e-4
 KBIAS_ABS = 1e-4  # absolute, for the attention key bias (see split_qkv_bias)
@@ -76,6 +92,40 @@ def check_unit_arithmetic():
         assert n % 3 != 0 and n % 4 != 0, f"unit of {n} elements divides by 3 or 4: pick other dims"
     # The layer-stacked tensors of the llm.c file, for the weight comparison.
     assert C % NH == 0
+
+
+def check_bucket_arithmetic():
+    """The bucket shapes BUCKETS claims, by partition.h's rule (units from the final norm down; a
+    bucket closes once it holds at least bucket_mb MiB; the embedding is always a bucket of its
+    own), recomputed here so a change of dimensions cannot silently collapse the shapes."""
+    base = plans_base_bucket_mb()
+    assert base in BUCKETS, f"plans/base.json zero.bucket_mb {base} is not in the matrix"
+    final, blocks = L + 1, list(range(L, 0, -1))  # unit indices: final norm, blocks L..1
+    want = {
+        0.05: [[final, blocks[0]]] + [[b] for b in blocks[1:]],  # the tiny final norm joins block L
+        0.1: [[final] + blocks[:2], blocks[2:]],
+        25.0: [[final] + blocks],
+    }
+    for n_ranks in (1, 2, 3, 4):
+        m = pad_multiple(n_ranks)
+        padded = [(n + m - 1) // m * m for n in unit_sizes()]
+        for mb in BUCKETS:
+            limit = int(mb * 1024 * 1024) // 4
+            buckets, cur, size = [], [], 0
+            for u in range(len(padded) - 1, 0, -1):
+                cur.append(u)
+                size += padded[u]
+                if size >= limit:
+                    buckets.append(cur)
+                    cur, size = [], 0
+            if cur:
+                buckets.append(cur)
+            assert buckets == want[mb], (n_ranks, mb, buckets, want[mb])
+
+
+def plans_base_bucket_mb():
+    with open(os.path.join(ROOT, "plans", "base.json")) as f:
+        return float(json.load(f)["zero"]["bucket_mb"])
 
 
 def pad_multiple(n_ranks):
@@ -179,14 +229,14 @@ def env():
     return e
 
 
-def plan_sets(stage, overlap, accum, workdir):
+def plan_sets(stage, overlap, accum, workdir, bucket_mb):
     s = {
         "model.n_layer": L, "model.n_head": NH, "model.n_embd": C, "model.seq_len": T, "model.vocab_size": V,
         "data.train": "data/sample/train_*.bin", "data.val": "data/sample/val.bin", "data.tokenizer": "",
         "batch.micro_batch": B, "batch.grad_accum": accum,
         "optim.lr": LR, "optim.warmup_steps": WARMUP, "optim.grad_clip": CLIP,
         "zero.stage": stage, "zero.overlap_comm": "true" if overlap else "false",
-        "zero.bucket_mb": BUCKET_MB, "zero.prefetch_units": PREFETCH,
+        "zero.bucket_mb": bucket_mb, "zero.prefetch_units": PREFETCH,
         "run.steps": STEPS, "run.eval_every": 0, "run.eval_batches": 1, "run.sample_every": 0,
         "run.threads": 1, "run.log": os.path.join(workdir, "metrics.jsonl"),
         "run.final_weights": os.path.join(workdir, "final.bin"),
@@ -201,9 +251,9 @@ class RunFailed(Exception):
     pass
 
 
-def run_train(train, mpirun, n_ranks, stage, overlap, accum, workdir, timeout_s):
+def run_train(train, mpirun, n_ranks, stage, overlap, accum, workdir, timeout_s, bucket_mb=0.05):
     os.makedirs(workdir, exist_ok=True)
-    sets = plan_sets(stage, overlap, accum, workdir)
+    sets = plan_sets(stage, overlap, accum, workdir, bucket_mb)
     cmd = [mpirun, "--oversubscribe", "-np", str(n_ranks), train, "plans/default.json"] + sets
     t0 = time.monotonic()
     try:
@@ -240,10 +290,21 @@ def sets_path(sets):
 
 
 # ---- checks ---------------------------------------------------------------------------------
-def check(res, ref, n_ranks, stage, accum):
+def check(res, ref, n_ranks, stage, accum, overlap):
     """Returns (errors, measures)."""
     errs = []
     m = {}
+    if n_ranks == 1 and stage == 0:
+        # Determinism check: the reference's own configuration must reproduce it exactly.
+        for what in ("loss", "grad_norm"):
+            a = [r[what] for r in res["steps"]]
+            b = [r[what] for r in ref["steps"]]
+            if a != b:
+                errs.append(f"determinism: {what} differs from an identical run: {a[:3]}... vs {b[:3]}...")
+        for name, r in ref["weights"].items():
+            if not np.array_equal(res["weights"][name], r):
+                errs.append(f"determinism: final tensor {name} differs from an identical run")
+                break
     # Numerics vs the reference.
     loss = np.array([r["loss"] for r in res["steps"]])
     rloss = np.array([r["loss"] for r in ref["steps"]])
@@ -299,9 +360,10 @@ def check(res, ref, n_ranks, stage, accum):
                 mem_ok = False
                 errs.append(f"stage 3: {where} params {d.get('params')} != 4Ψ/N = {4 * P // n_ranks}")
         mg = s["max_gathered_units"]
-        if not 1 <= mg <= PREFETCH + 1:
+        want_mg = PREFETCH + 1 if overlap else 1
+        if mg != want_mg:
             mem_ok = False
-            errs.append(f"stage 3: max_gathered_units {mg} not in [1, prefetch_units+1 = {PREFETCH + 1}]")
+            errs.append(f"stage 3: max_gathered_units {mg} != {want_mg} (overlap {'on: prefetch_units + 1' if overlap else 'off: 1'})")
     for k, v in (("world", n_ranks), ("zero_stage", stage), ("steps", STEPS)):
         if s.get(k) != v:
             errs.append(f"summary {k} = {s.get(k)}, expected {v}")
@@ -323,9 +385,16 @@ def main():
     if shutil.which(args.mpirun) is None:
         sys.exit(f"zero_matrix: {args.mpirun} not found")
     check_unit_arithmetic()
+    check_bucket_arithmetic()
 
     worlds = [1, 3] if args.quick else [1, 2, 3, 4]
-    stages, overlaps, accums = [0, 1, 2, 3], [True, False], [1, 3]
+    stages, overlaps = [0, 1, 2, 3], [True, False]
+    # (bucket MiB, overlap, accumulation) rows per (N, stage): the full cross product with the
+    # smallest buckets; with larger buckets, overlap on (the naive path has one slot and no
+    # reuse) and the accumulations that make slots hold the same bucket.
+    rows = [(0.05, ov, a) for ov in overlaps for a in ACCUMS_SMALL_BUCKETS]
+    rows += [(mb, True, a) for mb in BUCKETS if mb != 0.05 for a in ACCUMS_LARGE_BUCKETS]
+    accums = sorted({a for _, _, a in rows})
     work = tempfile.mkdtemp(prefix="zero_matrix.")
     t_all = time.monotonic()
     failures = []
@@ -345,7 +414,7 @@ def main():
         if clipped == 0:
             failures.append(f"reference grad_accum {g}: gradient clipping never triggered (grad_clip {CLIP})")
 
-    hdr = f"{'N':>2} {'stage':>5} {'overlap':>7} {'accum':>5} {'loss err':>9} {'norm err':>9} {'w err':>9} " \
+    hdr = f"{'N':>2} {'stage':>5} {'bucket':>6} {'overlap':>7} {'accum':>5} {'loss err':>9} {'norm err':>9} {'w err':>9} " \
           f"{'tensor err':>10} {'bytes/step':>11} {'bytes':>5} {'mem':>4} {'sec':>5}"
     print("\n" + hdr + "\n" + "-" * len(hdr), flush=True)
     worst = {"loss": 0.0, "norm": 0.0, "w": 0.0, "t": 0.0, "k": 0.0}
@@ -353,32 +422,34 @@ def main():
     n_runs = 0
     for n in worlds:
         for stage in stages:
-            for ov in overlaps:
-                for a in accums:
-                    name = f"N={n} stage={stage} overlap={'on' if ov else 'off'} accum={a}"
-                    d = os.path.join(work, f"N{n}_s{stage}_o{int(ov)}_A{a}")
-                    try:
-                        res = run_train(train, args.mpirun, n, stage, ov, a, d, args.timeout)
-                    except (RunFailed, ValueError) as e:
-                        failures.append(f"{name}: {e}")
-                        print(f"{n:>2} {stage:>5} {'on' if ov else 'off':>7} {a:>5}  RUN FAILED (see end)", flush=True)
-                        continue
-                    n_runs += 1
-                    errs, m = check(res, refs[n * a], n, stage, a)
-                    for k in worst:
-                        worst[k] = max(worst[k], m[k])
+            for mb, ov, a in rows:
+                kind = " (determinism)" if n == 1 and stage == 0 else ""
+                name = f"N={n} stage={stage} bucket_mb={mb} overlap={'on' if ov else 'off'} accum={a}{kind}"
+                d = os.path.join(work, f"N{n}_s{stage}_b{mb}_o{int(ov)}_A{a}")
+                row = f"{n:>2} {stage:>5} {mb:>6g} {'on' if ov else 'off':>7} {a:>5}"
+                try:
+                    res = run_train(train, args.mpirun, n, stage, ov, a, d, args.timeout, mb)
+                except (RunFailed, ValueError) as e:
+                    failures.append(f"{name}: {e}")
+                    print(f"{row}  RUN FAILED (see end)", flush=True)
+                    continue
+                n_runs += 1
+                errs, m = check(res, refs[n * a], n, stage, a, ov)
+                for k in worst:
+                    worst[k] = max(worst[k], m[k])
+                if mb == 0.05:
                     bytes_by[(n, stage, ov, a)] = m["bytes"]
-                    failures += [f"{name}: {e}" for e in errs]
-                    print(f"{n:>2} {stage:>5} {'on' if ov else 'off':>7} {a:>5} {m['loss']:9.2e} {m['norm']:9.2e} "
-                          f"{m['w']:9.2e} {m['t']:10.2e} {m['bytes']:11d} {'ok' if m['bytes_ok'] else 'BAD':>5} "
-                          f"{'ok' if m['mem_ok'] else 'BAD':>4} {res['seconds']:5.1f}", flush=True)
+                failures += [f"{name}: {e}" for e in errs]
+                print(f"{row} {m['loss']:9.2e} {m['norm']:9.2e} "
+                      f"{m['w']:9.2e} {m['t']:10.2e} {m['bytes']:11d} {'ok' if m['bytes_ok'] else 'BAD':>5} "
+                      f"{'ok' if m['mem_ok'] else 'BAD':>4} {res['seconds']:5.1f}{kind}", flush=True)
 
     # ZeRO-3 / ZeRO-0 traffic: theory A(3Ψ+Ψ_0)/(2Ψ).
     print("\nZeRO-3 / ZeRO-0 bytes per step (overlap on):")
     for n in worlds:
         if n == 1:
             continue
-        for a in accums:
+        for a in ACCUMS_SMALL_BUCKETS:
             b0, b3 = bytes_by.get((n, 0, True, a)), bytes_by.get((n, 3, True, a))
             if not b0 or b3 is None:
                 continue
