@@ -62,10 +62,10 @@ int run(int argc, char** argv) {
       ->type_name("KEY=VALUE");
 
   CLI::App* est = app.add_subcommand("estimate", "per-rank memory (tier x category) and bytes sent per step");
-  int world = 1;
+  std::string world_text = "1";  // parsed by zt::parse_world: one clear line for any bad value
   bool as_json = false;
   est->add_option("plan", plan_path, "plan file")->required();
-  est->add_option("--world", world, "number of ranks")->check(CLI::PositiveNumber);
+  est->add_option("--world", world_text, "number of ranks, 1-65536 (default 1)")->type_name("N");
   est->add_option("--set", overrides, "override a plan field")->type_name("KEY=VALUE");
   est->add_flag("--json", as_json, "print JSON instead of a table");
   app.footer(std::string("Multi-rank: mpirun -np N ./train PLAN.json (CPU backend, fp32). ") +
@@ -81,6 +81,7 @@ int run(int argc, char** argv) {
   }
 
   if (est->parsed()) {
+    const int world = zt::parse_world(world_text);
     const zt::Plan plan = zt::load_plan(plan_path, overrides, /*check_files=*/false);
     const zt::Estimate e = zt::estimate_plan(plan, world);
     if (as_json)
@@ -92,15 +93,20 @@ int run(int argc, char** argv) {
   }
   ZT_REQUIRE(!plan_path.empty(), "no plan given: ./train PLAN.json (see ./train --help)");
 
-  const zt::Plan plan = zt::load_plan(plan_path, overrides);
+  zt::Plan plan = zt::load_plan(plan_path, overrides);
   zt::CommOptions co;
   co.timeout_s = plan.comm.timeout_s;
   co.fault_skip_rank = plan.comm.fault_skip_rank;
   co.fault_skip_step = plan.comm.fault_skip_step;
   g_comm = zt::make_mpi_comm(co);
   check_same_plan_everywhere(plan, *g_comm);
-  zt::choose_backend(plan, g_comm->world());  // refuse what cannot run here before writing anything
-  if (g_comm->rank() == 0) publish_plan(plan);
+  // Refuse what cannot run here before writing anything; the published plan then names the device
+  // and precision that run rather than "auto".
+  zt::record_backend(plan, zt::choose_backend(plan, g_comm->world()));
+  if (g_comm->rank() == 0) {
+    for (const std::string& w : plan.warnings) std::fprintf(stderr, "warning: plan: %s\n", w.c_str());
+    publish_plan(plan);
+  }
   const zt::TrainResult r = zt::train(plan, *g_comm);
   g_comm->barrier();
   return r.steps == plan.run.steps ? 0 : 1;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdio>
+#include <initializer_list>
 #include <memory>
 #include <type_traits>
 
@@ -11,6 +12,7 @@
 #if ZT_HAVE_CUDA
 #include "model/ops_cuda.h"
 #endif
+#include "runtime/checked.h"
 #include "runtime/error.h"
 
 namespace zt {
@@ -51,40 +53,54 @@ struct FieldSize {
   Elem kind;
 };
 // Element counts of the activation fields, in the declaration order of GPT::Activations, then of
-// GPT::GradScratch. One list serves the constructor and activation_bytes().
+// GPT::GradScratch. One list serves the constructor and activation_bytes(). Every product is
+// checked: layers x batch x sequence x channels can pass 2^64 for a plan that validates.
+const char* const kActivationSize = "model: activation memory (n_layer x micro_batch x seq_len x 4 n_embd elements)";
+size_t product(std::initializer_list<size_t> xs) {
+  size_t r = 1;
+  for (size_t x : xs) r = checked_mul(r, x, kActivationSize);
+  return r;
+}
 std::vector<FieldSize> activation_sizes(const GPTConfig& cfg, int B, int Tn) {
   const size_t L = size_t(cfg.L), C = size_t(cfg.C), NH = size_t(cfg.NH), Vp = size_t(cfg.Vp);
-  const size_t BT = size_t(B) * size_t(Tn);
+  const size_t BT = product({size_t(B), size_t(Tn)});
+  const size_t BTC = product({BT, C}), LBT = product({L, BT}), LBTC = product({L, BT, C});
+  const size_t LBT3C = product({LBTC, 3}), LBT4C = product({LBTC, 4}), LBTNH = product({LBT, NH});
   const Elem i = Elem::token, t = Elem::t, s = Elem::s;
   return {
       {BT, i},           {BT, i},
-      {BT * C, t},       {L * BT * C, t},  {L * BT, s},      {L * BT, s},         {L * BT * 3 * C, t},
-      {L * BT * C, t},   {L * BT * NH, s}, {L * BT * C, t},  {L * BT * C, t},     {L * BT * C, t},
-      {L * BT, s},       {L * BT, s},      {L * BT * 4 * C, t}, {L * BT * 4 * C, t}, {L * BT * C, t},
-      {L * BT * C, t},   {BT * C, t},      {BT, s},          {BT, s},             {BT * Vp, t},
+      {BTC, t},          {LBTC, t},        {LBT, s},         {LBT, s},            {LBT3C, t},
+      {LBTC, t},         {LBTNH, s},       {LBTC, t},        {LBTC, t},           {LBTC, t},
+      {LBT, s},          {LBT, s},         {LBT4C, t},       {LBT4C, t},          {LBTC, t},
+      {LBTC, t},         {BTC, t},         {BT, s},          {BT, s},             {product({BT, Vp}), t},
       {BT, s},
   };
 }
 std::vector<FieldSize> grad_scratch_sizes(const GPTConfig& cfg, int B, int Tn) {
-  const size_t BT = size_t(B) * size_t(Tn), C = size_t(cfg.C);
-  return {{BT * C, Elem::t}, {BT * C, Elem::t}, {BT * 4 * C, Elem::t}, {BT * 4 * C, Elem::t}, {BT * 3 * C, Elem::t}};
+  const size_t BTC = product({size_t(B), size_t(Tn), size_t(cfg.C)});
+  return {{BTC, Elem::t}, {BTC, Elem::t}, {product({BTC, 4}), Elem::t}, {product({BTC, 4}), Elem::t},
+          {product({BTC, 3}), Elem::t}};
 }
 // Each field starts on a 64-byte boundary so kernels get aligned rows (and 128-bit loads).
-size_t aligned_bytes(size_t bytes) { return (bytes + MemoryTracker::kAlign - 1) / MemoryTracker::kAlign * MemoryTracker::kAlign; }
+size_t aligned_bytes(size_t bytes) { return checked_round_up(bytes, MemoryTracker::kAlign, kActivationSize); }
 template <class T, class S>
 size_t field_bytes(const FieldSize& f) {
   const size_t e = f.kind == Elem::token ? sizeof(int) : f.kind == Elem::t ? sizeof(T) : sizeof(S);
-  return aligned_bytes(f.n * e);
+  return aligned_bytes(checked_mul(f.n, e, kActivationSize));
+}
+template <class T, class S>
+size_t total_bytes(const std::vector<FieldSize>& fields) {
+  size_t n = 0;
+  for (const FieldSize& f : fields) n = checked_add(n, field_bytes<T, S>(f), kActivationSize);
+  return n;
 }
 }  // namespace
 
 template <class Ops>
 size_t GPT<Ops>::activation_bytes(const GPTConfig& cfg, int B, int Tn) {
-  size_t n = 0;
-  for (const FieldSize& f : activation_sizes(cfg, B, Tn)) n += field_bytes<T, S>(f);
-  for (const FieldSize& f : grad_scratch_sizes(cfg, B, Tn)) n += field_bytes<T, S>(f);
-  n += aligned_bytes(Ops::scratch_bytes(B, Tn, cfg.C, cfg.NH, cfg.Vp));
-  return n;
+  size_t n = checked_add(total_bytes<T, S>(activation_sizes(cfg, B, Tn)), total_bytes<T, S>(grad_scratch_sizes(cfg, B, Tn)),
+                         kActivationSize);
+  return checked_add(n, aligned_bytes(Ops::scratch_bytes(B, Tn, cfg.C, cfg.NH, cfg.Vp)), kActivationSize);
 }
 
 template <class Ops>
@@ -94,8 +110,9 @@ GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pa
   ZT_REQUIRE(cfg.C % cfg.NH == 0, "model: n_embd " << cfg.C << " is not divisible by n_head " << cfg.NH);
   ZT_REQUIRE(Tn <= cfg.maxT, "model: sequence length " << Tn << " exceeds the position table (" << cfg.maxT << ")");
 
-  if (full_params) params_ = mem.alloc(layout_.total() * sizeof(T), Ops::tier, Category::params, "parameters");
-  if (full_grads) grads_ = mem.alloc(layout_.total() * sizeof(T), Ops::tier, Category::grads, "gradients");
+  const size_t flat_bytes = checked_mul(layout_.total(), sizeof(T), "model: parameter bytes (parameter count x element size)");
+  if (full_params) params_ = mem.alloc(flat_bytes, Ops::tier, Category::params, "parameters");
+  if (full_grads) grads_ = mem.alloc(flat_bytes, Ops::tier, Category::grads, "gradients");
   for (const Unit& u : layout_.units()) {
     unit_param_.push_back(full_params ? params() + u.offset : nullptr);
     unit_grad_.push_back(full_grads ? grads() + u.offset : nullptr);
@@ -113,9 +130,7 @@ GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pa
   void** grad_fields[] = {(void**)&gs_.dresidual, (void**)&gs_.dC, (void**)&gs_.d4C_a, (void**)&gs_.d4C_b,
                           (void**)&gs_.dqkv};
   auto carve = [&](void** const* fields, const std::vector<FieldSize>& sizes, Allocation& block, const char* name) {
-    size_t total = 0;
-    for (const FieldSize& f : sizes) total += field_bytes<T, S>(f);
-    block = mem.alloc(total, Ops::tier, Category::activations, name);
+    block = mem.alloc(total_bytes<T, S>(sizes), Ops::tier, Category::activations, name);
     char* p = block.as<char>();
     for (size_t i = 0; i < sizes.size(); ++i) {
       *fields[i] = p;

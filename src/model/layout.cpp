@@ -1,5 +1,8 @@
 #include "model/layout.h"
 
+#include <climits>
+
+#include "runtime/checked.h"
 #include "runtime/error.h"
 
 namespace zt {
@@ -26,27 +29,29 @@ const char* block_tensor_name(ParamId id) {
 
 ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple) : cfg_(cfg), pad_(pad_multiple) {
   ZT_ASSERT(pad_multiple > 0);
+  ZT_ASSERT(cfg.C <= INT_MAX / 4);  // the plan refuses wider models: shapes below hold 4C as an int
   const int C = cfg.C, L = cfg.L;
-  index_.assign(size_t(kNumParamIds) * size_t(L + 1), -1);
+  index_.assign(size_t(kNumParamIds) * (size_t(L) + 1), -1);
+  const std::string what = "model: parameter count (about 12 x n_layer x n_embd^2)";
 
   auto begin_unit = [&](const std::string& name) {
     units_.push_back(Unit{name, total_, 0, 0, {}});
   };
   auto add = [&](ParamId id, int layer, std::vector<int> shape, bool decay, std::string name) {
     size_t n = 1;
-    for (int d : shape) n *= size_t(d);
+    for (int d : shape) n = checked_mul(n, size_t(d), what);
     Unit& u = units_.back();
     TensorSlot s{id, layer, int(units_.size()) - 1, u.offset + u.numel, n, std::move(shape), decay, std::move(name)};
-    u.numel += n;
+    u.numel = checked_add(u.numel, n, what);
     u.tensors.push_back(int(tensors_.size()));
-    index_[size_t(id) * size_t(L + 1) + size_t(layer + 1)] = int(tensors_.size());
+    index_[size_t(id) * (size_t(L) + 1) + size_t(layer + 1)] = int(tensors_.size());
     tensors_.push_back(std::move(s));
   };
   auto end_unit = [&] {
     Unit& u = units_.back();
-    u.padded = (u.numel + pad_ - 1) / pad_ * pad_;
-    total_ += u.padded;
-    num_params_ += u.numel;
+    u.padded = checked_round_up(u.numel, pad_, what);
+    total_ = checked_add(total_, u.padded, what);
+    num_params_ = checked_add(num_params_, u.numel, what);
   };
 
   begin_unit("embedding");
@@ -81,7 +86,7 @@ ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple) : cfg_(cfg),
 
 const TensorSlot& ParamLayout::slot(ParamId id, int layer) const {
   ZT_ASSERT(layer >= -1 && layer < cfg_.L);
-  int i = index_[size_t(id) * size_t(cfg_.L + 1) + size_t(layer + 1)];
+  int i = index_[size_t(id) * (size_t(cfg_.L) + 1) + size_t(layer + 1)];
   ZT_ASSERT(i >= 0);
   return tensors_[size_t(i)];
 }

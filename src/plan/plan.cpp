@@ -2,14 +2,17 @@
 // overrides, then validate into the typed Plan (see plan.h and DESIGN "Plan").
 //
 // Order of work, each step throwing one zt::Error line that names the file and/or JSON path:
-//   1. resolve_plan: parse each file of the "extends" chain, check its keys and value types
-//      against the schema (= plans/base.json), deep-merge parent <- child over the defaults,
-//      apply overrides (type-checked against the schema too).
-//   2. plan_from_json: schema check again (for JSON built by hand), ranges per field,
-//      combinations of fields, what this build supports, and (optionally) the data files.
+//   1. resolve_plan: parse each file of the "extends" chain (refusing duplicate keys and deep
+//      nesting before anything walks the value), check its keys and value types against the
+//      schema (= plans/base.json), deep-merge parent <- child over the defaults, apply overrides
+//      (type-checked against the schema too).
+//   2. plan_from_json: schema check again (for JSON built by hand), ranges per field (including
+//      the 32-bit limits of the kernels), combinations of fields, what this build supports, and
+//      (optionally) this machine: run.threads against its cores, the data files.
 #include "plan/plan.h"
 
 #include <glob.h>
+#include <omp.h>
 
 #include <cctype>
 #include <cerrno>
@@ -20,6 +23,7 @@
 #include <functional>
 #include <regex>
 #include <sstream>
+#include <unordered_set>
 
 #include "runtime/device.h"
 #include "runtime/error.h"
@@ -37,18 +41,19 @@ std::string join_key(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : prefix + "." + key;
 }
 
+// A value as JSON text for a message, clipped (invalid UTF-8 from --set text is replaced, not thrown).
+std::string shown(const json& v, size_t max = 60) {
+  return clip(v.dump(-1, ' ', false, json::error_handler_t::replace), max);
+}
+
 // "string \"8\"", "number 2.5", "integer 3", "boolean true", "null", "array [1,2]", "object".
 std::string describe(const json& v) {
-  if (v.is_string()) return "string " + v.dump();
+  if (v.is_string()) return "string " + shown(v);
   if (v.is_number_integer()) return "integer " + v.dump();
   if (v.is_number()) return "number " + v.dump();
   if (v.is_boolean()) return std::string("boolean ") + (v.get<bool>() ? "true" : "false");
   if (v.is_null()) return "null";
-  if (v.is_array()) {
-    std::string s = v.dump();
-    if (s.size() > 40) s = s.substr(0, 37) + "...";
-    return "array " + s;
-  }
+  if (v.is_array()) return "array " + shown(v, 40);
   return "object";
 }
 
@@ -133,7 +138,7 @@ std::string key_list(const json& section) {
 // The message for key `key` not found in schema section `section` (at dotted `section_path`).
 std::string unknown_key_message(const json& section, const std::string& section_path, const std::string& key) {
   const std::string full = join_key(section_path, key);
-  std::string msg = "unknown key \"" + full + "\"";
+  std::string msg = "unknown key \"" + clip(full) + "\"";
   std::vector<std::string> here;
   for (auto it = section.begin(); it != section.end(); ++it) here.push_back(it.key());
 
@@ -212,7 +217,85 @@ std::string read_file_or_throw(const std::string& path, const std::string& exten
   return text;
 }
 
+// What a plain parse would hide or what recursion over the parsed value would not survive.
+struct ShapeProblem {
+  enum Kind { none, too_deep, duplicate_key } kind = none;
+  std::string path;  // of the duplicated key: "optim.lr", "optim.betas[1].a"
+};
+
+// A SAX pass over the text that builds nothing: nlohmann keeps the last of two equal keys
+// silently, and its printing and comparison recurse once per level of nesting. It stops at the
+// first problem (or syntax error, which the parse that follows reports with its position).
+class ShapeScan : public nlohmann::json_sax<json> {
+ public:
+  ShapeProblem problem;
+
+  bool null() override { return element_done(); }
+  bool boolean(bool) override { return element_done(); }
+  bool number_integer(number_integer_t) override { return element_done(); }
+  bool number_unsigned(number_unsigned_t) override { return element_done(); }
+  bool number_float(number_float_t, const string_t&) override { return element_done(); }
+  bool string(string_t&) override { return element_done(); }
+  bool binary(binary_t&) override { return element_done(); }
+  bool start_object(std::size_t) override { return open(false); }
+  bool start_array(std::size_t) override { return open(true); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    Frame& f = stack_.back();
+    f.key = k;
+    if (f.keys.insert(k).second) return true;
+    problem = {ShapeProblem::duplicate_key, join_key(f.path, k)};
+    return false;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  struct Frame {
+    bool array;
+    std::string path;
+    std::string key;                      // objects: the key whose value comes next
+    std::unordered_set<std::string> keys;  // objects: keys seen so far
+    size_t index = 0;                     // arrays: the element that comes next
+  };
+  std::vector<Frame> stack_;
+
+  bool open(bool array) {
+    if (stack_.size() >= size_t(kMaxJsonDepth)) {
+      problem = {ShapeProblem::too_deep, ""};
+      return false;
+    }
+    std::string path;
+    if (!stack_.empty()) {
+      const Frame& f = stack_.back();
+      path = f.array ? f.path + "[" + std::to_string(f.index) + "]" : join_key(f.path, f.key);
+    }
+    stack_.push_back(Frame{array, std::move(path), "", {}, 0});
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    return element_done();
+  }
+  bool element_done() {
+    if (!stack_.empty() && stack_.back().array) ++stack_.back().index;
+    return true;
+  }
+};
+
+ShapeProblem scan_shape(const std::string& text) {
+  ShapeScan scan;
+  json::sax_parse(text, &scan);
+  return scan.problem;
+}
+
 json parse_or_throw(const std::string& text, const std::string& path) {
+  const ShapeProblem sp = scan_shape(text);
+  if (sp.kind == ShapeProblem::too_deep)
+    throw Error("plan " + path + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                " levels (a plan nests 3 levels at most)");
+  if (sp.kind == ShapeProblem::duplicate_key)
+    throw Error("plan " + path + ": duplicate key \"" + clip(sp.path) + "\" (a key may appear only once in an object)");
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {
@@ -357,7 +440,7 @@ std::string get_choice(const json& root, const std::string& path, const std::vec
   std::string s = get_str(root, path);
   for (const auto& a : allowed)
     if (s == a) return s;
-  bad(path, "must be " + alternatives(allowed) + ", got " + json(s).dump());
+  bad(path, "must be " + alternatives(allowed) + ", got " + shown(json(s)));
 }
 
 // ---- what this build supports -----------------------------------------------------------------
@@ -378,8 +461,8 @@ void check_supported_by_this_build(const Plan& p) {
   if (p.precision.compute == "bf16" && !cuda)
     unsupported("precision.compute", "\"bf16\"",
                 "\"auto\", \"fp32\"; the CPU backend computes in fp32, bf16 needs the CUDA backend");
-  if (p.precision.compute == "bf16" && !p.precision.master_weights)
-    unsupported("precision.master_weights", "false", "true; bf16 training keeps fp32 master weights");
+  if (!p.precision.master_weights)
+    unsupported("precision.master_weights", "false", "true; the optimizer always updates fp32 weights");
   if (p.offload.params != "none") unsupported("offload.params", json(p.offload.params).dump(), "\"none\"");
   if (p.offload.optimizer != "none") unsupported("offload.optimizer", json(p.offload.optimizer).dump(), "\"none\"");
   if (p.checkpoint.every != 0)
@@ -419,17 +502,43 @@ void check_data_files(const Plan& p) {
     globfree(&g);
     return n;
   };
-  if (glob_count(p.data.train) == 0) bad("data.train", "no files match " + json(p.data.train).dump() + hint);
-  if (glob_count(p.data.val) == 0) bad("data.val", "no files match " + json(p.data.val).dump() + hint);
+  if (glob_count(p.data.train) == 0) bad("data.train", "no files match " + shown(json(p.data.train)) + hint);
+  if (glob_count(p.data.val) == 0) bad("data.val", "no files match " + shown(json(p.data.val)) + hint);
   std::error_code ec;
   if (!p.data.tokenizer.empty() && !fs::is_regular_file(p.data.tokenizer, ec))
-    bad("data.tokenizer", "file not found: " + json(p.data.tokenizer).dump() +
+    bad("data.tokenizer", "file not found: " + shown(json(p.data.tokenizer)) +
                               " (run scripts/prepare_data first, or set data.tokenizer to \"\" to skip samples)");
   if (!p.model.init.empty() && !fs::is_regular_file(p.model.init, ec))
-    bad("model.init", "file not found: " + json(p.model.init).dump() + " (set model.init to \"\" for a random init)");
+    bad("model.init", "file not found: " + shown(json(p.model.init)) + " (set model.init to \"\" for a random init)");
+}
+
+// More threads than this per rank only thrash; far more exhaust the process (each is a stack).
+void check_machine(const Plan& p) {
+  const int cores = omp_get_num_procs();
+  if (int64_t(p.run.threads) > 4 * int64_t(cores))
+    bad("run.threads", std::to_string(p.run.threads) + " is more than 4 x the " + std::to_string(cores) +
+                           " cores this process may use (0 = one per core)");
 }
 
 }  // namespace
+
+std::string clip(const std::string& s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t n = max > 3 ? max - 3 : 0;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // not inside a UTF-8 sequence
+  return s.substr(0, n) + "...";
+}
+
+void record_backend(Plan& plan, const std::string& backend) {
+  const size_t dash = backend.find('-');
+  ZT_ASSERT(dash != std::string::npos);
+  plan.device = backend.substr(0, dash);
+  plan.precision.compute = backend.substr(dash + 1);
+  ZT_ASSERT((plan.device == "cpu" || plan.device == "cuda") &&
+            (plan.precision.compute == "fp32" || plan.precision.compute == "bf16"));
+  plan.resolved["device"] = plan.device;
+  plan.resolved["precision"]["compute"] = plan.precision.compute;
+}
 
 std::string suggest_key(const std::string& bad_key, const std::vector<std::string>& candidates) {
   std::string s = closest_by_edits(bad_key, candidates);
@@ -448,10 +557,10 @@ nlohmann::json resolve_plan(const std::string& path, const std::vector<std::stri
 
   const json& schema = base_plan_json();
   for (const std::string& ov : overrides) {
-    const std::string pre = "--set " + ov + ": ";
+    const std::string pre = "--set " + clip(ov) + ": ";
     size_t eq = ov.find('=');
     if (eq == std::string::npos || eq == 0)
-      throw Error("--set " + ov + ": expected KEY=VALUE with a dotted key, e.g. --set zero.stage=2");
+      throw Error(pre + "expected KEY=VALUE with a dotted key, e.g. --set zero.stage=2");
     const std::string key = ov.substr(0, eq), text = ov.substr(eq + 1);
 
     // Walk the schema and the resolved plan together along the dotted key.
@@ -476,14 +585,21 @@ nlohmann::json resolve_plan(const std::string& path, const std::vector<std::stri
                   "." + s->begin().key() + "=...");
 
     // The value: JSON when it parses (numbers, true/false, arrays, "quoted strings"), else the raw
-    // text as a string. A string field takes the raw text even when it would parse (run.log=2024).
-    json value;
-    try {
-      value = json::parse(text);
-    } catch (const json::parse_error&) {
-      value = text;
+    // text as a string. A string field takes the raw text even when it would parse (run.log=2024),
+    // so nesting and duplicate keys matter only for the others.
+    json value = text;
+    const ShapeProblem sp = scan_shape(text);
+    if (!s->is_string() && sp.kind == ShapeProblem::too_deep)
+      throw Error(pre + "value nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    if (!s->is_string() && sp.kind == ShapeProblem::duplicate_key)
+      throw Error(pre + "duplicate key \"" + clip(sp.path) + "\" in the value");
+    if (sp.kind == ShapeProblem::none) {
+      try {
+        json parsed = json::parse(text);
+        if (!s->is_string() || parsed.is_string()) value = std::move(parsed);
+      } catch (const json::parse_error&) {
+      }
     }
-    if (s->is_string() && !value.is_string()) value = text;
     if (!type_matches(*s, value)) throw Error(pre + "expected " + expected_type(*s) + ", got " + describe(value));
     *target = value;
   }
@@ -499,9 +615,14 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
   Plan p;
   p.resolved = r;
 
-  p.model.n_layer = get_int(r, "model.n_layer", 1);
+  // 65536 layers is far past any real model, and bounds the per-layer bookkeeping of the layout.
+  p.model.n_layer = static_cast<int>(get_i64(r, "model.n_layer", 1, 65536));
   p.model.n_head = get_int(r, "model.n_head", 1);
   p.model.n_embd = get_int(r, "model.n_embd", 1);
+  if (p.model.n_embd > INT_MAX / 4)
+    bad("model.n_embd", "must be <= " + std::to_string(INT_MAX / 4) +
+                            " (the MLP width 4 x n_embd is a 32-bit int in the kernels), got " +
+                            std::to_string(p.model.n_embd));
   if (p.model.n_embd % p.model.n_head != 0)
     bad("model.n_embd", "must be divisible by model.n_head (" + std::to_string(p.model.n_head) + "), got " +
                             std::to_string(p.model.n_embd));
@@ -523,6 +644,14 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
 
   p.batch.micro_batch = get_int(r, "batch.micro_batch", 1);
   p.batch.grad_accum = get_int(r, "batch.grad_accum", 1);
+  {
+    // Every kernel takes the rows of a micro-step (micro_batch x seq_len) as an int.
+    const int64_t tokens = int64_t(p.batch.micro_batch) * p.model.seq_len;
+    if (tokens > INT_MAX)
+      bad("batch.micro_batch", "micro_batch x model.seq_len = " + std::to_string(tokens) +
+                                   " tokens per micro-step; the kernels count them in 32 bits (at most " +
+                                   std::to_string(INT_MAX) + ")");
+  }
 
   p.optim.lr = get_positive(r, "optim.lr");
   {
@@ -590,13 +719,21 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
   p.run.log = get_str(r, "run.log");
   if (p.run.log.empty()) bad("run.log", "must not be empty (the metrics JSONL path, e.g. \"runs/x/metrics.jsonl\")");
   p.run.threads = get_int(r, "run.threads", 0);
+  // Legal (a short smoke run of a long plan does it), so a warning, not an error.
+  if (p.optim.warmup_steps > p.run.steps)
+    p.warnings.push_back("optim.warmup_steps (" + std::to_string(p.optim.warmup_steps) + ") is larger than run.steps (" +
+                         std::to_string(p.run.steps) +
+                         "): the learning rate never reaches optim.lr and the schedule never decays");
   p.run.final_weights = get_str(r, "run.final_weights");
 
   p.device = get_choice(r, "device", {"auto", "cpu", "cuda"});
 
   check_combinations(p);
   check_supported_by_this_build(p);
-  if (check_files) check_data_files(p);
+  if (check_files) {
+    check_machine(p);
+    check_data_files(p);
+  }
   return p;
 }
 

@@ -99,7 +99,12 @@ struct Plan {
 
   nlohmann::json resolved;  // the fully merged plan, as printed at start and written beside the log
   std::string source;       // path of the plan file it came from
+  std::vector<std::string> warnings;  // legal but probably unintended settings (one line each, no "warning:" prefix)
 };
+
+// Nesting deeper than this is refused while parsing, in plan files and --set values: printing or
+// walking a JSON value recurses once per level (a plan itself nests 3 levels).
+constexpr int kMaxJsonDepth = 64;
 
 // The embedded plans/base.json as parsed JSON.
 const nlohmann::json& base_plan_json();
@@ -112,9 +117,19 @@ nlohmann::json resolve_plan(const std::string& path, const std::vector<std::stri
 
 // Validates a resolved plan (types, unknown keys with close-match suggestions, ranges,
 // combinations, options this build does not implement) and fills the typed struct.
-// With check_files, also requires the data files to exist (relative data paths are relative to
-// the current working directory, not to the plan file).
+// With check_files (a run on this machine, not an estimate for another), also checks what depends
+// on the machine: the data files exist (relative data paths are relative to the current working
+// directory, not to the plan file) and run.threads is at most 4 x its cores.
 Plan plan_from_json(const nlohmann::json& resolved, bool check_files);
+
+// Writes the backend that will run ("cpu-fp32", "cuda-fp32", "cuda-bf16", from choose_backend)
+// into the plan, typed fields and `resolved` alike, so the published plan names the device and
+// precision that ran instead of "auto".
+void record_backend(Plan& plan, const std::string& backend);
+
+// `s` cut to at most `max` bytes (on a UTF-8 boundary) with "..." appended when cut: error
+// messages quote values, keys and overrides, which may be megabytes long.
+std::string clip(const std::string& s, size_t max = 60);
 
 // The candidate closest to `bad` (case-insensitive edit distance, or one containing the other),
 // or "" when none is close enough. Used for "did you mean" in unknown-key errors.

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "runtime/device.h"
+#include "runtime/checked.h"
 #include "runtime/error.h"
 
 namespace zt {
@@ -60,7 +61,7 @@ Allocation MemoryTracker::alloc(size_t bytes, Tier tier, Category cat, const std
   ZT_REQUIRE(tier == Tier::host || tier == Tier::device,
              "memory tier '" << tier_name(tier) << "' is not supported by this build yet (buffer " << name << ")");
   Allocation a;
-  size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  size_t rounded = checked_round_up(bytes, kAlign, "memory: buffer " + name);
   if (rounded == 0) rounded = kAlign;
   void* p = nullptr;
   if (tier == Tier::device) {

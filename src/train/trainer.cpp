@@ -344,7 +344,14 @@ std::string resolve_device(const Plan& plan) {
 
 std::string choose_backend(const Plan& plan, int world) {
   const std::string dev = resolve_device(plan);
-  if (dev == "cpu") return "cpu-fp32";
+  if (dev == "cpu") {
+    // Only "auto" gets here with bf16 (the plan refuses it with device "cpu"): training in fp32
+    // instead would silently be another run than the one asked for.
+    ZT_REQUIRE(plan.precision.compute != "bf16",
+               "precision.compute: \"bf16\" needs a GPU, and device \"auto\" found none (it would train in fp32 on "
+               "the CPU); set precision.compute to \"auto\" or \"fp32\", or run where nvidia-smi lists a GPU");
+    return "cpu-fp32";
+  }
   ZT_REQUIRE(device::built_with_cuda(), "device: \"cuda\" but this build has no CUDA backend");
   // What the CUDA path cannot run is refused first, on any machine; then whether a GPU is there.
   ZT_REQUIRE(world == 1, "device: \"cuda\" with " << world
@@ -357,6 +364,15 @@ std::string choose_backend(const Plan& plan, int world) {
   ZT_REQUIRE(hs == 16 || hs == 32 || hs == 64 || hs == 128,
              "model: head size n_embd/n_head = " << hs << " is not supported by the CUDA attention kernels (supported: 16, "
                                                     "32, 64, 128)");
+  // The CUDA kernels index positions x channels (the position embedding) and batch x heads (the
+  // attention grid) in 32 bits.
+  constexpr int64_t kInt32Max = 2147483647;
+  const int64_t TC = int64_t(plan.model.seq_len) * C, BNH = int64_t(plan.batch.micro_batch) * plan.model.n_head;
+  ZT_REQUIRE(TC <= kInt32Max, "model: seq_len x n_embd = " << TC << " on device \"cuda\" is more than its kernels "
+                                                              "index in 32 bits (at most " << kInt32Max << ")");
+  ZT_REQUIRE(BNH <= kInt32Max, "batch.micro_batch: micro_batch x model.n_head = "
+                                   << BNH << " on device \"cuda\" is more than its kernels index in 32 bits (at most "
+                                   << kInt32Max << ")");
   ZT_REQUIRE(device::available(), "device: \"cuda\" but no CUDA device is visible (check nvidia-smi and "
                                   "CUDA_VISIBLE_DEVICES), or set device to \"cpu\"");
   return plan.precision.compute == "fp32" ? "cuda-fp32" : "cuda-bf16";

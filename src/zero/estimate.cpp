@@ -5,13 +5,23 @@
 
 #include "model/gpt.h"
 #include "model/ops_cpu.h"
+#include "runtime/checked.h"
 #include "runtime/error.h"
 #include "zero/partition.h"
 
 namespace zt {
 
+int parse_world(const std::string& text) {
+  // Digits only: no sign, spaces or exponent; at most 6 of them so the value cannot overflow.
+  const bool digits = !text.empty() && text.size() <= 6 && text.find_first_not_of("0123456789") == std::string::npos;
+  const long n = digits ? std::stol(text) : 0;
+  ZT_REQUIRE(n >= 1 && n <= kMaxWorld,
+             "--world must be an integer between 1 and " << kMaxWorld << ", got \"" << clip(text, 30) << "\"");
+  return int(n);
+}
+
 Estimate estimate_plan(const Plan& plan, int world) {
-  ZT_REQUIRE(world >= 1, "estimate: --world must be >= 1, got " << world);
+  ZT_REQUIRE(world >= 1 && world <= kMaxWorld, "--world must be between 1 and " << kMaxWorld << ", got " << world);
   using Ops = CpuOps<float>;  // the CPU backend: fp32 everywhere, host memory
   const ModelSection& m = plan.model;
   const GPTConfig cfg = GPTConfig::make(m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size);
@@ -24,13 +34,14 @@ Estimate estimate_plan(const Plan& plan, int world) {
 
   Estimate e;
   std::map<Category, size_t> by_cat;
+  const std::string what = "model: per-rank memory (bytes)";
   for (const Partition::Buffer& b : part.buffers()) {
-    const size_t bytes = b.numel * sizeof(Ops::T);
-    by_cat[b.cat] += bytes;
+    const size_t bytes = checked_mul(b.numel, sizeof(Ops::T), what);
+    by_cat[b.cat] = checked_add(by_cat[b.cat], bytes, what);
     e.buffers.push_back({{"category", category_name(b.cat)}, {"name", b.name}, {"bytes", bytes}});
   }
   const size_t act = GPT<Ops>::activation_bytes(cfg, plan.batch.micro_batch, m.seq_len);
-  by_cat[Category::activations] += act;
+  by_cat[Category::activations] = checked_add(by_cat[Category::activations], act, what);
   e.buffers.push_back({{"category", "activations"}, {"name", "activations and activation gradients"}, {"bytes", act}});
 
   const char* tier = tier_name(Ops::tier);
@@ -38,7 +49,7 @@ Estimate estimate_plan(const Plan& plan, int world) {
   nlohmann::json row = nlohmann::json::object();
   for (const auto& [cat, bytes] : by_cat) {
     row[category_name(cat)] = bytes;
-    total += bytes;
+    total = checked_add(total, bytes, what);
   }
   row["total"] = total;
   e.memory[tier] = row;

@@ -18,6 +18,13 @@ struct Estimate {
   std::string table;           // human-readable
 };
 
+// Ranks an estimate accepts: far past any run, and keeps the padding lcm(world, 128) small.
+constexpr int kMaxWorld = 65536;
+
+// The --world argument as written: an integer in [1, kMaxWorld], or one clear error line.
+int parse_world(const std::string& text);
+
+// world in [1, kMaxWorld]. Throws when a size does not fit in 64 bits.
 Estimate estimate_plan(const Plan& plan, int world);
 
 }  // namespace zt

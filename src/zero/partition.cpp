@@ -1,9 +1,11 @@
 #include "zero/partition.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <sstream>
 
+#include "runtime/checked.h"
 #include "runtime/error.h"
 
 namespace zt {
@@ -23,8 +25,11 @@ Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) 
   }
   total_ = layout.total();
 
-  // Buckets in backward order; unit 0 alone at the end.
-  const size_t bucket_elems = std::max<size_t>(1, size_t(zc.bucket_mb * 1024.0 * 1024.0) / zc.elem_bytes);
+  // Buckets in backward order; unit 0 alone at the end. A bucket past 2^63 bytes (zero.bucket_mb
+  // is any positive number) would not convert to size_t: it is as good as one bucket for all.
+  const double bucket_bytes = zc.bucket_mb * 1024.0 * 1024.0;
+  const size_t bucket_elems =
+      std::max<size_t>(1, (bucket_bytes < 0x1p63 ? size_t(bucket_bytes) : SIZE_MAX) / zc.elem_bytes);
   bucket_of_.assign(size_t(U), -1);
   Bucket cur;
   auto close = [&] {
@@ -45,6 +50,9 @@ Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) 
   cur.units.push_back(0);
   cur.numel = unit_padded_[0];
   close();
+
+  // The engine allocates and `estimate` reports every buffer in bytes: each must be representable.
+  for (const Buffer& b : buffers()) checked_mul(b.numel, zc.elem_bytes, "model: bytes of the " + b.name);
 }
 
 size_t Partition::max_unit_padded() const { return *std::max_element(unit_padded_.begin(), unit_padded_.end()); }
@@ -54,6 +62,10 @@ size_t Partition::staging_slot_numel() const {
   for (const Bucket& b : buckets_)
     if (b.units.front() != 0) m = std::max(m, b.numel);
   return m;
+}
+
+namespace {
+const char* const kStateSize = "model: model-state buffer size (elements)";
 }
 
 std::vector<Partition::Buffer> Partition::buffers() const {
@@ -71,24 +83,30 @@ std::vector<Partition::Buffer> Partition::buffers() const {
   out.push_back({Category::optimizer, "AdamW second moment", mv});
   if (s >= 2) {
     out.push_back({Category::comm, "embedding gradient staging", unit_padded_[0]});
-    out.push_back({Category::comm, "bucket gradient staging", staging_slots() * staging_slot_numel()});
+    const size_t staging = checked_mul(staging_slots(), staging_slot_numel(), kStateSize);
+    out.push_back({Category::comm, "bucket gradient staging", staging});
     out.push_back({Category::comm, "reduce-scatter receive",
-                   staging_slots() * staging_slot_numel() / size_t(zc_.world) + unit_padded_[0] / size_t(zc_.world)});
+                   checked_add(staging / size_t(zc_.world), unit_padded_[0] / size_t(zc_.world), kStateSize)});
   }
-  if (s == 3) out.push_back({Category::comm, "gathered units", gather_slots() * max_unit_padded()});
+  if (s == 3) out.push_back({Category::comm, "gathered units", checked_mul(gather_slots(), max_unit_padded(), kStateSize)});
   return out;
 }
 
 uint64_t Partition::bytes_per_step() const {
   const uint64_t N = uint64_t(zc_.world), e = zc_.elem_bytes, A = uint64_t(zc_.grad_accum);
   const uint64_t psi = total_, p0 = unit_padded_[0];
-  // Every count below is a multiple of N (units are padded to lcm(N, 128)), so this is exact.
-  const uint64_t one_pass = (N - 1) * e * psi / N;  // one reduce-scatter or all-gather of everything
+  // Every count below is a multiple of N (units are padded to lcm(N, 128)), so dividing first is
+  // exact, and keeps the products below 2^64 whenever the result is.
+  ZT_ASSERT(psi % N == 0 && p0 % N == 0);
+  const std::string what = "zero: bytes sent per step";
+  auto mul = [&](uint64_t a, uint64_t b) { return checked_mul(a, b, what); };
+  const uint64_t one_pass = mul(mul(psi / N, N - 1), e);  // one reduce-scatter or all-gather of everything
   switch (zc_.stage) {
-    case 0: return 2 * one_pass;                       // all-reduce = reduce-scatter + all-gather
-    case 1: return 2 * one_pass;                       // reduce-scatter once, all-gather params
-    case 2: return A * one_pass + one_pass;            // reduce-scatter every micro-step, all-gather params
-    default: return A * (3 * one_pass + (N - 1) * e * p0 / N);  // per micro-step: gather fwd + bwd, RS; embedding gathered once more
+    case 0: return mul(2, one_pass);                    // all-reduce = reduce-scatter + all-gather
+    case 1: return mul(2, one_pass);                    // reduce-scatter once, all-gather params
+    case 2: return mul(checked_add(A, 1, what), one_pass);  // reduce-scatter every micro-step, all-gather params
+    default:  // per micro-step: gather fwd + bwd, RS; embedding gathered once more
+      return mul(A, checked_add(mul(3, one_pass), mul(mul(p0 / N, N - 1), e), what));
   }
 }
 

@@ -46,6 +46,59 @@ if "$TRAIN" --help 2>/dev/null | grep -q 'trains on one GPU'; then  # a build wi
     expect cuda_no_gpu  'no CUDA device is visible' "{$good_data}" --set device=cuda
   fi
 fi
+# ---- plan robustness ----
+# Cases that could train if a check regressed run a tiny model for one step.
+small="--set model.n_layer=1 --set model.n_embd=32 --set model.seq_len=32 --set batch.micro_batch=2 --set run.steps=1
+       --set optim.warmup_steps=0 --set run.eval_every=0 --set run.eval_batches=1 --set run.sample_every=0"
+repeat() { awk -v s="$1" -v n="$2" 'BEGIN { for (i = 0; i < n; i++) printf "%s", s }'; }
+expect deep_arrays   'JSON nested deeper than 64 levels' "{\"optim\": {\"betas\": $(repeat '[' 100000)$(repeat ']' 100000)}, $good_data}"
+expect deep_objects  'JSON nested deeper than 64 levels' "{\"model\": {\"init\": $(repeat '{"a": ' 100000)1$(repeat '}' 100000)}, $good_data}"
+expect deep_override 'value nested deeper than 64 levels' "{$good_data}" --set "optim.betas=$(repeat '[' 50000)$(repeat ']' 50000)"
+expect long_value    'got "xxxxxxxx' "{$good_data}" --set "device=$(repeat x 100000)"
+if [ "$(wc -c < "$work/long_value/stderr")" -gt 300 ]; then echo "FAIL long_value: $(wc -c < "$work/long_value/stderr") bytes on stderr"; fails=$((fails+1)); fi
+expect duplicate_key 'duplicate key "optim.lr"' "{\"optim\": {\"lr\": 0.1, \"lr\": 0.2}, $good_data}" $small
+expect master_weights_false 'precision.master_weights: false is not supported' "{$good_data}" --set precision.master_weights=false $small
+expect threads_above_cores 'cores this process may use' "{$good_data}" --set run.threads=100000 $small
+expect tokens_past_int32 'micro_batch x model.seq_len = 65536000000' "{$good_data}" --set model.seq_len=65536 --set batch.micro_batch=1000000
+expect n_embd_past_int32 'model.n_embd: must be <= 536870911' "{$good_data}" --set model.n_embd=2147483646 --set model.n_head=2
+if ! nvidia-smi -L >/dev/null 2>&1; then  # without a GPU, bf16 cannot run: refused, never silently fp32
+  expect bf16_auto_no_gpu 'precision.compute: "bf16"' "{$good_data}" --set precision.compute=bf16 $small
+fi
+# A legal plan with warmup longer than the run: trains, with one warning line; the written plan
+# records the device and precision that ran, not "auto".
+dir="$work/warmup_warning"; mkdir -p "$dir"; printf '%s\n' "{$good_data}" > "$dir/plan.json"
+if ! "$TRAIN" "$dir/plan.json" $small --set optim.warmup_steps=5 --set run.log="$dir/out/m.jsonl" >"$dir/stdout" 2>"$dir/stderr"; then
+  echo "FAIL warmup_warning: exit non-zero:"; cat "$dir/stderr"; fails=$((fails+1))
+elif [ "$(wc -l < "$dir/stderr")" -ne 1 ] || ! grep -qF 'warning: plan: optim.warmup_steps (5) is larger than run.steps (1)' "$dir/stderr"; then
+  echo "FAIL warmup_warning: expected one warning line, got:"; cat "$dir/stderr"; fails=$((fails+1))
+elif ! nvidia-smi -L >/dev/null 2>&1 && ! grep -q '"device": "cpu"' "$dir/out/plan.json"; then
+  echo "FAIL resolved_plan: plan.json does not record device \"cpu\":"; grep -A2 -E 'device|precision' "$dir/out/plan.json"; fails=$((fails+1))
+elif ! nvidia-smi -L >/dev/null 2>&1 && ! grep -q '"compute": "fp32"' "$dir/out/plan.json"; then
+  echo "FAIL resolved_plan: plan.json does not record precision.compute \"fp32\""; fails=$((fails+1))
+else echo "ok   warmup_warning + resolved_plan: $(cat "$dir/stderr")"; fi
+# estimate: non-zero exit, one line on stderr, nothing on stdout (no wrapped or 309-digit numbers).
+expect_estimate() {
+  local name=$1 want=$2; shift 2
+  local dir="$work/$name"; mkdir -p "$dir"
+  "$TRAIN" estimate "$@" >"$dir/stdout" 2>"$dir/stderr"
+  local rc=$? lines; lines=$(wc -l < "$dir/stderr")
+  if [ $rc -eq 0 ]; then echo "FAIL $name: exit code 0"; fails=$((fails+1)); return; fi
+  if [ "$lines" -ne 1 ]; then echo "FAIL $name: $lines lines on stderr:"; cat "$dir/stderr"; fails=$((fails+1)); return; fi
+  if ! grep -qF -- "$want" "$dir/stderr"; then echo "FAIL $name: stderr lacks '$want':"; cat "$dir/stderr"; fails=$((fails+1)); return; fi
+  if [ -s "$dir/stdout" ]; then echo "FAIL $name: printed on stdout:"; head -5 "$dir/stdout"; fails=$((fails+1)); return; fi
+  echo "ok   $name: $(cat "$dir/stderr")"
+}
+expect_estimate world_0     '--world must be an integer between 1 and 65536, got "0"' plans/base.json --world 0
+expect_estimate world_65537 'between 1 and 65536, got "65537"' plans/base.json --world 65537
+expect_estimate world_huge  'between 1 and 65536, got "3000000000"' plans/base.json --world 3000000000
+expect_estimate estimate_tokens_past_int32 'micro_batch x model.seq_len = 65536000000' plans/base.json \
+  --set model.n_layer=1000 --set model.n_embd=16384 --set model.seq_len=65536 --set batch.micro_batch=1000000
+expect_estimate estimate_n_embd_past_int32 'model.n_embd: must be <= 536870911' plans/base.json \
+  --set model.n_embd=2147483646 --set model.n_head=2
+expect_estimate estimate_activations_past_64_bits 'does not fit in 64 bits' plans/base.json \
+  --set model.n_layer=65536 --set model.n_embd=16384 --set model.seq_len=65536 --set batch.micro_batch=32767
+expect_estimate estimate_params_past_64_bits 'does not fit in 64 bits' plans/base.json \
+  --set model.n_layer=65536 --set model.n_embd=536870908
 # A plan file that does not exist at all.
 if "$TRAIN" "$work/does_not_exist.json" >/dev/null 2>"$work/err"; then echo "FAIL nonexistent plan: exit 0"; fails=$((fails+1));
 elif ! grep -q 'cannot open' "$work/err"; then echo "FAIL nonexistent plan:"; cat "$work/err"; fails=$((fails+1));
