@@ -47,7 +47,15 @@ add_test(NAME zero_matrix
 add_test(NAME hang_train
          COMMAND bash ${CMAKE_SOURCE_DIR}/test/mpi/hang_train.sh $<TARGET_FILE:train> ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+# memory_check: per-rank memory of every category against formulas written in the test (stages 0-3,
+# world 1 and 3, estimate and real runs), and rank 0's VmHWM against tracked + init transient +
+# a runtime overhead measured on a small model; about 15 s.
+add_test(NAME memory_check
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/mpi/memory_check.py --train $<TARGET_FILE:train>
+                 --mpirun ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(zero_matrix PROPERTIES TIMEOUT 1200 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+set_tests_properties(memory_check PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 set_tests_properties(hang_train PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 
 # ---- the Comm layer under mpirun: collectives, byte counts, ring buffer; a skipped collective ----
