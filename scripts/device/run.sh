@@ -20,7 +20,8 @@
 #
 # Environment (all optional): ZT_BUILD_DIR (build-gpu), ZT_CUDA (ON), ZT_CUDA_ARCHS (90),
 # ZT_BENCH_B (16), ZT_BENCH_STEPS (30), ZT_BENCH_WARMUP (5), ZT_PARITY_STEPS (200),
-# ZT_DEADLINE_S (560), ZT_JOBS (nproc).
+# ZT_DEADLINE_S (560), ZT_JOBS (nproc), ZT_EXPECT_GPU (1: no usable GPU fails the GPU tests and the
+# kernels phase instead of skipping them; 0 to try the phases on a machine without one).
 set -uo pipefail
 
 START=$SECONDS
@@ -40,6 +41,9 @@ BENCH_STEPS="${ZT_BENCH_STEPS:-30}"
 BENCH_WARMUP="${ZT_BENCH_WARMUP:-5}"
 PARITY_STEPS="${ZT_PARITY_STEPS:-200}"
 PY="$(command -v python3 || echo /usr/bin/python3)"
+# This machine is meant to have a GPU: a missing or broken one must fail the GPU tests (and the
+# kernels phase), not skip them (test/gpu/gpu_test_util.h). ZT_EXPECT_GPU=0 restores skipping.
+export ZT_EXPECT_GPU="${ZT_EXPECT_GPU:-1}"
 REPORT=(env PYTHONDONTWRITEBYTECODE=1 "$PY" "$ROOT/scripts/device/report.py" --res "$RES" --out "$OUTDIR")
 
 ALL_PHASES=(build test sanitize parity bench kernels)
@@ -320,7 +324,8 @@ phase_kernels() {
   timeout "$T" "$exe" --json "$RES/kernels.json" > "$RES/kernels.log" 2>&1
   local rc=$?
   tail -20 "$RES/kernels.log"
-  if [ "$rc" -eq 77 ]; then PHASE_STATUS=skip; PHASE_RC=77; PHASE_NOTE="zt_bench_kernels skipped itself (exit 77)"
+  if [ "$rc" -eq 77 ] && [ "$ZT_EXPECT_GPU" != 0 ]; then fail 77 "zt_bench_kernels found no CUDA device (exit 77) but ZT_EXPECT_GPU is set"
+  elif [ "$rc" -eq 77 ]; then PHASE_STATUS=skip; PHASE_RC=77; PHASE_NOTE="zt_bench_kernels skipped itself (exit 77)"
   elif [ "$rc" -ne 0 ]; then fail "$rc" "zt_bench_kernels exit $rc (kernels.log)"; fi
 }
 

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iomanip>
 #include <sstream>
 
@@ -32,6 +33,14 @@ const char* category_name(Category c) {
     case Category::staging: return "staging";
     default: return "?";
   }
+}
+
+size_t process_peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return size_t(std::strtoull(line.c_str() + 6, nullptr, 10)) * 1024;  // "VmHWM:  1234 kB"
+  return 0;
 }
 
 std::string format_bytes(double b) {

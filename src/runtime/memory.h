@@ -74,6 +74,11 @@ class MemoryTracker {
   std::array<size_t, N> peak_{};
 };
 
+// Peak resident set size of this process so far (VmHWM in /proc/self/status), in bytes; 0 where
+// the kernel does not report it. Everything resident counts, tracked or not: test/mpi/memory_check.py
+// holds it against the tracked total plus a fixed runtime overhead.
+size_t process_peak_rss_bytes();
+
 // "1.50 MiB"-style formatting used by every memory table.
 std::string format_bytes(double bytes);
 

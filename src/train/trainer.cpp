@@ -162,6 +162,7 @@ class Trainer {
                    {"tokens_per_s", tokens_per_step * res.steps / train_seconds},
                    {"wall_s", wall},
                    {"peak_memory_bytes", mem_.peak_json()},
+                   {"peak_rss_bytes", process_peak_rss_bytes()},  // rank 0's VmHWM: tracked + untracked
                    {"bytes_sent_per_step", bytes_per_step_},
                    {"bytes_sent_per_step_theory", partition_->bytes_per_step()},
                    {"max_gathered_units", engine_->max_gathered_alive()},

@@ -6,7 +6,7 @@
 // outputs are compared element-wise with |got - ref| <= atol + rtol * |ref|.
 //
 //   * No GPU (no driver, or no device): every test calls ZT_REQUIRE_GPU() first and reports itself
-//     SKIPPED, never passed.
+//     SKIPPED, never passed; with ZT_EXPECT_GPU=1 in the environment it FAILS instead.
 //   * Overwrite-semantics outputs are poisoned (all bytes 0xFF: NaN in fp32 and bf16) before each
 //     run, so an element the kernel forgets to write shows up as NaN, and NaN never passes.
 //     Accumulate-semantics outputs (+=) start from the same random values on the GPU and the CPU.
@@ -79,25 +79,42 @@ namespace zt::gpu_test {
 // ---- is there a GPU? ------------------------------------------------------------------------------
 // cudaGetDeviceCount fails without a driver (cudaErrorInsufficientDriver / cudaErrorNoDevice); the
 // error is cleared so that it cannot surface in a later check. Cached: asked once per process.
-inline bool have_gpu() {
-  static const bool ok = [] {
+// Empty when there is a device, else why not (the CUDA error, or "0 devices").
+inline const std::string& gpu_missing_reason() {
+  static const std::string why = [] {
     int n = 0;
     const cudaError_t rc = cudaGetDeviceCount(&n);
     if (rc != cudaSuccess) {
       (void)cudaGetLastError();
-      return false;
+      return std::string("cudaGetDeviceCount: ") + cudaGetErrorName(rc) + ": " + cudaGetErrorString(rc);
     }
-    return n > 0;
+    return n > 0 ? std::string() : std::string("cudaGetDeviceCount: 0 devices");
   }();
-  return ok;
+  return why;
+}
+inline bool have_gpu() { return gpu_missing_reason().empty(); }
+
+// ZT_EXPECT_GPU=1: this machine is meant to have a working GPU (scripts/device/run.sh sets it), so
+// a missing or broken one fails every GPU test instead of skipping it; otherwise a bad driver would
+// turn the whole GPU suite into "Skipped" and `make test-gpu` would still exit 0. Unset, empty or
+// "0": skip, as on machines without a GPU.
+inline bool expect_gpu() {
+  const char* e = std::getenv("ZT_EXPECT_GPU");
+  return e != nullptr && *e != '\0' && std::string(e) != "0";
 }
 
 }  // namespace zt::gpu_test
 
-// First statement of every GPU test (in the TEST body itself: GTEST_SKIP returns from the function).
-#define ZT_REQUIRE_GPU()                                               \
-  do {                                                                 \
-    if (!::zt::gpu_test::have_gpu()) GTEST_SKIP() << "no CUDA device"; \
+// First statement of every GPU test (in the TEST body itself: GTEST_SKIP and FAIL return from the
+// function).
+#define ZT_REQUIRE_GPU()                                                                              \
+  do {                                                                                                \
+    if (!::zt::gpu_test::have_gpu()) {                                                                \
+      if (::zt::gpu_test::expect_gpu())                                                               \
+        FAIL() << "no usable CUDA device (" << ::zt::gpu_test::gpu_missing_reason()                   \
+               << ") but ZT_EXPECT_GPU is set: this machine should have one";                         \
+      GTEST_SKIP() << "no CUDA device (" << ::zt::gpu_test::gpu_missing_reason() << ")";              \
+    }                                                                                                 \
   } while (0)
 
 namespace zt::gpu_test {

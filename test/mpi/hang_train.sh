@@ -8,8 +8,15 @@
 # comm.timeout_s = 3 s, print which collective (rank, op, sequence number) "did not complete" and
 # a dump of their collective ring buffer, and take the whole job down (abort_all). Under
 # `timeout 60` the job must exit non-zero, not by the outer timeout, within timeout_s + 10 s.
-# Checked for every ZeRO stage (each hangs in a different collective: all-reduce, reduce-scatter,
-# all-gather).
+# Checked for every ZeRO stage, each in the collective that its step starts with (EXPECTED_OP):
+#   stage 0  all_reduce      (DDP: the first gradient bucket, in backward)
+#   stage 1  reduce_scatter  (the first gradient bucket, reduced into shards)
+#   stage 2  reduce_scatter  (the same, every micro-step)
+#   stage 3  all_gather      (the embedding's parameters, gathered before the forward)
+# The waiting ranks 0 and 2 must time out in that op at step 2, both in the same collective (one
+# sequence number); where rank 1's ring dump made it out before the abort, its "skipped (fault
+# injection)" record must be that same op and sequence number. A skip that hit the wrong collective,
+# or a diagnostic naming the wrong one, fails.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TRAIN=$(realpath "${1:-$ROOT/train}")
@@ -19,6 +26,7 @@ cd "$ROOT"
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OMP_NUM_THREADS=1
 
+EXPECTED_OP=(all_reduce reduce_scatter reduce_scatter all_gather)
 TIMEOUT_S=3
 OUTER=60
 SLACK=10
@@ -44,22 +52,35 @@ for stage in 0 1 2 3; do
   { [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ]; } || why+=("the job hung until 'timeout $OUTER' killed it (exit $rc)")
   [ "$elapsed_ms" -lt $(( (TIMEOUT_S + SLACK) * 1000 )) ] ||
     why+=("took ${elapsed_ms} ms, expected < $((TIMEOUT_S + SLACK)) s")
-  # The diagnostic of a rank that waited: "rank R: collective OP #SEQ (...) did not complete within 3 s"
-  # followed by its ring buffer.
-  grep -qE "rank [02]\b.*(all_reduce|reduce_scatter|all_gather) #[0-9]+.*did not complete" "$out" ||
-    grep -qE "(all_reduce|reduce_scatter|all_gather) #[0-9]+.*rank [02]\b.*did not complete" "$out" ||
+  # The diagnostic of a rank that waited: "rank R: collective OP #SEQ (N bytes, step S) did not
+  # complete within 3 s ..." (also repeated in its "error: rank R: ..." line), then its ring buffer.
+  op=${EXPECTED_OP[$stage]}
+  waits=$(grep -oE "rank [02]: collective [a-z_]+ #[0-9]+ \([0-9]+ bytes, step [0-9]+\) did not complete" "$out" | sort -u)
+  if [ -z "$waits" ]; then
     why+=("no line names a waiting rank (0 or 2), the op, its sequence number and 'did not complete'")
+  else
+    wrong=$(grep -vE "collective $op #[0-9]+ \([0-9]+ bytes, step 2\)" <<<"$waits")
+    [ -z "$wrong" ] || why+=("expected ranks 0 and 2 to time out in $op at step 2, got: $(tr '\n' ';' <<<"$wrong")")
+    seqs=$(grep -oE "#[0-9]+" <<<"$waits" | sort -u)
+    [ "$(wc -l <<<"$seqs")" -eq 1 ] || why+=("ranks 0 and 2 time out in different collectives: $(tr '\n' ' ' <<<"$seqs")")
+    seq=$(head -1 <<<"$seqs")
+    grep -qE "^ +$seq +$op .* step 2 pending .*TIMED OUT" "$out" ||
+      why+=("the ring dump shows no timed-out '$seq $op' at step 2")
+    skip=$(grep -E "^ +#[0-9]+ +[a-z_]+ .* skipped \(fault injection\)" "$out" | sort -u)
+    if [ -n "$skip" ] && ! grep -qE "^ +$seq +$op .* step 2 skipped" <<<"$skip"; then
+      why+=("rank 1 skipped '$(head -1 <<<"$skip" | sed 's/^ *//')', not $seq $op at step 2")
+    fi
+  fi
   grep -q "did not complete within $TIMEOUT_S" "$out" || why+=("no 'did not complete within $TIMEOUT_S' message")
   grep -q "last collectives on this rank:" "$out" || why+=("no ring dump header ('last collectives on this rank:')")
-  grep -qE "^ +#[0-9]+ +(all_reduce|reduce_scatter|all_gather) .*TIMED OUT" "$out" ||
-    why+=("the ring dump shows no timed-out model-state collective")
   grep -qE "^ +#[0-9]+ +[a-z_]+ .* done" "$out" || why+=("the ring dump shows no completed collective")
   if grep -qE "Segmentation fault|signal 11|free\(\)|MPI_ERR_TRUNCATE|double free|corrupted" "$out"; then
     why+=("the job crashed instead of timing out (mismatched collectives after the skip)")
   fi
 
   if [ ${#why[@]} -eq 0 ]; then
-    printf 'hang_train stage %d: ok, exit %d after %d ms\n' "$stage" "$rc" "$elapsed_ms"
+    printf 'hang_train stage %d: ok, exit %d after %d ms, hung in %s %s%s\n' "$stage" "$rc" "$elapsed_ms" "$op" "$seq" \
+      "$([ -n "$skip" ] && echo " (rank 1's dump shows it skipped)")"
     grep -m1 "did not complete" "$out" | sed 's/^/    /'
   else
     failures=$((failures + 1))

@@ -9,6 +9,8 @@
 //   logits        max |ours - torch| / max |torch| <= 1e-4      (over the real vocabulary)
 //   gradients     same measure, per tensor,        <= 1e-4
 //   10-step loss  relative error per step          <= 1e-4
+//   final weights per tensor: ||ours - torch|| / ||torch|| <= 1e-4 and max |d| / max |torch| <= 1e-3
+//                 (the attention key bias apart: see TenAdamWSteps)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -53,6 +55,23 @@ double rel_err(const float* a, const float* b, size_t n) {
     den = std::max(den, std::fabs(double(b[i])));
   }
   return den > 0 ? num / den : num;
+}
+
+// ||a - b||_2 / ||b||_2
+double rel_l2(const float* a, const float* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = double(a[i]) - double(b[i]);
+    num += d * d;
+    den += double(b[i]) * double(b[i]);
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+double max_abs_diff(const float* a, const float* b, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
+  return m;
 }
 
 struct Reference {
@@ -168,8 +187,20 @@ TEST_P(PyTorchParity, TenAdamWSteps) {
     EXPECT_LE(std::fabs(loss - tl) / std::fabs(tl), 1e-4) << "step " << s << " loss " << loss << " vs torch " << tl;
     EXPECT_LE(std::fabs(norm - tn) / std::fabs(tn), 1e-4) << "step " << s << " grad norm " << norm << " vs torch " << tn;
   }
-  // Final weights: same measure per tensor. Adam divides by sqrt(v), which amplifies fp32
-  // reduction-order noise in near-zero gradients, so this bound is looser than the loss bound.
+  // Final weights, per tensor. A systematic error in the update moves every element of a tensor
+  // by about the same fraction: weight decay wrongly applied to LayerNorm gains and the biases
+  // scales them by prod(1 - lr_s * wd) = 1 - 6.5e-4 over these 10 steps, so their relative L2
+  // error is 6.5e-4, while fp32 reduction-order noise stays below 1.1e-5 for every tensor (measured
+  // over the three configs). Hence relative L2 <= 1e-4. The max-element measure catches a few
+  // elements gone wrong, which barely move the L2 of a large tensor; it is looser because Adam
+  // divides by sqrt(v) and so amplifies the noise of near-zero gradient elements (worst seen
+  // 2.7e-4, odd h.0.mlp.c_proj.weight).
+  //
+  // The attention key bias gets no gradient in exact arithmetic (it shifts all of a query's scores
+  // alike; softmax ignores that), so its values move only by rounding noise that Adam turns into
+  // updates of about lr * noise / eps: that third of c_attn.bias is compared in absolute terms
+  // (as test/mpi/zero_matrix.py does), its query and value thirds like every other tensor.
+  constexpr double kL2Tol = 1e-4, kMaxTol = 1e-3, kKeyBiasAbs = 1e-4;
   MemoryTracker mem2;
   Model final_ref(ref.g, ref.B, ref.Tn, mem2);
   final_ref.load_llmc(ref.dir + "/model_final.bin");
@@ -177,11 +208,26 @@ TEST_P(PyTorchParity, TenAdamWSteps) {
   for_each_llmc_tensor(final_ref, false, [&](const std::string& name, const float* p, size_t n) {
     theirs.push_back({name, {p, n}});
   });
+  const size_t C = size_t(ref.g.C);
   size_t i = 0;
+  auto check = [&](const std::string& what, const float* p, const float* q, size_t n) {
+    EXPECT_LE(rel_l2(p, q, n), kL2Tol) << "final weights of " << what << ": relative L2";
+    EXPECT_LE(rel_err(p, q, n), kMaxTol) << "final weights of " << what << ": max |d| / max |torch|";
+  };
   for_each_llmc_tensor(model, false, [&](const std::string& name, const float* p, size_t n) {
-    EXPECT_LE(rel_err(p, theirs[i].second.first, n), 1e-3) << "final weights of " << name;
+    ASSERT_EQ(name, theirs[i].first);
+    const float* q = theirs[i].second.first;
     ++i;
+    if (name.find("attn.c_attn.bias") != std::string::npos) {
+      ASSERT_EQ(n, 3 * C);
+      check(name + " (query part)", p, q, C);
+      EXPECT_LE(max_abs_diff(p + C, q + C, C), kKeyBiasAbs) << "final weights of " << name << " (key part): max |d|";
+      check(name + " (value part)", p + 2 * C, q + 2 * C, C);
+      return;
+    }
+    check(name, p, q, n);
   });
+  EXPECT_EQ(i, theirs.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, PyTorchParity, ::testing::Values("tiny", "odd", "wide"));

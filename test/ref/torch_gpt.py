@@ -217,6 +217,18 @@ def save_llmc(model, path):
             f.write(np.ascontiguousarray(a, dtype=np.float32).tobytes())
 
 
+def save_token_shard(path, tokens):
+    """llm.c token shard: 256 x int32 header (magic 20240520, version 1, token count), then the
+    tokens as uint16. What zerotrain's data loader reads (src/data/shard.cpp)."""
+    tokens = np.asarray(tokens)
+    assert tokens.ndim == 1 and tokens.min() >= 0 and tokens.max() < 65536, "uint16 tokens"
+    h = np.zeros(HEADER_INTS, dtype=np.int32)
+    h[0], h[1], h[2] = 20240520, 1, tokens.size
+    with open(path, "wb") as f:
+        f.write(h.tobytes())
+        f.write(tokens.astype("<u2").tobytes())
+
+
 def save_grads(model, path):
     """Raw float32 gradients, no header, same 16-tensor layout (wte grad padded to Vp rows)."""
     with open(path, "wb") as f:
@@ -290,6 +302,34 @@ def global_grad_norm(model):
     total = sum(float(p.grad.detach().double().pow(2).sum()) for p in model.parameters()
                 if p.grad is not None)
     return math.sqrt(total)
+
+
+def train_step_accum(model, opt, micro_batches, step, cfg):
+    """One optimizer step over several micro-batches, the way PyTorch code accumulates (and DDP
+    averages over ranks): each micro-batch's mean loss is divided by their number before backward,
+    so the accumulated gradient is that of the mean loss over every token of the step. The rest is
+    train_step's recipe. micro_batches: [(inputs, targets), ...]. Returns (mean loss, pre-clip
+    norm, lr)."""
+    opt.zero_grad(set_to_none=True)
+    n = len(micro_batches)
+    loss_sum = 0.0
+    for inputs, targets in micro_batches:
+        _, loss = model(inputs, targets)
+        (loss / n).backward()
+        loss_sum += loss.item()
+    norm = global_grad_norm(model)
+    if cfg["grad_clip"] > 0:
+        coef = min(1.0, cfg["grad_clip"] / (norm + 1e-6))
+        if coef < 1.0:
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad.mul_(coef)
+    lr_s = lr_at(step, cfg["lr"], cfg["warmup_steps"], cfg["steps"], cfg["schedule"],
+                 cfg["min_lr_ratio"])
+    for g in opt.param_groups:
+        g["lr"] = lr_s
+    opt.step()
+    return loss_sum / n, norm, lr_s
 
 
 def train_step(model, opt, inputs, targets, step, cfg):

@@ -1,0 +1,273 @@
+#!/usr/bin/python3
+"""Per-rank memory against formulas written here, and resident memory against the tracked total.
+
+`train estimate` and the tracked memory of a run both come from Partition::buffers() and
+GPT::activation_bytes(), so comparing them with each other (test/mpi/zero_matrix.py) cannot catch a
+buffer that both size wrongly. Here every category is computed from the ZeRO layout rules and the
+GPT-2 activation shapes, independently of the code:
+
+  Ψ   = Σ over units of numel rounded up to lcm(N, 128): embedding (Vp + T)·C, each block
+        12C² + 13C, final norm 2C (Vp = V rounded up to 128)
+  params      stage 0-2: 4Ψ                  stage 3: 4Ψ/N
+  grads       stage 0: 4Ψ    stage 1: 4(Ψ + Ψ/N) (full + reduced shard)    stage 2-3: 4Ψ/N
+  optimizer   AdamW m + v, fp32: stage 0: 2·4Ψ    stage 1-3: 2·4Ψ/N
+  comm        stage 0-1: none
+              stage 2: embedding gradient staging P_0 + S staging slots of the largest bucket
+                       (2 with overlap, else 1) + reduce-scatter receive (slots·bucket + P_0)/N
+              stage 3: the same + gathered-unit slots ((prefetch + 1) with overlap, else 1) × the
+                       largest unit; all × 4 bytes. Buckets: units in backward order (final norm,
+                       blocks L-1..0), closed once they reach bucket_mb MiB (every unit alone
+                       without overlap); the embedding is a bucket of its own.
+  activations 4 bytes × B·T × (L·(18C + NH + 4) + 15C + Vp + 5):
+              per layer ln1 C, ln1 mean+rstd 2, qkv 3C, attention output C, attention
+              log-sum-exp NH, attention projection C, residual C, ln2 C, ln2 mean+rstd 2, fc 4C,
+              gelu 4C, fc projection C, residual C  (18C + NH + 4);
+              once: input and target ids 2, embedding output C, ln_f C + mean+rstd 2, logits Vp,
+              losses 1; backward scratch: residual gradient C, C-sized gradient C, two 4C
+              gradients, qkv gradient 3C (15C + Vp + 5 in all). The tracker starts every field on
+              64 bytes; B·T is a multiple of 16 here, so every field already is (asserted).
+
+checked for stages 0-3 at world 1 and 3 in `train estimate --json` (overlap on and off) and in the
+summary line of a real 1-step run (mpirun for N = 3; overlap on), category by category, exactly.
+
+Resident memory: the summary's peak_rss_bytes (rank 0's VmHWM) must be
+
+  tracked total + init transient + overhead,   |difference| <= RSS_SLACK
+
+  init transient: while parameters are initialised every tracked buffer already exists, plus one
+                  tensor's host values at a time (the largest is wte, Vp·C·4 bytes) and, at stage 3,
+                  the full 4Ψ parameters that each rank cuts its shard from.
+  overhead:       what the process holds besides: shared libraries' resident pages and their data
+                  (cuBLASLt alone is ~62 MiB in a CUDA build), the C++/OpenMP/OpenBLAS/MPI runtimes,
+                  the heap. It does not grow with the model: measured on the small model (one
+                  thread, one rank), it must be at most OVERHEAD_MAX (~167 MiB seen in a CUDA
+                  build), and then predicts a larger model (C 128 instead of 35, 4x the tracked
+                  bytes) at stages 0 and 3 to within RSS_SLACK (seen: within 0.2 MiB). An
+                  untracked buffer the size of that model's gradients (28 MiB) is far outside it.
+
+  /usr/bin/python3 test/mpi/memory_check.py [--train ./train] [--mpirun mpirun] [--keep]
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MiB = 1 << 20
+
+V = 50257                     # the committed sample data is GPT-2 tokens
+VP = (V + 127) // 128 * 128   # 50304
+SMALL = dict(L=3, NH=5, C=35, T=32, B=2)     # unit sizes divide by neither 3 nor 128
+LARGE = dict(L=4, NH=4, C=128, T=128, B=2)
+BUCKET_MB = 0.05              # 13107 fp32 elements: the final norm joins the last block's bucket
+PREFETCH = 2
+OVERHEAD_MAX = 256 * MiB
+RSS_SLACK = 8 * MiB
+
+
+# ---- the formulas ------------------------------------------------------------------------------
+def unit_numels(m):
+    C, L, T = m["C"], m["L"], m["T"]
+    return [(VP + T) * C] + [12 * C * C + 13 * C] * L + [2 * C]
+
+
+def padded_units(m, world):
+    mult = world * 128 // math.gcd(world, 128)
+    return [(n + mult - 1) // mult * mult for n in unit_numels(m)]
+
+
+def buckets(units, overlap):
+    """Padded element counts of the gradient buckets (backward order), the embedding last."""
+    limit = int(BUCKET_MB * 1024 * 1024) // 4
+    out, cur = [], 0
+    for n in reversed(units[1:]):
+        cur += n
+        if not overlap or cur >= limit:
+            out.append(cur)
+            cur = 0
+    if cur:
+        out.append(cur)
+    return out + [units[0]]
+
+
+def activation_bytes(m):
+    C, L, NH, BT = m["C"], m["L"], m["NH"], m["B"] * m["T"]
+    assert (BT * 4) % 64 == 0, "pick B*T a multiple of 16 so no activation field needs 64-byte padding"
+    per_layer = 18 * C + NH + 4
+    once = 2 + C + (C + 2) + VP + 1 + (C + C + 4 * C + 4 * C + 3 * C)
+    assert once == 15 * C + VP + 5
+    return 4 * BT * (L * per_layer + once)
+
+
+def expected(m, world, stage, overlap):
+    """{category: bytes} per rank, fp32."""
+    units = padded_units(m, world)
+    psi, N, e = sum(units), world, 4
+    assert psi % N == 0
+    out = {"params": e * (psi if stage <= 2 else psi // N),
+           "grads": e * {0: psi, 1: psi + psi // N}.get(stage, psi // N),
+           "optimizer": 2 * e * (psi if stage == 0 else psi // N),
+           "activations": activation_bytes(m)}
+    if stage >= 2:
+        slots = 2 if overlap else 1
+        slot = max(buckets(units, overlap)[:-1])
+        comm = units[0] + slots * slot + (slots * slot) // N + units[0] // N
+        if stage == 3:
+            comm += ((PREFETCH + 1) if overlap else 1) * max(units)
+        out["comm"] = e * comm
+    return out
+
+
+def init_transient(m, world, stage):
+    """Bytes alive during parameter init beyond the tracked buffers (see the docstring)."""
+    wte = VP * m["C"] * 4
+    return wte + (4 * sum(padded_units(m, world)) if stage == 3 else 0)
+
+
+# ---- running the binary ------------------------------------------------------------------------
+def env():
+    e = dict(os.environ, OMP_NUM_THREADS="1")
+    if os.geteuid() == 0:
+        e.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        e.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return e
+
+
+def sets(m, stage, overlap, log):
+    s = {"model.n_layer": m["L"], "model.n_head": m["NH"], "model.n_embd": m["C"], "model.seq_len": m["T"],
+         "model.vocab_size": V, "batch.micro_batch": m["B"],
+         "data.train": "data/sample/train_*.bin", "data.val": "data/sample/val.bin", "data.tokenizer": "",
+         "zero.stage": stage, "zero.overlap_comm": "true" if overlap else "false", "zero.bucket_mb": BUCKET_MB,
+         "zero.prefetch_units": PREFETCH, "run.steps": 1, "run.eval_every": 0, "run.eval_batches": 1,
+         "run.sample_every": 0, "run.threads": 1, "run.log": log, "device": "cpu"}
+    return [a for k, v in s.items() for a in ("--set", f"{k}={v}")]
+
+
+def run(cmd, timeout=180):
+    p = subprocess.run(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    out = p.stdout.decode(errors="replace")
+    if p.returncode != 0:
+        raise RuntimeError(f"exit {p.returncode}: {' '.join(cmd)}\n" + "\n".join(out.splitlines()[-10:]))
+    return out
+
+
+def estimate(train, m, world, stage, overlap, work):
+    out = run([train, "estimate", "plans/default.json", "--world", str(world), "--json"]
+              + sets(m, stage, overlap, os.path.join(work, "unused.jsonl")))
+    return json.loads(out)["memory"]["host"]
+
+
+def train_run(train, mpirun, m, world, stage, work):
+    log = os.path.join(work, f"{m['C']}_N{world}_s{stage}", "metrics.jsonl")
+    cmd = [train, "plans/default.json"] + sets(m, stage, True, log)
+    if world > 1:
+        cmd = [mpirun, "--oversubscribe", "-np", str(world)] + cmd
+    run(cmd)
+    summ = [json.loads(l)["summary"] for l in open(log) if "summary" in l]
+    if len(summ) != 1 or summ[0]["world"] != world or summ[0]["zero_stage"] != stage:
+        raise RuntimeError(f"{log}: expected one summary line for world {world}, stage {stage}")
+    return summ[0]
+
+
+def compare(where, got, want, failures):
+    """got: {category: bytes, "total": bytes} from the binary; want: the formula's categories."""
+    got = dict(got)
+    total = got.pop("total", None)
+    if total != sum(got.values()):
+        failures.append(f"{where}: total {total} != sum of categories {sum(got.values())}")
+    for cat in sorted(set(got) | set(want)):
+        g, w = got.get(cat, 0), want.get(cat, 0)
+        if g != w:
+            failures.append(f"{where}: {cat} {g} bytes, formula {w} ({g - w:+d})")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--train", default=os.path.join(ROOT, "train"))
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    train = os.path.abspath(args.train)
+    if not os.access(train, os.X_OK):
+        sys.exit(f"memory_check: {train} is not executable")
+    # The small model's units really get padded at both world sizes, and its buckets are not trivial.
+    for w in (1, 3):
+        assert all(p != n for p, n in zip(padded_units(SMALL, w), unit_numels(SMALL))), padded_units(SMALL, w)
+    assert len(buckets(padded_units(SMALL, 3), True)) == SMALL["L"] + 1  # final norm joins a block
+
+    work = tempfile.mkdtemp(prefix="memory_check.")
+    t0 = time.monotonic()
+    failures = []
+
+    # ---- categories: estimate (overlap on/off) and a real run (overlap on) --------------------------
+    print(f"{'world':>5} {'stage':>5} {'overlap':>7}  formula per category (MiB)")
+    summaries = {}
+    for world in (1, 3):
+        for stage in range(4):
+            for overlap in (True, False):
+                want = expected(SMALL, world, stage, overlap)
+                try:
+                    compare(f"estimate world {world} stage {stage} overlap {overlap}",
+                            estimate(train, SMALL, world, stage, overlap, work), want, failures)
+                except RuntimeError as e:
+                    failures.append(str(e))
+                print(f"{world:>5} {stage:>5} {'on' if overlap else 'off':>7}  "
+                      + " ".join(f"{k} {v / MiB:.3f}" for k, v in sorted(want.items())), flush=True)
+            try:
+                s = train_run(train, args.mpirun, SMALL, world, stage, work)
+            except RuntimeError as e:
+                failures.append(str(e))
+                continue
+            summaries[(world, stage)] = s
+            compare(f"run world {world} stage {stage} (tracked peak)", s["peak_memory_bytes"]["host"],
+                    expected(SMALL, world, stage, True), failures)
+
+    # ---- resident memory ---------------------------------------------------------------------------
+    base = summaries.get((1, 0))
+    if base is None or "peak_rss_bytes" not in base:
+        failures.append("no peak_rss_bytes in the summary of the small world-1 stage-0 run")
+    else:
+        overhead = base["peak_rss_bytes"] - base["peak_memory_bytes"]["host"]["total"] - init_transient(SMALL, 1, 0)
+        print(f"\nresident: small model, stage 0: VmHWM {base['peak_rss_bytes'] / MiB:.1f} MiB = tracked "
+              f"{base['peak_memory_bytes']['host']['total'] / MiB:.1f} + init transient "
+              f"{init_transient(SMALL, 1, 0) / MiB:.1f} + overhead {overhead / MiB:.1f} MiB "
+              f"(at most {OVERHEAD_MAX / MiB:.0f})")
+        if not 0 < overhead <= OVERHEAD_MAX:
+            failures.append(f"runtime overhead {overhead / MiB:.1f} MiB outside (0, {OVERHEAD_MAX / MiB:.0f}] MiB")
+        for stage in (0, 3):
+            try:
+                s = train_run(train, args.mpirun, LARGE, 1, stage, work)
+            except RuntimeError as e:
+                failures.append(str(e))
+                continue
+            compare(f"large model stage {stage} (tracked peak)", s["peak_memory_bytes"]["host"],
+                    expected(LARGE, 1, stage, True), failures)
+            tracked = s["peak_memory_bytes"]["host"]["total"]
+            want = tracked + init_transient(LARGE, 1, stage) + overhead
+            d = s["peak_rss_bytes"] - want
+            print(f"resident: large model, stage {stage}: VmHWM {s['peak_rss_bytes'] / MiB:.1f} MiB, predicted "
+                  f"{want / MiB:.1f} (tracked {tracked / MiB:.1f} + init transient "
+                  f"{init_transient(LARGE, 1, stage) / MiB:.1f} + overhead): {d / MiB:+.2f} MiB")
+            if abs(d) > RSS_SLACK:
+                failures.append(f"large model stage {stage}: VmHWM {s['peak_rss_bytes']} is {d / MiB:+.1f} MiB off "
+                                f"tracked + init transient + overhead (slack {RSS_SLACK / MiB:.0f} MiB): "
+                                + ("memory outside the tracker" if d > 0 else "tracked memory that is not resident"))
+
+    print(f"\n{time.monotonic() - t0:.1f} s; work directory {work}" + ("" if args.keep or failures else " (removed)"))
+    if not args.keep and not failures:
+        shutil.rmtree(work, ignore_errors=True)
+    if failures:
+        print(f"memory_check FAILED ({len(failures)}):")
+        for f in failures:
+            print("  - " + f)
+        sys.exit(1)
+    print("memory_check passed")
+
+
+if __name__ == "__main__":
+    main()
