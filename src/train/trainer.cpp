@@ -311,10 +311,17 @@ class Trainer {
 
 std::string next_memory_step(const Plan& plan, int world) {
   std::ostringstream os;
-  const int mb = plan.batch.micro_batch;
-  if (mb > 1)
-    os << "halve batch.micro_batch (" << mb << " -> " << mb / 2 << ") and double batch.grad_accum ("
-       << plan.batch.grad_accum << " -> " << plan.batch.grad_accum * 2 << "): same tokens per step, half the activations";
+  const int mb = plan.batch.micro_batch, ga = plan.batch.grad_accum;
+  // The smallest factor f of micro_batch: the smallest step down that keeps micro_batch x
+  // grad_accum, and so tokens per step, exact (3 -> 1 needs grad_accum x 3, not x 2).
+  int f = 2;
+  while (mb > 1 && mb % f != 0) ++f;
+  if (mb > 1 && f == 2)
+    os << "halve batch.micro_batch (" << mb << " -> " << mb / 2 << ") and double batch.grad_accum (" << ga << " -> "
+       << ga * 2 << "): same tokens per step, half the activations";
+  else if (mb > 1)
+    os << "lower batch.micro_batch (" << mb << " -> " << mb / f << ") and raise batch.grad_accum (" << ga << " -> "
+       << ga * f << ") by the same factor " << f << ": same tokens per step, 1/" << f << " of the activations";
   else if (world > 1 && plan.zero.stage < 3)
     os << "raise zero.stage to " << plan.zero.stage + 1 << " to shard more model state across the " << world << " ranks";
   else
