@@ -205,7 +205,8 @@ class Trainer {
 
     // Everything that can refuse the plan comes before the first large allocation and the first
     // write: a refused plan has allocated and written nothing, and nothing that could be known now
-    // is found after training. What reads the same files on every rank is checked on rank 0 only.
+    // is found after training. The token scan and the output paths look at the same files from
+    // every rank, so rank 0 alone does them.
     std::string refusal;
     try {
       decorate_ = decorate_progress();
