@@ -6,8 +6,6 @@
 // Every failure is a zt::Error caught here: one line on stderr, exit code 1; with several ranks,
 // the failing rank also takes the others down (MPI_Abort) so nothing hangs.
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -27,17 +25,11 @@ namespace {
 
 std::unique_ptr<zt::Comm> g_comm;  // for the error path in main()
 
-// The resolved plan is printed, and written beside the metrics log so a run can be repeated
-// exactly (./train runs/x/plan.json). Only after validation: bad input writes nothing.
-void publish_plan(const zt::Plan& plan) {
+// The resolved plan is printed at start. The trainer writes it beside the metrics log (so a run
+// can be repeated exactly: ./train runs/x/plan.json) once every check has passed: bad input
+// writes nothing.
+void print_plan(const zt::Plan& plan) {
   std::printf("plan %s (resolved):\n%s\n\n", plan.source.c_str(), plan.resolved.dump(2).c_str());
-  const std::filesystem::path log_path(plan.run.log);
-  const std::filesystem::path dir = log_path.has_parent_path() ? log_path.parent_path() : ".";
-  std::filesystem::create_directories(dir);
-  const std::filesystem::path out = dir / "plan.json";
-  std::ofstream f(out);
-  f << plan.resolved.dump(2) << "\n";
-  ZT_REQUIRE(f, "cannot write the resolved plan to " << out.string());
 }
 
 // All ranks must run the same plan with the same binary: compare a hash of both.
@@ -54,7 +46,10 @@ void check_same_plan_everywhere(const zt::Plan& plan, zt::Comm& comm) {
 
 int run(int argc, char** argv) {
   CLI::App app{"zerotrain: train GPT-2 from a JSON plan (see README.md and plans/)"};
-  app.set_version_flag("--version", "zerotrain " ZT_VERSION);
+  // Names the backends too: test/cli/bad_input.sh checks it against the build's ZT_HAVE_CUDA.
+  app.set_version_flag("--version", std::string("zerotrain " ZT_VERSION) +
+                                        (zt::device::built_with_cuda() ? " (CUDA backend: built)"
+                                                                       : " (CUDA backend: not built)"));
   std::string plan_path;
   std::vector<std::string> overrides;
   app.add_option("plan", plan_path, "plan file (JSON); defaults come from plans/base.json");
@@ -100,12 +95,12 @@ int run(int argc, char** argv) {
   co.fault_skip_step = plan.comm.fault_skip_step;
   g_comm = zt::make_mpi_comm(co);
   check_same_plan_everywhere(plan, *g_comm);
-  // Refuse what cannot run here before writing anything; the published plan then names the device
-  // and precision that run rather than "auto".
+  // Refuse what cannot run here before writing anything; the plan written beside the log then
+  // names the device and precision that run rather than "auto".
   zt::record_backend(plan, zt::choose_backend(plan, g_comm->world()));
   if (g_comm->rank() == 0) {
     for (const std::string& w : plan.warnings) std::fprintf(stderr, "warning: plan: %s\n", w.c_str());
-    publish_plan(plan);
+    print_plan(plan);
   }
   const zt::TrainResult r = zt::train(plan, *g_comm);
   g_comm->barrier();

@@ -27,7 +27,7 @@ set_tests_properties(train_parity PROPERTIES TIMEOUT 300 ENVIRONMENT
                      "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;PYTHONDONTWRITEBYTECODE=1")
 
 # ---- the binary on bad input and on a short real run -----------------------------------------
-add_test(NAME cli_bad_input COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/bad_input.sh $<TARGET_FILE:train>
+add_test(NAME cli_bad_input COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/bad_input.sh $<TARGET_FILE:train> ${ZT_HAVE_CUDA}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 add_test(NAME cli_train_sample COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/train_sample.sh $<TARGET_FILE:train>
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
@@ -70,6 +70,13 @@ target_link_libraries(zt_hang_probe PRIVATE zt)
 add_test(NAME mpi_comm_hang COMMAND bash ${CMAKE_SOURCE_DIR}/test/mpi/hang_test.sh $<TARGET_FILE:zt_hang_probe>
                                     ${MPIEXEC_EXECUTABLE})
 set_tests_properties(mpi_comm_hang PROPERTIES RUN_SERIAL TRUE TIMEOUT 60 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+# Start-up checks with state before and after, several ranks or a terminal: an earlier run's files
+# survive (moved aside), final weights into new directories / onto a full disk, data smaller than a
+# global batch at np 3, memory counted per host, progress decorations only on a terminal.
+add_test(NAME cli_startup_checks
+         COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/startup_checks.sh $<TARGET_FILE:train> ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(cli_startup_checks PROPERTIES RUN_SERIAL TRUE TIMEOUT 180 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 add_test(NAME plan_mismatch COMMAND bash ${CMAKE_SOURCE_DIR}/test/mpi/plan_mismatch.sh $<TARGET_FILE:train> ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(plan_mismatch PROPERTIES RUN_SERIAL TRUE TIMEOUT 90 ENVIRONMENT "${ZT_MPI_TEST_ENV}")

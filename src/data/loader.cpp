@@ -9,6 +9,7 @@
 // the same batches on every machine and every rank.
 #include "data/loader.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "runtime/error.h"
@@ -53,6 +54,14 @@ size_t DataLoader::num_tokens() const {
   size_t n = 0;
   for (const auto& s : shards_) n += s->size();
   return n;
+}
+
+std::optional<DataLoader::TokenAt> DataLoader::first_token_at_least(int limit) const {
+  for (const auto& s : shards_) {
+    const size_t i = s->first_token_at_least(uint32_t(std::max(limit, 0)));
+    if (i < s->size()) return TokenAt{s->path(), i, int(s->tokens()[i])};
+  }
+  return std::nullopt;
 }
 
 int64_t DataLoader::permuted(int64_t global_seq) {

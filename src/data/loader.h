@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,13 @@ class DataLoader {
   int64_t num_eval_batches() const;
 
   size_t num_tokens() const;
+  // The first token id >= limit in file order, or nullopt: one pass over the mapped tokens.
+  struct TokenAt {
+    std::string file;
+    size_t position;  // index among the file's tokens
+    int id;
+  };
+  std::optional<TokenAt> first_token_at_least(int limit) const;
   size_t num_sequences() const { return seq_index_.size(); }
   const std::vector<std::string>& files() const { return files_; }
 

@@ -93,6 +93,21 @@ TokenShard::TokenShard(TokenShard&& o) noexcept
   o.n_ = 0;
 }
 
+size_t TokenShard::first_token_at_least(uint32_t limit) const {
+  if (limit > 0xFFFF) return n_;  // every uint16 is inside such a vocabulary
+  // The maximum of a block vectorises; the position is looked for only in a block that has one.
+  constexpr size_t kBlock = size_t(1) << 16;
+  for (size_t b = 0; b < n_; b += kBlock) {
+    const size_t e = std::min(n_, b + kBlock);
+    uint16_t mx = 0;
+    for (size_t i = b; i < e; ++i) mx = std::max(mx, tokens_[i]);
+    if (mx < limit) continue;
+    for (size_t i = b; i < e; ++i)
+      if (tokens_[i] >= limit) return i;
+  }
+  return n_;
+}
+
 void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
   ZT_REQUIRE(tokens.size() <= size_t(INT32_MAX),
              "token shard " << path << ": " << tokens.size() << " tokens do not fit the int32 count in the header");

@@ -21,6 +21,8 @@ class TokenShard {
 
   const uint16_t* tokens() const { return tokens_; }
   size_t size() const { return n_; }
+  // Position of the first token >= limit (an id outside a vocabulary of `limit`), or size() if none.
+  size_t first_token_at_least(uint32_t limit) const;
   const std::string& path() const { return path_; }
 
  private:

@@ -8,6 +8,8 @@
 #include <memory>
 #include <type_traits>
 
+#include <unistd.h>
+
 #include "model/ops_cpu.h"
 #if ZT_HAVE_CUDA
 #include "model/ops_cuda.h"
@@ -231,6 +233,14 @@ void GPT<Ops>::load_llmc(const std::string& path) {
     ZT_REQUIRE(std::fread(buf.data(), sizeof(float), n, f.get()) == n,
                "model.init: " << path << " ends inside tensor " << what << " (truncated file?)");
   };
+  // A NaN or Inf read here would surface only as a diverged loss at step 0, with advice about the
+  // learning rate; the file is what is wrong. `rows` x C of buf are used, per tensor `name_of(i)`.
+  auto require_finite = [&](size_t used, const auto& name_of) {
+    for (size_t i = 0; i < used; ++i)
+      ZT_REQUIRE(std::isfinite(buf[i]), "model.init: " << path << " holds NaN/Inf weights (tensor " << name_of(i)
+                                                       << ", value " << buf[i] << "); use an intact checkpoint, or set "
+                                                       << "model.init to \"\" for a random init");
+  };
   const size_t Cs = size_t(C);
   // llm.c stores each tensor for all layers together: (L, ...) per ParamId.
   for (int id = 0; id < kNumParamIds; ++id) {
@@ -239,17 +249,20 @@ void GPT<Ops>::load_llmc(const std::string& path) {
       const size_t file_rows = size_t(pid == ParamId::wte ? Vp : maxT);
       const size_t keep_rows = size_t(pid == ParamId::wte ? V : cfg_.maxT);
       read_floats(file_rows * Cs, pid == ParamId::wte ? "wte" : "wpe");
+      require_finite(keep_rows * Cs, [&](size_t) { return layout_.slot(pid).name; });
       const size_t own_rows = size_t(layout_.slot(pid).shape[0]);
       host.assign(own_rows * Cs, M(0));
       for (size_t i = 0; i < keep_rows * Cs; ++i) host[i] = M(buf[i]);
       upload(param(pid), host.data(), host.size());
     } else if (pid == ParamId::lnfw || pid == ParamId::lnfb) {
       read_floats(Cs, "ln_f");
+      require_finite(Cs, [&](size_t) { return layout_.slot(pid).name; });
       host.assign(buf.begin(), buf.end());
       upload(param(pid), host.data(), Cs);
     } else {
       const size_t per_layer = layout_.slot(pid, 0).numel;
       read_floats(per_layer * size_t(L), layout_.slot(pid, 0).name.c_str());
+      require_finite(per_layer * size_t(L), [&](size_t i) { return layout_.slot(pid, int(i / per_layer)).name; });
       for (int l = 0; l < L; ++l) {
         host.assign(buf.begin() + long(size_t(l) * per_layer), buf.begin() + long(size_t(l + 1) * per_layer));
         upload(param(pid, l), host.data(), per_layer);
@@ -262,12 +275,15 @@ void GPT<Ops>::load_llmc(const std::string& path) {
 
 template <class Ops>
 void GPT<Ops>::save_llmc(const std::string& path) {
+  // Failures here are the user's disk or path (full, read-only, gone), so the message names the
+  // file and the system's reason, never our source line.
   File f(std::fopen(path.c_str(), "wb"));
-  ZT_CHECK_ERRNO(f != nullptr, "open " << path << " for writing");
+  ZT_REQUIRE(f, "cannot create " << path << ": " << std::strerror(errno));
+  auto wrote = [&](bool ok) { ZT_REQUIRE(ok, "cannot write " << path << ": " << std::strerror(errno)); };
   int header[256] = {};
   header[0] = kModelMagic; header[1] = kModelVersionFp32;
   header[2] = cfg_.maxT; header[3] = cfg_.V; header[4] = cfg_.L; header[5] = cfg_.NH; header[6] = cfg_.C; header[7] = cfg_.Vp;
-  ZT_CHECK_ERRNO(std::fwrite(header, sizeof(int), 256, f.get()) == 256, "write " << path);
+  wrote(std::fwrite(header, sizeof(int), 256, f.get()) == 256);
   std::vector<float> buf;
   std::vector<M> host;
   for (int id = 0; id < kNumParamIds; ++id) {
@@ -278,10 +294,22 @@ void GPT<Ops>::save_llmc(const std::string& path) {
       host.resize(n);
       download(host.data(), param(pid, l), n);
       buf.assign(host.begin(), host.end());
-      ZT_CHECK_ERRNO(std::fwrite(buf.data(), sizeof(float), n, f.get()) == n, "write " << path);
+      wrote(std::fwrite(buf.data(), sizeof(float), n, f.get()) == n);
     }
   }
-  ZT_CHECK_ERRNO(std::fflush(f.get()) == 0, "flush " << path);
+  // On disk before the caller renames it into place: a crash must not leave a complete-looking
+  // name over an empty file. fclose reports what the kernel could not write back.
+  wrote(std::fflush(f.get()) == 0);
+  wrote(::fsync(::fileno(f.get())) == 0);
+  wrote(std::fclose(f.release()) == 0);
+}
+
+template <class Ops>
+size_t GPT<Ops>::llmc_file_bytes(const GPTConfig& cfg) {
+  const ParamLayout layout(cfg, 1);
+  size_t n = 0;
+  for (const TensorSlot& s : layout.tensors()) n += s.numel;
+  return 256 * sizeof(int) + n * sizeof(float);
 }
 
 // ---- forward ---------------------------------------------------------------------------------

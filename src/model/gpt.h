@@ -66,7 +66,10 @@ class GPT {
   // llm.c model checkpoint (.bin, fp32 version 3). Dimensions must match; positions beyond
   // maxT in the file are dropped, vocabulary padding rows are zeroed.
   void load_llmc(const std::string& path);
+  // Writes and fsyncs `path`; throws one line naming it and the system's reason.
   void save_llmc(const std::string& path);
+  // Bytes save_llmc writes for this configuration (for the free-space check before training).
+  static size_t llmc_file_bytes(const GPTConfig& cfg);
 
   // inputs, targets: (B, Tn) token ids in host memory (copied to the model's own buffers).
   // targets may be nullptr (logits only; returns 0). Returns the mean loss over B*Tn tokens.

@@ -505,9 +505,15 @@ void check_data_files(const Plan& p) {
   if (glob_count(p.data.train) == 0) bad("data.train", "no files match " + shown(json(p.data.train)) + hint);
   if (glob_count(p.data.val) == 0) bad("data.val", "no files match " + shown(json(p.data.val)) + hint);
   std::error_code ec;
+  if (!p.data.tokenizer.empty() && fs::is_directory(p.data.tokenizer, ec))
+    bad("data.tokenizer", json(p.data.tokenizer).dump() + " is a directory, not a tokenizer file (e.g. " +
+                              "\"data/brown/gpt2_tokenizer.bin\", or \"\" to skip samples)");
   if (!p.data.tokenizer.empty() && !fs::is_regular_file(p.data.tokenizer, ec))
     bad("data.tokenizer", "file not found: " + shown(json(p.data.tokenizer)) +
                               " (run scripts/prepare_data first, or set data.tokenizer to \"\" to skip samples)");
+  if (!p.model.init.empty() && fs::is_directory(p.model.init, ec))
+    bad("model.init", json(p.model.init).dump() + " is a directory, not an llm.c checkpoint (give the .bin file, " +
+                          "or \"\" for a random init)");
   if (!p.model.init.empty() && !fs::is_regular_file(p.model.init, ec))
     bad("model.init", "file not found: " + shown(json(p.model.init)) + " (set model.init to \"\" for a random init)");
 }

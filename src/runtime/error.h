@@ -1,6 +1,7 @@
 // Errors: library code throws zt::Error; train.cu catches it, prints one line, exits non-zero.
-// Every call into a system library goes through a ZT_CHECK_* macro so the message names
-// file:line and the operation that failed.
+// What the user can fix (a plan field, a file, the disk, the machine) is a ZT_REQUIRE naming the
+// field or file and the fix, never our source line. file:line is for our own bugs: ZT_ASSERT, and
+// the ZT_CHECK_* macros around system and library calls whose failure is not the user's input.
 #pragma once
 #include <cerrno>
 #include <cstring>
@@ -38,7 +39,7 @@ struct Error : std::runtime_error {
     if (!(cond)) ::zt::fail_at(__FILE__, __LINE__, "internal error: " #cond);     \
   } while (0)
 
-// libc / POSIX calls that report failure through errno.
+// libc / POSIX calls that report failure through errno (not for the user's files: see above).
 #define ZT_CHECK_ERRNO(cond, op_desc)                                                        \
   do {                                                                                       \
     if (!(cond)) {                                                                           \

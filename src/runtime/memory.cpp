@@ -155,4 +155,73 @@ nlohmann::json MemoryTracker::peak_json() const {
   return j;
 }
 
+namespace {
+
+// First number in the file (cgroup limit files hold one, or "max" for none); 0 if unreadable.
+uint64_t read_number(const std::string& path) {
+  std::ifstream f(path);
+  uint64_t v = 0;
+  return (f >> v) ? v : 0;
+}
+
+// The memory limit of this process's cgroup (v2 memory.max, v1 memory.limit_in_bytes), 0 if none.
+// Only the limit, not limit minus usage: usage counts page cache the kernel would reclaim, and a
+// refusal must never come from that. Inside a container the cgroup is usually mounted at the root.
+uint64_t cgroup_limit() {
+  std::ifstream f("/proc/self/cgroup");
+  std::string line;
+  uint64_t limit = 0;
+  auto consider = [&](uint64_t v) {
+    // v1 reports "no limit" as a huge page-aligned number.
+    if (v > 0 && v < (uint64_t(1) << 60) && (limit == 0 || v < limit)) limit = v;
+  };
+  while (std::getline(f, line)) {
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (controllers.empty()) {
+      consider(read_number("/sys/fs/cgroup" + path + "/memory.max"));
+      consider(read_number("/sys/fs/cgroup/memory.max"));
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      consider(read_number("/sys/fs/cgroup/memory" + path + "/memory.limit_in_bytes"));
+      consider(read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes"));
+    }
+  }
+  return limit;
+}
+
+}  // namespace
+
+HostMemory host_memory_available() {
+  HostMemory m;
+  if (const char* fake = std::getenv("ZT_MEM_AVAILABLE_BYTES")) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(fake, &end, 10);
+    ZT_REQUIRE(*fake != '\0' && *end == '\0' && errno == 0 && fake[0] != '-',
+               "ZT_MEM_AVAILABLE_BYTES: \"" << fake << "\" is not a number of bytes (unset it to use /proc/meminfo)");
+    m.bytes = v;
+    m.source = "ZT_MEM_AVAILABLE_BYTES";
+    return m;
+  }
+  std::ifstream f("/proc/meminfo");
+  std::string line;
+  while (std::getline(f, line)) {  // "MemAvailable:   23522832 kB"
+    std::istringstream is(line);
+    std::string key;
+    uint64_t kib = 0;
+    if (is >> key >> kib && key == "MemAvailable:") {
+      m.bytes = kib * 1024;
+      m.source = "MemAvailable in /proc/meminfo";
+      break;
+    }
+  }
+  const uint64_t limit = cgroup_limit();
+  if (limit > 0 && (m.bytes == 0 || limit < m.bytes)) {
+    m.bytes = limit;
+    m.source = "the memory limit of this process's cgroup";
+  }
+  return m;
+}
+
 }  // namespace zt

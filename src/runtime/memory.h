@@ -82,4 +82,14 @@ size_t process_peak_rss_bytes();
 // "1.50 MiB"-style formatting used by every memory table.
 std::string format_bytes(double bytes);
 
+// Host memory this process can still take before the kernel's OOM killer steps in: MemAvailable
+// from /proc/meminfo, capped by the cgroup memory limit when one is set (a container sees the
+// host's MemAvailable). ZT_MEM_AVAILABLE_BYTES replaces both (tests fake a small machine with it).
+// bytes == 0 when nothing could be read (not Linux): the caller skips its check.
+struct HostMemory {
+  uint64_t bytes = 0;
+  std::string source;  // what the number is, for messages: "MemAvailable in /proc/meminfo", ...
+};
+HostMemory host_memory_available();
+
 }  // namespace zt

@@ -5,11 +5,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include <cblas.h>
@@ -25,8 +27,10 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
+#include "train/outputs.h"
 #include "train/schedule.h"
 #include "zero/engine.h"
+#include "zero/estimate.h"
 #include "zero/partition.h"
 
 namespace zt {
@@ -62,6 +66,22 @@ class MetricsLog {
   std::ofstream out_;
 };
 
+// Progress decorations (\r, erase-line, ETA) are for a person watching a terminal. Under a
+// launcher rank 0 cannot see what the user's stdout is: Open MPI hands each rank a pty of its own
+// even when mpirun's output goes to a file, so there the default is plain. ZT_PROGRESS=tty|plain
+// overrides the guess either way. The launcher's variables are read at program start, before
+// MPI_Init: a singleton MPI_Init (no mpirun) sets PMIX_RANK in our own environment.
+const bool kUnderLauncher = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+bool decorate_progress() {
+  const char* env = std::getenv("ZT_PROGRESS");
+  const std::string mode = env ? env : "";
+  if (mode == "tty") return true;
+  if (mode == "plain") return false;
+  ZT_REQUIRE(mode.empty() || mode == "auto",
+             "ZT_PROGRESS: \"" << mode << "\" is not a progress mode (tty, plain or auto; unset = auto)");
+  return !kUnderLauncher && isatty(STDOUT_FILENO) == 1;
+}
+
 // Small deterministic RNG for sampling (xorshift64*), independent of the standard library.
 struct SampleRng {
   uint64_t s;
@@ -86,7 +106,7 @@ class Trainer {
     const int B = plan_.batch.micro_batch, Tn = plan_.model.seq_len, accum = plan_.batch.grad_accum;
     const double tokens_per_step = double(B) * Tn * accum * comm_.world();
     std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
-    const bool tty = isatty(STDOUT_FILENO);
+    const bool tty = decorate_;
     const auto t_start = Clock::now();
     double train_seconds = 0.0;
 
@@ -174,7 +194,7 @@ class Trainer {
 
  private:
   void setup() {
-    const int world = comm_.world(), rank = comm_.rank();
+    const int world = comm_.world();
     // Ranks on one host share its cores.
     const int threads = plan_.run.threads > 0 ? plan_.run.threads : std::max(1, omp_get_num_procs() / comm_.local_world());
     omp_set_num_threads(threads);
@@ -184,28 +204,49 @@ class Trainer {
     cfg_ = GPTConfig::make(m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size);
     const int B = plan_.batch.micro_batch, Tn = m.seq_len;
 
-    // Data first: a bad shard fails before any large allocation.
-    loader_ = std::make_unique<DataLoader>(plan_.data.train, B, Tn, rank, world, plan_.run.seed, plan_.data.shuffle);
-    val_loader_ = std::make_unique<DataLoader>(plan_.data.val, B, Tn, rank, world, plan_.run.seed, false);
-    if (!plan_.data.tokenizer.empty()) tokenizer_ = std::make_unique<Tokenizer>(plan_.data.tokenizer);
+    // Everything that can refuse the plan comes before the first large allocation and the first
+    // write: a refused plan has allocated and written nothing, and nothing that could be known now
+    // is found after training. The token scan and the output paths look at the same files from
+    // every rank, so rank 0 alone does them.
+    std::string refusal;
+    try {
+      decorate_ = decorate_progress();
+      open_data();
+      if (!plan_.data.tokenizer.empty()) tokenizer_ = std::make_unique<Tokenizer>(plan_.data.tokenizer);
+      if (root_) {
+        check_token_ids();
+        outputs_ = check_run_outputs(plan_, GPT<Ops>::llmc_file_bytes(cfg_));
+      }
+      if (Ops::tier == Tier::host) check_host_memory();
+    } catch (const std::exception& e) {
+      refusal = e.what();
+    }
+    agree_on_startup(refusal);
 
     // Units padded so every rank's shard has the same size.
     const int stage = plan_.zero.stage;
     model_ = std::make_unique<GPT<Ops>>(cfg_, B, Tn, mem_, zero_pad_multiple(world), stage <= 2, stage <= 1);
     ZeroConfig zc;
-    zc.stage = stage; zc.world = world; zc.rank = rank; zc.overlap = plan_.zero.overlap_comm;
+    zc.stage = stage; zc.world = world; zc.rank = comm_.rank(); zc.overlap = plan_.zero.overlap_comm;
     zc.bucket_mb = plan_.zero.bucket_mb; zc.prefetch_units = plan_.zero.prefetch_units;
     zc.grad_accum = plan_.batch.grad_accum; zc.elem_bytes = sizeof(T);
     partition_ = std::make_unique<Partition>(model_->layout(), zc);
     engine_ = std::make_unique<ZeroEngine<Ops>>(*model_, *partition_, comm_, mem_, plan_.optim);
-    engine_->init_parameters(plan_.run.seed, m.init);
-
-    if (root_) {
-      const std::filesystem::path log_path(plan_.run.log);
-      if (log_path.has_parent_path()) std::filesystem::create_directories(log_path.parent_path());
-      log_ = std::make_unique<MetricsLog>(plan_.run.log);
+    // model.init is read here (into the allocated parameters); a damaged file is still refused
+    // before anything is written.
+    try {
+      engine_->init_parameters(plan_.run.seed, m.init);
+    } catch (const DeviceOutOfMemory&) {
+      throw;
+    } catch (const Error& e) {
+      refusal = e.what();
     }
+    agree_on_startup(refusal);
+
     if (!root_) return;
+    const std::string moved = open_run_outputs(plan_, outputs_);
+    if (!moved.empty()) std::printf("%s\n", moved.c_str());
+    log_ = std::make_unique<MetricsLog>(outputs_.log);
     if (Ops::tier == Tier::device) std::printf("device: %s\n", device::describe().c_str());
     std::printf("backend %s, %d rank(s) x %d threads | model L=%d NH=%d C=%d T=%d V=%d (Vp=%d): %.2fM parameters in %d units\n",
                 Ops::name, world, threads, cfg_.L, cfg_.NH, cfg_.C, cfg_.maxT, cfg_.V, cfg_.Vp,
@@ -221,6 +262,74 @@ class Trainer {
     std::fflush(stdout);
   }
 
+  // One verdict for all ranks, so that a refused plan prints one line rather than one per rank:
+  // the lowest rank that refused throws its message; the others wait in a barrier that its
+  // MPI_Abort (train.cu) ends.
+  void agree_on_startup(const std::string& refusal) {
+    const std::vector<uint64_t> refused = comm_.all_gather_u64(refusal.empty() ? 0 : 1);
+    for (int r = 0; r < comm_.world(); ++r) {
+      if (refused[size_t(r)] == 0) continue;
+      if (r == comm_.rank()) throw Error(refusal);
+      comm_.barrier();
+      throw Error("rank " + std::to_string(r) + " refused the plan");
+    }
+  }
+
+  // The loaders, and data too small for one step or one evaluation: a short train file would
+  // repeat sequences within a step (several ranks reading the same data), a short val file used to
+  // be found at the final evaluation, after all the training.
+  void open_data() {
+    const int world = comm_.world(), rank = comm_.rank();
+    const int B = plan_.batch.micro_batch, Tn = plan_.model.seq_len, accum = plan_.batch.grad_accum;
+    // Shard errors name the file; the prefix names the plan field that pointed at it.
+    auto open = [&](const char* field, const std::string& pattern, bool shuffle) {
+      try {
+        return std::make_unique<DataLoader>(pattern, B, Tn, rank, world, plan_.run.seed, shuffle);
+      } catch (const Error& e) {
+        throw Error(std::string(field) + ": " + e.what());
+      }
+    };
+    loader_ = open("data.train", plan_.data.train, plan_.data.shuffle);
+    val_loader_ = open("data.val", plan_.data.val, false);
+    const char* ranks = world == 1 ? " rank" : " ranks";
+    const uint64_t per_step = uint64_t(B) * uint64_t(accum) * uint64_t(world);
+    ZT_REQUIRE(loader_->num_sequences() >= per_step,
+               "data.train: " << plan_.data.train << " holds " << loader_->num_sequences() << " sequence(s) of " << Tn + 1
+                              << " tokens, fewer than one optimizer step uses (" << per_step << " = micro_batch " << B
+                              << " x grad_accum " << accum << " x " << world << ranks
+                              << "); add data, or lower batch.micro_batch or batch.grad_accum");
+    const uint64_t per_eval = uint64_t(B) * uint64_t(world);
+    ZT_REQUIRE(val_loader_->num_sequences() >= per_eval,
+               "data.val: " << plan_.data.val << " holds " << val_loader_->num_sequences() << " sequence(s) of " << Tn + 1
+                            << " tokens, fewer than one evaluation batch (" << per_eval << " = micro_batch " << B << " x "
+                            << world << ranks << "); add data, or lower batch.micro_batch");
+  }
+
+  // One pass over every token at start: an id outside the vocabulary used to stop the run at
+  // whatever step first drew its sequence (or never, if none did).
+  void check_token_ids() const {
+    for (const auto& [field, loader] : {std::pair{"data.train", loader_.get()}, std::pair{"data.val", val_loader_.get()}})
+      if (const auto bad = loader->first_token_at_least(cfg_.V))
+        throw Error(std::string(field) + ": " + bad->file + " holds token id " + std::to_string(bad->id) + " at token " +
+                    std::to_string(bad->position) + ", outside the vocabulary (model.vocab_size " +
+                    std::to_string(cfg_.V) + "); tokenize the data for this vocabulary, or raise model.vocab_size");
+  }
+
+  // The estimate is what the tracker will allocate (tested to the byte), so it can be compared
+  // before allocating: past the available memory the kernel's OOM killer would end the run with no
+  // message at all. Every rank on this host allocates its own.
+  void check_host_memory() const {
+    const HostMemory avail = host_memory_available();
+    if (avail.bytes == 0) return;  // nothing to compare with (not Linux)
+    const uint64_t per_rank = estimate_plan(plan_, comm_.world()).memory["host"]["total"].get<uint64_t>();
+    const uint64_t need = per_rank * uint64_t(comm_.local_world());
+    ZT_REQUIRE(need <= avail.bytes,
+               "memory: this plan needs " << format_bytes(double(need)) << " on this host (" << format_bytes(double(per_rank))
+                                          << " per rank x " << comm_.local_world() << " rank(s), as ./train estimate "
+                                          << "reports) but " << format_bytes(double(avail.bytes)) << " is available ("
+                                          << avail.source << "); next step: " << next_memory_step(plan_, comm_.world()));
+  }
+
   void save_final_weights() {
     // Collective for stage 3 (every rank gathers); rank 0 writes.
     MemoryTracker scratch;
@@ -230,12 +339,12 @@ class Trainer {
     MemoryTracker mem2;
     GPT<Ops> out(cfg_, 1, 1, mem2, model_->layout().pad_multiple(), true, false);
     Ops::copy(out.params(), full.as<T>(), model_->layout().total());
-    const std::string tmp = plan_.run.final_weights + ".tmp";
-    out.save_llmc(tmp);
-    std::filesystem::rename(tmp, plan_.run.final_weights);
+    write_by_rename("run.final_weights", outputs_.final_weights, [&](const std::string& tmp) { out.save_llmc(tmp); });
     std::printf("final weights written to %s (llm.c format)\n", plan_.run.final_weights.c_str());
   }
 
+  // The start-up scan found no id outside the vocabulary; this guards the embedding lookup against
+  // a shard rewritten while the run maps it.
   void check_tokens(const std::vector<int>& inputs, const std::vector<int>& targets) const {
     for (size_t i = 0; i < inputs.size(); ++i)
       ZT_REQUIRE(inputs[i] < cfg_.V && targets[i] < cfg_.V,
@@ -306,16 +415,25 @@ class Trainer {
   std::unique_ptr<ZeroEngine<Ops>> engine_;
   uint64_t bytes_per_step_ = 0;
   std::unique_ptr<MetricsLog> log_;
+  RunOutputs outputs_;  // rank 0
+  bool decorate_ = false;
 };
 
 }  // namespace
 
 std::string next_memory_step(const Plan& plan, int world) {
   std::ostringstream os;
-  const int mb = plan.batch.micro_batch;
-  if (mb > 1)
-    os << "halve batch.micro_batch (" << mb << " -> " << mb / 2 << ") and double batch.grad_accum ("
-       << plan.batch.grad_accum << " -> " << plan.batch.grad_accum * 2 << "): same tokens per step, half the activations";
+  const int mb = plan.batch.micro_batch, ga = plan.batch.grad_accum;
+  // The smallest factor f of micro_batch: the smallest step down that keeps micro_batch x
+  // grad_accum, and so tokens per step, exact (3 -> 1 needs grad_accum x 3, not x 2).
+  int f = 2;
+  while (mb > 1 && mb % f != 0) ++f;
+  if (mb > 1 && f == 2)
+    os << "halve batch.micro_batch (" << mb << " -> " << mb / 2 << ") and double batch.grad_accum (" << ga << " -> "
+       << ga * 2 << "): same tokens per step, half the activations";
+  else if (mb > 1)
+    os << "lower batch.micro_batch (" << mb << " -> " << mb / f << ") and raise batch.grad_accum (" << ga << " -> "
+       << ga * f << ") by the same factor " << f << ": same tokens per step, 1/" << f << " of the activations";
   else if (world > 1 && plan.zero.stage < 3)
     os << "raise zero.stage to " << plan.zero.stage + 1 << " to shard more model state across the " << world << " ranks";
   else

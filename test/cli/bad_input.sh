@@ -2,7 +2,10 @@
 # Bad input: each case must exit non-zero with exactly one line on stderr naming the problem,
 # and write nothing (no log directory, no resolved plan).
 set -uo pipefail
-TRAIN=${1:?usage: bad_input.sh path/to/train}
+TRAIN=${1:?usage: bad_input.sh path/to/train ON|OFF}
+# Whether the build has the CUDA backend, from CMake (ZT_HAVE_CUDA): the CUDA cases below must run
+# exactly when it does, so this is checked against the binary instead of guessed from it.
+HAVE_CUDA=${2:?usage: bad_input.sh path/to/train ON|OFF (ZT_HAVE_CUDA of the build)}
 TRAIN=$(realpath "$TRAIN")
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
@@ -38,8 +41,71 @@ expect malformed     'malformed JSON'       "{\"optim\": {\"lr\": 0.001,, $good_
 expect bad_override  'zero.stage'           "{$good_data}" --set zero.stage=abc
 expect unsupported   'offload.optimizer'    "{$good_data}" --set offload.optimizer=cpu
 expect bf16_on_cpu   'needs device "cuda"'  "{$good_data}" --set device=cpu --set precision.compute=bf16
+# ---- startup robustness ----
+# Each of these used to be found only after training (or never); now it is refused before anything
+# is allocated or written. A small model and two steps, so that code without a check finishes fast.
+small=(--set model.n_layer=1 --set model.n_head=2 --set model.n_embd=32 --set model.seq_len=32
+       --set batch.micro_batch=2 --set run.steps=2 --set run.eval_every=0 --set run.eval_batches=1
+       --set run.sample_every=0 --set run.threads=1 --set data.tokenizer=)
+mk() { /usr/bin/python3 "$ROOT/test/cli/make_inputs.py" "$@"; }
+inp="$work/inputs"; mkdir -p "$inp"
+# A character device like /dev/null (never /dev/null itself: a regression would replace it); a FIFO
+# where mknod is not allowed. Either must still be there, untouched, afterwards.
+mknod "$inp/chardev" c 1 3 2>/dev/null || mkfifo "$inp/chardev"
+expect final_weights_device 'run.final_weights: '"$inp/chardev"' is not a regular file' "{$good_data}" "${small[@]}" \
+  --set run.final_weights="$inp/chardev"
+if [ -c "$inp/chardev" ] || [ -p "$inp/chardev" ]; then echo "ok   final_weights_device: the device is still a device"
+else echo "FAIL final_weights_device: $inp/chardev was replaced"; fails=$((fails+1)); fi
+expect final_weights_dir     'run.final_weights: '"$inp"' is a directory' "{$good_data}" "${small[@]}" --set run.final_weights="$inp"
+expect final_weights_nowhere 'run.final_weights: cannot create files in /proc' "{$good_data}" "${small[@]}" \
+  --set run.final_weights=/proc/zt_nowhere/final.bin
+expect log_nowhere           'run.log: cannot create files in /proc' "{$good_data}" "${small[@]}" \
+  --set run.log=/proc/zt_nowhere/metrics.jsonl
+expect log_is_dir            'run.log: '"$inp"' is a directory' "{$good_data}" "${small[@]}" --set run.log="$inp"
+expect init_dir              'model.init: "'"$inp"'" is a directory' "{$good_data}" "${small[@]}" --set model.init="$inp"
+mk checkpoint "$inp/nan.bin" 1 2 32 32 1
+expect init_nan              'model.init: '"$inp/nan.bin"' holds NaN/Inf weights (tensor h.0.attn.c_attn.weight' \
+  "{$good_data}" "${small[@]}" --set model.init="$inp/nan.bin"
+mk shard "$inp/val_1seq.bin" 40        # 1 sequence of 33 tokens; an evaluation batch needs 2
+expect val_too_small         'data.val: '"$inp/val_1seq.bin"' holds 1 sequence(s) of 33 tokens' "{$good_data}" "${small[@]}" \
+  --set data.val="$inp/val_1seq.bin"
+mk shard "$inp/train_3seq.bin" 97      # 3 sequences; a step needs micro_batch 2 x grad_accum 2 = 4
+expect train_too_small       'data.train: '"$inp/train_3seq.bin"' holds 3 sequence(s) of 33 tokens, fewer than one optimizer step uses (4' \
+  "{$good_data}" "${small[@]}" --set data.train="$inp/train_3seq.bin" --set batch.grad_accum=2
+mk shard "$inp/train_bad_token.bin" 20000 17777 60000
+expect token_train           'data.train: '"$inp/train_bad_token.bin"' holds token id 60000 at token 17777' "{$good_data}" \
+  "${small[@]}" --set data.train="$inp/train_bad_token.bin"
+mk shard "$inp/val_bad_token.bin" 2000 5 50257
+expect token_val             'data.val: '"$inp/val_bad_token.bin"' holds token id 50257 at token 5' "{$good_data}" "${small[@]}" \
+  --set data.val="$inp/val_bad_token.bin"
+mk junk "$inp/junk.bin" 4096
+expect val_not_a_shard       'data.val: data file '"$inp/junk.bin"': bad magic' "{$good_data}" "${small[@]}" \
+  --set data.val="$inp/junk.bin"
+ZT_MEM_AVAILABLE_BYTES=1000000 \
+expect memory_small_machine  'next step: halve batch.micro_batch (2 -> 1)' "{$good_data}" "${small[@]}"
+ZT_MEM_AVAILABLE_BYTES=1000000 \
+expect memory_names_numbers  'but 976.56 KiB is available (ZT_MEM_AVAILABLE_BYTES)' "{$good_data}" "${small[@]}"
+# Beyond any one machine's memory (80.5G parameters, 1.3 TB of model state): refused against what
+# the machine has. Where that much is available, this would train, so it is skipped there.
+if [ "$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)" -lt 1200000000 ]; then
+  expect memory_real         'is available (' "{$good_data}" "${small[@]}" \
+    --set model.n_layer=400 --set model.n_embd=4096 --set model.n_head=32
+else echo "SKIP memory_real: this machine has more than 1.2 TB available"; fi
+ZT_PROGRESS=fancy \
+expect progress_mode         'ZT_PROGRESS: "fancy"' "{$good_data}" "${small[@]}"
 # The CUDA path's limits are refused on any machine, GPU or not, before anything is allocated or written.
-if "$TRAIN" --help 2>/dev/null | grep -q 'trains on one GPU'; then  # a build with the CUDA backend
+version=$("$TRAIN" --version 2>&1) || { echo "FAIL cuda_cases: $TRAIN --version failed: $version"; exit 1; }
+case "$version" in
+  *"CUDA backend: built"*) built=ON ;;
+  *"CUDA backend: not built"*) built=OFF ;;
+  *) echo "FAIL cuda_cases: $TRAIN --version does not say whether the CUDA backend is built: $version"; exit 1 ;;
+esac
+case "$HAVE_CUDA" in ON|on|TRUE|true|1) want_cuda=ON ;; *) want_cuda=OFF ;; esac
+if [ "$built" != "$want_cuda" ]; then
+  echo "FAIL cuda_cases: CMake says ZT_HAVE_CUDA=$HAVE_CUDA but the binary says: $version"; exit 1
+fi
+echo "ok   cuda_cases: ZT_HAVE_CUDA=$HAVE_CUDA agrees with: $version"
+if [ "$built" = ON ]; then
   expect cuda_head_size 'head size n_embd/n_head = 8' "{$good_data}" --set device=cuda --set model.n_head=16
   expect cuda_stage     'zero.stage: 2 on device "cuda"' "{$good_data}" --set device=cuda --set zero.stage=2
   if ! nvidia-smi -L >/dev/null 2>&1; then

@@ -119,6 +119,30 @@ TEST_F(DataTest, ShardRoundTrip) {
   EXPECT_EQ(moved.tokens()[1], 15496);
 }
 
+// The start-up scan for ids outside the vocabulary: the first one, wherever it falls in the
+// scan's blocks, and none when every id fits.
+TEST_F(DataTest, FirstTokenOutsideVocabulary) {
+  std::vector<uint16_t> t(200000, 7);
+  t[131073] = 50257;  // just past the second block boundary
+  t[150000] = 65535;
+  write_token_shard(path("bad.bin"), t);
+  const zt::TokenShard s(path("bad.bin"));
+  EXPECT_EQ(s.first_token_at_least(50257), 131073u);
+  EXPECT_EQ(s.first_token_at_least(50258), 150000u);
+  EXPECT_EQ(s.first_token_at_least(65536), s.size());
+  EXPECT_EQ(s.first_token_at_least(8), 131073u);
+  EXPECT_EQ(s.first_token_at_least(7), 0u);
+
+  iota_shard("a_good.bin", 100, 0);
+  DataLoader dl(path("*.bin"), 1, 4, 0, 1, 1, false);
+  const auto bad = dl.first_token_at_least(50257);
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_EQ(bad->file, path("bad.bin"));  // after a_good.bin in file order
+  EXPECT_EQ(bad->position, 131073u);
+  EXPECT_EQ(bad->id, 50257);
+  EXPECT_FALSE(dl.first_token_at_least(65536).has_value());
+}
+
 TEST_F(DataTest, EmptyShardIsValid) {
   write_token_shard(path("e.bin"), {});
   zt::TokenShard s(path("e.bin"));

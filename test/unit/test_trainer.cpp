@@ -2,7 +2,9 @@
 // and applying it gives a plan with the same tokens per step (or says why there is no such plan).
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <string>
+#include <utility>
 
 #include "plan/plan.h"
 #include "train/trainer.h"
@@ -10,14 +12,55 @@
 namespace {
 const std::string kBase = std::string(ZT_SOURCE_DIR) + "/plans/base.json";
 
-TEST(MemoryLadder, HalvesMicroBatchKeepingTokensPerStep) {
+// The numbers the advice proposes for `field`, read from its "field (a -> b)"; {-1, -1} if absent.
+std::pair<int, int> proposed(const std::string& advice, const std::string& field) {
+  std::smatch m;
+  const std::regex re(std::regex_replace(field, std::regex("\\."), "\\.") + " \\((\\d+) -> (\\d+)\\)");
+  if (!std::regex_search(advice, m, re)) return {-1, -1};
+  return {std::stoi(m[1]), std::stoi(m[2])};
+}
+
+// Applies the advice to the plan (through the plan loader, so it must be a valid plan) and checks
+// that it shrinks the micro-batch and keeps tokens per step exactly.
+void expect_same_tokens_per_step(int micro_batch, int grad_accum) {
+  SCOPED_TRACE("micro_batch " + std::to_string(micro_batch) + ", grad_accum " + std::to_string(grad_accum));
+  const zt::Plan p = zt::load_plan(kBase, {"batch.micro_batch=" + std::to_string(micro_batch),
+                                           "batch.grad_accum=" + std::to_string(grad_accum)}, false);
+  const std::string advice = zt::next_memory_step(p, 1);
+  const auto [mb_from, mb_to] = proposed(advice, "batch.micro_batch");
+  const auto [ga_from, ga_to] = proposed(advice, "batch.grad_accum");
+  ASSERT_EQ(mb_from, micro_batch) << advice;
+  ASSERT_EQ(ga_from, grad_accum) << advice;
+  EXPECT_LT(mb_to, mb_from) << advice;
+  const zt::Plan q = zt::load_plan(kBase, {"batch.micro_batch=" + std::to_string(mb_to),
+                                           "batch.grad_accum=" + std::to_string(ga_to)}, false);
+  const int64_t Tn = p.model.seq_len;
+  EXPECT_EQ(int64_t(q.batch.micro_batch) * Tn * q.batch.grad_accum, int64_t(p.batch.micro_batch) * Tn * p.batch.grad_accum)
+      << advice;
+}
+
+TEST(MemoryLadder, EvenMicroBatchHalves) {
+  expect_same_tokens_per_step(16, 2);
   const zt::Plan p = zt::load_plan(kBase, {"batch.micro_batch=16", "batch.grad_accum=2"}, false);
   const std::string s = zt::next_memory_step(p, 1);
-  EXPECT_NE(s.find("batch.micro_batch (16 -> 8)"), std::string::npos) << s;
-  EXPECT_NE(s.find("batch.grad_accum (2 -> 4)"), std::string::npos) << s;
-  // The advice is a valid plan with the same tokens per step.
-  const zt::Plan q = zt::load_plan(kBase, {"batch.micro_batch=8", "batch.grad_accum=4"}, false);
-  EXPECT_EQ(q.batch.micro_batch * q.batch.grad_accum, p.batch.micro_batch * p.batch.grad_accum);
+  EXPECT_EQ(proposed(s, "batch.micro_batch"), std::make_pair(16, 8)) << s;
+  EXPECT_EQ(proposed(s, "batch.grad_accum"), std::make_pair(2, 4)) << s;
+}
+
+// 3 -> 1 with grad_accum x2 would drop a third of the tokens per step: the factor must divide.
+TEST(MemoryLadder, OddMicroBatchKeepsTokensPerStepExact) {
+  const zt::Plan p = zt::load_plan(kBase, {"batch.micro_batch=3", "batch.grad_accum=1"}, false);
+  const std::string s = zt::next_memory_step(p, 1);
+  EXPECT_EQ(proposed(s, "batch.micro_batch"), std::make_pair(3, 1)) << s;
+  EXPECT_EQ(proposed(s, "batch.grad_accum"), std::make_pair(1, 3)) << s;
+  expect_same_tokens_per_step(3, 1);
+  expect_same_tokens_per_step(9, 2);
+  expect_same_tokens_per_step(7, 3);  // prime: all the way to 1
+}
+
+TEST(MemoryLadder, EveryMicroBatchKeepsTokensPerStep) {
+  for (int mb = 2; mb <= 64; ++mb)
+    for (int ga = 1; ga <= 3; ++ga) expect_same_tokens_per_step(mb, ga);
 }
 
 TEST(MemoryLadder, AtMicroBatchOneShardsMoreOrShrinks) {
