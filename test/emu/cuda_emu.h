@@ -45,7 +45,9 @@ void syncwarp(unsigned mask);
 // warp's 32 slots (stride 32 bytes), valid until this lane's next collective. `what` names the
 // instruction in error messages. Requires the 32 lanes of a full warp (mask 0xffffffff).
 const unsigned char* warp_allgather(const void* mine, size_t bytes, unsigned mask, const char* what);
-int lane_id();
+inline int lane_id() {
+  return int((g_thread_idx.x + g_block_dim.x * (g_thread_idx.y + g_block_dim.y * g_thread_idx.z)) % 32u);
+}
 [[noreturn]] void device_fault(const char* fmt, ...);
 
 // Tensor-core and async-copy instructions (implemented in runtime.cpp from the PTX ISA layouts).

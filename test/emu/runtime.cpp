@@ -394,8 +394,9 @@ OpScope::~OpScope() {
 namespace {
 
 extern "C" void zt_emu_switch(void** save_sp, void* to_sp);
-// Saves the callee-saved registers, MXCSR and the x87 control word on the current stack, stores the
-// stack pointer in *save_sp, loads to_sp, restores the same from there and returns into that fiber.
+// Saves the callee-saved registers on the current stack, stores the stack pointer in *save_sp, loads
+// to_sp, restores the same from there and returns into that fiber. (MXCSR and the x87 control word
+// are not switched: kernel code never changes them, and all fibers start with the launcher's.)
 asm(R"(
 .text
 .globl zt_emu_switch
@@ -407,14 +408,8 @@ zt_emu_switch:
   pushq %r13
   pushq %r14
   pushq %r15
-  subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
-  addq $8, %rsp
   popq %r15
   popq %r14
   popq %r13
@@ -462,6 +457,7 @@ std::vector<Fiber> g_fibers;
 std::vector<WarpState> g_warps;
 BlockState g_block;
 Fiber* g_cur = nullptr;
+int g_live_fibers = 0;
 void* g_sched_sp = nullptr;
 void (*g_body)(void*) = nullptr;
 void* g_body_ctx = nullptr;
@@ -488,11 +484,58 @@ void release(uint64_t& gen, int& arrived) {
   ++gen;
 }
 
+bool runnable(const Fiber& f) {
+  if (f.done) return false;
+  if (f.wait == kBlock) return g_block.gen != f.wait_gen;
+  if (f.wait == kWarp) return g_warps[size_t(f.warp)].gen != f.wait_gen;
+  return true;
+}
+
+// Leaves the current fiber (waiting at a barrier, or done) for the next runnable one in block
+// order, directly (one switch); back to the scheduler when every fiber is done. No runnable fiber
+// while some wait: a deadlock.
+void switch_away() {
+  Fiber* f = g_cur;
+  const int n = int(g_fibers.size());
+  if (f->wait == kWarp) {  // fast path: the next lane of the same warp that can go on
+    const int base = f->tid - f->lane, size = g_warps[size_t(f->warp)].size;
+    for (int i = 1; i < size; ++i) {
+      Fiber& next = g_fibers[size_t(base + (f->lane + i) % size)];
+      if (!runnable(next)) continue;
+      next.wait = kNone;
+      g_cur = &next;
+      g_thread_idx = next.idx;
+      zt_emu_switch(&f->sp, next.sp);
+      return;
+    }
+  }
+  for (int i = 1; i <= n; ++i) {
+    Fiber& next = g_fibers[size_t((f->tid + i) % n)];
+    if (&next == f && !runnable(next)) break;
+    if (!runnable(next)) continue;
+    if (&next == f) return;  // only this one can go on (its barrier was released meanwhile)
+    next.wait = kNone;
+    g_cur = &next;
+    g_thread_idx = next.idx;
+    zt_emu_switch(&f->sp, next.sp);
+    return;  // resumed: someone switched back to f because it is runnable
+  }
+  if (g_live_fibers == 0) {
+    zt_emu_switch(&f->sp, g_sched_sp);
+    return;
+  }
+  int at_block = 0, at_warp = 0;
+  for (Fiber& x : g_fibers) at_block += !x.done && x.wait == kBlock, at_warp += !x.done && x.wait == kWarp;
+  fatal("deadlock in block (%u,%u,%u): %d threads wait at __syncthreads, %d at a warp-collective "
+        "instruction, and no thread can move (a barrier inside a branch not taken by every thread?)",
+        g_block_idx.x, g_block_idx.y, g_block_idx.z, at_block, at_warp);
+}
+
 [[noreturn]] void fiber_exit() {
   Fiber* f = g_cur;
   f->done = true;
-  for (auto& g : f->cp_groups)  // copies still in flight land (nobody may read them)
-    for (const CpCopy& c : g) (void)c;
+  f->wait = kNone;
+  --g_live_fibers;
   BlockState& b = g_block;
   WarpState& w = g_warps[size_t(f->warp)];
   --b.live;
@@ -502,7 +545,7 @@ void release(uint64_t& gen, int& arrived) {
     w.pending = nullptr;
     release(w.gen, w.arrived);
   }
-  zt_emu_switch(&f->sp, g_sched_sp);
+  switch_away();
   __builtin_unreachable();
 }
 
@@ -511,7 +554,7 @@ void fiber_entry() {
   fiber_exit();
 }
 
-void yield_to_scheduler() { zt_emu_switch(&g_cur->sp, g_sched_sp); }
+void yield_to_scheduler() { switch_away(); }
 
 void init_fiber(Fiber& f, int i) {
   unsigned char* top = stacks() + size_t(i + 1) * (kStackBytes + kPage);
@@ -519,13 +562,6 @@ void init_fiber(Fiber& f, int i) {
   *--sp = 0;                                             // fake return address of fiber_entry
   *--sp = reinterpret_cast<uint64_t>(&fiber_entry);      // popped by `ret`
   for (int r = 0; r < 6; ++r) *--sp = 0;                 // rbp rbx r12 r13 r14 r15
-  --sp;                                                  // mxcsr + x87 control word
-  uint32_t mxcsr;
-  uint16_t fpucw;
-  asm volatile("stmxcsr %0" : "=m"(mxcsr));
-  asm volatile("fnstcw %0" : "=m"(fpucw));
-  std::memcpy(reinterpret_cast<char*>(sp), &mxcsr, 4);
-  std::memcpy(reinterpret_cast<char*>(sp) + 4, &fpucw, 2);
   f.sp = sp;
 }
 
@@ -557,28 +593,11 @@ void run_block(int nthreads) {
     init_fiber(f, t);
   }
   if (g_smem_bytes) std::memset(g_smem, 0xFF, g_smem_bytes);  // shared memory starts as garbage
-  int remaining = nthreads;
-  while (remaining > 0) {
-    bool progress = false;
-    for (Fiber& f : g_fibers) {
-      if (f.done) continue;
-      if (f.wait == kBlock && g_block.gen == f.wait_gen) continue;
-      if (f.wait == kWarp && g_warps[size_t(f.warp)].gen == f.wait_gen) continue;
-      f.wait = kNone;
-      g_cur = &f;
-      g_thread_idx = f.idx;
-      zt_emu_switch(&g_sched_sp, f.sp);
-      progress = true;
-      if (f.done) --remaining;
-    }
-    if (!progress) {
-      int at_block = 0, at_warp = 0;
-      for (Fiber& f : g_fibers) at_block += !f.done && f.wait == kBlock, at_warp += !f.done && f.wait == kWarp;
-      fatal("deadlock in block (%u,%u,%u): %d threads wait at __syncthreads, %d at a warp-collective "
-            "instruction, and no thread can move (a barrier inside a branch not taken by every thread?)",
-            g_block_idx.x, g_block_idx.y, g_block_idx.z, at_block, at_warp);
-    }
-  }
+  g_live_fibers = nthreads;
+  Fiber& first = g_fibers[0];
+  g_cur = &first;
+  g_thread_idx = first.idx;
+  zt_emu_switch(&g_sched_sp, first.sp);  // returns when every fiber of the block is done
   g_cur = nullptr;
 }
 
@@ -603,7 +622,6 @@ void warp_barrier(const char* what) {
 
 unsigned char* dynamic_smem() { return g_smem; }
 size_t dynamic_smem_bytes() { return g_smem_bytes; }
-int lane_id() { return g_cur->lane; }
 
 void device_fault(const char* fmt, ...) {
   va_list ap;
