@@ -533,7 +533,7 @@ void switch_away() {
 
 [[noreturn]] void fiber_exit() {
   Fiber* f = g_cur;
-  f->done = true;
+  f->done = true;  // cp.async copies still queued are dropped: no thread of the block can wait for them
   f->wait = kNone;
   --g_live_fibers;
   BlockState& b = g_block;
