@@ -3,12 +3,13 @@
 #   make train      prepare the default data if missing, then train plans/default.json
 #   make test       build and run every test through ctest (GPU tests report "Skipped" without a GPU)
 #   make test-gpu   only the GPU tests: CUDA ops vs CPU ops, the model on the GPU vs the CPU backend
+#   make test-emu   the GPU tests and a short device=cuda run under CPU emulation (test/emu, label emu)
 #   make bench      CPU throughput vs PyTorch (scripts/bench_cpu.sh)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build train test test-gpu bench data clean
+.PHONY: all build train test test-gpu test-emu bench data clean
 all: build
 
 $(BUILD)/CMakeCache.txt:
@@ -28,6 +29,9 @@ test: build
 
 test-gpu: build
 	cd $(BUILD) && ctest -L gpu --output-on-failure
+
+test-emu: build
+	cd $(BUILD) && ctest -L emu --output-on-failure -j $(JOBS)
 
 bench: build data
 	scripts/bench_cpu.sh

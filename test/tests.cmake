@@ -99,3 +99,12 @@ if(ZT_HAVE_CUDA)
   add_executable(zt_bench_kernels ${CMAKE_SOURCE_DIR}/test/gpu/bench_kernels.cpp)
   target_link_libraries(zt_bench_kernels PRIVATE zt)
 endif()
+
+# ---- the CUDA backend under emulation (label emu): the GPU tests and a short device=cuda run -------
+# test/emu/README.md: the CUDA sources compiled for the CPU against an emulated runtime / cuBLASLt /
+# CUB that checks device-memory access from the host, copy directions, cuBLASLt layouts and
+# alignment, and the ordering of work across streams. Every test name starts with "emulated.".
+# `make test-emu` runs only these.
+if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
+  include(${CMAKE_SOURCE_DIR}/test/emu/emu.cmake)
+endif()

@@ -61,6 +61,24 @@ constexpr size_t kDefaultSmem = 48 * 1024;  // above this a kernel must opt in t
 
 // ================================ PTX wrappers (sm_80+) ==========================================
 
+#if ZT_EMU
+// Emulation build (test/emu, never nvcc): the same instructions, implemented on the CPU from the
+// PTX ISA semantics (warp-collective through the emulator's warp exchange; cp.async deferred until
+// the wait, so a read before the wait sees stale shared memory as on the GPU).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  zt_emu::cp_async(dst, src, 16, valid);
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+  zt_emu::cp_async(dst, src, 4, valid);
+}
+__device__ __forceinline__ void cp_async_commit() { zt_emu::cp_async_commit(); }
+__device__ __forceinline__ void cp_async_wait_all_but_newest() { zt_emu::cp_async_wait_group(1); }
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) { zt_emu::ldmatrix_x4(r, p, false); }
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) { zt_emu::ldmatrix_x4(r, p, true); }
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  zt_emu::mma_m16n8k16_bf16_f32(d, a, b0, b1);
+}
+#else
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
 // 16-byte global -> shared copy that bypasses registers; valid == false writes 16 zero bytes
@@ -105,6 +123,7 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+#endif  // ZT_EMU
 
 // Two fp32 values as one bf16x2 register; lo is the lower column (lower 16 bits), as in mma operands.
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {

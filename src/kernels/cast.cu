@@ -17,7 +17,7 @@ void cast(Dst* dst, const Src* src, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   const int block = 256;
   const int grid = int(std::min<size_t>((n + block - 1) / block, 65535));
-  cast_kernel<<<grid, block, 0, stream>>>(dst, src, n);
+  cast_kernel<Dst, Src><<<grid, block, 0, stream>>>(dst, src, n);
   ZT_CHECK_LAUNCH();
 }
 

@@ -103,6 +103,17 @@ inline bool expect_gpu() {
   return e != nullptr && *e != '\0' && std::string(e) != "0";
 }
 
+// True when the "GPU" is the CPU emulator of test/emu (zt_gpu_tests_emu, label emu): the tests run
+// unchanged, except for the few shapes that would take minutes there (each says so where it skips).
+inline bool emulated() {
+  static const bool emu = [] {
+    if (!have_gpu()) return false;
+    cudaDeviceProp p{};
+    return cudaGetDeviceProperties(&p, 0) == cudaSuccess && std::strncmp(p.name, "zt-emu", 6) == 0;
+  }();
+  return emu;
+}
+
 }  // namespace zt::gpu_test
 
 // First statement of every GPU test (in the TEST body itself: GTEST_SKIP and FAIL return from the

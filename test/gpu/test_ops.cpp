@@ -460,7 +460,8 @@ TYPED_TEST(GpuOps, Attention) {
   check_attention<T>(3, 64, 256, 2, 630);     // hs 128, one full tile
   check_attention<T>(2, 257, 512, 4, 640);    // hs 128, ragged last tile
   check_attention<T>(4, 257, 768, 12, 650);   // GPT-2 heads
-  check_attention<T>(1, 1024, 768, 12, 660);  // GPT-2 context
+  // GPT-2 context: minutes under the CPU emulator (label emu), which runs every other shape.
+  if (!zt::gpu_test::emulated()) check_attention<T>(1, 1024, 768, 12, 660);
 }
 
 // =====================================================================================================

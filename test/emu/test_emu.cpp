@@ -1,0 +1,146 @@
+// The emulator's own checks (label emu): each kind of bug it promises to catch is caught, and the
+// correct version of the same code passes. Also the NCCL comm (one emulated rank) ordered against
+// the compute stream. Built with cuda_emu.h force-included (kernels below use the launch helper).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "comm/comm.h"
+#include "comm/nccl_comm.h"
+#include "kernels/residual.h"
+#include "runtime/cuda_check.h"
+#include "runtime/cuda_context.h"
+
+namespace {
+
+using zt_emu::Launch;
+
+// out[i] = in[i] + 1 for i < n (n may run past the allocation: the out-of-bounds case).
+void add_one(float* out, const float* in, int n) {
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) out[i] = in[i] + 1.0f;
+}
+
+// Every thread writes its index into shared memory, then reads its neighbour's: needs the barrier.
+void neighbour(int* out, bool barrier) {
+  __shared__ int s[64];
+  const int t = int(threadIdx.x);
+  s[t] = t;
+  if (barrier) __syncthreads();
+  out[t] = s[(t + 1) % 64];
+}
+
+float* dev_floats(size_t n, float v) {
+  float* p = nullptr;
+  ZT_CHECK_CUDA(cudaMalloc(&p, n * sizeof(float)));
+  std::vector<float> h(n, v);
+  ZT_CHECK_CUDA(cudaMemcpy(p, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  return p;
+}
+
+std::vector<float> host_copy(const float* d, size_t n) {
+  std::vector<float> h(n);
+  ZT_CHECK_CUDA(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// ---- streams and events ----------------------------------------------------------------------------
+// Producer on stream a, consumer on stream b (both non-blocking), with or without the event between.
+void two_streams(bool with_event) {
+  cudaStream_t a, b;
+  ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  cudaEvent_t ev;
+  ZT_CHECK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  float* x = dev_floats(256, 1.0f);
+  float* y = dev_floats(256, 0.0f);
+  ZT_CHECK_CUDA(cudaDeviceSynchronize());
+  add_one | Launch("add_one", 1, 256, 0, a)(x, x, 256);  // x = 2 on stream a
+  if (with_event) {
+    ZT_CHECK_CUDA(cudaEventRecord(ev, a));
+    ZT_CHECK_CUDA(cudaStreamWaitEvent(b, ev, 0));
+  }
+  add_one | Launch("add_one", 1, 256, 0, b)(y, x, 256);  // y = x + 1 on stream b
+  ZT_CHECK_CUDA(cudaStreamSynchronize(b));
+  EXPECT_EQ(host_copy(y, 256)[7], 3.0f);
+}
+
+TEST(EmuStreams, EventOrdersCrossStreamUse) { two_streams(true); }
+TEST(EmuStreamsDeathTest, MissingEventWaitIsReported) {
+  EXPECT_DEATH(two_streams(false), "unordered use of memory across streams");
+}
+
+TEST(EmuStreams, HostSyncOrdersCrossStreamUse) {
+  cudaStream_t a, b;
+  ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  float* x = dev_floats(64, 1.0f);
+  add_one | Launch("add_one", 1, 64, 0, a)(x, x, 64);
+  ZT_CHECK_CUDA(cudaStreamSynchronize(a));  // the host waited for a: b's later work is ordered after it
+  add_one | Launch("add_one", 1, 64, 0, b)(x, x, 64);
+  ZT_CHECK_CUDA(cudaStreamSynchronize(b));
+  EXPECT_EQ(host_copy(x, 64)[0], 3.0f);
+}
+
+// The NCCL comm (one emulated rank) on its own stream, after a kernel on the compute stream wrote
+// the buffer: nccl_comm.cu must make its stream wait for the compute stream's work.
+TEST(EmuNccl, CollectiveWaitsForComputeStream) {
+  static std::unique_ptr<zt::Comm> boot = zt::make_mpi_comm(zt::CommOptions{});
+  std::unique_ptr<zt::Comm> comm = zt::make_nccl_comm(zt::CommOptions{}, *boot);
+  zt::cuda::Context& ctx = zt::cuda::Context::get();
+  zt::nccl_comm_set_compute_stream(*comm, ctx.stream);
+  const size_t n = 1024;
+  float* a = dev_floats(n, 1.0f);
+  float* b = dev_floats(n, 2.0f);
+  float* g = dev_floats(n, 0.0f);
+  ZT_CHECK_CUDA(cudaDeviceSynchronize());
+  zt::cuda::residual_forward(g, a, b, n, ctx.stream);  // g = 3, on the compute stream
+  comm->wait(comm->all_reduce(g, n));                    // on the comm stream
+  zt::cuda::residual_forward(a, g, g, n, ctx.stream);  // a = 6: reads what the collective wrote
+  ZT_CHECK_CUDA(cudaStreamSynchronize(ctx.stream));
+  EXPECT_EQ(host_copy(g, n)[5], 3.0f);
+  EXPECT_EQ(host_copy(a, n)[5], 6.0f);
+}
+
+// ---- device memory ------------------------------------------------------------------------------------
+TEST(EmuMemoryDeathTest, HostDereferenceOfDeviceMemory) {
+  float* x = dev_floats(16, 1.0f);
+  EXPECT_DEATH({ volatile float v = x[3]; (void)v; }, "host code dereferenced device memory");
+}
+TEST(EmuMemoryDeathTest, CopyDirectionChecked) {
+  float* x = dev_floats(16, 1.0f);
+  float* y = dev_floats(16, 1.0f);
+  EXPECT_DEATH((void)cudaMemcpy(x, y, 16 * sizeof(float), cudaMemcpyHostToDevice), "is device memory");
+}
+TEST(EmuMemoryDeathTest, CopyPastAllocationEnd) {
+  float* x = dev_floats(16, 1.0f);
+  std::vector<float> h(32);
+  EXPECT_DEATH((void)cudaMemcpy(h.data(), x, 32 * sizeof(float), cudaMemcpyDeviceToHost), "past the end");
+}
+TEST(EmuMemoryDeathTest, KernelOutOfBounds) {
+  float* x = dev_floats(1024, 1.0f);  // 4 KiB: ends exactly at a guard page
+  float* y = dev_floats(1024, 0.0f);
+  add_one | Launch("add_one", 5, 256, 0, nullptr)(y, x, 1024);  // in bounds
+  EXPECT_EQ(host_copy(y, 1024)[1023], 2.0f);
+  EXPECT_DEATH(add_one | Launch("add_one", 5, 256, 0, nullptr)(y, x, 1280), "touched device memory");
+}
+
+// ---- launches and barriers -------------------------------------------------------------------------------
+TEST(EmuLaunch, BadConfigurationIsALaunchError) {
+  float* x = dev_floats(16, 1.0f);
+  add_one | Launch("add_one", 1, 2048, 0, nullptr)(x, x, 16);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+TEST(EmuLaunch, SyncthreadsOrdersSharedMemory) {
+  int* out = nullptr;
+  ZT_CHECK_CUDA(cudaMalloc(&out, 64 * sizeof(int)));
+  neighbour | Launch("neighbour", 1, 64, 0, nullptr)(out, true);
+  std::vector<int> h(64);
+  ZT_CHECK_CUDA(cudaMemcpy(h.data(), out, 64 * sizeof(int), cudaMemcpyDeviceToHost));
+  for (int t = 0; t < 64; ++t) EXPECT_EQ(h[size_t(t)], (t + 1) % 64);
+}
+
+}  // namespace
