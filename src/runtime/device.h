@@ -10,8 +10,8 @@
 namespace zt {
 
 // cudaMalloc failed. The trainer adds the memory table and the next step of the escalation ladder.
-struct DeviceOutOfMemory : Error {
-  using Error::Error;
+struct DeviceOutOfMemory : OutOfMemory {
+  using OutOfMemory::OutOfMemory;
 };
 
 namespace device {

@@ -15,6 +15,11 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An allocation failed. The trainer appends the next rung of the memory ladder to the message.
+struct OutOfMemory : Error {
+  using Error::Error;
+};
+
 [[noreturn]] inline void fail_at(const char* file, int line, const std::string& what) {
   std::ostringstream os;
   os << what << " (" << file << ":" << line << ")";

@@ -78,15 +78,17 @@ Allocation MemoryTracker::alloc(size_t bytes, Tier tier, Category cat, const std
       p = device::alloc(rounded);  // cudaMalloc: 256-byte aligned
     } catch (const DeviceOutOfMemory& e) {
       std::ostringstream os;
-      os << e.what() << " (allocating " << format_bytes(double(bytes)) << " for " << name
-         << "); tracked memory now:\n" << table(false);
+      // One line (failures print one line); the full table was printed at start.
+      os << e.what() << " (allocating " << format_bytes(double(bytes)) << " for " << name << ", with "
+         << format_bytes(double(current_total(Tier::device))) << " already tracked on the device); ";
       throw DeviceOutOfMemory(os.str());
     }
     device::memset0(p, rounded);
   } else {
     p = std::aligned_alloc(kAlign, rounded);
-    ZT_REQUIRE(p != nullptr, "out of host memory allocating " << format_bytes(double(bytes)) << " for " << name
-                                                              << "; tracked memory now:\n" << table(false));
+    if (p == nullptr)
+      throw OutOfMemory("out of host memory allocating " + format_bytes(double(bytes)) + " for " + name + ", with " +
+                            format_bytes(double(current_total(Tier::host))) + " already tracked on the host; ");
     std::memset(p, 0, rounded);
   }
   a.owner_ = this; a.ptr_ = p; a.bytes_ = bytes; a.tier_ = tier; a.cat_ = cat;

@@ -236,7 +236,7 @@ class Trainer {
     // before anything is written.
     try {
       engine_->init_parameters(plan_.run.seed, m.init);
-    } catch (const DeviceOutOfMemory&) {
+    } catch (const OutOfMemory&) {
       throw;
     } catch (const Error& e) {
       refusal = e.what();
@@ -253,8 +253,8 @@ class Trainer {
                 double(model_->layout().num_params()) / 1e6, model_->layout().num_units());
     std::printf("data: %zu train tokens (%zu sequences) in %zu file(s), %zu val tokens\n", loader_->num_tokens(),
                 loader_->num_sequences(), loader_->files().size(), val_loader_->num_tokens());
-    std::printf("batch: micro_batch %d x seq_len %d x grad_accum %d x world %d = %d tokens per step\n", B, Tn,
-                plan_.batch.grad_accum, world, B * Tn * plan_.batch.grad_accum * world);
+    std::printf("batch: micro_batch %d x seq_len %d x grad_accum %d x world %d = %lld tokens per step\n", B, Tn,
+                plan_.batch.grad_accum, world, (long long)B * Tn * plan_.batch.grad_accum * world);
     std::printf("zero: stage %d, %s, %zu gradient bucket(s)\n", stage,
                 plan_.zero.overlap_comm ? "overlapped bucketed communication" : "naive blocking per-unit communication",
                 partition_->buckets().size());
@@ -448,7 +448,7 @@ TrainResult run_trainer(const Plan& plan, Comm& comm) {
   Trainer<Ops> trainer(plan, comm);
   try {
     return trainer.run();
-  } catch (const DeviceOutOfMemory& e) {
+  } catch (const OutOfMemory& e) {
     throw Error(std::string(e.what()) + "next step: " + next_memory_step(plan, comm.world()));
   }
 }

@@ -45,8 +45,8 @@ expect bf16_on_cpu   'needs device "cuda"'  "{$good_data}" --set device=cpu --se
 # Each of these used to be found only after training (or never); now it is refused before anything
 # is allocated or written. A small model and two steps, so that code without a check finishes fast.
 small=(--set model.n_layer=1 --set model.n_head=2 --set model.n_embd=32 --set model.seq_len=32
-       --set batch.micro_batch=2 --set run.steps=2 --set run.eval_every=0 --set run.eval_batches=1
-       --set run.sample_every=0 --set run.threads=1 --set data.tokenizer=)
+       --set batch.micro_batch=2 --set run.steps=2 --set optim.warmup_steps=1 --set run.eval_every=0
+       --set run.eval_batches=1 --set run.sample_every=0 --set run.threads=1 --set data.tokenizer=)
 mk() { /usr/bin/python3 "$ROOT/test/cli/make_inputs.py" "$@"; }
 inp="$work/inputs"; mkdir -p "$inp"
 # A character device like /dev/null (never /dev/null itself: a regression would replace it); a FIFO
@@ -91,6 +91,11 @@ if [ "$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)" -lt 1200000000 ]; then
   expect memory_real         'is available (' "{$good_data}" "${small[@]}" \
     --set model.n_layer=400 --set model.n_embd=4096 --set model.n_head=32
 else echo "SKIP memory_real: this machine has more than 1.2 TB available"; fi
+# An allocation that fails although the up-front check was told it fits (the check is bypassed by
+# claiming 1 EB available): still one line, naming the buffer, with the next rung of the ladder.
+ZT_MEM_AVAILABLE_BYTES=1000000000000000000 \
+expect allocation_fails      'out of host memory allocating' "{$good_data}" "${small[@]}" \
+  --set model.n_layer=400 --set model.n_embd=4096 --set model.n_head=32
 ZT_PROGRESS=fancy \
 expect progress_mode         'ZT_PROGRESS: "fancy"' "{$good_data}" "${small[@]}"
 # The CUDA path's limits are refused on any machine, GPU or not, before anything is allocated or written.
@@ -114,7 +119,7 @@ if [ "$built" = ON ]; then
 fi
 # ---- plan robustness ----
 # Cases that could train if a check regressed run a tiny model for one step.
-small="--set model.n_layer=1 --set model.n_embd=32 --set model.seq_len=32 --set batch.micro_batch=2 --set run.steps=1
+small_plan="--set model.n_layer=1 --set model.n_embd=32 --set model.seq_len=32 --set batch.micro_batch=2 --set run.steps=1
        --set optim.warmup_steps=0 --set run.eval_every=0 --set run.eval_batches=1 --set run.sample_every=0"
 repeat() { awk -v s="$1" -v n="$2" 'BEGIN { for (i = 0; i < n; i++) printf "%s", s }'; }
 expect deep_arrays   'JSON nested deeper than 64 levels' "{\"optim\": {\"betas\": $(repeat '[' 100000)$(repeat ']' 100000)}, $good_data}"
@@ -122,18 +127,18 @@ expect deep_objects  'JSON nested deeper than 64 levels' "{\"model\": {\"init\":
 expect deep_override 'value nested deeper than 64 levels' "{$good_data}" --set "optim.betas=$(repeat '[' 50000)$(repeat ']' 50000)"
 expect long_value    'got "xxxxxxxx' "{$good_data}" --set "device=$(repeat x 100000)"
 if [ "$(wc -c < "$work/long_value/stderr")" -gt 300 ]; then echo "FAIL long_value: $(wc -c < "$work/long_value/stderr") bytes on stderr"; fails=$((fails+1)); fi
-expect duplicate_key 'duplicate key "optim.lr"' "{\"optim\": {\"lr\": 0.1, \"lr\": 0.2}, $good_data}" $small
-expect master_weights_false 'precision.master_weights: false is not supported' "{$good_data}" --set precision.master_weights=false $small
-expect threads_above_cores 'cores this process may use' "{$good_data}" --set run.threads=100000 $small
+expect duplicate_key 'duplicate key "optim.lr"' "{\"optim\": {\"lr\": 0.1, \"lr\": 0.2}, $good_data}" $small_plan
+expect master_weights_false 'precision.master_weights: false is not supported' "{$good_data}" --set precision.master_weights=false $small_plan
+expect threads_above_cores 'cores this process may use' "{$good_data}" --set run.threads=100000 $small_plan
 expect tokens_past_int32 'micro_batch x model.seq_len = 65536000000' "{$good_data}" --set model.seq_len=65536 --set batch.micro_batch=1000000
 expect n_embd_past_int32 'model.n_embd: must be <= 536870911' "{$good_data}" --set model.n_embd=2147483646 --set model.n_head=2
 if ! nvidia-smi -L >/dev/null 2>&1; then  # without a GPU, bf16 cannot run: refused, never silently fp32
-  expect bf16_auto_no_gpu 'precision.compute: "bf16"' "{$good_data}" --set precision.compute=bf16 $small
+  expect bf16_auto_no_gpu 'precision.compute: "bf16"' "{$good_data}" --set precision.compute=bf16 $small_plan
 fi
 # A legal plan with warmup longer than the run: trains, with one warning line; the written plan
 # records the device and precision that ran, not "auto".
 dir="$work/warmup_warning"; mkdir -p "$dir"; printf '%s\n' "{$good_data}" > "$dir/plan.json"
-if ! "$TRAIN" "$dir/plan.json" $small --set optim.warmup_steps=5 --set run.log="$dir/out/m.jsonl" >"$dir/stdout" 2>"$dir/stderr"; then
+if ! "$TRAIN" "$dir/plan.json" $small_plan --set optim.warmup_steps=5 --set run.log="$dir/out/m.jsonl" >"$dir/stdout" 2>"$dir/stderr"; then
   echo "FAIL warmup_warning: exit non-zero:"; cat "$dir/stderr"; fails=$((fails+1))
 elif [ "$(wc -l < "$dir/stderr")" -ne 1 ] || ! grep -qF 'warning: plan: optim.warmup_steps (5) is larger than run.steps (1)' "$dir/stderr"; then
   echo "FAIL warmup_warning: expected one warning line, got:"; cat "$dir/stderr"; fails=$((fails+1))

@@ -25,7 +25,7 @@ unset ZT_MEM_AVAILABLE_BYTES
 
 small=(--set data.train=data/sample/train_000.bin --set data.val=data/sample/val.bin --set data.tokenizer=
        --set model.n_layer=1 --set model.n_head=2 --set model.n_embd=32 --set model.seq_len=32
-       --set batch.micro_batch=2 --set run.steps=2 --set run.eval_every=0 --set run.eval_batches=1
+       --set batch.micro_batch=2 --set run.steps=2 --set optim.warmup_steps=1 --set run.eval_every=0 --set run.eval_batches=1
        --set run.sample_every=0 --set run.threads=1)
 mpi() { "$MPIRUN" --oversubscribe -np "$1" "${@:2}"; }
 
