@@ -6,7 +6,7 @@ set -euo pipefail
 PKGS=(build-essential cmake g++ make pkg-config git
       libopenblas-dev libopenblas-openmp-dev libcli11-dev nlohmann-json3-dev libgtest-dev
       libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools liburing-dev
-      python3 python3-numpy python3-torch python3-h5py
+      python3 python3-numpy python3-torch python3-h5py python3-matplotlib
       nodejs npm)
 
 missing=()

@@ -108,3 +108,9 @@ endif()
 if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
   include(${CMAKE_SOURCE_DIR}/test/emu/emu.cmake)
 endif()
+
+# ---- scripts/compare: the table, CSV and charts report what the runs logged ----------------------
+add_test(NAME compare_plans
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/cli/compare_check.py --train $<TARGET_FILE:train>
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(compare_plans PROPERTIES RUN_SERIAL TRUE TIMEOUT 300 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
