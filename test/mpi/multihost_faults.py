@@ -108,6 +108,11 @@ def run_fault(name, hosts, fault, train, work, ranks_per_host):
     victim = next((pid for pid, h in ranks.items() if h == hosts[1]), None)
     if len(ranks) != n or victim is None:
         why.append(f"expected {n} train processes ({ranks_per_host} on each host), found {sorted(ranks.items())}")
+    if victim is None:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        out.close()
+        return why + ["no rank process found on host 1: " + repr(before)], {}
     t_fault = time.monotonic()
     if fault == "link":
         cluster(name, "link", hosts[1], "down")
@@ -151,10 +156,15 @@ def run_fault(name, hosts, fault, train, work, ranks_per_host):
         why.append(f"mpirun exited {t_mpirun} s after the fault, bound {limit} s")
     if fault == "link":
         import re
+        # Either this rank's own timeout fired first, or Open MPI's keepalive declared host 1 lost
+        # and the launcher terminated the ranks: then the SIGTERM note names the collective.
         m = re.search(r"rank \d+: collective [a-z_]+ #\d+ \(\d+ bytes, step \d+\) did not complete within "
-                      rf"{TIMEOUT_S} s", text)
+                      rf"{TIMEOUT_S} s", text) or \
+            re.search(r"rank \d+: terminated by signal 15 .* while waiting [0-9.]+ s for collective [a-z_]+ #\d+ "
+                      r"\(\d+ bytes, step \d+\)", text)
         if not m:
-            why.append("no rank reported the stuck collective ('rank R: collective OP #SEQ (...) did not complete')")
+            why.append("no rank reported the stuck collective ('rank R: collective OP #SEQ (...) did not complete' "
+                       "or 'rank R: terminated by signal 15 ... while waiting ... for collective OP #SEQ')")
     else:
         if "signal 9" not in text and "Killed" not in text and "killed" not in text:
             why.append("mpirun's output does not mention the killed rank")
@@ -184,9 +194,12 @@ def main():
     signal.signal(signal.SIGTERM, teardown)
     signal.signal(signal.SIGINT, teardown)
     try:
-        cluster(name, "up", "2")
-        hosts = cluster(name, "hosts").stdout.split()
         for fault in args.faults.split(","):
+            # A fresh cluster per fault: nothing of the previous job (ARP entries, a bridge port that
+            # was down) carries over.
+            cluster(name, "down", check=False)
+            cluster(name, "up", "2")
+            hosts = cluster(name, "hosts").stdout.split()
             t0 = time.monotonic()
             why, res = run_fault(name, hosts, fault, train, work, args.ranks_per_host)
             print(f"\nfault '{fault}' on {hosts[1]} (comm.timeout_s {TIMEOUT_S}, bound {TIMEOUT_S + BOUND_S} s): "
@@ -194,7 +207,7 @@ def main():
             for h, c, pid, t in res.get("rows", []):
                 print(f"  {h:>12} {c:>10} pid {pid:>7}  " + (f"exited {t:5.1f} s after the fault" if t is not None else "NEVER EXITED"))
             diag = [l for l in res.get("text", "").splitlines() if "did not complete" in l or "signal 9" in l
-                    or "lost communication" in l]
+                    or "lost communication" in l or "while waiting" in l]
             for l in diag[:3]:
                 print("    | " + l[:200])
             print(f"  ({time.monotonic() - t0:.1f} s)")
