@@ -2,7 +2,12 @@
 # Communication benchmark of the ZeRO engine on the CPU backend: 2 ranks under mpirun, one thread
 # each, every stage with overlap_comm on and off. A benchmark, not a test: it prints a table.
 #
-#   scripts/bench_comm.sh [--model gpt2-124m|small] [--steps N] [--warmup N] [--np N] [--train PATH]
+#   scripts/bench_comm.sh [--model gpt2-124m|small|mh] [--steps N] [--warmup N] [--np N] [--train PATH]
+#                         [--hosts H --rate RATE]
+#
+# --hosts H: multi-host mode. H hosts in network namespaces (scripts/cluster, root), one rank each
+# (--np is ignored), Open MPI's TCP transport between them, every host's egress limited to RATE
+# with tc tbf (default 1gbit; "off" = unlimited veth). The cluster is removed at exit.
 #
 # Per configuration, over the timed steps (the first --warmup steps are dropped):
 #   step ms     median wall time of an optimizer step (rank 0)
@@ -12,14 +17,16 @@
 #   hidden      1 - wait_on / wait_off for the stage: with overlap off every collective is started
 #               and waited on the spot, so wait_off is (about) all of the communication time
 # Models: gpt2-124m = L12 H12 C768 at seq_len 64, micro_batch 1 (default; ~2.4 GB per rank);
-#         small     = L4 H4 C256 at seq_len 64, micro_batch 2.
+#         small     = L4 H4 C256 at seq_len 64, micro_batch 2;
+#         mh        = L6 H6 C384 at seq_len 64, micro_batch 2 (~30M parameters: 120 MB sent per
+#                     step at stages 0-1 with 2 ranks; the multi-host default).
 # Ranks share the machine's cores: on a 2-core machine each rank has one core, and the MPI
 # progress of a non-blocking collective competes with compute (Open MPI progresses only inside
 # MPI calls, see src/zero/engine.h).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-MODEL=gpt2-124m; STEPS=8; WARM=2; NP=2; TRAIN=./train; MPIEXEC=${MPIEXEC:-mpirun}
+MODEL=; STEPS=8; WARM=2; NP=2; TRAIN=./train; MPIEXEC=${MPIEXEC:-mpirun}; HOSTS=0; RATE=1gbit
 while [ $# -gt 0 ]; do
   case $1 in
     --model) MODEL=$2; shift 2 ;;
@@ -27,10 +34,14 @@ while [ $# -gt 0 ]; do
     --warmup) WARM=$2; shift 2 ;;
     --np) NP=$2; shift 2 ;;
     --train) TRAIN=$2; shift 2 ;;
-    *) echo "usage: $0 [--model gpt2-124m|small] [--steps N] [--warmup N] [--np N] [--train PATH]" >&2; exit 2 ;;
+    --hosts) HOSTS=$2; shift 2 ;;
+    --rate) RATE=$2; shift 2 ;;
+    *) echo "usage: $0 [--model gpt2-124m|small|mh] [--steps N] [--warmup N] [--np N] [--train PATH] [--hosts H --rate RATE]" >&2; exit 2 ;;
   esac
 done
+[ -n "$MODEL" ] || { [ "$HOSTS" -gt 0 ] && MODEL=mh || MODEL=gpt2-124m; }
 case $MODEL in
+  mh) L=6 NH=6 C=384 T=64 B=2 ;;
   gpt2-124m) L=12 NH=12 C=768 T=64 B=1 ;;
   small) L=4 NH=4 C=256 T=64 B=2 ;;
   *) echo "bench_comm: unknown --model $MODEL (gpt2-124m or small)" >&2; exit 2 ;;
@@ -40,14 +51,26 @@ PY=/usr/bin/python3
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OMP_NUM_THREADS=1
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+LAUNCH=("$MPIEXEC" --oversubscribe -np "$NP")
+WHERE="$NP ranks x 1 thread"
+if [ "$HOSTS" -gt 0 ]; then
+  export ZT_CLUSTER=ztb$$
+  NP=$HOSTS
+  trap 'scripts/cluster down; rm -rf "$out"' EXIT
+  scripts/cluster up "$HOSTS" >/dev/null
+  [ "$RATE" = off ] || scripts/cluster shape "$RATE"
+  hl=$(scripts/cluster hosts | sed 's/$/:1/' | paste -sd,)
+  LAUNCH=(scripts/cluster mpirun --oversubscribe -np "$NP" -H "$hl")
+  WHERE="$HOSTS hosts x 1 rank x 1 thread, TCP, link $RATE (tc tbf)"
+fi
 
-echo "bench_comm: $MODEL (L=$L NH=$NH C=$C T=$T B=$B), $NP ranks x 1 thread, $STEPS timed steps after $WARM warm-up" >&2
+echo "bench_comm: $MODEL (L=$L NH=$NH C=$C T=$T B=$B), $WHERE, $STEPS timed steps after $WARM warm-up" >&2
 for stage in 0 1 2 3; do
   for ov in true false; do
     name="s${stage}_${ov}"
     echo "== stage $stage, overlap_comm $ov" >&2
     t0=$(date +%s)
-    "$MPIEXEC" --oversubscribe -np "$NP" "$TRAIN" plans/default.json \
+    "${LAUNCH[@]}" "$TRAIN" plans/default.json \
       --set model.n_layer=$L --set model.n_head=$NH --set model.n_embd=$C --set model.seq_len=$T \
       --set batch.micro_batch=$B --set batch.grad_accum=1 --set run.steps=$((STEPS + WARM)) \
       --set 'data.train=data/sample/train_*.bin' --set data.val=data/sample/val.bin --set data.tokenizer= \
@@ -58,15 +81,15 @@ for stage in 0 1 2 3; do
   done
 done
 
-$PY - "$out" "$WARM" "$NP" "$MODEL" <<'PY'
+$PY - "$out" "$WARM" "$WHERE" "$MODEL" <<'PY'
 import json, statistics, sys
-out, warm, np_, model = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+out, warm, where, model = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 def load(name):
     rows = [json.loads(l) for l in open(f"{out}/{name}/metrics.jsonl")]
     steps = [r for r in rows if "ms" in r][warm:]
     return (statistics.median(r["ms"] for r in steps), statistics.median(r["comm_wait_ms"] for r in steps),
             steps[-1]["comm_bytes"])
-print(f"\ncommunication benchmark: {model}, {np_} ranks x 1 thread, medians over the timed steps\n")
+print(f"\ncommunication benchmark: {model}, {where}, medians over the timed steps\n")
 print(f"{'stage':>5} {'overlap':>7} {'step ms':>9} {'wait ms':>9} {'wait %':>7} {'MiB/step':>9} {'hidden':>7}")
 for s in range(4):
     on, off = load(f"s{s}_true"), load(f"s{s}_false")

@@ -2,10 +2,93 @@
 
 #include "runtime/memory.h"
 
+#include <atomic>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <ctime>
 #include <sstream>
 
 namespace zt {
+
+namespace {
+// The wait in progress, for the SIGTERM handler (async-signal-safe reads only).
+char g_wait_what[200];
+std::atomic<int> g_wait_active{0};
+std::atomic<long long> g_wait_t0_ns{0};
+int g_term_rank = -1;
+
+long long mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+// Async-signal-safe formatting: append text / an unsigned number.
+void put(char* buf, size_t& len, size_t cap, const char* t) {
+  while (*t && len + 1 < cap) buf[len++] = *t++;
+}
+void put_u(char* buf, size_t& len, size_t cap, unsigned long long v) {
+  char d[24];
+  int n = 0;
+  do d[n++] = char('0' + v % 10); while ((v /= 10) && n < 24);
+  while (n && len + 1 < cap) buf[len++] = d[--n];
+}
+
+void on_term(int sig) {
+  char buf[400];
+  size_t len = 0;
+  put(buf, len, sizeof buf, "zerotrain: rank ");
+  put_u(buf, len, sizeof buf, (unsigned long long)(g_term_rank < 0 ? 0 : g_term_rank));
+  put(buf, len, sizeof buf, ": terminated by signal ");
+  put_u(buf, len, sizeof buf, (unsigned long long)sig);
+  put(buf, len, sizeof buf, " (the launcher is ending the job)");
+  if (g_wait_active.load(std::memory_order_acquire)) {
+    const long long ms = (mono_ns() - g_wait_t0_ns.load(std::memory_order_relaxed)) / 1000000;
+    put(buf, len, sizeof buf, " while waiting ");
+    put_u(buf, len, sizeof buf, (unsigned long long)(ms / 1000));
+    put(buf, len, sizeof buf, ".");
+    put_u(buf, len, sizeof buf, (unsigned long long)(ms % 1000 / 100));
+    put(buf, len, sizeof buf, " s for ");
+    put(buf, len, sizeof buf, g_wait_what);
+  } else {
+    put(buf, len, sizeof buf, ", not waiting for a collective");
+  }
+  put(buf, len, sizeof buf, "\n");
+  ssize_t w = write(2, buf, len);
+  (void)w;
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+}  // namespace
+
+void CollLog::install_term_note(int rank) {
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
+  g_term_rank = rank;
+  struct sigaction old {};
+  if (sigaction(SIGTERM, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) return;  // someone else's handler
+  struct sigaction sa {};
+  sa.sa_handler = on_term;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+void CollLog::note_wait(uint64_t seq) {
+  g_wait_active.store(0, std::memory_order_release);
+  const CollRecord* r = find(seq);
+  if (r)
+    std::snprintf(g_wait_what, sizeof g_wait_what, "collective %s #%llu (%zu bytes, step %lld)", coll_op_name(r->op),
+                  (unsigned long long)seq, r->bytes, (long long)r->step);
+  else
+    std::snprintf(g_wait_what, sizeof g_wait_what, "collective #%llu", (unsigned long long)seq);
+  g_wait_t0_ns.store(mono_ns(), std::memory_order_relaxed);
+  g_wait_active.store(1, std::memory_order_release);
+}
+
+void CollLog::clear_wait_note() { g_wait_active.store(0, std::memory_order_release); }
 
 const char* coll_op_name(CollOp op) {
   switch (op) {
@@ -39,7 +122,9 @@ uint64_t model_bytes_broadcast(uint64_t bytes, int world, bool is_root) {
 }
 
 CollLog::CollLog(int rank, int world, const CommOptions& opts)
-    : rank_(rank), world_(world), opts_(opts), t0_(std::chrono::steady_clock::now()), ring_(kRing) {}
+    : rank_(rank), world_(world), opts_(opts), t0_(std::chrono::steady_clock::now()), ring_(kRing) {
+  if (world > 1) install_term_note(rank);
+}
 
 double CollLog::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();

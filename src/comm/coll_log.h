@@ -61,7 +61,13 @@ class CollLog {
       else usleep(sleep_us);
     }
     add_wait(now() - t0);
+    clear_wait_note();
   }
+
+  // For the SIGTERM note: the collective the caller is about to wait for (see install_term_note).
+  // Cheap (one snprintf per wait); cleared when wait_polling returns.
+  void note_wait(uint64_t seq);
+  static void clear_wait_note();
 
   void begin_step(int64_t step);
   int64_t step() const { return step_; }
@@ -75,6 +81,11 @@ class CollLog {
   // stderr: headline + "; last collectives on this rank:" + the ring dump.
   std::string timeout_headline(uint64_t seq) const;
   std::string timeout_report(uint64_t seq, size_t dump_n = 16) const;
+
+  // When a launcher ends the job (mpirun/orted send SIGTERM, then SIGKILL a second later, e.g.
+  // after losing a host), print one line naming the collective this rank was waiting for, then
+  // die of the signal as before. Installed once per process, for worlds > 1, only over SIG_DFL.
+  static void install_term_note(int rank);
 
   int rank() const { return rank_; }
   int world() const { return world_; }

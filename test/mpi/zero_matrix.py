@@ -222,6 +222,8 @@ def compare_weights(w, ref):
 # ---- running the binary ---------------------------------------------------------------------
 def env():
     e = dict(os.environ)
+    if CLUSTER_NAME:
+        e["ZT_CLUSTER"] = CLUSTER_NAME
     e.setdefault("OMP_NUM_THREADS", "1")
     if os.geteuid() == 0:
         e.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -251,10 +253,23 @@ class RunFailed(Exception):
     pass
 
 
+# Multi-host mode (--hosts): "HxK" = H hosts (network namespaces of scripts/cluster) x K ranks each;
+# mpirun runs on host 0 and reaches the others over TCP through the cluster's launch agent.
+CLUSTER = os.path.join(ROOT, "scripts", "cluster")
+CLUSTER_NAME = None   # set by --hosts: the cluster this run made (and removes)
+HOSTS_OF = {}         # n_ranks -> "-H" host list of the cluster (only for the multi-host rows)
+
+
+def launcher(mpirun, n_ranks):
+    if n_ranks in HOSTS_OF:
+        return [CLUSTER, "mpirun", "--oversubscribe", "-np", str(n_ranks), "-H", HOSTS_OF[n_ranks]]
+    return [mpirun, "--oversubscribe", "-np", str(n_ranks)]
+
+
 def run_train(train, mpirun, n_ranks, stage, overlap, accum, workdir, timeout_s, bucket_mb=0.05):
     os.makedirs(workdir, exist_ok=True)
     sets = plan_sets(stage, overlap, accum, workdir, bucket_mb)
-    cmd = [mpirun, "--oversubscribe", "-np", str(n_ranks), train, "plans/default.json"] + sets
+    cmd = launcher(mpirun, n_ranks) + [train, "plans/default.json"] + sets
     t0 = time.monotonic()
     try:
         p = subprocess.run(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -378,7 +393,15 @@ def main():
     ap.add_argument("--quick", action="store_true", help="N in {1,3} only")
     ap.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
     ap.add_argument("--timeout", type=int, default=180, help="seconds per run")
+    ap.add_argument("--hosts", default="",
+                    help="multi-host mode: comma-separated HxK (H hosts x K ranks, e.g. 3x1,2x2) in network "
+                         "namespaces (scripts/cluster, needs root); every stage, overlap on (grad_accum 1) and "
+                         "off (grad_accum 3) over TCP against the single-rank reference. Exit 77 (skipped) "
+                         "where namespaces cannot be made")
+    ap.add_argument("--steps", type=int, default=0, help=f"steps per run (default {STEPS})")
     args = ap.parse_args()
+    if args.hosts:
+        return main_hosts(args)
     train = os.path.abspath(args.train)
     if not os.access(train, os.X_OK):
         sys.exit(f"zero_matrix: {train} is not an executable (build it, or pass --train)")
@@ -474,6 +497,86 @@ def main():
             print("  - " + f)
         sys.exit(1)
     print("zero_matrix passed")
+
+
+def main_hosts(args):
+    """--hosts: the same checks (check()), rows run across hosts over Open MPI's TCP transport."""
+    global CLUSTER_NAME, STEPS
+    import signal
+    STEPS = args.steps or STEPS
+    train = os.path.abspath(args.train)
+    if not os.access(train, os.X_OK):
+        sys.exit(f"zero_matrix: {train} is not an executable (build it, or pass --train)")
+    chk = subprocess.run([CLUSTER, "check"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if chk.returncode != 0:
+        print(f"zero_matrix --hosts SKIPPED: {chk.stdout.strip()}")
+        sys.exit(77)
+    check_unit_arithmetic()
+    specs = []
+    for spec in args.hosts.split(","):
+        h, k = (int(x) for x in spec.lower().split("x"))
+        assert 1 <= h <= 8 and 1 <= k <= 4, spec
+        specs.append((h, k))
+    CLUSTER_NAME = f"ztm{os.getpid() % 100000}"
+    max_h = max(h for h, _ in specs)
+
+    def down(*sig):
+        subprocess.run([CLUSTER, "down"], env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if sig:
+            sys.exit(1)
+    signal.signal(signal.SIGTERM, down)
+    signal.signal(signal.SIGINT, down)
+    work = tempfile.mkdtemp(prefix="zero_matrix_hosts.")
+    failures, t_all, n_runs = [], time.monotonic(), 0
+    try:
+        p = subprocess.run([CLUSTER, "up", str(max_h)], env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if p.returncode != 0:
+            print(f"zero_matrix --hosts: scripts/cluster up failed: {p.stderr.strip()}")
+            sys.exit(1)
+        names = subprocess.run([CLUSTER, "hosts"], env=env(), stdout=subprocess.PIPE, text=True).stdout.split()
+        print(f"cluster {CLUSTER_NAME}: {' '.join(names)}; mpirun options: {p.stdout.strip()}")
+        plan = []
+        for i, (h, k) in enumerate(specs):
+            # The first spec: overlap on (grad_accum 1) and off (grad_accum 3); the others overlap on.
+            rows = [(0.05, True, 1), (0.05, False, 3)] if i == 0 else [(0.05, True, 1)]
+            n = h * k
+            HOSTS_OF[n] = ",".join(f"{names[j]}:{k}" for j in range(h))
+            plan += [(h, k, n, stage, mb, ov, a) for stage in (0, 1, 2, 3) for mb, ov, a in rows]
+        refs = {}
+        for g in sorted({n * a for _, _, n, _, _, _, a in plan}):
+            refs[g] = run_train(train, args.mpirun, 1, 0, True, g, os.path.join(work, f"ref_A{g}"), args.timeout)
+            print(f"reference grad_accum {g:2d} (one rank, shared memory): {refs[g]['seconds']:.1f} s", flush=True)
+        hdr = f"{'hosts':>5} {'N':>2} {'stage':>5} {'overlap':>7} {'accum':>5} {'loss err':>9} {'w err':>9} " \
+              f"{'bytes/step':>11} {'bytes':>5} {'mem':>4} {'sec':>5}"
+        print("\n" + hdr + "\n" + "-" * len(hdr), flush=True)
+        for h, k, n, stage, mb, ov, a in plan:
+            name = f"{h}x{k} stage={stage} overlap={'on' if ov else 'off'} accum={a}"
+            row = f"{f'{h}x{k}':>5} {n:>2} {stage:>5} {'on' if ov else 'off':>7} {a:>5}"
+            try:
+                res = run_train(train, args.mpirun, n, stage, ov, a, os.path.join(work, f"H{h}x{k}_s{stage}_o{int(ov)}_A{a}"),
+                                args.timeout, mb)
+            except (RunFailed, ValueError) as e:
+                failures.append(f"{name}: {e}")
+                print(f"{row}  RUN FAILED (see end)", flush=True)
+                continue
+            n_runs += 1
+            errs, m = check(res, refs[n * a], n, stage, a, ov)
+            failures += [f"{name}: {e}" for e in errs]
+            print(f"{row} {m['loss']:9.2e} {m['w']:9.2e} {m['bytes']:11d} {'ok' if m['bytes_ok'] else 'BAD':>5} "
+                  f"{'ok' if m['mem_ok'] else 'BAD':>4} {res['seconds']:5.1f}", flush=True)
+        left = subprocess.run([CLUSTER, "pids"], env=env(), stdout=subprocess.PIPE, text=True).stdout.split()
+        if left:
+            failures.append(f"processes left in the host namespaces after the runs: pids {' '.join(left)}")
+    finally:
+        down()
+    print(f"\n{n_runs} multi-host configurations + {len(refs)} references in {time.monotonic() - t_all:.0f} s")
+    if failures:
+        print(f"\nzero_matrix --hosts FAILED ({len(failures)}), run directories in {work}:")
+        for f in failures:
+            print("  - " + f)
+        sys.exit(1)
+    shutil.rmtree(work, ignore_errors=True)
+    print("zero_matrix --hosts passed")
 
 
 if __name__ == "__main__":
