@@ -108,3 +108,7 @@ endif()
 if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
   include(${CMAKE_SOURCE_DIR}/test/emu/emu.cmake)
 endif()
+
+# ---- layering: who may include whom (docs/design.md §2), on the #include lines of src/ ----------
+add_test(NAME include_rules COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/lint/include_rules.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(include_rules PROPERTIES ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
