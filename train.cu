@@ -17,7 +17,7 @@
 #include "comm/comm.h"
 #include "plan/plan.h"
 #include "runtime/error.h"
-#include "runtime/device.h"
+#include "runtime/support.h"
 #include "train/trainer.h"
 #include "zero/estimate.h"
 
@@ -48,8 +48,8 @@ int run(int argc, char** argv) {
   CLI::App app{"zerotrain: train GPT-2 from a JSON plan (see README.md and plans/)"};
   // Names the backends too: test/cli/bad_input.sh checks it against the build's ZT_HAVE_CUDA.
   app.set_version_flag("--version", std::string("zerotrain " ZT_VERSION) +
-                                        (zt::device::built_with_cuda() ? " (CUDA backend: built)"
-                                                                       : " (CUDA backend: not built)"));
+                                        (zt::support::device_built("cuda") ? " (CUDA backend: built)"
+                                                                           : " (CUDA backend: not built)"));
   std::string plan_path;
   std::vector<std::string> overrides;
   app.add_option("plan", plan_path, "plan file (JSON); defaults come from plans/base.json");
@@ -63,12 +63,7 @@ int run(int argc, char** argv) {
   est->add_option("--world", world_text, "number of ranks, 1-65536 (default 1)")->type_name("N");
   est->add_option("--set", overrides, "override a plan field")->type_name("KEY=VALUE");
   est->add_flag("--json", as_json, "print JSON instead of a table");
-  app.footer(std::string("Multi-rank: mpirun -np N ./train PLAN.json (CPU backend, fp32). ") +
-             (zt::device::built_with_cuda()
-                  ? "device \"cuda\" (or \"auto\" with a\nGPU) trains on one GPU, precision.compute \"bf16\" (default "
-                    "there) or \"fp32\", zero.stage 0.\n"
-                  : "This build has no CUDA backend\n(nvcc was not found at configure time).\n") +
-             "Offload and checkpoints are not available in this build yet (plans asking for them are rejected).");
+  app.footer("Multi-rank: mpirun -np N ./train PLAN.json.\n" + zt::support::help());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -130,3 +130,7 @@ add_test(NAME compare_plans
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/cli/compare_check.py --train $<TARGET_FILE:train>
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(compare_plans PROPERTIES RUN_SERIAL TRUE TIMEOUT 300 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+
+# ---- layering: who may include whom (docs/design.md §2), on the #include lines of src/ ----------
+add_test(NAME include_rules COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/lint/include_rules.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(include_rules PROPERTIES ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")

@@ -1,4 +1,4 @@
-// Communication layer (DESIGN: "Communication knows no ZeRO"). One interface, two implementations:
+// Communication layer (docs/design.md §2: "Communication knows no ZeRO"). One interface, two implementations:
 // MPI for host buffers (CPU backend, non-blocking collectives) and NCCL for device buffers (its own
 // stream, completion through events). Every collective is non-blocking and returns a handle; the
 // caller overlaps work and then wait()s. Blocking helpers are built on the same path so that a hang

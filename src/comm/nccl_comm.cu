@@ -37,8 +37,9 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 
 class NcclComm final : public Comm {
  public:
-  NcclComm(const CommOptions& opts, Comm& boot)
-      : boot_(boot), rank_(boot.rank()), world_(boot.world()), log_(boot.rank(), boot.world(), opts) {
+  NcclComm(const CommOptions& opts, Comm& boot, cudaStream_t compute_stream)
+      : boot_(boot), rank_(boot.rank()), world_(boot.world()), log_(boot.rank(), boot.world(), opts),
+        compute_stream_(compute_stream) {
     int ndev = 0;
     ZT_CHECK_CUDA(cudaGetDeviceCount(&ndev));
     ZT_REQUIRE(ndev > 0, "rank " << rank_ << ": no CUDA device visible; NCCL needs one GPU per rank");
@@ -182,9 +183,6 @@ class NcclComm final : public Comm {
     std::_Exit(code);  // not reached: abort_all never returns
   }
 
-  void set_compute_stream(cudaStream_t s) { compute_stream_ = s; }
-  cudaStream_t stream() const { return stream_; }
-
  private:
   struct Pending {
     uint64_t seq;
@@ -266,27 +264,20 @@ class NcclComm final : public Comm {
   CollLog log_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  cudaStream_t compute_stream_ = nullptr;  // legacy default stream
+  cudaStream_t compute_stream_;  // the backend's compute stream: every collective follows its queued work
   cudaEvent_t input_ready_ = nullptr;
   bool aborted_ = false;
   std::vector<Pending> pending_;
   std::vector<cudaEvent_t> free_events_;
 };
 
-NcclComm& as_nccl(Comm& c) {
-  NcclComm* n = dynamic_cast<NcclComm*>(&c);
-  ZT_REQUIRE(n, "internal error: not an NCCL comm");
-  return *n;
-}
-
 }  // namespace
 
-std::unique_ptr<Comm> make_nccl_comm(const CommOptions& opts, Comm& bootstrap) {
+std::unique_ptr<Comm> make_nccl_comm(const CommOptions& opts, Comm& bootstrap, CUstream_st* compute_stream) {
   ZT_REQUIRE(opts.timeout_s > 0, "comm timeout must be > 0 s, got " << opts.timeout_s);
-  return std::make_unique<NcclComm>(opts, bootstrap);
+  ZT_REQUIRE(compute_stream != nullptr, "internal error: make_nccl_comm needs the compute stream its collectives "
+                                        "follow (the legacy default stream does not order a non-blocking one)");
+  return std::make_unique<NcclComm>(opts, bootstrap, compute_stream);
 }
-
-void nccl_comm_set_compute_stream(Comm& comm, CUstream_st* stream) { as_nccl(comm).set_compute_stream(stream); }
-CUstream_st* nccl_comm_stream(Comm& comm) { return as_nccl(comm).stream(); }
 
 }  // namespace zt

@@ -8,10 +8,12 @@
 // Control helpers (all_reduce_sum, barrier, all_gather_u64) go through `bootstrap`, which must
 // outlive this comm; they are recorded in both comms' rings. begin_step is forwarded to it too.
 //
-// Ordering with compute: before each collective the comm stream waits (cudaStreamWaitEvent) for
-// the work already queued on the compute stream (default: the legacy default stream 0), so a
-// collective never reads a buffer that a kernel is still writing. After wait()/test() returned
-// true the data is ready for every stream and the host.
+// Ordering with compute: the comm is made with the compute stream it must follow (the backend's:
+// CudaOps<T>::stream(), the non-blocking stream of cuda::Context). Before each collective it records
+// an event on that stream and makes its own stream wait for it (cudaEventRecord + cudaStreamWaitEvent),
+// so a collective never reads a buffer that a kernel is still writing. There is no default: the
+// legacy default stream does not order non-blocking streams, so following it would race. After
+// wait()/test() returned true the data is ready for every stream and the host.
 #pragma once
 #include <memory>
 
@@ -21,12 +23,7 @@ struct CUstream_st;  // cudaStream_t without including the CUDA headers
 
 namespace zt {
 
-std::unique_ptr<Comm> make_nccl_comm(const CommOptions& opts, Comm& bootstrap);
-
-// The stream whose queued work collectives must follow (nullptr: the legacy default stream).
-// `comm` must come from make_nccl_comm.
-void nccl_comm_set_compute_stream(Comm& comm, CUstream_st* stream);
-// The comm's own stream (for cudaStreamWaitEvent-style chaining by callers that want it).
-CUstream_st* nccl_comm_stream(Comm& comm);
+// compute_stream: the stream whose queued work each collective must follow (not null).
+std::unique_ptr<Comm> make_nccl_comm(const CommOptions& opts, Comm& bootstrap, CUstream_st* compute_stream);
 
 }  // namespace zt

@@ -57,9 +57,6 @@ template <class T> __device__ __forceinline__ Packed128<T> load128cs(const T* pt
 template <class T> __device__ __forceinline__ void store128(T* ptr, const Packed128<T>& p) {
   *reinterpret_cast<Packed128<T>*>(ptr) = p;
 }
-template <class T> __device__ __forceinline__ void store128cs(T* ptr, const Packed128<T>& p) {
-  __stcs(reinterpret_cast<int4*>(ptr), *reinterpret_cast<const int4*>(&p));
-}
 
 // ---- reductions ------------------------------------------------------------------------------------
 __device__ __forceinline__ float warp_sum(float v) {

@@ -10,15 +10,9 @@ template <class T> void matmul_backward(T* dinp, T* dweight, T* dbias, const T* 
 }  // namespace zt::cpu
 
 #if ZT_HAVE_CUDA
-#include "runtime/cuda_check.h"
+#include "runtime/cuda_blas.h"
 namespace zt::cuda {
-// cuBLASLt. Handle, workspace and stream come from the caller (kernels know no global state).
-struct Blas {
-  cublasLtHandle_t lt = nullptr;
-  void* workspace = nullptr;
-  size_t workspace_bytes = 0;
-  cudaStream_t stream = nullptr;
-};
+// cuBLASLt. Handle, workspace and stream (Blas, runtime/cuda_blas.h) come from the caller.
 // out (N,OC) = inp (N,C) @ weight^T (+ bias). With pre_gelu != nullptr the GELU is fused into the
 // epilogue: pre_gelu = inp @ weight^T + bias, out = gelu(pre_gelu). Overwrites out (and pre_gelu).
 // T = float runs in strict fp32 (no TF32), the parity mode; T = bf16 accumulates in fp32.

@@ -10,9 +10,9 @@
 
 #include <unistd.h>
 
-#include "model/ops_cpu.h"
+#include "backend/ops_cpu.h"
 #if ZT_HAVE_CUDA
-#include "model/ops_cuda.h"
+#include "backend/ops_cuda.h"
 #endif
 #include "runtime/checked.h"
 #include "runtime/error.h"

@@ -1,5 +1,5 @@
-// GPT-2, forward and backward written once over an op table: CpuOps<float|double> (ops_cpu.h) or
-// CudaOps<float|bf16> (ops_cuda.h). The model never touches its buffers from the host directly:
+// GPT-2, forward and backward written once over an op table: CpuOps<float|double> (src/backend/ops_cpu.h) or
+// CudaOps<float|bf16> (src/backend/ops_cuda.h). The model never touches its buffers from the host directly:
 // everything crosses through Ops::h2d / Ops::d2h, so the same code drives host and device memory.
 //
 // The model knows no communication, sharding or files beyond its own weights format: a ZeRO
@@ -48,8 +48,6 @@ class GPT {
 
   const GPTConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
-  int max_B() const { return B_; }
-  int max_T() const { return T_; }
 
   T* params() { return params_.as<T>(); }  // (layout.total()) all units, padded
   T* grads() { return grads_.as<T>(); }    // same layout

@@ -1,4 +1,4 @@
-// Parameter layout (DESIGN idea 2): the parameters live in UNITS, each one contiguous flat buffer:
+// Parameter layout (docs/design.md §3.2): the parameters live in UNITS, each one contiguous flat buffer:
 //
 //   unit 0        embedding   wte (Vp,C), wpe (maxT,C)
 //   unit 1..L     block l-1   ln_1 w,b (C) | c_attn w (3C,C), b (3C) | attn c_proj w (C,C), b (C)

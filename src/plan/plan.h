@@ -1,4 +1,4 @@
-// The training plan: typed, sectioned configuration loaded from JSON (DESIGN "Plan").
+// The training plan: typed, sectioned configuration loaded from JSON (docs/design.md §4).
 //
 // Every default lives in plans/base.json (embedded into the binary at build time, see
 // base_plan.cpp.in); a plan file is merged over it. base.json is also the schema: a key it does

@@ -2,8 +2,6 @@
 
 #include <memory>
 
-#include "kernels/global_norm.h"
-
 namespace zt::cuda {
 namespace {
 std::unique_ptr<Context>& instance() {
@@ -37,15 +35,15 @@ Context::Context(int d) : device(d) {
   ZT_CHECK_CUDA(cudaMalloc(&blas.workspace, kWorkspaceBytes));
   blas.workspace_bytes = kWorkspaceBytes;
   blas.stream = stream;
-  ZT_CHECK_CUDA(cudaMalloc(&norm_acc, sizeof(float)));
-  ZT_CHECK_CUDA(cudaMalloc(&norm_scratch, global_norm_scratch_bytes()));
+  ZT_CHECK_CUDA(cudaMalloc(&reduce_out, sizeof(float)));
+  ZT_CHECK_CUDA(cudaMalloc(&reduce_scratch, kReduceScratchBytes));
 }
 
 Context::~Context() {
   // Destructors must not throw: errors here are ignored (the process is usually ending).
   if (stream) (void)cudaStreamSynchronize(stream);
-  (void)cudaFree(norm_scratch);
-  (void)cudaFree(norm_acc);
+  (void)cudaFree(reduce_scratch);
+  (void)cudaFree(reduce_out);
   (void)cudaFree(blas.workspace);
   if (blas.lt) (void)cublasLtDestroy(blas.lt);
   if (stream) (void)cudaStreamDestroy(stream);

@@ -1,4 +1,4 @@
-// Tracked memory (DESIGN idea 5): every long-lived buffer is allocated through a MemoryTracker
+// Tracked memory (docs/design.md §3.5): every long-lived buffer is allocated through a MemoryTracker
 // with a tier (where it lives) and a category (what it is for). The tracker keeps current and
 // peak bytes per (tier, category), so the memory table printed at start and in the summary is
 // what was really allocated, not an estimate. Buffers are allocated once, before the first

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,13 +21,14 @@
 #include "data/loader.h"
 #include "data/tokenizer.h"
 #include "model/gpt.h"
-#include "model/ops_cpu.h"
+#include "backend/ops_cpu.h"
 #if ZT_HAVE_CUDA
-#include "model/ops_cuda.h"
+#include "backend/ops_cuda.h"
 #endif
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
+#include "runtime/support.h"
 #include "train/outputs.h"
 #include "train/schedule.h"
 #include "zero/engine.h"
@@ -459,6 +461,32 @@ std::string resolve_device(const Plan& plan) {
   return device::available() ? "cuda" : "cpu";
 }
 
+// What backend b cannot run (runtime/support.h) is refused here, on any machine.
+void check_backend_limits(const support::Backend& b, const Plan& plan, int world) {
+  const std::string on = " on device \"" + b.device + "\"";
+  ZT_REQUIRE(b.built, "device: \"" << b.device << "\" but this build has no " << b.library << " backend");
+  ZT_REQUIRE(b.max_world == 0 || world <= b.max_world,
+             "device: \"" << b.device << "\" with " << world << " ranks is not supported by this build yet (supported: "
+                          << b.world_note << ")");
+  ZT_REQUIRE(std::find(b.zero_stages.begin(), b.zero_stages.end(), plan.zero.stage) != b.zero_stages.end(),
+             "zero.stage: " << plan.zero.stage << on << " is not supported by this build yet (supported: "
+                            << support::join(b.zero_stages) << b.stage_note << ")");
+  const int C = plan.model.n_embd, hs = C / plan.model.n_head;
+  ZT_REQUIRE(C % b.n_embd_multiple == 0,
+             "model.n_embd: " << C << " must be a multiple of " << b.n_embd_multiple << on << " (" << b.n_embd_note << ")");
+  ZT_REQUIRE(b.head_sizes.empty() || std::find(b.head_sizes.begin(), b.head_sizes.end(), hs) != b.head_sizes.end(),
+             "model: head size n_embd/n_head = " << hs << " is not supported by the " << b.library
+                                                 << " attention kernels (supported: " << support::join(b.head_sizes) << ")");
+  const int64_t TC = int64_t(plan.model.seq_len) * C, BNH = int64_t(plan.batch.micro_batch) * plan.model.n_head;
+  ZT_REQUIRE(b.max_seq_x_embd == 0 || TC <= b.max_seq_x_embd,
+             "model: seq_len x n_embd = " << TC << on << " is more than its kernels index in 32 bits (at most "
+                                          << b.max_seq_x_embd << ")");
+  ZT_REQUIRE(b.max_batch_x_heads == 0 || BNH <= b.max_batch_x_heads,
+             "batch.micro_batch: micro_batch x model.n_head = " << BNH << on
+                                                                << " is more than its kernels index in 32 bits (at most "
+                                                                << b.max_batch_x_heads << ")");
+}
+
 }  // namespace
 
 std::string choose_backend(const Plan& plan, int world) {
@@ -469,32 +497,15 @@ std::string choose_backend(const Plan& plan, int world) {
     ZT_REQUIRE(plan.precision.compute != "bf16",
                "precision.compute: \"bf16\" needs a GPU, and device \"auto\" found none (it would train in fp32 on "
                "the CPU); set precision.compute to \"auto\" or \"fp32\", or run where nvidia-smi lists a GPU");
+    check_backend_limits(support::backend("cpu-fp32"), plan, world);
     return "cpu-fp32";
   }
-  ZT_REQUIRE(device::built_with_cuda(), "device: \"cuda\" but this build has no CUDA backend");
   // What the CUDA path cannot run is refused first, on any machine; then whether a GPU is there.
-  ZT_REQUIRE(world == 1, "device: \"cuda\" with " << world
-                             << " ranks is not supported by this build yet (supported: one rank on one GPU)");
-  ZT_REQUIRE(plan.zero.stage == 0, "zero.stage: " << plan.zero.stage
-                                                  << " on device \"cuda\" is not supported by this build yet (supported: 0 "
-                                                     "on one GPU; stages 1-3 shard across ranks)");
-  const int C = plan.model.n_embd, hs = C / plan.model.n_head;
-  ZT_REQUIRE(C % 8 == 0, "model.n_embd: " << C << " must be a multiple of 8 on device \"cuda\" (128-bit loads)");
-  ZT_REQUIRE(hs == 16 || hs == 32 || hs == 64 || hs == 128,
-             "model: head size n_embd/n_head = " << hs << " is not supported by the CUDA attention kernels (supported: 16, "
-                                                    "32, 64, 128)");
-  // The CUDA kernels index positions x channels (the position embedding) and batch x heads (the
-  // attention grid) in 32 bits.
-  constexpr int64_t kInt32Max = 2147483647;
-  const int64_t TC = int64_t(plan.model.seq_len) * C, BNH = int64_t(plan.batch.micro_batch) * plan.model.n_head;
-  ZT_REQUIRE(TC <= kInt32Max, "model: seq_len x n_embd = " << TC << " on device \"cuda\" is more than its kernels "
-                                                              "index in 32 bits (at most " << kInt32Max << ")");
-  ZT_REQUIRE(BNH <= kInt32Max, "batch.micro_batch: micro_batch x model.n_head = "
-                                   << BNH << " on device \"cuda\" is more than its kernels index in 32 bits (at most "
-                                   << kInt32Max << ")");
+  const std::string name = plan.precision.compute == "fp32" ? "cuda-fp32" : "cuda-bf16";
+  check_backend_limits(support::backend(name), plan, world);
   ZT_REQUIRE(device::available(), "device: \"cuda\" but no CUDA device is visible (check nvidia-smi and "
                                   "CUDA_VISIBLE_DEVICES), or set device to \"cpu\"");
-  return plan.precision.compute == "fp32" ? "cuda-fp32" : "cuda-bf16";
+  return name;
 }
 
 TrainResult train(const Plan& plan, Comm& comm) {

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <type_traits>
 
-#include "model/ops_cpu.h"
+#include "backend/ops_cpu.h"
 #if ZT_HAVE_CUDA
-#include "model/ops_cuda.h"
+#include "backend/ops_cuda.h"
 #endif
 #include "runtime/error.h"
 #include "train/optimizer.h"

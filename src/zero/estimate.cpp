@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "model/gpt.h"
-#include "model/ops_cpu.h"
+#include "backend/ops_cpu.h"
 #include "runtime/checked.h"
 #include "runtime/error.h"
 #include "zero/partition.h"

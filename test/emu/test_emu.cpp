@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/ops_cuda.h"
 #include "comm/comm.h"
 #include "comm/nccl_comm.h"
 #include "kernels/residual.h"
@@ -86,22 +87,56 @@ TEST(EmuStreams, HostSyncOrdersCrossStreamUse) {
 
 // The NCCL comm (one emulated rank) on its own stream, after a kernel on the compute stream wrote
 // the buffer: nccl_comm.cu must make its stream wait for the compute stream's work.
-TEST(EmuNccl, CollectiveWaitsForComputeStream) {
+// The NCCL comm follows the compute stream it is made with; the trainer's is the backend's
+// (CudaOps<T>::stream(), the context's non-blocking stream), which is what this test passes.
+std::unique_ptr<zt::Comm> nccl_following(cudaStream_t compute) {
   static std::unique_ptr<zt::Comm> boot = zt::make_mpi_comm(zt::CommOptions{});
-  std::unique_ptr<zt::Comm> comm = zt::make_nccl_comm(zt::CommOptions{}, *boot);
-  zt::cuda::Context& ctx = zt::cuda::Context::get();
-  zt::nccl_comm_set_compute_stream(*comm, ctx.stream);
+  return zt::make_nccl_comm(zt::CommOptions{}, *boot, compute);
+}
+
+TEST(EmuNccl, CollectiveWaitsForComputeStream) {
+  const cudaStream_t compute = zt::CudaOps<float>::stream();
+  ASSERT_EQ(compute, zt::CudaOps<zt::bf16>::stream());
+  ASSERT_EQ(compute, zt::cuda::Context::get().stream);
+  std::unique_ptr<zt::Comm> comm = nccl_following(compute);
   const size_t n = 1024;
   float* a = dev_floats(n, 1.0f);
   float* b = dev_floats(n, 2.0f);
   float* g = dev_floats(n, 0.0f);
   ZT_CHECK_CUDA(cudaDeviceSynchronize());
-  zt::cuda::residual_forward(g, a, b, n, ctx.stream);  // g = 3, on the compute stream
-  comm->wait(comm->all_reduce(g, n));                    // on the comm stream
-  zt::cuda::residual_forward(a, g, g, n, ctx.stream);  // a = 6: reads what the collective wrote
-  ZT_CHECK_CUDA(cudaStreamSynchronize(ctx.stream));
+  zt::cuda::residual_forward(g, a, b, n, compute);  // g = 3, on the compute stream
+  comm->wait(comm->all_reduce(g, n));                // on the comm stream
+  zt::cuda::residual_forward(a, g, g, n, compute);  // a = 6: reads what the collective wrote
+  ZT_CHECK_CUDA(cudaStreamSynchronize(compute));
   EXPECT_EQ(host_copy(g, n)[5], 3.0f);
   EXPECT_EQ(host_copy(a, n)[5], 6.0f);
+}
+
+// The same with the comm following another stream (the bug the compute-stream argument prevents:
+// a collective reading a buffer the compute stream is still writing) is reported.
+TEST(EmuNcclDeathTest, CollectiveFollowingTheWrongStreamIsARace) {
+  EXPECT_DEATH(
+      {
+        cudaStream_t other = nullptr;
+        ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+        std::unique_ptr<zt::Comm> comm = nccl_following(other);
+        const size_t n = 1024;
+        float* a = dev_floats(n, 1.0f);
+        float* g = dev_floats(n, 0.0f);
+        ZT_CHECK_CUDA(cudaDeviceSynchronize());
+        zt::cuda::residual_forward(g, a, a, n, zt::CudaOps<float>::stream());
+        comm->wait(comm->all_reduce(g, n));
+      },
+      "unordered use of memory across streams");
+}
+
+TEST(EmuNccl, NeedsAComputeStream) {
+  try {
+    nccl_following(nullptr);
+    FAIL() << "make_nccl_comm accepted no compute stream";
+  } catch (const zt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs the compute stream"), std::string::npos) << e.what();
+  }
 }
 
 // ---- device memory ------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-// The whole model on the GPU against the CPU backend (DESIGN: "the CPU backend is the oracle for
+// The whole model on the GPU against the CPU backend (docs/design.md §5: "the CPU backend is the oracle for
 // CUDA"): one forward + backward in fp32 and in bf16, and a 10-step training run through the real
 // optimizer path (ZeRO engine, stage 0, one rank). Skipped, not passed, where no GPU exists.
 //
@@ -25,8 +25,8 @@
 #include "comm/comm.h"
 #include "gpu_test_util.h"
 #include "model/gpt.h"
-#include "model/ops_cpu.h"
-#include "model/ops_cuda.h"
+#include "backend/ops_cpu.h"
+#include "backend/ops_cuda.h"
 #include "runtime/device.h"
 #include "train/schedule.h"
 #include "zero/engine.h"

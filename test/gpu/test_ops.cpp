@@ -8,7 +8,7 @@
 //   * outputs sit in guarded allocations: a write before or after the buffer fails the test;
 //   * determinism where the headers promise it (encoder_backward, layernorm_backward, the matmul
 //     dbias kernel and cuBLASLt's products, sum_squares_accumulate, AdamW's stochastic rounding) and
-//     attention_backward (deterministic by attention.cu's design, not stated in attention.h): the
+//     attention_backward (deterministic by the design in attention_common.cuh, not stated in attention.h): the
 //     same inputs run twice give bit-identical results;
 //   * odd lengths for the element-wise ops (tails after the 128-bit packets), odd row counts, a
 //     matmul on pointers 64 bytes into an allocation, classifier padding columns (exact zero grad).
@@ -438,7 +438,7 @@ template <class T> void check_attention(int B, int Tn, int C, int NH, uint32_t s
   }
   d_dqkv.expect_guards("attention_backward.dqkv");
 
-  // Deterministic: attention.cu documents one owner thread per dq / dk / dv element summing in a
+  // Deterministic: attention_common.cuh documents one owner thread per dq / dk / dv element summing in a
   // fixed order, no atomics (attention.h itself does not say so).
   const auto raw1 = d_dqkv.download_raw();
   d_dqkv.upload(dqkv0);

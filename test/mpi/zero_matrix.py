@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Acceptance matrix of the distributed ZeRO engine (DESIGN: "Single-rank DDP is the oracle for
+"""Acceptance matrix of the distributed ZeRO engine (docs/design.md §5: "Single-rank DDP is the oracle for
 every distributed plan"; "Counts, not impressions").
 
 For every world size N, ZeRO stage, overlap on/off, gradient accumulation A and bucket size, a

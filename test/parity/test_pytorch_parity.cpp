@@ -1,4 +1,4 @@
-// PyTorch is the oracle for the model (DESIGN "Testing strategy").
+// PyTorch is the oracle for the model (docs/design.md §5).
 //
 // test/ref/gen_reference.py builds the same GPT in PyTorch (fp32, CPU), writes its initial weights
 // in llm.c's .bin format, a batch per step, the step-0 logits / loss / every parameter gradient,
@@ -22,7 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/gpt.h"
-#include "model/ops_cpu.h"
+#include "backend/ops_cpu.h"
 #include "plan/plan.h"
 #include "comm/comm.h"
 #include "train/schedule.h"

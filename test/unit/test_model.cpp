@@ -9,7 +9,7 @@
 #include <random>
 
 #include "model/gpt.h"
-#include "model/ops_cpu.h"
+#include "backend/ops_cpu.h"
 #include "runtime/error.h"
 
 namespace zt {

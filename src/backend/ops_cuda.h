@@ -107,10 +107,12 @@ struct CudaOps {
   // Returns to the host: synchronises the stream.
   static double sum_squares(const T* x, size_t n) {
     cuda::Context& ctx = cuda::Context::get();
-    ZT_CHECK_CUDA(cudaMemsetAsync(ctx.norm_acc, 0, sizeof(float), ctx.stream));
-    cuda::sum_squares_accumulate(ctx.norm_acc, x, n, ctx.norm_scratch, ctx.stream);
+    ZT_REQUIRE(cuda::global_norm_scratch_bytes() <= cuda::Context::kReduceScratchBytes,
+               "CudaOps::sum_squares: the context's reduction scratch is smaller than the kernel needs");
+    ZT_CHECK_CUDA(cudaMemsetAsync(ctx.reduce_out, 0, sizeof(float), ctx.stream));
+    cuda::sum_squares_accumulate(ctx.reduce_out, x, n, ctx.reduce_scratch, ctx.stream);
     float host = 0.0f;
-    device::copy_to_host(&host, ctx.norm_acc, sizeof(float));
+    device::copy_to_host(&host, ctx.reduce_out, sizeof(float));
     return double(host);
   }
 };

@@ -1,0 +1,23 @@
+// Helpers shared by the two halves of plan loading (plan_json.cpp: parse, schema, merge;
+// plan.cpp: typed reads and validation). Internal to src/plan.
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace zt::plan_detail {
+
+using json = nlohmann::json;
+
+// A value as JSON text for a message, clipped (invalid UTF-8 from --set text is replaced, not thrown).
+std::string shown(const json& v, size_t max = 60);
+// "string \"8\"", "number 2.5", "integer 3", "boolean true", "null", "array [1,2]", "object".
+std::string describe(const json& v);
+// Walks `v` against schema `s`; the first unknown key or wrong type throws
+// "plan: <msg><where>" (where = "" or " (in FILE)").
+void check_schema(const json& s, const json& v, const std::string& path, const std::string& where);
+// Objects merge key by key, recursively; any other value replaces.
+void deep_merge(json& dst, const json& src);
+
+}  // namespace zt::plan_detail

@@ -1,0 +1,83 @@
+#include "runtime/support.h"
+
+#include <sstream>
+
+#include "runtime/device.h"
+#include "runtime/error.h"
+
+namespace zt::support {
+
+const std::vector<Backend>& backends() {
+  static const std::vector<Backend> table = [] {
+    const bool cuda = device::built_with_cuda();
+    constexpr int64_t kInt32Max = 2147483647;  // the CUDA kernels index in 32 bits
+    Backend cpu;
+    cpu.name = "cpu-fp32", cpu.device = "cpu", cpu.precision = "fp32", cpu.library = "CPU", cpu.built = true;
+    cpu.max_world = 0, cpu.world_note = "any number of ranks under mpirun";
+    cpu.zero_stages = {0, 1, 2, 3};
+    Backend gpu;
+    gpu.device = "cuda", gpu.library = "CUDA", gpu.built = cuda;
+    gpu.max_world = 1, gpu.world_note = "one rank on one GPU";
+    gpu.zero_stages = {0}, gpu.stage_note = " on one GPU; stages 1-3 shard across ranks";
+    gpu.head_sizes = {16, 32, 64, 128};  // the attention kernels' template instances (kernels/attention_*.cu)
+    gpu.n_embd_multiple = 8, gpu.n_embd_note = "128-bit loads";
+    gpu.max_seq_x_embd = kInt32Max, gpu.max_batch_x_heads = kInt32Max;
+    Backend bf16 = gpu, fp32 = gpu;
+    bf16.name = "cuda-bf16", bf16.precision = "bf16";
+    fp32.name = "cuda-fp32", fp32.precision = "fp32";
+    return std::vector<Backend>{cpu, bf16, fp32};
+  }();
+  return table;
+}
+
+const Backend& backend(const std::string& name) {
+  for (const Backend& b : backends())
+    if (b.name == name) return b;
+  fail_at(__FILE__, __LINE__, "internal error: support: no backend called '" + name + "'");
+}
+
+bool device_built(const std::string& device) {
+  for (const Backend& b : backends())
+    if (b.built && b.device == device) return true;
+  return false;
+}
+
+bool precision_built(const std::string& precision) {
+  for (const Backend& b : backends())
+    if (b.built && b.precision == precision) return true;
+  return false;
+}
+
+const Features& features() {
+  static const Features f = [] {
+    Features x;
+    x.offload = {"none"};
+    x.checkpoint_saving = false;
+    x.checkpoint_resume = {"none"};
+    x.master_weights_off = false;
+    return x;
+  }();
+  return f;
+}
+
+std::string join(const std::vector<int>& v) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  return os.str();
+}
+
+std::string help() {
+  std::ostringstream os;
+  os << "Backends (device \"auto\": the GPU when the CUDA backend is built and one is visible, else the CPU):\n";
+  for (const Backend& b : backends()) {
+    os << "  " << b.name << (b.built ? "" : " (not in this build: nvcc was not found at configure time)") << ": "
+       << b.world_note << ", zero.stage " << join(b.zero_stages);
+    if (!b.head_sizes.empty()) os << ", head size " << join(b.head_sizes);
+    if (b.n_embd_multiple > 1) os << ", n_embd a multiple of " << b.n_embd_multiple;
+    os << "\n";
+  }
+  os << "Offload and checkpoints are not available in this build yet (plans asking for them are rejected).";
+  return os.str();
+}
+
+}  // namespace zt::support
