@@ -178,6 +178,8 @@ class Trainer {
     }
 
     const double wall = seconds_since(t_start);
+    // Every rank's VmHWM (tracked + untracked), for tests that hold each rank to the estimate.
+    const std::vector<uint64_t> rss = comm_.all_gather_u64(process_peak_rss_bytes());
     if (!root_) return res;
     std::printf("\ndone: %d steps in %s (%.0f tokens/s while training); final loss %.4f", res.steps,
                 format_duration(wall).c_str(), tokens_per_step * res.steps / train_seconds, res.final_loss);
@@ -194,6 +196,7 @@ class Trainer {
                    {"wall_s", wall},
                    {"peak_memory_bytes", mem_.peak_json()},
                    {"peak_rss_bytes", process_peak_rss_bytes()},  // rank 0's VmHWM: tracked + untracked
+                   {"peak_rss_bytes_per_rank", rss},
                    {"bytes_sent_per_step", bytes_per_step_},
                    {"bytes_sent_per_step_theory", partition_->bytes_per_step()},
                    {"max_gathered_units", engine_->max_gathered_alive()},
