@@ -28,6 +28,7 @@
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include "train/outputs.h"
+#include "train/progress.h"
 #include "train/schedule.h"
 #include "train/state.h"
 #include "zero/engine.h"
@@ -41,48 +42,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-std::string format_duration(double s) {
-  char buf[32];
-  const int total = int(s + 0.5);
-  if (total >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", total / 3600, (total / 60) % 60);
-  else if (total >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", total / 60, total % 60);
-  else std::snprintf(buf, sizeof buf, "%ds", total);
-  return buf;
-}
-
-// Metrics JSONL: one object per line, flushed at once so a crash loses nothing already logged.
-class MetricsLog {
- public:
-  explicit MetricsLog(const std::string& path) : path_(path), out_(path, std::ios::out | std::ios::trunc) {
-    ZT_REQUIRE(out_, "run.log: cannot open " << path << " for writing: " << std::strerror(errno));
-  }
-  void write(const nlohmann::json& j) {
-    out_ << j.dump() << "\n";
-    out_.flush();
-    ZT_REQUIRE(out_, "run.log: write to " << path_ << " failed");
-  }
-
- private:
-  std::string path_;
-  std::ofstream out_;
-};
-
-// Progress decorations (\r, erase-line, ETA) are for a person watching a terminal. Under a
-// launcher rank 0 cannot see what the user's stdout is: Open MPI hands each rank a pty of its own
-// even when mpirun's output goes to a file, so there the default is plain. ZT_PROGRESS=tty|plain
-// overrides the guess either way. The launcher's variables are read at program start, before
-// MPI_Init: a singleton MPI_Init (no mpirun) sets PMIX_RANK in our own environment.
-const bool kUnderLauncher = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
-bool decorate_progress() {
-  const char* env = std::getenv("ZT_PROGRESS");
-  const std::string mode = env ? env : "";
-  if (mode == "tty") return true;
-  if (mode == "plain") return false;
-  ZT_REQUIRE(mode.empty() || mode == "auto",
-             "ZT_PROGRESS: \"" << mode << "\" is not a progress mode (tty, plain or auto; unset = auto)");
-  return !kUnderLauncher && isatty(STDOUT_FILENO) == 1;
-}
 
 // Small deterministic RNG for sampling (xorshift64*), independent of the standard library.
 struct SampleRng {

@@ -17,9 +17,19 @@ ParamGatherer<Ops>::ParamGatherer(GPT<Ops>& model, const Partition& part, StateS
   T* base = store.get<T>(StateId::gathered_units);
   for (size_t i = 0; i < part.gather_slots(); ++i) {
     GatherSlot g;
-    g.buf = base + i * part.gather_slot_numel();
+    g.buf = base;
+    g.numel = part.gather_slot_numel(i);
+    base += g.numel;
     slots_.push_back(g);
   }
+}
+
+template <class Ops>
+typename ParamGatherer<Ops>::GatherSlot* ParamGatherer<Ops>::free_slot_for(int u) {
+  GatherSlot* best = nullptr;
+  for (GatherSlot& g : slots_)
+    if (g.unit < 0 && g.numel >= part_.unit_padded(u) && (!best || g.numel < best->numel)) best = &g;
+  return best;
 }
 
 template <class Ops>
@@ -64,9 +74,11 @@ void ParamGatherer<Ops>::prefetch() {
   int covered = pos_;
   for (const GatherSlot& g : slots_)
     if (g.unit >= 0) covered = std::max(covered, g.last);
+  // In schedule order: a unit with no free slot that fits stops the prefetch (so the positions
+  // covered are always a prefix, and an uncovered use finds every slot free).
   for (int j = covered + 1; j < int(sched_.size());) {
-    auto free_slot = std::find_if(slots_.begin(), slots_.end(), [](const GatherSlot& g) { return g.unit < 0; });
-    if (free_slot == slots_.end()) break;
+    GatherSlot* free_slot = free_slot_for(sched_[size_t(j)]);
+    if (!free_slot) break;
     start(j, *free_slot);
     j = free_slot->last + 1;
   }
@@ -78,9 +90,10 @@ void ParamGatherer<Ops>::use(int u) {
   auto it = std::find_if(slots_.begin(), slots_.end(),
                          [&](const GatherSlot& g) { return g.unit == u && g.first <= pos_ && pos_ <= g.last; });
   if (it == slots_.end()) {
-    it = std::find_if(slots_.begin(), slots_.end(), [](const GatherSlot& g) { return g.unit < 0; });
-    ZT_ASSERT(it != slots_.end());
-    start(pos_, *it);
+    GatherSlot* g = free_slot_for(u);
+    ZT_ASSERT(g);
+    start(pos_, *g);
+    it = slots_.begin() + (g - slots_.data());
   }
   prefetch();  // start the next gathers before blocking on this one
   comm_.wait(it->h);

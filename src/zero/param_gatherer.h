@@ -7,7 +7,9 @@
 //               (head), L+1, L..1, 0 (lookup)); consecutive uses of one unit share one gather.
 //               Where a unit is gathered: use() (on demand) and prefetch() (up to prefetch_units
 //               gathers ahead, into free slots); where it is released: release() after its last
-//               consecutive use. The naive path gathers on demand into a single slot.
+//               consecutive use. The naive path gathers on demand into a single slot. Slots are
+//               sized by what they hold: slot 0 fits the embedding, the others a block, so a unit
+//               takes the smallest free slot it fits; at most gather_slots() are alive at once.
 //   any stage   for_each_unit(): unit by unit, whole, for streaming the weights out (stage 3
 //               gathers each into a slot: no rank ever holds the whole model).
 #pragma once
@@ -41,11 +43,13 @@ class ParamGatherer {
  private:
   struct GatherSlot {
     T* buf = nullptr;
+    size_t numel = 0;
     int unit = -1;
     int first = -1, last = -1;  // range of schedule positions served by this gather
     CommHandle h;
   };
   void start(int pos, GatherSlot& s);
+  GatherSlot* free_slot_for(int u);  // smallest free slot that fits u; nullptr if none
   void prefetch();
   CommHandle gather(int u, T* dst);
 

@@ -54,6 +54,16 @@ Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) 
 
 size_t Partition::max_unit_padded() const { return *std::max_element(unit_padded_.begin(), unit_padded_.end()); }
 
+size_t Partition::max_other_unit_padded() const {
+  return unit_padded_.size() > 1 ? *std::max_element(unit_padded_.begin() + 1, unit_padded_.end()) : 0;
+}
+
+size_t Partition::gather_slots_numel() const {
+  size_t n = 0;
+  for (size_t i = 0; i < gather_slots(); ++i) n = checked_add(n, gather_slot_numel(i), "model: gathered-unit slots (elements)");
+  return n;
+}
+
 size_t Partition::staging_slot_numel() const {
   size_t m = 0;
   for (const Bucket& b : buckets_)

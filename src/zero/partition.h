@@ -11,7 +11,7 @@
 //   stage 0  Ψ                 Ψ                           2Ψ                 -
 //   stage 1  Ψ                 Ψ + Ψ/N (reduced shard)     2Ψ/N               -
 //   stage 2  Ψ                 Ψ/N                         2Ψ/N               unit-0 staging P_0, bucket staging, RS receive
-//   stage 3  Ψ/N               Ψ/N                         2Ψ/N               + (prefetch+1) gathered-unit slots
+//   stage 3  Ψ/N               Ψ/N                         2Ψ/N               + gathered-unit slots: P_0 + prefetch x block
 //
 // Gradient buckets follow the order backward produces gradients (final norm, blocks L-1..0,
 // embedding). A bucket is a run of consecutive units of at least bucket_mb MiB (the last may be
@@ -86,8 +86,13 @@ class Partition {
   // The buffers themselves are listed in zero/store.h (list_model_state), sized by these rules.
   size_t staging_slots() const { return zc_.overlap ? 2 : 1; }  // bucket staging slots (stages 2-3)
   size_t staging_slot_numel() const;                            // largest bucket without unit 0
+  // Stage 3 gathered-unit slots: at most gather_slots() units alive at once. Slot 0 holds any unit
+  // (sized by the largest, the embedding); the others hold any unit but the embedding, so they are
+  // sized by the largest block (or the final norm).
   size_t gather_slots() const { return size_t(zc_.overlap ? zc_.prefetch_units : 0) + 1; }
-  size_t gather_slot_numel() const { return max_unit_padded(); }  // stage 3: one gathered unit
+  size_t gather_slot_numel(size_t slot) const { return slot == 0 ? max_unit_padded() : max_other_unit_padded(); }
+  size_t gather_slots_numel() const;  // all slots together
+  size_t max_other_unit_padded() const;  // the largest unit but the embedding
 
   // Bytes this rank sends per optimizer step under the Comm byte model (comm.h).
   uint64_t bytes_per_step() const;

@@ -82,8 +82,7 @@ std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Parti
     add(StateId::rs_receive, Category::comm, ty.param, checked_add(staging / N, p0 / N, kStateSize), false, {});
   }
   if (s == 3)
-    add(StateId::gathered_units, Category::comm, ty.param,
-        checked_mul(part.gather_slots(), part.gather_slot_numel(), kStateSize), false, {});
+    add(StateId::gathered_units, Category::comm, ty.param, part.gather_slots_numel(), false, {});
   return out;
 }
 

@@ -16,7 +16,7 @@
 //   embedding_staging  2-3    P_0            communication slot: the embedding's gradient
 //   bucket_staging     2-3    slots x bucket communication slots: bucket gradients
 //   rs_receive         2-3    (...)/N        communication slot: reduce-scatter results
-//   gathered_units     3      slots x unit   communication slots: gathered unit parameters
+//   gathered_units     3      P_0 + (slots-1) x block   communication slots: gathered units
 //
 // Communication slots hold no fixed range (their contents change within a step); the persistent
 // buffers (parameters or parameter shard, moments, master weights) are the training state that a

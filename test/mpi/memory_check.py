@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Per-rank memory against formulas written here, and resident memory against the tracked total.
 
-`train estimate` and the tracked memory of a run both come from Partition::buffers() and
-GPT::activation_bytes(), so comparing them with each other (test/mpi/zero_matrix.py) cannot catch a
+`train estimate` and the tracked memory of a run both come from the model-state store's list
+(list_model_state, src/zero/store.h) and GPT::activation_bytes(), so comparing them with each other (test/mpi/zero_matrix.py) cannot catch a
 buffer that both size wrongly. Here every category is computed from the ZeRO layout rules and the
 GPT-2 activation shapes, independently of the code:
 
@@ -14,8 +14,9 @@ GPT-2 activation shapes, independently of the code:
   comm        stage 0-1: none
               stage 2: embedding gradient staging P_0 + S staging slots of the largest bucket
                        (2 with overlap, else 1) + reduce-scatter receive (slots·bucket + P_0)/N
-              stage 3: the same + gathered-unit slots ((prefetch + 1) with overlap, else 1) × the
-                       largest unit; all × 4 bytes. Buckets: units in backward order (final norm,
+              stage 3: the same + gathered-unit slots ((prefetch + 1) with overlap, else 1), sized
+                       by what they hold: one fits the largest unit (the embedding), the others the
+                       largest other unit (a block); all × 4 bytes. Buckets: units in backward order (final norm,
                        blocks L-1..0), closed once they reach bucket_mb MiB (every unit alone
                        without overlap); the embedding is a bucket of its own.
   activations 4 bytes × B·T × (L·(18C + NH + 4) + 15C + Vp + 5):
@@ -135,8 +136,8 @@ def expected(m, world, stage, overlap):
         slots = 2 if overlap else 1
         slot = max(buckets(units, overlap)[:-1])
         comm = units[0] + slots * slot + (slots * slot) // N + units[0] // N
-        if stage == 3:
-            comm += ((PREFETCH + 1) if overlap else 1) * max(units)
+        if stage == 3:  # one slot that fits any unit (the embedding), the others a block
+            comm += max(units) + (PREFETCH if overlap else 0) * max(units[1:])
         out["comm"] = e * comm
     return out
 
