@@ -81,6 +81,15 @@ foreach(np 1 2 3 4)
   add_test(NAME mpi_comm_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:zt_test_comm>)
   set_tests_properties(mpi_comm_np${np} PROPERTIES RUN_SERIAL TRUE TIMEOUT 120 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 endforeach()
+# In-memory resume (docs/design.md §3.9): steps 0-9 against 0-4 + rebuild from the step-5
+# TrainState + 5-9, bit for bit, every stage; a few seconds per world size.
+add_executable(zt_test_resume ${CMAKE_SOURCE_DIR}/test/mpi/test_resume.cpp)
+target_link_libraries(zt_test_resume PRIVATE zt GTest::gtest)  # its own main (MPI)
+foreach(np 1 3)
+  add_test(NAME resume_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:zt_test_resume>
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(resume_np${np} PROPERTIES RUN_SERIAL TRUE TIMEOUT 300 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+endforeach()
 add_executable(zt_hang_probe ${CMAKE_SOURCE_DIR}/test/mpi/hang_probe.cpp)
 target_link_libraries(zt_hang_probe PRIVATE zt)
 add_test(NAME mpi_comm_hang COMMAND bash ${CMAKE_SOURCE_DIR}/test/mpi/hang_test.sh $<TARGET_FILE:zt_hang_probe>

@@ -21,9 +21,6 @@ namespace zt {
 
 namespace {
 
-constexpr int kModelMagic = 20240326;  // llm.c model checkpoint
-constexpr int kModelVersionFp32 = 3;
-constexpr int kModelVersionBf16 = 5;
 
 // Counter-based normal deviates: the value of element i of stream k depends only on
 // (seed, k, i), so any rank can initialise any shard of any tensor and get the same numbers.
@@ -40,10 +37,6 @@ inline double normal_at(uint64_t seed, uint64_t stream, uint64_t i) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
-struct FileCloser {
-  void operator()(FILE* f) const { if (f) std::fclose(f); }
-};
-using File = std::unique_ptr<FILE, FileCloser>;
 
 }  // namespace
 
@@ -162,7 +155,7 @@ void GPT<Ops>::upload(T* dst, const M* src, size_t n) {
 }
 
 template <class Ops>
-void GPT<Ops>::download(M* dst, const T* src, size_t n) const {
+void GPT<Ops>::download(M* dst, const T* src, size_t n) {
   if constexpr (std::is_same_v<T, M>) {
     Ops::d2h(dst, src, n * sizeof(T));
   } else {
@@ -181,135 +174,35 @@ std::vector<float> GPT<Ops>::logits_row(int row) const {
 }
 
 template <class Ops>
-void GPT<Ops>::init_gpt2(uint64_t seed) {
+void GPT<Ops>::init_gpt2_values(uint64_t seed, int k, size_t offset, size_t count, M* out) const {
   const double residual_scale = 1.0 / std::sqrt(2.0 * cfg_.L);
-  const auto& tensors = layout_.tensors();
-  for (size_t k = 0; k < tensors.size(); ++k) {
-    const TensorSlot& s = tensors[k];
-    T* p = unit_param_[size_t(s.unit)] + (s.offset - layout_.units()[size_t(s.unit)].offset);
-    const bool is_weight = s.shape.size() == 2;
-    const bool is_gain = s.id == ParamId::ln1w || s.id == ParamId::ln2w || s.id == ParamId::lnfw;
-    double std_dev = 0.02;
-    if (s.id == ParamId::attprojw || s.id == ParamId::fcprojw) std_dev *= residual_scale;
-    size_t n = s.numel;
-    if (s.id == ParamId::wte) n = size_t(cfg_.V) * size_t(cfg_.C);  // padding rows stay zero
-    std::vector<M> host(s.numel);
+  const TensorSlot& s = layout_.tensors()[size_t(k)];
+  ZT_ASSERT(offset + count <= s.numel);
+  const bool is_weight = s.shape.size() == 2;
+  const bool is_gain = s.id == ParamId::ln1w || s.id == ParamId::ln2w || s.id == ParamId::lnfw;
+  double std_dev = 0.02;
+  if (s.id == ParamId::attprojw || s.id == ParamId::fcprojw) std_dev *= residual_scale;
+  size_t n = s.numel;
+  if (s.id == ParamId::wte) n = size_t(cfg_.V) * size_t(cfg_.C);  // padding rows stay zero
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < s.numel; ++i) {
-      double v = 0.0;
-      if (is_weight) v = i < n ? std_dev * normal_at(seed, k, i) : 0.0;
-      else if (is_gain) v = 1.0;
-      host[i] = M(v);
-    }
-    upload(p, host.data(), s.numel);
+  for (size_t j = 0; j < count; ++j) {
+    const size_t i = offset + j;
+    double v = 0.0;
+    if (is_weight) v = i < n ? std_dev * normal_at(seed, uint64_t(k), i) : 0.0;
+    else if (is_gain) v = 1.0;
+    out[j] = M(v);
   }
 }
 
 template <class Ops>
-void GPT<Ops>::load_llmc(const std::string& path) {
-  File f(std::fopen(path.c_str(), "rb"));
-  ZT_REQUIRE(f, "model.init: cannot open " << path << ": " << std::strerror(errno));
-  int header[256];
-  ZT_REQUIRE(std::fread(header, sizeof(int), 256, f.get()) == 256,
-             "model.init: " << path << " is too short for an llm.c checkpoint header");
-  ZT_REQUIRE(header[0] == kModelMagic, "model.init: " << path << ": bad magic " << header[0]
-                                                      << " (expected an llm.c model checkpoint, magic " << kModelMagic << ")");
-  ZT_REQUIRE(header[1] != kModelVersionBf16, "model.init: " << path << " holds bf16 weights (llm.c version 5); "
-                                                             "convert it with llm.c's scripts to fp32 (version 3)");
-  ZT_REQUIRE(header[1] == kModelVersionFp32,
-             "model.init: " << path << ": unsupported llm.c checkpoint version " << header[1] << " (supported: 3, fp32)");
-  const int maxT = header[2], V = header[3], L = header[4], NH = header[5], C = header[6], Vp = header[7];
-  ZT_REQUIRE(L == cfg_.L && NH == cfg_.NH && C == cfg_.C && V == cfg_.V,
-             "model.init: " << path << " has n_layer " << L << ", n_head " << NH << ", n_embd " << C << ", vocab_size " << V
-                            << " but the plan asks for " << cfg_.L << ", " << cfg_.NH << ", " << cfg_.C << ", " << cfg_.V);
-  ZT_REQUIRE(maxT >= cfg_.maxT, "model.init: " << path << " has " << maxT << " positions, fewer than model.seq_len "
-                                               << cfg_.maxT);
-  ZT_REQUIRE(Vp >= V, "model.init: " << path << ": padded vocabulary " << Vp << " < vocabulary " << V);
-
-  std::vector<float> buf;
+void GPT<Ops>::init_gpt2(uint64_t seed) {
   std::vector<M> host;
-  auto read_floats = [&](size_t n, const char* what) {
-    buf.resize(n);
-    ZT_REQUIRE(std::fread(buf.data(), sizeof(float), n, f.get()) == n,
-               "model.init: " << path << " ends inside tensor " << what << " (truncated file?)");
-  };
-  // A NaN or Inf read here would surface only as a diverged loss at step 0, with advice about the
-  // learning rate; the file is what is wrong. `rows` x C of buf are used, per tensor `name_of(i)`.
-  auto require_finite = [&](size_t used, const auto& name_of) {
-    for (size_t i = 0; i < used; ++i)
-      ZT_REQUIRE(std::isfinite(buf[i]), "model.init: " << path << " holds NaN/Inf weights (tensor " << name_of(i)
-                                                       << ", value " << buf[i] << "); use an intact checkpoint, or set "
-                                                       << "model.init to \"\" for a random init");
-  };
-  const size_t Cs = size_t(C);
-  // llm.c stores each tensor for all layers together: (L, ...) per ParamId.
-  for (int id = 0; id < kNumParamIds; ++id) {
-    const ParamId pid = ParamId(id);
-    if (pid == ParamId::wte || pid == ParamId::wpe) {
-      const size_t file_rows = size_t(pid == ParamId::wte ? Vp : maxT);
-      const size_t keep_rows = size_t(pid == ParamId::wte ? V : cfg_.maxT);
-      read_floats(file_rows * Cs, pid == ParamId::wte ? "wte" : "wpe");
-      require_finite(keep_rows * Cs, [&](size_t) { return layout_.slot(pid).name; });
-      const size_t own_rows = size_t(layout_.slot(pid).shape[0]);
-      host.assign(own_rows * Cs, M(0));
-      for (size_t i = 0; i < keep_rows * Cs; ++i) host[i] = M(buf[i]);
-      upload(param(pid), host.data(), host.size());
-    } else if (pid == ParamId::lnfw || pid == ParamId::lnfb) {
-      read_floats(Cs, "ln_f");
-      require_finite(Cs, [&](size_t) { return layout_.slot(pid).name; });
-      host.assign(buf.begin(), buf.end());
-      upload(param(pid), host.data(), Cs);
-    } else {
-      const size_t per_layer = layout_.slot(pid, 0).numel;
-      read_floats(per_layer * size_t(L), layout_.slot(pid, 0).name.c_str());
-      require_finite(per_layer * size_t(L), [&](size_t i) { return layout_.slot(pid, int(i / per_layer)).name; });
-      for (int l = 0; l < L; ++l) {
-        host.assign(buf.begin() + long(size_t(l) * per_layer), buf.begin() + long(size_t(l + 1) * per_layer));
-        upload(param(pid, l), host.data(), per_layer);
-      }
-    }
+  for (size_t k = 0; k < layout_.tensors().size(); ++k) {
+    const TensorSlot& s = layout_.tensors()[k];
+    host.resize(s.numel);
+    init_gpt2_values(seed, int(k), 0, s.numel, host.data());
+    upload(unit_param_[size_t(s.unit)] + (s.offset - layout_.units()[size_t(s.unit)].offset), host.data(), s.numel);
   }
-  char extra;
-  ZT_REQUIRE(std::fread(&extra, 1, 1, f.get()) == 0, "model.init: " << path << " has trailing bytes after the 16 tensors");
-}
-
-template <class Ops>
-void GPT<Ops>::save_llmc(const std::string& path) {
-  // Failures here are the user's disk or path (full, read-only, gone), so the message names the
-  // file and the system's reason, never our source line.
-  File f(std::fopen(path.c_str(), "wb"));
-  ZT_REQUIRE(f, "cannot create " << path << ": " << std::strerror(errno));
-  auto wrote = [&](bool ok) { ZT_REQUIRE(ok, "cannot write " << path << ": " << std::strerror(errno)); };
-  int header[256] = {};
-  header[0] = kModelMagic; header[1] = kModelVersionFp32;
-  header[2] = cfg_.maxT; header[3] = cfg_.V; header[4] = cfg_.L; header[5] = cfg_.NH; header[6] = cfg_.C; header[7] = cfg_.Vp;
-  wrote(std::fwrite(header, sizeof(int), 256, f.get()) == 256);
-  std::vector<float> buf;
-  std::vector<M> host;
-  for (int id = 0; id < kNumParamIds; ++id) {
-    const ParamId pid = ParamId(id);
-    const bool global = pid == ParamId::wte || pid == ParamId::wpe || pid == ParamId::lnfw || pid == ParamId::lnfb;
-    for (int l = global ? -1 : 0; l < (global ? 0 : cfg_.L); ++l) {
-      const size_t n = layout_.slot(pid, l).numel;
-      host.resize(n);
-      download(host.data(), param(pid, l), n);
-      buf.assign(host.begin(), host.end());
-      wrote(std::fwrite(buf.data(), sizeof(float), n, f.get()) == n);
-    }
-  }
-  // On disk before the caller renames it into place: a crash must not leave a complete-looking
-  // name over an empty file. fclose reports what the kernel could not write back.
-  wrote(std::fflush(f.get()) == 0);
-  wrote(::fsync(::fileno(f.get())) == 0);
-  wrote(std::fclose(f.release()) == 0);
-}
-
-template <class Ops>
-size_t GPT<Ops>::llmc_file_bytes(const GPTConfig& cfg) {
-  const ParamLayout layout(cfg, 1);
-  size_t n = 0;
-  for (const TensorSlot& s : layout.tensors()) n += s.numel;
-  return 256 * sizeof(int) + n * sizeof(float);
 }
 
 // ---- forward ---------------------------------------------------------------------------------

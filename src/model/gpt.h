@@ -7,6 +7,7 @@
 // point any unit's parameters / gradients at buffers it owns (set_unit_params / set_unit_grads).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,11 +62,23 @@ class GPT {
   // 1/sqrt(2L), zero biases, unit LayerNorm gains. Counter-based RNG: element i of tensor k gets
   // the same value for a given seed whatever shard computes it.
   void init_gpt2(uint64_t seed);
+  // The same values for elements [offset, offset + n) of layout tensor k only, in host memory:
+  // what a rank that keeps a shard computes (no rank builds the whole model to cut its part).
+  void init_gpt2_values(uint64_t seed, int k, size_t offset, size_t n, M* out) const;
   // llm.c model checkpoint (.bin, fp32 version 3). Dimensions must match; positions beyond
   // maxT in the file are dropped, vocabulary padding rows are zeroed.
   void load_llmc(const std::string& path);
+  // The same checks and values, one tensor at a time: sink(k, values) gets layout tensor k's
+  // numel values (vocabulary padding rows zero) in host memory; load_llmc uploads them whole, a
+  // sharded engine keeps its part. At most one tensor is in host memory at a time.
+  void read_llmc(const std::string& path, const std::function<void(int k, const M* values)>& sink) const;
   // Writes and fsyncs `path`; throws one line naming it and the system's reason.
   void save_llmc(const std::string& path);
+  // Writes and fsyncs an llm.c file from one unit at a time: unit_params(u) returns unit u's
+  // parameters (layout order, padded) in the backend's memory, or nullptr on ranks that do not
+  // write (they still make the call, so a sharded engine can gather inside it). Only write_rank
+  // does file I/O; at most one unit is in host memory at a time.
+  void save_llmc_units(const std::string& path, bool writer, const std::function<const T*(int u)>& unit_params) const;
   // Bytes save_llmc writes for this configuration (for the free-space check before training).
   static size_t llmc_file_bytes(const GPTConfig& cfg);
 
@@ -83,6 +96,10 @@ class GPT {
   const S* losses() const { return acts_.losses; }  // (B, Tn)
   // One row of logits (the first V entries) copied to the host, for sampling.
   std::vector<float> logits_row(int row) const;
+
+  // Host <-> backend memory, converting between the host type M and the storage type T.
+  static void upload(T* dst, const M* src, size_t n);
+  static void download(M* dst, const T* src, size_t n);
 
  private:
   size_t local(ParamId id, int layer) const {
@@ -128,8 +145,6 @@ class GPT {
 
   void block_forward(int l, const T* x, int B, int Tn);
   void block_backward(int l, const T* x, int B, int Tn);
-  void upload(T* dst, const M* src, size_t n);
-  void download(M* dst, const T* src, size_t n) const;
 
   GPTConfig cfg_;
   ParamLayout layout_;

@@ -84,11 +84,13 @@ ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple) : cfg_(cfg),
   end_unit();
 }
 
-const TensorSlot& ParamLayout::slot(ParamId id, int layer) const {
+int ParamLayout::tensor_index(ParamId id, int layer) const {
   ZT_ASSERT(layer >= -1 && layer < cfg_.L);
   int i = index_[size_t(id) * (size_t(cfg_.L) + 1) + size_t(layer + 1)];
   ZT_ASSERT(i >= 0);
-  return tensors_[size_t(i)];
+  return i;
 }
+
+const TensorSlot& ParamLayout::slot(ParamId id, int layer) const { return tensors_[size_t(tensor_index(id, layer))]; }
 
 }  // namespace zt

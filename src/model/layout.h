@@ -56,6 +56,7 @@ class ParamLayout {
   size_t pad_multiple() const { return pad_; }
 
   const TensorSlot& slot(ParamId id, int layer = -1) const;
+  int tensor_index(ParamId id, int layer = -1) const;  // index into tensors()
   static int block_unit(int layer) { return 1 + layer; }
   int final_unit() const { return cfg_.L + 1; }
 

@@ -30,10 +30,13 @@
 #include "runtime/memory.h"
 #include "runtime/support.h"
 #include "train/outputs.h"
+#include "train/progress.h"
 #include "train/schedule.h"
+#include "train/state.h"
 #include "zero/engine.h"
 #include "zero/estimate.h"
 #include "zero/partition.h"
+#include "zero/store.h"
 
 namespace zt {
 
@@ -41,48 +44,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-std::string format_duration(double s) {
-  char buf[32];
-  const int total = int(s + 0.5);
-  if (total >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", total / 3600, (total / 60) % 60);
-  else if (total >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", total / 60, total % 60);
-  else std::snprintf(buf, sizeof buf, "%ds", total);
-  return buf;
-}
-
-// Metrics JSONL: one object per line, flushed at once so a crash loses nothing already logged.
-class MetricsLog {
- public:
-  explicit MetricsLog(const std::string& path) : path_(path), out_(path, std::ios::out | std::ios::trunc) {
-    ZT_REQUIRE(out_, "run.log: cannot open " << path << " for writing: " << std::strerror(errno));
-  }
-  void write(const nlohmann::json& j) {
-    out_ << j.dump() << "\n";
-    out_.flush();
-    ZT_REQUIRE(out_, "run.log: write to " << path_ << " failed");
-  }
-
- private:
-  std::string path_;
-  std::ofstream out_;
-};
-
-// Progress decorations (\r, erase-line, ETA) are for a person watching a terminal. Under a
-// launcher rank 0 cannot see what the user's stdout is: Open MPI hands each rank a pty of its own
-// even when mpirun's output goes to a file, so there the default is plain. ZT_PROGRESS=tty|plain
-// overrides the guess either way. The launcher's variables are read at program start, before
-// MPI_Init: a singleton MPI_Init (no mpirun) sets PMIX_RANK in our own environment.
-const bool kUnderLauncher = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
-bool decorate_progress() {
-  const char* env = std::getenv("ZT_PROGRESS");
-  const std::string mode = env ? env : "";
-  if (mode == "tty") return true;
-  if (mode == "plain") return false;
-  ZT_REQUIRE(mode.empty() || mode == "auto",
-             "ZT_PROGRESS: \"" << mode << "\" is not a progress mode (tty, plain or auto; unset = auto)");
-  return !kUnderLauncher && isatty(STDOUT_FILENO) == 1;
-}
 
 // Small deterministic RNG for sampling (xorshift64*), independent of the standard library.
 struct SampleRng {
@@ -99,11 +60,12 @@ class Trainer {
   using T = typename Ops::T;
   using S = typename Ops::S;
 
-  Trainer(const Plan& plan, Comm& comm) : plan_(plan), comm_(comm), root_(comm.rank() == 0) {}
+  Trainer(const Plan& plan, Comm& comm, const RunControl& ctl) : plan_(plan), comm_(comm), ctl_(ctl), root_(comm.rank() == 0) {}
 
   TrainResult run() {
     setup();
     TrainResult res;
+    res.steps = int(state_.step);
     const RunSection& run = plan_.run;
     const int B = plan_.batch.micro_batch, Tn = plan_.model.seq_len, accum = plan_.batch.grad_accum;
     const double tokens_per_step = double(B) * Tn * accum * comm_.world();
@@ -113,7 +75,8 @@ class Trainer {
     double train_seconds = 0.0;
 
     const int world = comm_.world();
-    for (int step = 0; step < run.steps; ++step) {
+    const int stop = ctl_.stop_at >= 0 ? std::min(ctl_.stop_at, run.steps) : run.steps;
+    for (int step = int(state_.step); step < stop; ++step) {
       const auto t0 = Clock::now();
       const double lr = lr_at(step, plan_.optim.lr, plan_.optim.warmup_steps, run.steps, plan_.optim.schedule,
                               plan_.optim.min_lr_ratio);
@@ -144,6 +107,9 @@ class Trainer {
       train_seconds += ms / 1e3;
       res.steps = step + 1;
       res.final_loss = loss;
+      res.losses.push_back(loss);
+      state_.step = step + 1;
+      state_.next_sequence = int64_t(state_.step) * B * accum * world;
       bytes_per_step_ = cs.bytes;
 
       if (root_) {
@@ -166,9 +132,15 @@ class Trainer {
       if ((run.eval_every > 0 && (step + 1) % run.eval_every == 0) || last) res.final_val_loss = evaluate(step);
       if (tokenizer_ && ((run.sample_every > 0 && (step + 1) % run.sample_every == 0) || last)) sample(step);
     }
-    if (!plan_.run.final_weights.empty()) save_final_weights();
+    if (!plan_.run.final_weights.empty() && res.steps == run.steps) save_final_weights();
+    if (ctl_.end) {
+      *ctl_.end = state_;
+      capture_buffers<Ops>(*store_, *ctl_.end);
+    }
 
     const double wall = seconds_since(t_start);
+    // Every rank's VmHWM (tracked + untracked), for tests that hold each rank to the estimate.
+    const std::vector<uint64_t> rss = comm_.all_gather_u64(process_peak_rss_bytes());
     if (!root_) return res;
     std::printf("\ndone: %d steps in %s (%.0f tokens/s while training); final loss %.4f", res.steps,
                 format_duration(wall).c_str(), tokens_per_step * res.steps / train_seconds, res.final_loss);
@@ -185,6 +157,7 @@ class Trainer {
                    {"wall_s", wall},
                    {"peak_memory_bytes", mem_.peak_json()},
                    {"peak_rss_bytes", process_peak_rss_bytes()},  // rank 0's VmHWM: tracked + untracked
+                   {"peak_rss_bytes_per_rank", rss},
                    {"bytes_sent_per_step", bytes_per_step_},
                    {"bytes_sent_per_step_theory", partition_->bytes_per_step()},
                    {"max_gathered_units", engine_->max_gathered_alive()},
@@ -225,19 +198,33 @@ class Trainer {
     }
     agree_on_startup(refusal);
 
-    // Units padded so every rank's shard has the same size.
+    // Units padded so every rank's shard has the same size. The model keeps no parameters or
+    // gradients of its own: they are the store's (zero/store.h), pointed at by the engine.
     const int stage = plan_.zero.stage;
-    model_ = std::make_unique<GPT<Ops>>(cfg_, B, Tn, mem_, zero_pad_multiple(world), stage <= 2, stage <= 1);
+    model_ = std::make_unique<GPT<Ops>>(cfg_, B, Tn, mem_, zero_pad_multiple(world), false, false);
     ZeroConfig zc;
     zc.stage = stage; zc.world = world; zc.rank = comm_.rank(); zc.overlap = plan_.zero.overlap_comm;
     zc.bucket_mb = plan_.zero.bucket_mb; zc.prefetch_units = plan_.zero.prefetch_units;
     zc.grad_accum = plan_.batch.grad_accum; zc.elem_bytes = sizeof(T);
     partition_ = std::make_unique<Partition>(model_->layout(), zc);
-    engine_ = std::make_unique<ZeroEngine<Ops>>(*model_, *partition_, comm_, mem_, plan_.optim);
+    store_ = std::make_unique<StateStore>(list_model_state(model_->layout(), *partition_, state_types_of<Ops>()), mem_);
+    engine_ = std::make_unique<ZeroEngine<Ops>>(*model_, *partition_, *store_, comm_, plan_.optim);
     // model.init is read here (into the allocated parameters); a damaged file is still refused
-    // before anything is written.
+    // before anything is written. A run that starts from a TrainState takes its buffers instead.
+    state_.seed = plan_.run.seed;
     try {
-      engine_->init_parameters(plan_.run.seed, m.init);
+      if (ctl_.start) {
+        ZT_REQUIRE(ctl_.start->seed == plan_.run.seed && ctl_.start->step <= plan_.run.steps,
+                   "train state: step " << ctl_.start->step << ", seed " << ctl_.start->seed
+                                        << " does not continue this plan (run.seed " << plan_.run.seed << ", run.steps "
+                                        << plan_.run.steps << ")");
+        state_.step = ctl_.start->step;
+        state_.next_sequence = ctl_.start->next_sequence;
+        restore_buffers<Ops>(*ctl_.start, *store_);
+        engine_->optimizer().set_steps_taken(int(state_.step));
+      } else {
+        engine_->init_parameters(plan_.run.seed, m.init);
+      }
     } catch (const OutOfMemory&) {
       throw;
     } catch (const Error& e) {
@@ -333,16 +320,14 @@ class Trainer {
   }
 
   void save_final_weights() {
-    // Collective for stage 3 (every rank gathers); rank 0 writes.
-    MemoryTracker scratch;
-    Allocation full = scratch.alloc(model_->layout().total() * sizeof(T), Ops::tier, Category::staging, "final weights");
-    engine_->gather_full_parameters(full.as<T>());
-    if (!root_) return;
-    MemoryTracker mem2;
-    GPT<Ops> out(cfg_, 1, 1, mem2, model_->layout().pad_multiple(), true, false);
-    Ops::copy(out.params(), full.as<T>(), model_->layout().total());
-    write_by_rename("run.final_weights", outputs_.final_weights, [&](const std::string& tmp) { out.save_llmc(tmp); });
-    std::printf("final weights written to %s (llm.c format)\n", plan_.run.final_weights.c_str());
+    // Collective (stage 3 gathers one unit at a time); rank 0 writes each unit as it comes.
+    if (root_) {
+      write_by_rename("run.final_weights", outputs_.final_weights,
+                      [&](const std::string& tmp) { engine_->save_llmc(tmp, true); });
+      std::printf("final weights written to %s (llm.c format)\n", plan_.run.final_weights.c_str());
+    } else {
+      engine_->save_llmc("", false);
+    }
   }
 
   // The start-up scan found no id outside the vocabulary; this guards the embedding lookup against
@@ -407,13 +392,16 @@ class Trainer {
 
   const Plan& plan_;
   Comm& comm_;
+  const RunControl& ctl_;
   const bool root_;
+  TrainState state_;
   GPTConfig cfg_;
   MemoryTracker mem_;
   std::unique_ptr<DataLoader> loader_, val_loader_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<GPT<Ops>> model_;
   std::unique_ptr<Partition> partition_;
+  std::unique_ptr<StateStore> store_;
   std::unique_ptr<ZeroEngine<Ops>> engine_;
   uint64_t bytes_per_step_ = 0;
   std::unique_ptr<MetricsLog> log_;
@@ -446,8 +434,8 @@ std::string next_memory_step(const Plan& plan, int world) {
 namespace {
 
 template <class Ops>
-TrainResult run_trainer(const Plan& plan, Comm& comm) {
-  Trainer<Ops> trainer(plan, comm);
+TrainResult run_trainer(const Plan& plan, Comm& comm, const RunControl& ctl) {
+  Trainer<Ops> trainer(plan, comm, ctl);
   try {
     return trainer.run();
   } catch (const OutOfMemory& e) {
@@ -508,12 +496,12 @@ std::string choose_backend(const Plan& plan, int world) {
   return name;
 }
 
-TrainResult train(const Plan& plan, Comm& comm) {
+TrainResult train(const Plan& plan, Comm& comm, const RunControl& ctl) {
   const std::string backend = choose_backend(plan, comm.world());
-  if (backend == "cpu-fp32") return run_trainer<CpuOps<float>>(plan, comm);
+  if (backend == "cpu-fp32") return run_trainer<CpuOps<float>>(plan, comm, ctl);
 #if ZT_HAVE_CUDA
-  if (backend == "cuda-fp32") return run_trainer<CudaOps<float>>(plan, comm);
-  return run_trainer<CudaOps<bf16>>(plan, comm);
+  if (backend == "cuda-fp32") return run_trainer<CudaOps<float>>(plan, comm, ctl);
+  return run_trainer<CudaOps<bf16>>(plan, comm, ctl);
 #else
   throw Error("device: \"cuda\" but this build has no CUDA backend");
 #endif

@@ -1,21 +1,35 @@
 // The training loop: plan -> model, data, ZeRO engine -> steps with logging, evaluation, samples.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "comm/comm.h"
 #include "plan/plan.h"
 
 namespace zt {
 
+struct TrainState;  // train/state.h
+
 struct TrainResult {
-  int steps = 0;
+  int steps = 0;  // the step after the last one run
+  std::vector<double> losses;  // of the steps this call ran
   double final_loss = 0.0;
   double final_val_loss = -1.0;  // < 0: no evaluation ran
 };
 
-// Runs the plan to completion on this rank of `comm`. Throws zt::Error on failure (bad data, NaN
-// loss, a collective that timed out, ...).
-TrainResult train(const Plan& plan, Comm& comm);
+// Where a call starts and stops (docs/design.md §3.9). By default: from the plan's init at step 0
+// to run.steps. With `start`, the model state and step come from a captured TrainState (same plan
+// and world); with `stop_at`, the loop ends before that step (no final evaluation, sample or
+// weights); with `end`, the state after the last step is captured there.
+struct RunControl {
+  const TrainState* start = nullptr;
+  int stop_at = -1;
+  TrainState* end = nullptr;
+};
+
+// Runs the plan on this rank of `comm`. Throws zt::Error on failure (bad data, NaN loss, a
+// collective that timed out, ...).
+TrainResult train(const Plan& plan, Comm& comm, const RunControl& ctl = {});
 
 // The backend train() will use for this plan on `world` ranks: "cpu-fp32", "cuda-fp32" or
 // "cuda-bf16". Throws (one clear line) when this build or machine cannot run it, so the caller

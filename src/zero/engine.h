@@ -1,6 +1,14 @@
-// The ZeRO engine: one implementation for stages 0-3 (DESIGN ideas 3 and 4). It owns the sharded
-// state (optimizer moments, gradient shard, stage-3 parameter shard, communication buffers), drives
-// the model through its unit hooks, and runs the sharded optimizer step.
+// The ZeRO engine (docs/design.md §3.3, §3.4): one implementation for stages 0-3, in three parts
+// read side by side, over one model-state store:
+//
+//   zero/store.h           every model-state buffer of the rank, listed once (where memory is listed)
+//   zero/grad_reducer.h    gradient buckets, staging slots, overlap (where a bucket fires)
+//   zero/param_gatherer.h  stage-3 schedule, prefetch, release; stage 1-2 all-gather after the step
+//                          (where a unit is gathered and released)
+//   zero/optimizer.h       AdamW over the store's owned slices (where a shard is updated)
+//
+// This class wires them to the model's unit hooks, initialises the parameters shard-wise, and
+// streams them out. What a stage does is data (StageRules, partition.h), read by the parts.
 //
 // Step anatomy (one optimizer step, A micro-steps; "RS" reduce-scatter, "AG" all-gather):
 //
@@ -25,105 +33,63 @@
 // no prefetch. Kept for teaching and A/B.
 #pragma once
 #include <cstdint>
-#include <type_traits>
-#include <vector>
+#include <string>
 
 #include "comm/comm.h"
 #include "model/gpt.h"
 #include "plan/plan.h"
+#include "zero/grad_reducer.h"
+#include "zero/optimizer.h"
+#include "zero/param_gatherer.h"
 #include "zero/partition.h"
+#include "zero/store.h"
 
 namespace zt {
 
 template <class Ops>
 class ZeroEngine : public UnitHooks {
  public:
-  using T = typename Ops::T;  // parameters and gradients
-  using M = typename Ops::M;  // optimizer moments and master weights
-  static constexpr bool kMixed = !std::is_same_v<T, M>;
+  using T = typename Ops::T;
 
-  // The model must have been built with full parameters iff stage <= 2 and full gradients iff
-  // stage <= 1 (Partition::buffers lists what is whose). Parameters must be initialised through
-  // init_parameters() below.
-  ZeroEngine(GPT<Ops>& model, const Partition& part, Comm& comm, MemoryTracker& mem, const OptimSection& optim);
+  // The model is built without parameters or gradients of its own (GPT(..., false, false)): the
+  // engine points its units at the store's buffers (or, at stage 3, at gathered slots).
+  ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm, const OptimSection& optim);
   ~ZeroEngine() override;
 
-  // Random GPT-2 init or an llm.c file; every rank ends with the same parameters (or its shard).
+  // Random GPT-2 init or an llm.c file. Each rank writes only what it keeps: every rank the same
+  // full parameters at stages 0-2, its own shard at stage 3 (never the whole model).
   void init_parameters(uint64_t seed, const std::string& llmc_path);
+  // Writes the parameters to an llm.c file on rank 0, one unit at a time (collective).
+  void save_llmc(const std::string& path, bool writer);
 
   void begin_step(int64_t step);
   // Before each micro-step's forward (with_backward) or each evaluation / sampling forward.
   void begin_pass(int micro, bool with_backward);
   // After the last micro-step's backward: completes all gradient communication.
-  void finish_gradients();
-  double grad_norm();
+  void finish_gradients() { reducer_.finish(); }
+  double grad_norm() { return optimizer_.grad_norm(); }
   void optimizer_step(double lr, double grad_scale);
-
-  // Full parameters into `out` (layout.total() elements), on every rank (collective).
-  void gather_full_parameters(T* out);
+  ShardedOptimizer<Ops>& optimizer() { return optimizer_; }
 
   // Largest number of gathered (stage-3) units that were alive at once.
-  int max_gathered_alive() const { return max_alive_; }
+  int max_gathered_alive() const { return gatherer_.max_alive(); }
 
   // UnitHooks
   void before_forward(int u) override;
   void after_forward(int u) override;
   void before_backward(int u) override;
   void after_backward(int u) override;
-  void grads_ready(int u) override;
+  void grads_ready(int u) override { reducer_.grads_ready(u); }
 
  private:
-  struct GatherSlot {
-    T* buf = nullptr;
-    int unit = -1;
-    int first = -1, last = -1;  // range of schedule positions served by this gather
-    CommHandle h;
-  };
-  struct StagingSlot {
-    T* buf = nullptr;
-    T* recv = nullptr;
-    int bucket = -1;
-    uint64_t taken = 0;  // when it was last assigned a bucket
-    std::vector<CommHandle> hs;
-  };
-
-  T* unit_full_params(int u);
-  void use_unit(int u);      // stage 3: make unit u's parameters present for schedule position pos_
-  void release_unit(int u);  // stage 3: after the use at pos_
-  void start_gather(int pos, GatherSlot& s);
-  void prefetch();
-  void launch_bucket(int b);
-  void complete_staging(StagingSlot& s);
-  void progress() { comm_.test(CommHandle{}); }
-  void init_master();
-
   GPT<Ops>& model_;
-  const ParamLayout& layout_;
   const Partition& part_;
+  StateStore& store_;
   Comm& comm_;
-  OptimSection optim_;
-  int stage_, world_, micro_ = 0, accum_ = 1, steps_taken_ = 0;
-  bool overlap_, backward_pass_ = false;
-
-  Allocation param_shard_, grad_shard_, m_, v_, g0_, staging_, recv_, gathered_;
-  Allocation master_;  // (my parameters) fp32 master weights, mixed precision only
-  std::vector<CommHandle> inflight_;  // stage 0/1 gradient collectives, param all-gathers
-
-  // stage 3 schedule of unit uses for the current pass, and the slots
-  std::vector<int> sched_;
-  int pos_ = 0;
-  std::vector<GatherSlot> gslots_;
-  int max_alive_ = 0;
-
-  // stages 2-3 gradient staging
-  std::vector<StagingSlot> sslots_;
-  StagingSlot s0_;  // the embedding's own
-  // The slot each bucket of the current micro-step accumulates into. Looked up by bucket, never by
-  // searching the slots' `bucket` fields: with accumulation, a bucket's previous micro-step may still
-  // be in flight in another slot, so two slots can hold the same bucket at once.
-  std::vector<StagingSlot*> slot_of_bucket_;
-  uint64_t slots_taken_ = 0;
-  bool head_seen_ = false;
+  StageRules rules_;
+  GradReducer<Ops> reducer_;
+  ParamGatherer<Ops> gatherer_;
+  ShardedOptimizer<Ops> optimizer_;
 };
 
 }  // namespace zt

@@ -8,6 +8,7 @@
 #include "runtime/checked.h"
 #include "runtime/error.h"
 #include "zero/partition.h"
+#include "zero/store.h"
 
 namespace zt {
 
@@ -35,10 +36,11 @@ Estimate estimate_plan(const Plan& plan, int world) {
   Estimate e;
   std::map<Category, size_t> by_cat;
   const std::string what = "model: per-rank memory (bytes)";
-  for (const Partition::Buffer& b : part.buffers()) {
-    const size_t bytes = checked_mul(b.numel, sizeof(Ops::T), what);
+  // The store's own list (zero/store.h): what a run allocates, buffer for buffer.
+  for (const StateBuffer& b : list_model_state(layout, part, StateTypes{DType::f32, DType::f32, Ops::tier})) {
+    const size_t bytes = b.bytes();
     by_cat[b.cat] = checked_add(by_cat[b.cat], bytes, what);
-    e.buffers.push_back({{"category", category_name(b.cat)}, {"name", b.name}, {"bytes", bytes}});
+    e.buffers.push_back({{"category", category_name(b.cat)}, {"name", b.name()}, {"bytes", bytes}});
   }
   const size_t act = GPT<Ops>::activation_bytes(cfg, plan.batch.micro_batch, m.seq_len);
   by_cat[Category::activations] = checked_add(by_cat[Category::activations], act, what);

@@ -50,46 +50,25 @@ Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) 
   cur.units.push_back(0);
   cur.numel = unit_padded_[0];
   close();
-
-  // The engine allocates and `estimate` reports every buffer in bytes: each must be representable.
-  for (const Buffer& b : buffers()) checked_mul(b.numel, zc.elem_bytes, "model: bytes of the " + b.name);
 }
 
 size_t Partition::max_unit_padded() const { return *std::max_element(unit_padded_.begin(), unit_padded_.end()); }
+
+size_t Partition::max_other_unit_padded() const {
+  return unit_padded_.size() > 1 ? *std::max_element(unit_padded_.begin() + 1, unit_padded_.end()) : 0;
+}
+
+size_t Partition::gather_slots_numel() const {
+  size_t n = 0;
+  for (size_t i = 0; i < gather_slots(); ++i) n = checked_add(n, gather_slot_numel(i), "model: gathered-unit slots (elements)");
+  return n;
+}
 
 size_t Partition::staging_slot_numel() const {
   size_t m = 0;
   for (const Bucket& b : buckets_)
     if (b.units.front() != 0) m = std::max(m, b.numel);
   return m;
-}
-
-namespace {
-const char* const kStateSize = "model: model-state buffer size (elements)";
-}
-
-std::vector<Partition::Buffer> Partition::buffers() const {
-  const size_t psi = total_, shard = shard_total();
-  std::vector<Buffer> out;
-  const int s = zc_.stage;
-  // The model's own buffers (allocated by GPT when the stage keeps them full).
-  if (s <= 2) out.push_back({Category::params, "parameters", psi});
-  if (s <= 1) out.push_back({Category::grads, "gradients", psi});
-  // The engine's.
-  if (s == 3) out.push_back({Category::params, "parameter shard", shard});
-  if (s >= 1) out.push_back({Category::grads, "gradient shard", shard});
-  const size_t mv = s == 0 ? psi : shard;
-  out.push_back({Category::optimizer, "AdamW first moment", mv});
-  out.push_back({Category::optimizer, "AdamW second moment", mv});
-  if (s >= 2) {
-    out.push_back({Category::comm, "embedding gradient staging", unit_padded_[0]});
-    const size_t staging = checked_mul(staging_slots(), staging_slot_numel(), kStateSize);
-    out.push_back({Category::comm, "bucket gradient staging", staging});
-    out.push_back({Category::comm, "reduce-scatter receive",
-                   checked_add(staging / size_t(zc_.world), unit_padded_[0] / size_t(zc_.world), kStateSize)});
-  }
-  if (s == 3) out.push_back({Category::comm, "gathered units", checked_mul(gather_slots(), max_unit_padded(), kStateSize)});
-  return out;
 }
 
 uint64_t Partition::bytes_per_step() const {

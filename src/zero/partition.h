@@ -1,4 +1,4 @@
-// ZeRO partitioning, written as data (DESIGN idea 3: "stages are data layouts").
+// ZeRO partitioning, written as data (docs/design.md §3.3: "stages are data layouts").
 //
 // Every unit is padded to a multiple of lcm(world, 128) elements, so it splits into `world` equal
 // shards; rank r owns elements [r*P_u/N, (r+1)*P_u/N) of each unit u. The rank's shards of all
@@ -11,15 +11,15 @@
 //   stage 0  Ψ                 Ψ                           2Ψ                 -
 //   stage 1  Ψ                 Ψ + Ψ/N (reduced shard)     2Ψ/N               -
 //   stage 2  Ψ                 Ψ/N                         2Ψ/N               unit-0 staging P_0, bucket staging, RS receive
-//   stage 3  Ψ/N               Ψ/N                         2Ψ/N               + (prefetch+1) gathered-unit slots
+//   stage 3  Ψ/N               Ψ/N                         2Ψ/N               + gathered-unit slots: P_0 + prefetch x block
 //
 // Gradient buckets follow the order backward produces gradients (final norm, blocks L-1..0,
 // embedding). A bucket is a run of consecutive units of at least bucket_mb MiB (the last may be
 // smaller); the embedding (unit 0) is always a bucket of its own, because its gradient is written
 // twice per backward (LM head first, token/position lookup last).
 //
-// This header sizes everything from the plan and a world size without allocating: the engine
-// allocates exactly these buffers, and `train estimate` prints the same numbers.
+// This header sizes everything from the plan and a world size without allocating; zero/store.h
+// lists the buffers from it, the store allocates exactly that list, and `train estimate` prints it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -53,11 +53,26 @@ struct ZeroConfig {
   size_t elem_bytes = 4;  // bytes of one parameter / gradient element (fp32 on the CPU backend)
 };
 
+// What a stage does, as data (docs/design.md §3.3): the engine's parts read these flags instead of
+// comparing stage numbers.
+struct StageRules {
+  bool full_params;        // stages 0-2: every rank holds all parameters
+  bool full_grads;         // stages 0-1: a full gradient buffer, reduced once per step
+  bool optimizer_sharded;  // stages 1-3: AdamW runs on my shard only
+  bool gather_params;      // stages 1-2: all-gather the updated shards after the optimizer step
+  bool staged_grads;       // stages 2-3: gradients go through staging slots, reduce-scattered every micro-step
+  bool gather_units;       // stage 3: units are gathered before use and released after
+  static StageRules of(int stage) {
+    return {stage <= 2, stage <= 1, stage >= 1, stage == 1 || stage == 2, stage >= 2, stage == 3};
+  }
+};
+
 class Partition {
  public:
   Partition(const ParamLayout& layout, const ZeroConfig& zc);
 
   const ZeroConfig& config() const { return zc_; }
+  StageRules rules() const { return StageRules::of(zc_.stage); }
   size_t total() const { return total_; }              // Ψ (padded)
   size_t shard_total() const { return total_ / size_t(zc_.world); }  // Ψ/N
   size_t unit_shard_numel(int u) const { return unit_padded_[size_t(u)] / size_t(zc_.world); }
@@ -68,12 +83,16 @@ class Partition {
   const std::vector<Bucket>& buckets() const { return buckets_; }
   int bucket_of(int u) const { return bucket_of_[size_t(u)]; }
 
-  // Buffers the engine allocates, by (category, name) -> elements. Model activations are separate.
-  struct Buffer { Category cat; std::string name; size_t numel; };
-  std::vector<Buffer> buffers() const;
+  // The buffers themselves are listed in zero/store.h (list_model_state), sized by these rules.
   size_t staging_slots() const { return zc_.overlap ? 2 : 1; }  // bucket staging slots (stages 2-3)
   size_t staging_slot_numel() const;                            // largest bucket without unit 0
+  // Stage 3 gathered-unit slots: at most gather_slots() units alive at once. Slot 0 holds any unit
+  // (sized by the largest, the embedding); the others hold any unit but the embedding, so they are
+  // sized by the largest block (or the final norm).
   size_t gather_slots() const { return size_t(zc_.overlap ? zc_.prefetch_units : 0) + 1; }
+  size_t gather_slot_numel(size_t slot) const { return slot == 0 ? max_unit_padded() : max_other_unit_padded(); }
+  size_t gather_slots_numel() const;  // all slots together
+  size_t max_other_unit_padded() const;  // the largest unit but the embedding
 
   // Bytes this rank sends per optimizer step under the Comm byte model (comm.h).
   uint64_t bytes_per_step() const;

@@ -31,6 +31,7 @@
 #include "train/schedule.h"
 #include "zero/engine.h"
 #include "zero/partition.h"
+#include "zero/store.h"
 
 namespace zt {
 namespace {
@@ -125,13 +126,14 @@ TEST(GpuModel, Bf16WithinTolerance) { check_one_pass<CudaOps<bf16>>(2e-2, 1e-1, 
 template <class Ops>
 std::vector<double> train_10(Comm& comm) {
   MemoryTracker mem;
-  GPT<Ops> model(kCfg, kB, kT, mem);
+  GPT<Ops> model(kCfg, kB, kT, mem, 128, false, false);  // parameters and gradients: the store's
   OptimSection o;
   o.lr = 1e-3; o.beta1 = 0.9; o.beta2 = 0.95; o.eps = 1e-8; o.weight_decay = 0.1; o.grad_clip = 1.0;
   o.warmup_steps = 2; o.schedule = "cosine"; o.min_lr_ratio = 0.1;
   ZeroConfig zc;
   const Partition part(model.layout(), zc);
-  ZeroEngine<Ops> engine(model, part, comm, mem, o);
+  StateStore store(list_model_state(model.layout(), part, state_types_of<Ops>()), mem);
+  ZeroEngine<Ops> engine(model, part, store, comm, o);
   engine.init_parameters(42, "");
   std::vector<double> losses;
   const int steps = 10;

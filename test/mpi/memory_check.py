@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Per-rank memory against formulas written here, and resident memory against the tracked total.
 
-`train estimate` and the tracked memory of a run both come from Partition::buffers() and
-GPT::activation_bytes(), so comparing them with each other (test/mpi/zero_matrix.py) cannot catch a
+`train estimate` and the tracked memory of a run both come from the model-state store's list
+(list_model_state, src/zero/store.h) and GPT::activation_bytes(), so comparing them with each other (test/mpi/zero_matrix.py) cannot catch a
 buffer that both size wrongly. Here every category is computed from the ZeRO layout rules and the
 GPT-2 activation shapes, independently of the code:
 
@@ -14,8 +14,9 @@ GPT-2 activation shapes, independently of the code:
   comm        stage 0-1: none
               stage 2: embedding gradient staging P_0 + S staging slots of the largest bucket
                        (2 with overlap, else 1) + reduce-scatter receive (slots·bucket + P_0)/N
-              stage 3: the same + gathered-unit slots ((prefetch + 1) with overlap, else 1) × the
-                       largest unit; all × 4 bytes. Buckets: units in backward order (final norm,
+              stage 3: the same + gathered-unit slots ((prefetch + 1) with overlap, else 1), sized
+                       by what they hold: one fits the largest unit (the embedding), the others the
+                       largest other unit (a block); all × 4 bytes. Buckets: units in backward order (final norm,
                        blocks L-1..0), closed once they reach bucket_mb MiB (every unit alone
                        without overlap); the embedding is a bucket of its own.
   activations 4 bytes × B·T × (L·(18C + NH + 4) + 15C + Vp + 5):
@@ -35,8 +36,10 @@ Resident memory: the summary's peak_rss_bytes (rank 0's VmHWM) must be
   tracked total + init transient + overhead,   |difference| <= RSS_SLACK
 
   init transient: while parameters are initialised every tracked buffer already exists, plus one
-                  tensor's host values at a time (the largest is wte, Vp·C·4 bytes) and, at stage 3,
-                  the full 4Ψ parameters that each rank cuts its shard from.
+                  tensor's host values at a time: the largest is wte, Vp·C·4 bytes; at stage 3 each
+                  rank computes only its shard (counter-based init), so rank 0's largest is the part
+                  of wte in its embedding shard, min(Vp·C, P_0/N)·4 bytes. No rank builds the whole
+                  model (the old stage-3 init built all 4Ψ on every rank to cut its shard from).
   overhead:       what the process holds besides: shared libraries' resident pages and their data
                   (cuBLASLt alone is ~62 MiB in a CUDA build), the C++/OpenMP/OpenBLAS/MPI runtimes,
                   the heap. It does not grow with the model: measured on the small model (one
@@ -44,6 +47,22 @@ Resident memory: the summary's peak_rss_bytes (rank 0's VmHWM) must be
                   build), and then predicts a larger model (C 128 instead of 35, 4x the tracked
                   bytes) at stages 0 and 3 to within RSS_SLACK (seen: within 0.2 MiB). An
                   untracked buffer the size of that model's gradients (28 MiB) is far outside it.
+
+Every rank, stage 3 at N = 4 (docs/design.md §3.10): each rank's VmHWM (the summary's
+peak_rss_bytes_per_rank) must be at most
+
+  `train estimate`'s per-rank total + init transient + overhead + MPI temporary + RSS_SLACK
+
+  MPI temporary:  Open MPI's non-blocking reduce-scatter (libnbc) reduces into a temporary of twice
+                  the message on the way to rank 0 (binomial tree, then scatter): 2·4·P_max bytes on
+                  rank 0 (less elsewhere), P_max the largest unit, since gradients are reduce-scattered
+                  unit by unit. Today that is the embedding: the term shrinks when the embedding is
+                  split into block-sized row chunks (not done yet).
+  overhead:       the N = 4 runtime's, measured as rank 0's VmHWM - tracked - init transient - MPI
+                  temporary on the small model at N = 4, stage 3 (at most OVERHEAD_MAX; seen 168.5
+                  MiB, within 2 MiB of the single-process overhead above).
+
+The large model at N = 4, stage 3 is then held to it, rank by rank (rank 0 seen 2 MiB under).
 
   /usr/bin/python3 test/mpi/memory_check.py [--train ./train] [--mpirun mpirun] [--keep]
 """
@@ -117,16 +136,18 @@ def expected(m, world, stage, overlap):
         slots = 2 if overlap else 1
         slot = max(buckets(units, overlap)[:-1])
         comm = units[0] + slots * slot + (slots * slot) // N + units[0] // N
-        if stage == 3:
-            comm += ((PREFETCH + 1) if overlap else 1) * max(units)
+        if stage == 3:  # one slot that fits any unit (the embedding), the others a block
+            comm += max(units) + (PREFETCH if overlap else 0) * max(units[1:])
         out["comm"] = e * comm
     return out
 
 
 def init_transient(m, world, stage):
     """Bytes alive during parameter init beyond the tracked buffers (see the docstring)."""
-    wte = VP * m["C"] * 4
-    return wte + (4 * sum(padded_units(m, world)) if stage == 3 else 0)
+    wte = VP * m["C"]
+    if stage == 3:
+        return 4 * min(wte, padded_units(m, world)[0] // world)
+    return 4 * wte
 
 
 # ---- running the binary ------------------------------------------------------------------------
@@ -184,6 +205,43 @@ def compare(where, got, want, failures):
         g, w = got.get(cat, 0), want.get(cat, 0)
         if g != w:
             failures.append(f"{where}: {cat} {g} bytes, formula {w} ({g - w:+d})")
+
+
+def mpi_temporary(m, world):
+    """Open MPI's reduce-scatter temporary on rank 0 (see the docstring): twice the largest unit."""
+    return 2 * 4 * max(padded_units(m, world))
+
+
+def check_ranks_n4(train, mpirun, work, failures):
+    """Each rank's VmHWM at N = 4, stage 3 within estimate + init transient + the N = 4 overhead."""
+    world, stage = 4, 3
+    try:
+        small = train_run(train, mpirun, SMALL, world, stage, work)
+        large = train_run(train, mpirun, LARGE, world, stage, work)
+        est = estimate(train, LARGE, world, stage, True, work)["total"]
+    except RuntimeError as e:
+        failures.append(str(e))
+        return
+    compare(f"large model world {world} stage {stage} (tracked peak)", large["peak_memory_bytes"]["host"],
+            expected(LARGE, world, stage, True), failures)
+    overhead = (small["peak_rss_bytes"] - small["peak_memory_bytes"]["host"]["total"]
+                - init_transient(SMALL, world, stage) - mpi_temporary(SMALL, world))
+    print(f"\nresident, N = {world}, stage {stage}: runtime overhead (small model, rank 0) {overhead / MiB:.1f} MiB "
+          f"(at most {OVERHEAD_MAX / MiB:.0f})")
+    if not 0 < overhead <= OVERHEAD_MAX:
+        failures.append(f"N = {world} runtime overhead {overhead / MiB:.1f} MiB outside (0, {OVERHEAD_MAX / MiB:.0f}] MiB")
+    limit = est + init_transient(LARGE, world, stage) + overhead + mpi_temporary(LARGE, world) + RSS_SLACK
+    per_rank = large.get("peak_rss_bytes_per_rank", [])
+    if len(per_rank) != world:
+        failures.append(f"N = {world}: peak_rss_bytes_per_rank has {len(per_rank)} entries")
+    for r, rss in enumerate(per_rank):
+        print(f"resident, N = {world}, stage {stage}, large model, rank {r}: VmHWM {rss / MiB:.1f} MiB, limit "
+              f"{limit / MiB:.1f} (estimate {est / MiB:.1f} + init transient "
+              f"{init_transient(LARGE, world, stage) / MiB:.1f} + overhead + MPI temporary "
+              f"{mpi_temporary(LARGE, world) / MiB:.1f} + slack {RSS_SLACK / MiB:.0f})")
+        if rss > limit:
+            failures.append(f"N = {world} stage {stage} rank {r}: VmHWM {rss / MiB:.1f} MiB over the estimate + init "
+                            f"transient + overhead + slack ({limit / MiB:.1f} MiB): memory outside the estimate")
 
 
 def main():
@@ -257,6 +315,9 @@ def main():
                 failures.append(f"large model stage {stage}: VmHWM {s['peak_rss_bytes']} is {d / MiB:+.1f} MiB off "
                                 f"tracked + init transient + overhead (slack {RSS_SLACK / MiB:.0f} MiB): "
                                 + ("memory outside the tracker" if d > 0 else "tracked memory that is not resident"))
+
+    # ---- every rank's resident memory, stage 3 at N = 4 ---------------------------------------------
+    check_ranks_n4(train, args.mpirun, work, failures)
 
     print(f"\n{time.monotonic() - t0:.1f} s; work directory {work}" + ("" if args.keep or failures else " (removed)"))
     if not args.keep and not failures:

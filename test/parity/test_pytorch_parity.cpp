@@ -28,6 +28,7 @@
 #include "train/schedule.h"
 #include "zero/engine.h"
 #include "zero/partition.h"
+#include "zero/store.h"
 
 namespace zt {
 namespace {
@@ -164,14 +165,15 @@ TEST_P(PyTorchParity, LossLogitsAndGradients) {
 TEST_P(PyTorchParity, TenAdamWSteps) {
   Reference ref(GetParam());
   MemoryTracker mem;
-  Model model(ref.g, ref.B, ref.Tn, mem);
-  model.load_llmc(ref.dir + "/model.bin");
+  Model model(ref.g, ref.B, ref.Tn, mem, 128, false, false);  // parameters and gradients: the store's
   const OptimSection o = ref.optim();
   // The real optimizer path: the ZeRO engine at stage 0 on a world of one.
   static std::unique_ptr<Comm> comm = make_mpi_comm(CommOptions{});
   ZeroConfig zc;
   const Partition part(model.layout(), zc);
-  ZeroEngine<CpuOps<float>> engine(model, part, *comm, mem, o);
+  StateStore store(list_model_state(model.layout(), part, state_types_of<CpuOps<float>>()), mem);
+  ZeroEngine<CpuOps<float>> engine(model, part, store, *comm, o);
+  engine.init_parameters(0, ref.dir + "/model.bin");
   const size_t N = size_t(ref.B) * ref.Tn;
   std::vector<int> in, tg;
   for (int s = 0; s < ref.steps; ++s) {

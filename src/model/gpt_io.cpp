@@ -1,0 +1,186 @@
+// llm.c weight files (.bin, fp32 version 3): reading one tensor at a time, writing one unit at a
+// time, so a sharded engine never needs the whole model in one process (docs/design.md §3.7).
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include <unistd.h>
+
+#include "model/gpt.h"
+#include "backend/ops_cpu.h"
+#if ZT_HAVE_CUDA
+#include "backend/ops_cuda.h"
+#endif
+#include "runtime/error.h"
+
+namespace zt {
+
+namespace {
+constexpr int kModelMagic = 20240326;  // llm.c model checkpoint
+constexpr int kModelVersionFp32 = 3;
+constexpr int kModelVersionBf16 = 5;
+
+struct FileCloser {
+  void operator()(FILE* f) const { if (f) std::fclose(f); }
+};
+using File = std::unique_ptr<FILE, FileCloser>;
+}  // namespace
+
+template <class Ops>
+void GPT<Ops>::load_llmc(const std::string& path) {
+  read_llmc(path, [&](int k, const M* values) {
+    const TensorSlot& s = layout_.tensors()[size_t(k)];
+    upload(param(s.id, s.layer), values, s.numel);
+  });
+}
+
+template <class Ops>
+void GPT<Ops>::read_llmc(const std::string& path, const std::function<void(int k, const M* values)>& sink) const {
+  File f(std::fopen(path.c_str(), "rb"));
+  ZT_REQUIRE(f, "model.init: cannot open " << path << ": " << std::strerror(errno));
+  int header[256];
+  ZT_REQUIRE(std::fread(header, sizeof(int), 256, f.get()) == 256,
+             "model.init: " << path << " is too short for an llm.c checkpoint header");
+  ZT_REQUIRE(header[0] == kModelMagic, "model.init: " << path << ": bad magic " << header[0]
+                                                      << " (expected an llm.c model checkpoint, magic " << kModelMagic << ")");
+  ZT_REQUIRE(header[1] != kModelVersionBf16, "model.init: " << path << " holds bf16 weights (llm.c version 5); "
+                                                             "convert it with llm.c's scripts to fp32 (version 3)");
+  ZT_REQUIRE(header[1] == kModelVersionFp32,
+             "model.init: " << path << ": unsupported llm.c checkpoint version " << header[1] << " (supported: 3, fp32)");
+  const int maxT = header[2], V = header[3], L = header[4], NH = header[5], C = header[6], Vp = header[7];
+  ZT_REQUIRE(L == cfg_.L && NH == cfg_.NH && C == cfg_.C && V == cfg_.V,
+             "model.init: " << path << " has n_layer " << L << ", n_head " << NH << ", n_embd " << C << ", vocab_size " << V
+                            << " but the plan asks for " << cfg_.L << ", " << cfg_.NH << ", " << cfg_.C << ", " << cfg_.V);
+  ZT_REQUIRE(maxT >= cfg_.maxT, "model.init: " << path << " has " << maxT << " positions, fewer than model.seq_len "
+                                               << cfg_.maxT);
+  ZT_REQUIRE(Vp >= V, "model.init: " << path << ": padded vocabulary " << Vp << " < vocabulary " << V);
+
+  std::vector<float> buf;
+  std::vector<M> host;
+  auto read_floats = [&](size_t n, const char* what) {
+    buf.resize(n);
+    ZT_REQUIRE(std::fread(buf.data(), sizeof(float), n, f.get()) == n,
+               "model.init: " << path << " ends inside tensor " << what << " (truncated file?)");
+  };
+  // A NaN or Inf read here would surface only as a diverged loss at step 0, with advice about the
+  // learning rate; the file is what is wrong. `rows` x C of buf are used, per tensor `name_of(i)`.
+  auto require_finite = [&](size_t used, const auto& name_of) {
+    for (size_t i = 0; i < used; ++i)
+      ZT_REQUIRE(std::isfinite(buf[i]), "model.init: " << path << " holds NaN/Inf weights (tensor " << name_of(i)
+                                                       << ", value " << buf[i] << "); use an intact checkpoint, or set "
+                                                       << "model.init to \"\" for a random init");
+  };
+  const size_t Cs = size_t(C);
+  // llm.c stores each tensor for all layers together: (L, ...) per ParamId.
+  for (int id = 0; id < kNumParamIds; ++id) {
+    const ParamId pid = ParamId(id);
+    if (pid == ParamId::wte || pid == ParamId::wpe) {
+      const size_t file_rows = size_t(pid == ParamId::wte ? Vp : maxT);
+      const size_t keep_rows = size_t(pid == ParamId::wte ? V : cfg_.maxT);
+      read_floats(file_rows * Cs, pid == ParamId::wte ? "wte" : "wpe");
+      require_finite(keep_rows * Cs, [&](size_t) { return layout_.slot(pid).name; });
+      const size_t own_rows = size_t(layout_.slot(pid).shape[0]);
+      host.assign(own_rows * Cs, M(0));
+      for (size_t i = 0; i < keep_rows * Cs; ++i) host[i] = M(buf[i]);
+      sink(layout_.tensor_index(pid, -1), host.data());
+    } else if (pid == ParamId::lnfw || pid == ParamId::lnfb) {
+      read_floats(Cs, "ln_f");
+      require_finite(Cs, [&](size_t) { return layout_.slot(pid).name; });
+      host.assign(buf.begin(), buf.end());
+      sink(layout_.tensor_index(pid, -1), host.data());
+    } else {
+      const size_t per_layer = layout_.slot(pid, 0).numel;
+      read_floats(per_layer * size_t(L), layout_.slot(pid, 0).name.c_str());
+      require_finite(per_layer * size_t(L), [&](size_t i) { return layout_.slot(pid, int(i / per_layer)).name; });
+      for (int l = 0; l < L; ++l) {
+        host.assign(buf.begin() + long(size_t(l) * per_layer), buf.begin() + long(size_t(l + 1) * per_layer));
+        sink(layout_.tensor_index(pid, l), host.data());
+      }
+    }
+  }
+  char extra;
+  ZT_REQUIRE(std::fread(&extra, 1, 1, f.get()) == 0, "model.init: " << path << " has trailing bytes after the 16 tensors");
+}
+
+template <class Ops>
+void GPT<Ops>::save_llmc(const std::string& path) {
+  save_llmc_units(path, true, [&](int u) -> const T* { return unit_param_[size_t(u)]; });
+}
+
+template <class Ops>
+void GPT<Ops>::save_llmc_units(const std::string& path, bool writer,
+                               const std::function<const T*(int u)>& unit_params) const {
+  // Failures here are the user's disk or path (full, read-only, gone), so the message names the
+  // file and the system's reason, never our source line.
+  File f;
+  auto wrote = [&](bool ok) { ZT_REQUIRE(ok, "cannot write " << path << ": " << std::strerror(errno)); };
+  if (writer) {
+    f.reset(std::fopen(path.c_str(), "wb"));
+    ZT_REQUIRE(f, "cannot create " << path << ": " << std::strerror(errno));
+    int header[256] = {};
+    header[0] = kModelMagic; header[1] = kModelVersionFp32;
+    header[2] = cfg_.maxT; header[3] = cfg_.V; header[4] = cfg_.L; header[5] = cfg_.NH; header[6] = cfg_.C; header[7] = cfg_.Vp;
+    wrote(std::fwrite(header, sizeof(int), 256, f.get()) == 256);
+  }
+  // llm.c stores each tensor for all layers together (ParamId-major); we visit units in layout
+  // order, so each tensor is written at its place in the file.
+  std::vector<size_t> at(layout_.tensors().size());
+  size_t pos = 256 * sizeof(int);
+  for (int id = 0; id < kNumParamIds; ++id) {
+    const ParamId pid = ParamId(id);
+    const bool global = pid == ParamId::wte || pid == ParamId::wpe || pid == ParamId::lnfw || pid == ParamId::lnfb;
+    for (int l = global ? -1 : 0; l < (global ? 0 : cfg_.L); ++l) {
+      const int k = layout_.tensor_index(pid, l);
+      at[size_t(k)] = pos;
+      pos += layout_.tensors()[size_t(k)].numel * sizeof(float);
+    }
+  }
+  std::vector<float> buf;
+  std::vector<M> host;
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    const T* p = unit_params(u);
+    if (!writer) continue;
+    const Unit& unit = layout_.units()[size_t(u)];
+    for (int k : unit.tensors) {
+      const TensorSlot& s = layout_.tensors()[size_t(k)];
+      host.resize(s.numel);
+      download(host.data(), p + (s.offset - unit.offset), s.numel);
+      buf.assign(host.begin(), host.end());
+      wrote(::fseeko(f.get(), off_t(at[size_t(k)]), SEEK_SET) == 0);
+      wrote(std::fwrite(buf.data(), sizeof(float), s.numel, f.get()) == s.numel);
+    }
+  }
+  if (!writer) return;
+  // On disk before the caller renames it into place: a crash must not leave a complete-looking
+  // name over an empty file. fclose reports what the kernel could not write back.
+  wrote(std::fflush(f.get()) == 0);
+  wrote(::fsync(::fileno(f.get())) == 0);
+  wrote(std::fclose(f.release()) == 0);
+}
+
+template <class Ops>
+size_t GPT<Ops>::llmc_file_bytes(const GPTConfig& cfg) {
+  const ParamLayout layout(cfg, 1);
+  size_t n = 0;
+  for (const TensorSlot& s : layout.tensors()) n += s.numel;
+  return 256 * sizeof(int) + n * sizeof(float);
+}
+
+// The members defined here, for the op tables gpt.cpp instantiates the class for.
+#define ZT_GPT_IO(OPS)                                                                                                   \
+  template void GPT<OPS>::load_llmc(const std::string&);                                                               \
+  template void GPT<OPS>::read_llmc(const std::string&, const std::function<void(int, const OPS::M*)>&) const;              \
+  template void GPT<OPS>::save_llmc(const std::string&);                                                               \
+  template void GPT<OPS>::save_llmc_units(const std::string&, bool, const std::function<const OPS::T*(int)>&) const;        \
+  template size_t GPT<OPS>::llmc_file_bytes(const GPTConfig&);
+ZT_GPT_IO(CpuOps<float>)
+ZT_GPT_IO(CpuOps<double>)
+#if ZT_HAVE_CUDA
+ZT_GPT_IO(CudaOps<float>)
+ZT_GPT_IO(CudaOps<bf16>)
+#endif
+#undef ZT_GPT_IO
+
+}  // namespace zt

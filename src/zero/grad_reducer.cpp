@@ -1,0 +1,146 @@
+#include "zero/grad_reducer.h"
+
+#include <algorithm>
+
+#include "backend/ops_cpu.h"
+#if ZT_HAVE_CUDA
+#include "backend/ops_cuda.h"
+#endif
+#include "zero/comm_ptr.h"
+
+namespace zt {
+
+template <class Ops>
+GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm)
+    : model_(model), layout_(model.layout()), part_(part), store_(store), comm_(comm), rules_(part.rules()) {
+  if (!rules_.staged_grads) return;
+  // Carve the staging and receive buffers into slots: bucket slots first, the embedding's last.
+  const size_t slot = part.staging_slot_numel(), N = size_t(part.config().world);
+  T* staging = store.get<T>(StateId::bucket_staging);
+  T* recv = store.get<T>(StateId::rs_receive);
+  for (size_t i = 0; i < part.staging_slots(); ++i) {
+    StagingSlot s;
+    s.buf = staging + i * slot;
+    s.recv = recv + i * (slot / N);
+    slots_.push_back(s);
+  }
+  s0_.buf = store.get<T>(StateId::embedding_staging);
+  s0_.recv = recv + part.staging_slots() * (slot / N);
+  s0_.bucket = int(part.buckets().size()) - 1;  // unit 0's own bucket is the last
+  slot_of_bucket_.assign(part.buckets().size(), nullptr);
+  slot_of_bucket_.back() = &s0_;
+}
+
+template <class Ops>
+void GradReducer<Ops>::begin_step() {
+  if (rules_.full_grads) model_.zero_grad();
+  if (T* shard = store_.get<T>(StateId::grad_shard)) Ops::zero(shard, part_.shard_total());
+}
+
+template <class Ops>
+typename GradReducer<Ops>::StagingSlot* GradReducer<Ops>::take_slot() {
+  // A free slot, or the one taken longest ago (it may hold a bucket of the previous micro-step):
+  // slots are used round-robin.
+  for (StagingSlot& s : slots_)
+    if (s.bucket < 0) return &s;
+  StagingSlot* slot = &*std::min_element(slots_.begin(), slots_.end(),
+                                         [](const StagingSlot& a, const StagingSlot& c) { return a.taken < c.taken; });
+  complete(*slot);
+  return slot;
+}
+
+template <class Ops>
+void GradReducer<Ops>::before_backward(int u) {
+  if (!rules_.staged_grads) return;
+  // Point the unit's gradients at a staging slot and zero it (no full gradient buffer).
+  if (u == 0) {
+    if (head_seen_) return;  // second use (token lookup): keep accumulating into the same staging
+    head_seen_ = true;
+    complete(s0_);
+    Ops::zero(s0_.buf, part_.unit_padded(0));
+    model_.set_unit_grads(0, s0_.buf);
+    return;
+  }
+  const int b = part_.bucket_of(u);
+  const Bucket& bk = part_.buckets()[size_t(b)];
+  if (bk.units.front() != u) return;  // slot already assigned when the bucket's first unit started
+  StagingSlot* slot = take_slot();
+  slot->bucket = b;
+  slot->taken = ++slots_taken_;
+  slot_of_bucket_[size_t(b)] = slot;
+  Ops::zero(slot->buf, bk.numel);
+  for (int v : bk.units) model_.set_unit_grads(v, slot->buf + (layout_.units()[size_t(v)].offset - bk.offset));
+}
+
+template <class Ops>
+void GradReducer<Ops>::grads_ready(int u) {
+  const int b = part_.bucket_of(u);
+  if (part_.buckets()[size_t(b)].units.back() != u) {  // the bucket is not complete yet
+    comm_.test(CommHandle{});  // progress what is in flight
+    return;
+  }
+  const bool last_micro = micro_ == part_.config().grad_accum - 1;
+  if (rules_.full_grads && !last_micro) return;  // accumulate locally; communicate once per step
+  launch(b);
+}
+
+template <class Ops>
+void GradReducer<Ops>::launch(int b) {
+  const Bucket& bk = part_.buckets()[size_t(b)];
+  const bool overlap = part_.config().overlap;
+  T* shard = store_.get<T>(StateId::grad_shard);
+  if (rules_.full_grads) {
+    T* grads = store_.get<T>(StateId::grads);
+    if (!rules_.optimizer_sharded) {  // stage 0
+      if (part_.config().world == 1) return;  // a world of one has nothing to reduce
+      inflight_.push_back(comm_.all_reduce(comm_ptr(grads + bk.offset), bk.numel));
+    } else {  // stage 1
+      for (int v : bk.units)
+        inflight_.push_back(comm_.reduce_scatter(comm_ptr(grads + layout_.units()[size_t(v)].offset),
+                                                 comm_ptr(shard + part_.unit_shard_flat(v)), part_.unit_shard_numel(v)));
+    }
+    if (!overlap) comm_.wait_all(inflight_);
+    return;
+  }
+  StagingSlot* slot = slot_of_bucket_[size_t(b)];
+  ZT_ASSERT(slot && slot->bucket == b && slot->hs.empty());
+  const int lowest = bk.units.back();
+  for (int v : bk.units) {
+    const size_t in_bucket = layout_.units()[size_t(v)].offset - bk.offset;
+    const size_t in_recv = part_.unit_shard_flat(v) - part_.unit_shard_flat(lowest);
+    slot->hs.push_back(
+        comm_.reduce_scatter(comm_ptr(slot->buf + in_bucket), comm_ptr(slot->recv + in_recv), part_.unit_shard_numel(v)));
+  }
+  if (!overlap) complete(*slot);
+}
+
+template <class Ops>
+void GradReducer<Ops>::complete(StagingSlot& s) {
+  if (s.bucket < 0 || s.hs.empty()) {
+    if (&s != &s0_) s.bucket = -1;
+    return;
+  }
+  comm_.wait_all(s.hs);
+  const Bucket& bk = part_.buckets()[size_t(s.bucket)];
+  T* shard = store_.get<T>(StateId::grad_shard) + part_.unit_shard_flat(bk.units.back());
+  Ops::residual_forward(shard, shard, s.recv, bk.shard_numel);  // shard += recv, in the backend's memory
+  if (&s != &s0_) s.bucket = -1;
+}
+
+template <class Ops>
+void GradReducer<Ops>::finish() {
+  if (!rules_.staged_grads) {
+    comm_.wait_all(inflight_);
+    return;
+  }
+  for (StagingSlot& s : slots_) complete(s);
+  complete(s0_);
+}
+
+template class GradReducer<CpuOps<float>>;
+#if ZT_HAVE_CUDA
+template class GradReducer<CudaOps<float>>;
+template class GradReducer<CudaOps<bf16>>;
+#endif
+
+}  // namespace zt

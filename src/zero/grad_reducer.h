@@ -1,0 +1,68 @@
+// Gradient reduction (docs/design.md §3.4): buckets, staging slots, overlap. Where a bucket fires:
+// grads_ready() when the bucket's last unit (in backward order) is complete, -> launch().
+//
+//   stage 0  full gradients; on the last micro-step, all-reduce(bucket) in place
+//   stage 1  full gradients; on the last micro-step, reduce-scatter(unit) into my gradient shard
+//   stages 2-3  every micro-step: before_backward() points the bucket's units at a staging slot;
+//            launch() reduce-scatters it into the slot's receive buffer; complete() adds that to my
+//            gradient shard. Two slots with overlap (one filling while the other is in flight), one
+//            without; the embedding (written twice per backward) has a slot of its own.
+//
+// The naive path (zero.overlap_comm false) waits on each collective where it starts, beside the
+// overlapped one; Partition makes every unit its own bucket there.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "comm/comm.h"
+#include "model/gpt.h"
+#include "zero/partition.h"
+#include "zero/store.h"
+
+namespace zt {
+
+template <class Ops>
+class GradReducer {
+ public:
+  using T = typename Ops::T;
+
+  GradReducer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm);
+
+  void begin_step();                  // zero the gradients this stage accumulates into
+  void begin_pass(int micro) { micro_ = micro; head_seen_ = false; }
+  void before_backward(int u);        // stages 2-3: the unit's gradients go to a staging slot
+  void grads_ready(int u);            // fires the bucket whose last unit u is
+  void finish();                      // every gradient collective done, shards complete
+
+ private:
+  struct StagingSlot {
+    T* buf = nullptr;
+    T* recv = nullptr;
+    int bucket = -1;
+    uint64_t taken = 0;  // when it was last assigned a bucket
+    std::vector<CommHandle> hs;
+  };
+  void launch(int b);
+  void complete(StagingSlot& s);
+  StagingSlot* take_slot();
+
+  GPT<Ops>& model_;
+  const ParamLayout& layout_;
+  const Partition& part_;
+  StateStore& store_;
+  Comm& comm_;
+  StageRules rules_;
+  int micro_ = 0;
+  bool head_seen_ = false;
+  std::vector<CommHandle> inflight_;  // stages 0-1
+
+  std::vector<StagingSlot> slots_;
+  StagingSlot s0_;  // the embedding's own
+  // The slot each bucket of the current micro-step accumulates into. Looked up by bucket, never by
+  // searching the slots' `bucket` fields: with accumulation, a bucket's previous micro-step may still
+  // be in flight in another slot, so two slots can hold the same bucket at once.
+  std::vector<StagingSlot*> slot_of_bucket_;
+  uint64_t slots_taken_ = 0;
+};
+
+}  // namespace zt

@@ -1,0 +1,52 @@
+// The sharded optimizer (docs/design.md §3.3): AdamW over the slices of the model-state store that
+// this rank owns. Stage 0 owns everything; stages 1-3 own their shard of every unit, so the
+// moments, master weights and gradient shard are the store's flat shard buffers and the
+// parameters are either the full buffer (stages 1-2: my shard of it, in place) or the parameter
+// shard (stage 3). Where a shard is updated: step() below.
+#pragma once
+#include <type_traits>
+
+#include "comm/comm.h"
+#include "model/layout.h"
+#include "plan/plan.h"
+#include "zero/partition.h"
+#include "zero/store.h"
+
+namespace zt {
+
+template <class Ops>
+class ShardedOptimizer {
+ public:
+  using T = typename Ops::T;  // parameters and gradients
+  using M = typename Ops::M;  // optimizer moments and master weights
+  static constexpr bool kMixed = !std::is_same_v<T, M>;
+
+  ShardedOptimizer(const ParamLayout& layout, const Partition& part, StateStore& store, Comm& comm,
+                   const OptimSection& optim);
+
+  // Master = the owned parameters, widened (exact: every bf16 value is an fp32 value). A no-op
+  // unless the store keeps master weights (mixed precision).
+  void init_master();
+  // Global L2 norm of the reduced gradients (collective for stages 1-3).
+  double grad_norm();
+  // One AdamW step on the owned slices; `steps_taken` (AdamW's t) counts from the TrainState.
+  void step(double lr, double grad_scale);
+  int steps_taken() const { return steps_taken_; }
+  void set_steps_taken(int t) { steps_taken_ = t; }
+
+ private:
+  // The owned slice of unit u in each buffer (stage 0: the whole unit).
+  T* params(int u) const;
+  T* grads(int u) const;
+  M* state(StateId id, int u) const;
+
+  const ParamLayout& layout_;
+  const Partition& part_;
+  StateStore& store_;
+  Comm& comm_;
+  OptimSection optim_;
+  StageRules rules_;
+  int steps_taken_ = 0;
+};
+
+}  // namespace zt

@@ -1,0 +1,147 @@
+#include "zero/param_gatherer.h"
+
+#include <algorithm>
+
+#include "backend/ops_cpu.h"
+#if ZT_HAVE_CUDA
+#include "backend/ops_cuda.h"
+#endif
+#include "zero/comm_ptr.h"
+
+namespace zt {
+
+template <class Ops>
+ParamGatherer<Ops>::ParamGatherer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm)
+    : model_(model), layout_(model.layout()), part_(part), store_(store), comm_(comm), rules_(part.rules()) {
+  if (!rules_.gather_units) return;
+  T* base = store.get<T>(StateId::gathered_units);
+  for (size_t i = 0; i < part.gather_slots(); ++i) {
+    GatherSlot g;
+    g.buf = base;
+    g.numel = part.gather_slot_numel(i);
+    base += g.numel;
+    slots_.push_back(g);
+  }
+}
+
+template <class Ops>
+typename ParamGatherer<Ops>::GatherSlot* ParamGatherer<Ops>::free_slot_for(int u) {
+  GatherSlot* best = nullptr;
+  for (GatherSlot& g : slots_)
+    if (g.unit < 0 && g.numel >= part_.unit_padded(u) && (!best || g.numel < best->numel)) best = &g;
+  return best;
+}
+
+template <class Ops>
+CommHandle ParamGatherer<Ops>::gather(int u, T* dst) {
+  return comm_.all_gather(comm_ptr(store_.get<T>(StateId::param_shard) + part_.unit_shard_flat(u)), comm_ptr(dst),
+                          part_.unit_shard_numel(u));
+}
+
+template <class Ops>
+void ParamGatherer<Ops>::begin_pass(bool with_backward) {
+  if (!rules_.gather_units) return;
+  // The order in which the model uses units (see UnitHooks).
+  const int U = layout_.num_units();
+  sched_.clear();
+  for (int u = 0; u < U; ++u) sched_.push_back(u);
+  sched_.push_back(0);
+  if (with_backward) {
+    sched_.push_back(0);
+    for (int u = U - 1; u >= 1; --u) sched_.push_back(u);
+    sched_.push_back(0);
+  }
+  pos_ = 0;
+  for (GatherSlot& g : slots_) ZT_ASSERT(g.unit < 0);
+}
+
+template <class Ops>
+void ParamGatherer<Ops>::start(int pos, GatherSlot& s) {
+  const int u = sched_[size_t(pos)];
+  s.unit = u;
+  s.first = s.last = pos;
+  while (s.last + 1 < int(sched_.size()) && sched_[size_t(s.last + 1)] == u) ++s.last;
+  s.h = gather(u, s.buf);
+  int alive = 0;
+  for (const GatherSlot& g : slots_) alive += g.unit >= 0;
+  max_alive_ = std::max(max_alive_, alive);
+}
+
+template <class Ops>
+void ParamGatherer<Ops>::prefetch() {
+  if (!part_.config().overlap) return;
+  // Next positions not yet covered by a slot, up to prefetch_units gathers ahead.
+  int covered = pos_;
+  for (const GatherSlot& g : slots_)
+    if (g.unit >= 0) covered = std::max(covered, g.last);
+  // In schedule order: a unit with no free slot that fits stops the prefetch (so the positions
+  // covered are always a prefix, and an uncovered use finds every slot free).
+  for (int j = covered + 1; j < int(sched_.size());) {
+    GatherSlot* free_slot = free_slot_for(sched_[size_t(j)]);
+    if (!free_slot) break;
+    start(j, *free_slot);
+    j = free_slot->last + 1;
+  }
+}
+
+template <class Ops>
+void ParamGatherer<Ops>::use(int u) {
+  ZT_ASSERT(pos_ < int(sched_.size()) && sched_[size_t(pos_)] == u);
+  auto it = std::find_if(slots_.begin(), slots_.end(),
+                         [&](const GatherSlot& g) { return g.unit == u && g.first <= pos_ && pos_ <= g.last; });
+  if (it == slots_.end()) {
+    GatherSlot* g = free_slot_for(u);
+    ZT_ASSERT(g);
+    start(pos_, *g);
+    it = slots_.begin() + (g - slots_.data());
+  }
+  prefetch();  // start the next gathers before blocking on this one
+  comm_.wait(it->h);
+  it->h = CommHandle{};
+  model_.set_unit_params(u, it->buf);
+}
+
+template <class Ops>
+void ParamGatherer<Ops>::release(int u) {
+  for (GatherSlot& g : slots_) {
+    if (g.unit == u && g.first <= pos_ && pos_ <= g.last) {
+      if (pos_ == g.last) {
+        g.unit = -1;
+        model_.set_unit_params(u, nullptr);
+      }
+      break;
+    }
+  }
+  ++pos_;
+}
+
+template <class Ops>
+void ParamGatherer<Ops>::after_optimizer_step() {
+  if (!rules_.gather_params) return;
+  // Everyone updated its shard of the full parameters in place; all-gather them back.
+  T* params = store_.get<T>(StateId::params);
+  std::vector<CommHandle> hs;
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    T* full = params + layout_.units()[size_t(u)].offset;
+    hs.push_back(comm_.all_gather(comm_ptr(full + part_.unit_shard_begin(u)), comm_ptr(full), part_.unit_shard_numel(u)));
+    if (!part_.config().overlap) comm_.wait_all(hs);
+  }
+  comm_.wait_all(hs);
+}
+
+template <class Ops>
+const typename ParamGatherer<Ops>::T* ParamGatherer<Ops>::whole_unit(int u) {
+  if (rules_.full_params) return store_.get<T>(StateId::params) + layout_.units()[size_t(u)].offset;
+  ZT_ASSERT(slots_[0].unit < 0);  // between passes every slot is free
+  CommHandle h = gather(u, slots_[0].buf);
+  comm_.wait(h);
+  return slots_[0].buf;
+}
+
+template class ParamGatherer<CpuOps<float>>;
+#if ZT_HAVE_CUDA
+template class ParamGatherer<CudaOps<float>>;
+template class ParamGatherer<CudaOps<bf16>>;
+#endif
+
+}  // namespace zt

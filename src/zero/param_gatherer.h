@@ -1,0 +1,68 @@
+// Parameter gathering (docs/design.md §3.4): every all-gather of parameters.
+//
+//   stages 1-2  after_optimizer_step(): each rank updated its shard of the full parameters in
+//               place; all-gather them back, unit by unit.
+//   stage 3     units are gathered before use and released after. begin_pass() writes the
+//               schedule of unit uses for the pass (forward 0, 1..L, L+1, 0 (head); backward 0
+//               (head), L+1, L..1, 0 (lookup)); consecutive uses of one unit share one gather.
+//               Where a unit is gathered: use() (on demand) and prefetch() (up to prefetch_units
+//               gathers ahead, into free slots); where it is released: release() after its last
+//               consecutive use. The naive path gathers on demand into a single slot. Slots are
+//               sized by what they hold: slot 0 fits the embedding, the others a block, so a unit
+//               takes the smallest free slot it fits; at most gather_slots() are alive at once.
+//   any stage   for_each_unit(): unit by unit, whole, for streaming the weights out (stage 3
+//               gathers each into a slot: no rank ever holds the whole model).
+#pragma once
+#include <vector>
+
+#include "comm/comm.h"
+#include "model/gpt.h"
+#include "zero/partition.h"
+#include "zero/store.h"
+
+namespace zt {
+
+template <class Ops>
+class ParamGatherer {
+ public:
+  using T = typename Ops::T;
+
+  ParamGatherer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm);
+
+  void begin_pass(bool with_backward);  // stage 3: the schedule of this pass
+  void use(int u);                      // stage 3: unit u's parameters present for the next use
+  void release(int u);                  // stage 3: after that use
+  void after_optimizer_step();          // stages 1-2: all-gather the updated shards
+  // Unit u's full parameters, valid until the next call (collective at stage 3: gathered into
+  // the first slot, between passes).
+  const T* whole_unit(int u);
+
+  // Largest number of gathered units that were alive at once.
+  int max_alive() const { return max_alive_; }
+
+ private:
+  struct GatherSlot {
+    T* buf = nullptr;
+    size_t numel = 0;
+    int unit = -1;
+    int first = -1, last = -1;  // range of schedule positions served by this gather
+    CommHandle h;
+  };
+  void start(int pos, GatherSlot& s);
+  GatherSlot* free_slot_for(int u);  // smallest free slot that fits u; nullptr if none
+  void prefetch();
+  CommHandle gather(int u, T* dst);
+
+  GPT<Ops>& model_;
+  const ParamLayout& layout_;
+  const Partition& part_;
+  StateStore& store_;
+  Comm& comm_;
+  StageRules rules_;
+  std::vector<int> sched_;
+  int pos_ = 0;
+  std::vector<GatherSlot> slots_;
+  int max_alive_ = 0;
+};
+
+}  // namespace zt

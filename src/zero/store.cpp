@@ -1,0 +1,99 @@
+#include "zero/store.h"
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/checked.h"
+
+namespace zt {
+
+const char* state_name(StateId id) {
+  switch (id) {
+    case StateId::params: return "parameters";
+    case StateId::grads: return "gradients";
+    case StateId::param_shard: return "parameter shard";
+    case StateId::grad_shard: return "gradient shard";
+    case StateId::adam_m: return "AdamW first moment";
+    case StateId::adam_v: return "AdamW second moment";
+    case StateId::master: return "master weights";
+    case StateId::embedding_staging: return "embedding gradient staging";
+    case StateId::bucket_staging: return "bucket gradient staging";
+    case StateId::rs_receive: return "reduce-scatter receive";
+    case StateId::gathered_units: return "gathered units";
+    case StateId::count: break;
+  }
+  ZT_ASSERT(false);
+  return "";
+}
+
+size_t dtype_bytes(DType t) { return t == DType::bf16 ? 2 : 4; }
+
+namespace {
+const char* const kStateSize = "model: model-state buffer size (elements)";
+
+// Every tensor, whole, in layout order.
+std::vector<TensorRange> whole(const ParamLayout& layout) {
+  std::vector<TensorRange> out;
+  for (size_t k = 0; k < layout.tensors().size(); ++k)
+    out.push_back({int(k), 0, layout.tensors()[k].numel, layout.tensors()[k].offset});
+  return out;
+}
+
+// My shard of each unit, cut into the tensors it overlaps (a shard may cut through a tensor).
+std::vector<TensorRange> shard(const ParamLayout& layout, const Partition& part) {
+  std::vector<TensorRange> out;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const Unit& unit = layout.units()[size_t(u)];
+    const size_t b = unit.offset + part.unit_shard_begin(u), e = b + part.unit_shard_numel(u);
+    for (int k : unit.tensors) {
+      const TensorSlot& s = layout.tensors()[size_t(k)];
+      const size_t lo = std::max(b, s.offset), hi = std::min(e, s.offset + s.numel);
+      if (lo < hi) out.push_back({k, lo - s.offset, hi - lo, part.unit_shard_flat(u) + (lo - b)});
+    }
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Partition& part, const StateTypes& ty) {
+  const size_t psi = part.total(), sh = part.shard_total(), N = size_t(part.config().world);
+  const int s = part.config().stage;
+  std::vector<StateBuffer> out;
+  auto add = [&](StateId id, Category cat, DType dt, size_t numel, bool persistent, std::vector<TensorRange> holds) {
+    out.push_back({id, cat, dt, ty.tier, numel, persistent, std::move(holds)});
+    checked_mul(numel, dtype_bytes(dt), std::string("model: bytes of the ") + state_name(id));
+  };
+  // What the optimizer owns: everything at stage 0, my shard of every unit otherwise.
+  auto owned = [&] { return s == 0 ? whole(layout) : shard(layout, part); };
+  const size_t mv = s == 0 ? psi : sh;
+
+  if (s <= 2) add(StateId::params, Category::params, ty.param, psi, true, whole(layout));
+  if (s <= 1) add(StateId::grads, Category::grads, ty.param, psi, false, whole(layout));
+  if (s == 3) add(StateId::param_shard, Category::params, ty.param, sh, true, shard(layout, part));
+  if (s >= 1) add(StateId::grad_shard, Category::grads, ty.param, sh, false, shard(layout, part));
+  add(StateId::adam_m, Category::optimizer, ty.state, mv, true, owned());
+  add(StateId::adam_v, Category::optimizer, ty.state, mv, true, owned());
+  if (ty.state != ty.param) add(StateId::master, Category::master, ty.state, mv, true, owned());
+  if (s >= 2) {
+    const size_t p0 = part.unit_padded(0);
+    const size_t staging = checked_mul(part.staging_slots(), part.staging_slot_numel(), kStateSize);
+    add(StateId::embedding_staging, Category::comm, ty.param, p0, false, {});
+    add(StateId::bucket_staging, Category::comm, ty.param, staging, false, {});
+    add(StateId::rs_receive, Category::comm, ty.param, checked_add(staging / N, p0 / N, kStateSize), false, {});
+  }
+  if (s == 3)
+    add(StateId::gathered_units, Category::comm, ty.param, part.gather_slots_numel(), false, {});
+  return out;
+}
+
+StateStore::StateStore(std::vector<StateBuffer> list, MemoryTracker& mem) : list_(std::move(list)) {
+  index_.fill(-1);
+  for (size_t i = 0; i < list_.size(); ++i) {
+    const StateBuffer& b = list_[i];
+    ZT_ASSERT(index_[size_t(b.id)] < 0);
+    index_[size_t(b.id)] = int(i);
+    alloc_[size_t(b.id)] = mem.alloc(b.bytes(), b.tier, b.cat, b.name());
+  }
+}
+
+}  // namespace zt

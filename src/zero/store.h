@@ -1,0 +1,111 @@
+// The model-state store (docs/design.md §3.9): every model-state buffer of a rank, listed once.
+//
+// Each buffer has a typed name (StateId, never a string), an element type, a tier, and the global
+// (tensor, offset, count) ranges of the parameter layout it holds. list_model_state() computes the
+// list from the layout and the partition without allocating; StateStore allocates exactly that list
+// through the MemoryTracker. `train estimate` prints the same list, so "estimate = tracked" holds
+// by construction (and test/mpi/zero_matrix.py, memory_check.py check it per category).
+//
+//   id                 stage  elements       holds (global ranges)
+//   params             0-2    Ψ              every tensor, whole
+//   grads              0-1    Ψ              every tensor, whole
+//   param_shard        3      Ψ/N            my shard of each unit
+//   grad_shard         1-3    Ψ/N            my shard of each unit
+//   adam_m, adam_v     0-3    Ψ (0), Ψ/N     what the optimizer owns: everything (stage 0), my shard
+//   master             0-3    as adam_m      fp32 copy of the owned parameters (mixed precision only)
+//   embedding_staging  2-3    P_0            communication slot: the embedding's gradient
+//   bucket_staging     2-3    slots x bucket communication slots: bucket gradients
+//   rs_receive         2-3    (...)/N        communication slot: reduce-scatter results
+//   gathered_units     3      P_0 + (slots-1) x block   communication slots: gathered units
+//
+// Communication slots hold no fixed range (their contents change within a step); the persistent
+// buffers (parameters or parameter shard, moments, master weights) are the training state that a
+// TrainState captures and restores (train/state.h). The tiers host and nvme are for offload, not
+// used yet: everything lives in the backend's tier.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <vector>
+
+#include "model/layout.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
+#include "zero/partition.h"
+
+namespace zt {
+
+enum class StateId : int {
+  params = 0, grads, param_shard, grad_shard, adam_m, adam_v, master,
+  embedding_staging, bucket_staging, rs_receive, gathered_units, count
+};
+constexpr size_t kNumStateIds = size_t(StateId::count);
+const char* state_name(StateId id);  // for tables and messages: "AdamW first moment", ...
+
+enum class DType : int { f32 = 0, bf16 };
+size_t dtype_bytes(DType t);
+
+// Elements [offset, offset + count) of layout tensor `tensor`, held at element `at` of a buffer.
+struct TensorRange {
+  int tensor;
+  size_t offset, count;
+  size_t at;
+};
+
+struct StateBuffer {
+  StateId id;
+  Category cat;
+  DType dtype;
+  Tier tier;
+  size_t numel;
+  bool persistent;                  // training state (captured and restored), not a working buffer
+  std::vector<TensorRange> holds;   // in buffer order; empty for communication slots
+  size_t bytes() const { return numel * dtype_bytes(dtype); }
+  const char* name() const { return state_name(id); }
+};
+
+// Element types and tier of a backend: parameters / gradients / communication in `param`,
+// optimizer moments and master weights in `state` (master exists iff they differ).
+struct StateTypes {
+  DType param = DType::f32;
+  DType state = DType::f32;
+  Tier tier = Tier::host;
+};
+
+// The types of an op table (Ops::T, Ops::M, Ops::tier): 2-byte elements are bf16.
+template <class Ops>
+StateTypes state_types_of() {
+  auto dtype = [](size_t bytes) { return bytes == 2 ? DType::bf16 : DType::f32; };
+  return StateTypes{dtype(sizeof(typename Ops::T)), dtype(sizeof(typename Ops::M)), Ops::tier};
+}
+
+// The buffers a rank keeps for the partition's stage, in allocation order. Throws when a size does
+// not fit in 64 bits.
+std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Partition& part, const StateTypes& types);
+
+// Owns the buffers of one rank's list (zero-filled, tracked).
+class StateStore {
+ public:
+  StateStore(std::vector<StateBuffer> list, MemoryTracker& mem);
+
+  bool has(StateId id) const { return index_[size_t(id)] >= 0; }
+  const StateBuffer& info(StateId id) const {
+    ZT_ASSERT(has(id));
+    return list_[size_t(index_[size_t(id)])];
+  }
+  // The buffer as X*, nullptr when this stage has none. X must match the listed element type.
+  template <class X>
+  X* get(StateId id) const {
+    if (!has(id)) return nullptr;
+    ZT_ASSERT(sizeof(X) == dtype_bytes(info(id).dtype));
+    return alloc_[size_t(id)].as<X>();
+  }
+  void* raw(StateId id) const { return has(id) ? alloc_[size_t(id)].data() : nullptr; }
+  const std::vector<StateBuffer>& list() const { return list_; }
+
+ private:
+  std::vector<StateBuffer> list_;
+  std::array<int, kNumStateIds> index_;
+  std::array<Allocation, kNumStateIds> alloc_;
+};
+
+}  // namespace zt
