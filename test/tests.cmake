@@ -143,3 +143,9 @@ set_tests_properties(compare_plans PROPERTIES RUN_SERIAL TRUE TIMEOUT 300 ENVIRO
 # ---- layering: who may include whom (docs/design.md §2), on the #include lines of src/ ----------
 add_test(NAME include_rules COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/lint/include_rules.py ${CMAKE_SOURCE_DIR})
 set_tests_properties(include_rules PROPERTIES ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+
+# ---- docs/zero.md: every memory and traffic formula against `train estimate --json` --------------
+add_test(NAME zero_doc_formulas
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/unit/zero_doc_check.py --train $<TARGET_FILE:train>
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(zero_doc_formulas PROPERTIES TIMEOUT 300 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")

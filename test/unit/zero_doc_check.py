@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Every formula in docs/zero.md against `train estimate --json`.
+
+The formulas are read from the document itself (the tables between `<!-- formulas: ... -->` and
+`<!-- end formulas -->`, plus the activation formula), so the document cannot drift from the code
+without this test failing. The symbols they use (Ψ, P0, Pmax, Pblk, Bk, S, G) are computed here
+from the layout rules written out independently of the C++ code (units: embedding (Vp+T)·C,
+blocks 12C²+13C, final norm 2C, each padded to lcm(N, 128); buckets: units from the final norm
+down, closed once they hold bucket_mb MiB, one unit per bucket without overlap).
+
+  /usr/bin/python3 test/unit/zero_doc_check.py --train ./train
+"""
+import argparse
+import itertools
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DOC = os.path.join(ROOT, "docs", "zero.md")
+
+
+def read_tables():
+    text = open(DOC).read()
+    tables = {}
+    for name, body in re.findall(r"<!-- formulas: (\S+).*?-->(.*?)<!-- end formulas -->", text, re.S):
+        rows = [l for l in body.strip().splitlines() if l.startswith("|")]
+        header = [c.strip() for c in rows[0].strip("|").split("|")]
+        table = {}
+        for line in rows[2:]:
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            stage = int(cells[0])
+            table[stage] = {h: re.fullmatch(r"`(.*)`", c).group(1) for h, c in zip(header[1:], cells[1:])}
+        tables[name] = table
+    m = re.search(r"Activations do not depend on the stage: `([^`]*)` bytes", text)
+    if not m:
+        sys.exit("zero_doc_check: docs/zero.md has no activation formula in the expected sentence")
+    tables["activations"] = m.group(1)
+    if set(tables) != {"memory", "bytes_per_step", "activations"}:
+        sys.exit(f"zero_doc_check: expected the memory and bytes_per_step tables, found {sorted(tables)}")
+    for name in ("memory", "bytes_per_step"):
+        if sorted(tables[name]) != [0, 1, 2, 3]:
+            sys.exit(f"zero_doc_check: table {name} must have rows for stages 0-3")
+    return tables
+
+
+def symbols(m, N, stage, overlap, bucket_mb, prefetch, A):
+    Vp = (m["V"] + 127) // 128 * 128
+    C, T = m["C"], m["T"]
+    sizes = [(Vp + T) * C] + [12 * C * C + 13 * C] * m["L"] + [2 * C]
+    mult = N * 128 // math.gcd(N, 128)
+    padded = [(n + mult - 1) // mult * mult for n in sizes]
+    limit = int(bucket_mb * 1024 * 1024) // 4
+    buckets, cur = [], 0
+    for u in range(len(padded) - 1, 0, -1):
+        cur += padded[u]
+        if not overlap or cur >= limit:
+            buckets.append(cur)
+            cur = 0
+    if cur:
+        buckets.append(cur)
+    return {"N": N, "A": A, "e": 4, "psi": sum(padded), "P0": padded[0], "Pmax": max(padded),
+            "Pblk": max(padded[1:]), "Bk": max(buckets), "S": 2 if overlap else 1,
+            "G": prefetch + 1 if overlap else 1, "B": m["B"], "T": T, "C": C, "NH": m["NH"], "L": m["L"], "Vp": Vp}
+
+
+def evaluate(expr, env):
+    return eval(expr, {"__builtins__": {}}, dict(env))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--train", default=os.path.join(ROOT, "train"))
+    args = ap.parse_args()
+    tables = read_tables()
+    models = [  # B*T a multiple of 16 (see the activation note in docs/zero.md)
+        {"L": 3, "NH": 5, "C": 35, "T": 32, "B": 2, "V": 50257},
+        {"L": 2, "NH": 4, "C": 64, "T": 16, "B": 3, "V": 50257},
+        {"L": 4, "NH": 4, "C": 128, "T": 128, "B": 8, "V": 50257},
+    ]
+    failures, checked = [], 0
+    for mi, m in enumerate(models):
+        for N, stage, overlap, bucket_mb, A in itertools.product((1, 2, 3, 4), range(4), (True, False), (0.05, 25.0),
+                                                                 (1, 3)):
+            if mi > 0 and (bucket_mb, A) != (25.0, 3):
+                continue  # the full grid on the first model; the others at the shipped bucket size
+            prefetch = 2
+            sets = {"model.n_layer": m["L"], "model.n_head": m["NH"], "model.n_embd": m["C"], "model.seq_len": m["T"],
+                    "batch.micro_batch": m["B"], "batch.grad_accum": A, "zero.stage": stage,
+                    "zero.overlap_comm": "true" if overlap else "false", "zero.bucket_mb": bucket_mb,
+                    "zero.prefetch_units": prefetch, "data.tokenizer": ""}
+            cmd = [args.train, "estimate", "plans/default.json", "--world", str(N), "--json"]
+            for k, v in sets.items():
+                cmd += ["--set", f"{k}={v}"]
+            p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            if p.returncode != 0:
+                failures.append(f"estimate failed: {' '.join(cmd)}: {p.stdout.decode(errors='replace').strip()}")
+                continue
+            est = json.loads(p.stdout)
+            env = symbols(m, N, stage, overlap, bucket_mb, prefetch, A)
+            where = f"model {mi} N={N} stage={stage} overlap={overlap} bucket_mb={bucket_mb} A={A}"
+            mem = est["memory"]["host"]
+            for cat, expr in tables["memory"][stage].items():
+                want, got = evaluate(expr, env), mem.get(cat, 0)
+                checked += 1
+                if want != got:
+                    failures.append(f"{where}: {cat} = `{expr}` = {want}, estimate says {got}")
+            want = evaluate(tables["bytes_per_step"][stage]["bytes per step"], env)
+            checked += 1
+            if want != est["bytes_per_step"]:
+                failures.append(f"{where}: bytes per step {want}, estimate says {est['bytes_per_step']}")
+            want = evaluate(tables["activations"], env)
+            checked += 1
+            if want != mem.get("activations"):
+                failures.append(f"{where}: activations {want}, estimate says {mem.get('activations')}")
+    if failures:
+        print(f"zero_doc_check FAILED ({len(failures)} of {checked} comparisons):")
+        for f in failures[:30]:
+            print("  - " + f)
+        sys.exit(1)
+    print(f"zero_doc_check passed: {checked} comparisons of docs/zero.md's formulas with train estimate")
+
+
+if __name__ == "__main__":
+    main()
