@@ -386,6 +386,20 @@ def check(res, ref, n_ranks, stage, accum, overlap):
     return errs, m
 
 
+def run_and_check(train, args, n, stage, ov, a, workdir, mb, name, row, refs, failures):
+    """One row of the matrix: run it and check it against the reference with the same global
+    batch. Failures are appended (named); returns (result, measures), or None if it did not run."""
+    try:
+        res = run_train(train, args.mpirun, n, stage, ov, a, workdir, args.timeout, mb)
+    except (RunFailed, ValueError) as e:
+        failures.append(f"{name}: {e}")
+        print(f"{row}  RUN FAILED (see end)", flush=True)
+        return None
+    errs, m = check(res, refs[n * a], n, stage, a, ov)
+    failures += [f"{name}: {e}" for e in errs]
+    return res, m
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train", default=os.path.join(ROOT, "train"), help="path to the train binary")
@@ -450,19 +464,15 @@ def main():
                 name = f"N={n} stage={stage} bucket_mb={mb} overlap={'on' if ov else 'off'} accum={a}{kind}"
                 d = os.path.join(work, f"N{n}_s{stage}_b{mb}_o{int(ov)}_A{a}")
                 row = f"{n:>2} {stage:>5} {mb:>6g} {'on' if ov else 'off':>7} {a:>5}"
-                try:
-                    res = run_train(train, args.mpirun, n, stage, ov, a, d, args.timeout, mb)
-                except (RunFailed, ValueError) as e:
-                    failures.append(f"{name}: {e}")
-                    print(f"{row}  RUN FAILED (see end)", flush=True)
+                done = run_and_check(train, args, n, stage, ov, a, d, mb, name, row, refs, failures)
+                if done is None:
                     continue
+                res, m = done
                 n_runs += 1
-                errs, m = check(res, refs[n * a], n, stage, a, ov)
                 for k in worst:
                     worst[k] = max(worst[k], m[k])
                 if mb == 0.05:
                     bytes_by[(n, stage, ov, a)] = m["bytes"]
-                failures += [f"{name}: {e}" for e in errs]
                 print(f"{row} {m['loss']:9.2e} {m['norm']:9.2e} "
                       f"{m['w']:9.2e} {m['t']:10.2e} {m['bytes']:11d} {'ok' if m['bytes_ok'] else 'BAD':>5} "
                       f"{'ok' if m['mem_ok'] else 'BAD':>4} {res['seconds']:5.1f}{kind}", flush=True)
@@ -552,16 +562,12 @@ def main_hosts(args):
         for h, k, n, stage, mb, ov, a in plan:
             name = f"{h}x{k} stage={stage} overlap={'on' if ov else 'off'} accum={a}"
             row = f"{f'{h}x{k}':>5} {n:>2} {stage:>5} {'on' if ov else 'off':>7} {a:>5}"
-            try:
-                res = run_train(train, args.mpirun, n, stage, ov, a, os.path.join(work, f"H{h}x{k}_s{stage}_o{int(ov)}_A{a}"),
-                                args.timeout, mb)
-            except (RunFailed, ValueError) as e:
-                failures.append(f"{name}: {e}")
-                print(f"{row}  RUN FAILED (see end)", flush=True)
+            done = run_and_check(train, args, n, stage, ov, a, os.path.join(work, f"H{h}x{k}_s{stage}_o{int(ov)}_A{a}"), mb,
+                                 name, row, refs, failures)
+            if done is None:
                 continue
+            res, m = done
             n_runs += 1
-            errs, m = check(res, refs[n * a], n, stage, a, ov)
-            failures += [f"{name}: {e}" for e in errs]
             print(f"{row} {m['loss']:9.2e} {m['w']:9.2e} {m['bytes']:11d} {'ok' if m['bytes_ok'] else 'BAD':>5} "
                   f"{'ok' if m['mem_ok'] else 'BAD':>4} {res['seconds']:5.1f}", flush=True)
         left = subprocess.run([CLUSTER, "pids"], env=env(), stdout=subprocess.PIPE, text=True).stdout.split()

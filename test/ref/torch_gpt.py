@@ -307,8 +307,9 @@ def global_grad_norm(model):
 def train_step_accum(model, opt, micro_batches, step, cfg):
     """One optimizer step over several micro-batches, the way PyTorch code accumulates (and DDP
     averages over ranks): each micro-batch's mean loss is divided by their number before backward,
-    so the accumulated gradient is that of the mean loss over every token of the step. The rest is
-    train_step's recipe. micro_batches: [(inputs, targets), ...]. Returns (mean loss, pre-clip
+    so the accumulated gradient is that of the mean loss over every token of the step. Then
+    clip_grad_norm_'s rule, coef = min(1, clip / (norm + 1e-6)) with the norm in float64, the
+    schedule and AdamW. micro_batches: [(inputs, targets), ...]. Returns (mean loss, pre-clip
     norm, lr)."""
     opt.zero_grad(set_to_none=True)
     n = len(micro_batches)
@@ -333,21 +334,6 @@ def train_step_accum(model, opt, micro_batches, step, cfg):
 
 
 def train_step(model, opt, inputs, targets, step, cfg):
-    """One step: zero_grad, fwd, bwd, clip, schedule, AdamW. Returns (loss, pre-clip norm)."""
-    opt.zero_grad(set_to_none=True)
-    _, loss = model(inputs, targets)
-    loss.backward()
-    # clip_grad_norm_'s rule, coef = min(1, clip / (norm + 1e-6)), with the norm in float64
-    norm = global_grad_norm(model)
-    if cfg["grad_clip"] > 0:
-        coef = min(1.0, cfg["grad_clip"] / (norm + 1e-6))
-        if coef < 1.0:
-            for p in model.parameters():
-                if p.grad is not None:
-                    p.grad.mul_(coef)
-    lr_s = lr_at(step, cfg["lr"], cfg["warmup_steps"], cfg["steps"], cfg["schedule"],
-                 cfg["min_lr_ratio"])
-    for g in opt.param_groups:
-        g["lr"] = lr_s
-    opt.step()
-    return loss.item(), norm, lr_s
+    """One step: zero_grad, fwd, bwd, clip, schedule, AdamW. Returns (loss, pre-clip norm, lr).
+    The one-micro-batch case of train_step_accum (dividing the loss by 1 is exact)."""
+    return train_step_accum(model, opt, [(inputs, targets)], step, cfg)

@@ -16,6 +16,7 @@
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "runtime/error.h"
+#include "temp_dir_test.h"
 
 namespace fs = std::filesystem;
 using zt::DataLoader;
@@ -24,18 +25,9 @@ using zt::write_token_shard;
 namespace {
 
 // A fresh directory per test, removed afterwards.
-class DataTest : public ::testing::Test {
+class DataTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "zt_data_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  DataTest() : TempDirTest("zt_data") {}
 
   // Shard whose token i is base + i: a sequence is identified by its first token.
   std::string iota_shard(const std::string& name, int n, int base) {
@@ -45,7 +37,6 @@ class DataTest : public ::testing::Test {
     return path(name);
   }
 
-  fs::path dir_;
 };
 
 // Runs f, expects a zt::Error whose message contains every one of the given pieces.

@@ -14,6 +14,7 @@
 
 #include "plan/plan.h"
 #include "runtime/error.h"
+#include "temp_dir_test.h"
 #include "train/outputs.h"
 
 namespace fs = std::filesystem;
@@ -21,18 +22,9 @@ namespace fs = std::filesystem;
 namespace {
 const std::string kBase = std::string(ZT_SOURCE_DIR) + "/plans/base.json";
 
-class Outputs : public ::testing::Test {
+class Outputs : public TempDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "zt_outputs_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  Outputs() : TempDirTest("zt_outputs") {}
   zt::Plan plan(const std::string& log, const std::string& weights = "") const {
     return zt::load_plan(kBase, {"run.log=" + log, "run.final_weights=" + weights}, false);
   }
@@ -52,7 +44,6 @@ class Outputs : public ::testing::Test {
     }
     return "";
   }
-  fs::path dir_;
 };
 
 std::string slurp(const std::string& p) {
