@@ -55,7 +55,9 @@ class Tracer {
   // starting it; the Comm calls started(seq) as it starts one, which binds the tags to that seq.
   void tag_next(const char* key, long value);
   void started(uint64_t seq) {
-    if (!next_tags_.empty()) tags_[seq].swap(next_tags_), next_tags_.clear();
+    if (next_tags_.empty()) return;
+    tags_[seq].swap(next_tags_);
+    next_tags_.clear();
   }
 
   const std::string& path() const { return path_; }
