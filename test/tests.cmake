@@ -54,6 +54,14 @@ add_test(NAME memory_check
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/mpi/memory_check.py --train $<TARGET_FILE:train>
                  --mpirun ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+# trace_check: run.trace on a 2-rank ZeRO-2 run with overlap on and off: well-formed events, one
+# process per rank after scripts/trace_merge, and reduce-scatters that overlap a later unit's
+# backward with overlap on (none with it off); about 10 s.
+add_test(NAME trace_check
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/mpi/trace_check.py --train $<TARGET_FILE:train>
+                 --mpirun ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(trace_check PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 set_tests_properties(zero_matrix PROPERTIES TIMEOUT 1200 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 set_tests_properties(memory_check PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 set_tests_properties(hang_train PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")

@@ -2,6 +2,7 @@
 
 #include "runtime/memory.h"
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -77,6 +78,7 @@ void CollLog::install_term_note(int rank) {
 }
 
 void CollLog::note_wait(uint64_t seq) {
+  wait_seq_ = seq;
   g_wait_active.store(0, std::memory_order_release);
   const CollRecord* r = find(seq);
   if (r)
@@ -123,6 +125,7 @@ uint64_t model_bytes_broadcast(uint64_t bytes, int world, bool is_root) {
 
 CollLog::CollLog(int rank, int world, const CommOptions& opts)
     : rank_(rank), world_(world), opts_(opts), t0_(std::chrono::steady_clock::now()), ring_(kRing) {
+  t0_us_ = std::chrono::duration<double, std::micro>(t0_.time_since_epoch()).count();
   if (world > 1) install_term_note(rank);
 }
 
@@ -147,6 +150,7 @@ uint64_t CollLog::start(CollOp op, uint64_t bytes, bool skipped) {
   r.bytes = bytes;
   r.step = step_;
   r.t_start = now();
+  if (tracer_) tracer_->started(seq);
   if (skipped) {
     r.state = CollState::skipped;
     r.t_end = r.t_start;
@@ -162,11 +166,24 @@ uint64_t CollLog::start(CollOp op, uint64_t bytes, bool skipped) {
   return seq;
 }
 
-void CollLog::finish(uint64_t seq) {
+void CollLog::finish(uint64_t seq) { finish(seq, now()); }
+
+void CollLog::finish(uint64_t seq, double t_end) {
   CollRecord& r = ring_[seq % kRing];
   if (r.seq != seq || r.state != CollState::pending) return;
   r.state = CollState::done;
-  r.t_end = now();
+  r.t_end = std::max(t_end, r.t_start);
+  if (tracer_)
+    tracer_->collective(coll_op_name(r.op), seq, r.bytes, r.step, t0_us_ + r.t_start * 1e6, t0_us_ + r.t_end * 1e6);
+}
+
+double CollLog::since(std::chrono::steady_clock::time_point tp) const {
+  return std::chrono::duration<double>(tp - t0_).count();
+}
+
+void CollLog::trace_wait(double t0, double t1) const {
+  tracer_->complete("wait #" + std::to_string(wait_seq_), Tracer::kWait, t0_us_ + t0 * 1e6, (t1 - t0) * 1e6,
+                    "\"seq\":" + std::to_string(wait_seq_));
 }
 
 void CollLog::mark_timed_out(uint64_t seq) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "runtime/trace.h"
 
 namespace zt {
 
@@ -30,6 +31,10 @@ class CollLog {
   CollLog(int rank, int world, const CommOptions& opts);
 
   double now() const;  // seconds since creation
+  double since(std::chrono::steady_clock::time_point tp) const;  // tp in seconds since creation
+
+  // run.trace: every finished collective becomes a comm event, every wait a wait event (null: off).
+  void set_tracer(Tracer* t) { tracer_ = t; }
 
   // Fault injection: true exactly once, for the first model-state collective of fault_skip_step on
   // fault_skip_rank. Call before start().
@@ -39,6 +44,8 @@ class CollLog {
   // Returns its sequence number (1, 2, ...).
   uint64_t start(CollOp op, uint64_t bytes, bool skipped = false);
   void finish(uint64_t seq);          // done at now(); no-op if the record left the ring
+  void finish(uint64_t seq, double t_end);  // done at t_end (seconds since creation), e.g. measured
+                                            // by a communication thread
   void mark_timed_out(uint64_t seq);
   void add_wait(double s) { stats_.wait_s += s; }
 
@@ -60,8 +67,10 @@ class CollLog {
       if (spins < 64) sched_yield();
       else usleep(sleep_us);
     }
-    add_wait(now() - t0);
+    const double t1 = now();
+    add_wait(t1 - t0);
     clear_wait_note();
+    if (tracer_) trace_wait(t0, t1);
   }
 
   // For the SIGTERM note: the collective the caller is about to wait for (see install_term_note).
@@ -70,6 +79,7 @@ class CollLog {
   static void clear_wait_note();
 
   void begin_step(int64_t step);
+  void trace_wait(double t0, double t1) const;
   int64_t step() const { return step_; }
   const CommStepStats& stats() const { return stats_; }
 
@@ -100,6 +110,9 @@ class CollLog {
   int64_t step_ = -1;
   bool fault_fired_ = false;
   CommStepStats stats_;
+  Tracer* tracer_ = nullptr;
+  double t0_us_ = 0;       // t0_ in Tracer::now_us() units
+  uint64_t wait_seq_ = 0;  // note_wait's collective
 };
 
 }  // namespace zt

@@ -50,6 +50,8 @@
 
 namespace zt {
 
+class Tracer;  // runtime/trace.h
+
 // scalar_all_reduce / scalar_all_gather / barrier are control traffic (all_reduce_sum,
 // all_gather_u64, barrier); the first four are model-state traffic.
 enum class CollOp : uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, barrier, scalar_all_reduce,
@@ -110,7 +112,8 @@ class Comm {
   virtual void wait(CommHandle h) = 0;
   // Progresses outstanding collectives (MPI moves non-blocking collectives only inside MPI calls);
   // returns true when h has completed (h invalid: just progresses and returns true).
-  // Completion times in the records are when test()/wait() observed the completion.
+  // Completion times in the records are when the collective completed: measured by the MPI
+  // communication thread where there is one, else when test()/wait() observed it.
   virtual bool test(CommHandle h) = 0;
   void wait_all(std::vector<CommHandle>& hs) {
     for (CommHandle& h : hs) wait(h);
@@ -129,6 +132,10 @@ class Comm {
   virtual std::string ring_dump(size_t n = 16) const = 0;
   // Every record still in the ring (oldest first), for tests.
   virtual std::vector<CollRecord> records() const = 0;
+  // run.trace: each collective, when it completes, becomes a comm event (start to completion, with
+  // its sequence number and bytes); each wait() a wait event. nullptr (the default) = off. Calls
+  // come from the caller's thread only.
+  virtual void set_tracer(Tracer* t) = 0;
 
   // Ends every rank (after a fatal error on this one). Never returns.
   [[noreturn]] virtual void abort_all(int code) = 0;

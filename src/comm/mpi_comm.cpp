@@ -132,6 +132,7 @@ struct Job {
   const float* move_src = nullptr;
   size_t move_n = 0;
   std::atomic<bool> done{false};
+  std::chrono::steady_clock::time_point t_done;  // written before done is set
   int err = MPI_SUCCESS;  // written before done is set
 };
 
@@ -216,6 +217,7 @@ class CommThread {
           if (rc == MPI_ERR_IN_STATUS && st[k].MPI_ERROR != MPI_SUCCESS) j.err = st[k].MPI_ERROR;
           else if (j.move_n) std::memmove(j.move_dst, j.move_src, 4 * j.move_n);
           j.req = MPI_REQUEST_NULL;
+          j.t_done = std::chrono::steady_clock::now();
           j.done.store(true, std::memory_order_release);
         }
         active.erase(std::remove_if(active.begin(), active.end(), [](const std::shared_ptr<Job>& j) {
@@ -468,6 +470,7 @@ class MpiComm final : public Comm {
   const CommStepStats& step_stats() const override { return log_.stats(); }
   std::string ring_dump(size_t n) const override { return log_.dump(n); }
   std::vector<CollRecord> records() const override { return log_.records(); }
+  void set_tracer(Tracer* t) override { log_.set_tracer(t); }
 
   [[noreturn]] void abort_all(int code) override {
     std::fflush(stdout);
@@ -539,7 +542,7 @@ class MpiComm final : public Comm {
                     " failed: " + detail::mpi_error_string(p.job->err));
       }
       if (p.timed_out) --g_stuck_collectives;
-      log_.finish(p.seq);
+      log_.finish(p.seq, p.job->err == MPI_SUCCESS ? log_.since(p.job->t_done) : log_.now());
       p.seq = 0;
     }
     pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [](const Pending& p) { return p.seq == 0; }),

@@ -345,6 +345,7 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
                          std::to_string(p.run.steps) +
                          "): the learning rate never reaches optim.lr and the schedule never decays");
   p.run.final_weights = get_str(r, "run.final_weights");
+  p.run.trace = get_str(r, "run.trace");
 
   p.device = get_choice(r, "device", {"auto", "cpu", "cuda"});
 

@@ -81,6 +81,7 @@ struct RunSection {
   std::string log;        // metrics JSONL path (rank 0); the resolved plan is written beside it
   int threads = 0;        // CPU threads per rank (OpenMP + BLAS); 0 = cores / ranks on this host
   std::string final_weights;  // "" = none; else write the final weights there as an llm.c .bin (rank 0)
+  std::string trace;          // "" = off; else a Chrome/Perfetto JSON trace per rank (runtime/trace.h)
 };
 
 struct Plan {

@@ -29,6 +29,7 @@
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include "runtime/support.h"
+#include "runtime/trace.h"
 #include "train/outputs.h"
 #include "train/progress.h"
 #include "train/schedule.h"
@@ -61,6 +62,9 @@ class Trainer {
   using S = typename Ops::S;
 
   Trainer(const Plan& plan, Comm& comm, const RunControl& ctl) : plan_(plan), comm_(comm), ctl_(ctl), root_(comm.rank() == 0) {}
+  ~Trainer() {
+    if (tracer_) comm_.set_tracer(nullptr);  // the Comm outlives the trainer
+  }
 
   TrainResult run() {
     setup();
@@ -78,6 +82,7 @@ class Trainer {
     const int stop = ctl_.stop_at >= 0 ? std::min(ctl_.stop_at, run.steps) : run.steps;
     for (int step = int(state_.step); step < stop; ++step) {
       const auto t0 = Clock::now();
+      const double trace_t0 = tracer_ ? Tracer::now_us() : 0;
       const double lr = lr_at(step, plan_.optim.lr, plan_.optim.warmup_steps, run.steps, plan_.optim.schedule,
                               plan_.optim.min_lr_ratio);
       engine_->begin_step(step);
@@ -102,6 +107,9 @@ class Trainer {
                  "training diverged at step " << step << ": loss " << loss << ", grad norm " << norm
                                               << " (lower optim.lr, or raise optim.warmup_steps)");
       engine_->optimizer_step(lr, clip_scale(norm, plan_.optim.grad_clip));
+      if (tracer_)
+        tracer_->complete("step " + std::to_string(step), Tracer::kStep, trace_t0, Tracer::now_us() - trace_t0,
+                          "\"step\":" + std::to_string(step) + ",\"loss\":" + std::to_string(loss));
       const CommStepStats cs = comm_.step_stats();
       const double ms = seconds_since(t0) * 1e3;
       train_seconds += ms / 1e3;
@@ -129,10 +137,21 @@ class Trainer {
       }
 
       const bool last = step + 1 == run.steps;
-      if ((run.eval_every > 0 && (step + 1) % run.eval_every == 0) || last) res.final_val_loss = evaluate(step);
+      if ((run.eval_every > 0 && (step + 1) % run.eval_every == 0) || last) {
+        const double te = tracer_ ? Tracer::now_us() : 0;
+        res.final_val_loss = evaluate(step);
+        if (tracer_) tracer_->complete("eval", Tracer::kStep, te, Tracer::now_us() - te);
+      }
       if (tokenizer_ && ((run.sample_every > 0 && (step + 1) % run.sample_every == 0) || last)) sample(step);
     }
     if (!plan_.run.final_weights.empty() && res.steps == run.steps) save_final_weights();
+    if (tracer_) {
+      comm_.set_tracer(nullptr);
+      engine_->set_tracer(nullptr);
+      tracer_->close();
+      if (root_) std::printf("trace written to %s (one file per rank; scripts/trace_merge joins them)\n",
+                             tracer_->path().c_str());
+    }
     if (ctl_.end) {
       *ctl_.end = state_;
       capture_buffers<Ops>(*store_, *ctl_.end);
@@ -225,12 +244,18 @@ class Trainer {
       } else {
         engine_->init_parameters(plan_.run.seed, m.init);
       }
+      // run.trace: every rank opens its own file (README "Timeline traces").
+      if (!plan_.run.trace.empty()) tracer_ = std::make_unique<Tracer>(plan_.run.trace, comm_.rank());
     } catch (const OutOfMemory&) {
       throw;
     } catch (const Error& e) {
       refusal = e.what();
     }
     agree_on_startup(refusal);
+    if (tracer_) {
+      comm_.set_tracer(tracer_.get());
+      engine_->set_tracer(tracer_.get());
+    }
 
     if (!root_) return;
     const std::string moved = open_run_outputs(plan_, outputs_);
@@ -403,6 +428,7 @@ class Trainer {
   std::unique_ptr<Partition> partition_;
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<ZeroEngine<Ops>> engine_;
+  std::unique_ptr<Tracer> tracer_;  // run.trace; null = off
   uint64_t bytes_per_step_ = 0;
   std::unique_ptr<MetricsLog> log_;
   RunOutputs outputs_;  // rank 0

@@ -75,39 +75,86 @@ void ZeroEngine<Ops>::begin_step(int64_t step) {
 }
 
 template <class Ops>
+void ZeroEngine<Ops>::set_tracer(Tracer* t) {
+  tr_ = t;
+  reducer_.set_tracer(t);
+  gatherer_.set_tracer(t);
+}
+
+template <class Ops>
+void ZeroEngine<Ops>::finish_gradients() {
+  const double t0 = tr_ ? Tracer::now_us() : 0;
+  reducer_.finish();
+  if (tr_) tr_->complete("finish gradients", Tracer::kCompute, t0, Tracer::now_us() - t0);
+}
+
+template <class Ops>
+double ZeroEngine<Ops>::grad_norm() {
+  const double t0 = tr_ ? Tracer::now_us() : 0;
+  const double norm = optimizer_.grad_norm();
+  if (tr_) tr_->complete("grad norm", Tracer::kOptimizer, t0, Tracer::now_us() - t0);
+  return norm;
+}
+
+template <class Ops>
 void ZeroEngine<Ops>::begin_pass(int micro, bool with_backward) {
+  micro_ = micro;
   reducer_.begin_pass(micro);
   gatherer_.begin_pass(with_backward);
 }
 
 template <class Ops>
 void ZeroEngine<Ops>::optimizer_step(double lr, double grad_scale) {
+  if (!tr_) {
+    optimizer_.step(lr, grad_scale);
+    gatherer_.after_optimizer_step();
+    return;
+  }
+  const double t0 = Tracer::now_us();
   optimizer_.step(lr, grad_scale);
+  const double t1 = Tracer::now_us();
+  tr_->complete("adamw", Tracer::kOptimizer, t0, t1 - t0, "\"steps_taken\":" + std::to_string(optimizer_.steps_taken()));
   gatherer_.after_optimizer_step();
+  if (rules_.gather_params) tr_->complete("parameter all-gather", Tracer::kOptimizer, t1, Tracer::now_us() - t1);
 }
 
 // ---- hooks: stage 3 gathers around each use; the others progress what is in flight ----------
 
 template <class Ops>
-void ZeroEngine<Ops>::before_forward(int u) {
+void ZeroEngine<Ops>::gather_or_progress(int u) {
   if (rules_.gather_units) gatherer_.use(u);
   else comm_.test(CommHandle{});
 }
 
+// Traced spans start after the hook's own work (a gather's wait, a staging slot's completion) and
+// end before the next hook's: they are the unit's compute.
+template <class Ops>
+void ZeroEngine<Ops>::before_forward(int u) {
+  gather_or_progress(u);
+  if (tr_) span_t0_ = Tracer::now_us();
+}
+
 template <class Ops>
 void ZeroEngine<Ops>::after_forward(int u) {
+  if (tr_)
+    tr_->complete("fwd u" + std::to_string(u), Tracer::kCompute, span_t0_, Tracer::now_us() - span_t0_,
+                  "\"unit\":" + std::to_string(u) + ",\"micro\":" + std::to_string(micro_));
   if (rules_.gather_units) gatherer_.release(u);
 }
 
 template <class Ops>
 void ZeroEngine<Ops>::before_backward(int u) {
-  before_forward(u);
+  gather_or_progress(u);
   reducer_.before_backward(u);
+  if (tr_) span_t0_ = Tracer::now_us();
 }
 
 template <class Ops>
 void ZeroEngine<Ops>::after_backward(int u) {
-  after_forward(u);
+  if (tr_)
+    tr_->complete("bwd u" + std::to_string(u), Tracer::kCompute, span_t0_, Tracer::now_us() - span_t0_,
+                  "\"unit\":" + std::to_string(u) + ",\"micro\":" + std::to_string(micro_));
+  if (rules_.gather_units) gatherer_.release(u);
 }
 
 template class ZeroEngine<CpuOps<float>>;

@@ -38,6 +38,7 @@
 #include "comm/comm.h"
 #include "model/gpt.h"
 #include "plan/plan.h"
+#include "runtime/trace.h"
 #include "zero/grad_reducer.h"
 #include "zero/optimizer.h"
 #include "zero/param_gatherer.h"
@@ -66,10 +67,15 @@ class ZeroEngine : public UnitHooks {
   // Before each micro-step's forward (with_backward) or each evaluation / sampling forward.
   void begin_pass(int micro, bool with_backward);
   // After the last micro-step's backward: completes all gradient communication.
-  void finish_gradients() { reducer_.finish(); }
-  double grad_norm() { return optimizer_.grad_norm(); }
+  void finish_gradients();
+  double grad_norm();
   void optimizer_step(double lr, double grad_scale);
   ShardedOptimizer<Ops>& optimizer() { return optimizer_; }
+
+  // run.trace (README "Timeline traces"): forward / backward per unit on the compute track, the
+  // optimizer's parts on the optimizer track, and the bucket / unit of each collective as tags.
+  // nullptr (the default) = off: one test per hook.
+  void set_tracer(Tracer* t);
 
   // Largest number of gathered (stage-3) units that were alive at once.
   int max_gathered_alive() const { return gatherer_.max_alive(); }
@@ -90,6 +96,10 @@ class ZeroEngine : public UnitHooks {
   GradReducer<Ops> reducer_;
   ParamGatherer<Ops> gatherer_;
   ShardedOptimizer<Ops> optimizer_;
+  void gather_or_progress(int u);
+  Tracer* tr_ = nullptr;
+  double span_t0_ = 0;  // start of the unit's forward / backward (after its gather)
+  int micro_ = 0;
 };
 
 }  // namespace zt

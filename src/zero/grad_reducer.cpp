@@ -93,11 +93,14 @@ void GradReducer<Ops>::launch(int b) {
     T* grads = store_.get<T>(StateId::grads);
     if (!rules_.optimizer_sharded) {  // stage 0
       if (part_.config().world == 1) return;  // a world of one has nothing to reduce
+      tag(b, -1);
       inflight_.push_back(comm_.all_reduce(comm_ptr(grads + bk.offset), bk.numel));
     } else {  // stage 1
-      for (int v : bk.units)
+      for (int v : bk.units) {
+        tag(b, v);
         inflight_.push_back(comm_.reduce_scatter(comm_ptr(grads + layout_.units()[size_t(v)].offset),
                                                  comm_ptr(shard + part_.unit_shard_flat(v)), part_.unit_shard_numel(v)));
+      }
     }
     if (!overlap) comm_.wait_all(inflight_);
     return;
@@ -108,6 +111,7 @@ void GradReducer<Ops>::launch(int b) {
   for (int v : bk.units) {
     const size_t in_bucket = layout_.units()[size_t(v)].offset - bk.offset;
     const size_t in_recv = part_.unit_shard_flat(v) - part_.unit_shard_flat(lowest);
+    tag(b, v);
     slot->hs.push_back(
         comm_.reduce_scatter(comm_ptr(slot->buf + in_bucket), comm_ptr(slot->recv + in_recv), part_.unit_shard_numel(v)));
   }

@@ -16,6 +16,7 @@
 
 #include "comm/comm.h"
 #include "model/gpt.h"
+#include "runtime/trace.h"
 #include "zero/partition.h"
 #include "zero/store.h"
 
@@ -33,6 +34,7 @@ class GradReducer {
   void before_backward(int u);        // stages 2-3: the unit's gradients go to a staging slot
   void grads_ready(int u);            // fires the bucket whose last unit u is
   void finish();                      // every gradient collective done, shards complete
+  void set_tracer(Tracer* t) { tr_ = t; }  // tags each collective with its bucket and unit
 
  private:
   struct StagingSlot {
@@ -63,6 +65,12 @@ class GradReducer {
   // be in flight in another slot, so two slots can hold the same bucket at once.
   std::vector<StagingSlot*> slot_of_bucket_;
   uint64_t slots_taken_ = 0;
+  Tracer* tr_ = nullptr;
+  void tag(int b, int unit) {  // the next collective's bucket and unit
+    if (!tr_) return;
+    tr_->tag_next("bucket", b);
+    if (unit >= 0) tr_->tag_next("unit", unit);
+  }
 };
 
 }  // namespace zt

@@ -61,6 +61,10 @@ void ParamGatherer<Ops>::start(int pos, GatherSlot& s) {
   s.unit = u;
   s.first = s.last = pos;
   while (s.last + 1 < int(sched_.size()) && sched_[size_t(s.last + 1)] == u) ++s.last;
+  if (tr_) {
+    tr_->tag_next("unit", u);
+    tr_->tag_next("prefetch", pos != pos_);
+  }
   s.h = gather(u, s.buf);
   int alive = 0;
   for (const GatherSlot& g : slots_) alive += g.unit >= 0;
@@ -108,6 +112,7 @@ void ParamGatherer<Ops>::release(int u) {
       if (pos_ == g.last) {
         g.unit = -1;
         model_.set_unit_params(u, nullptr);
+        if (tr_) tr_->instant("release u" + std::to_string(u), Tracer::kCompute, Tracer::now_us(), "\"unit\":" + std::to_string(u));
       }
       break;
     }
@@ -123,6 +128,7 @@ void ParamGatherer<Ops>::after_optimizer_step() {
   std::vector<CommHandle> hs;
   for (int u = 0; u < layout_.num_units(); ++u) {
     T* full = params + layout_.units()[size_t(u)].offset;
+    if (tr_) tr_->tag_next("unit", u);
     hs.push_back(comm_.all_gather(comm_ptr(full + part_.unit_shard_begin(u)), comm_ptr(full), part_.unit_shard_numel(u)));
     if (!part_.config().overlap) comm_.wait_all(hs);
   }

@@ -17,6 +17,7 @@
 
 #include "comm/comm.h"
 #include "model/gpt.h"
+#include "runtime/trace.h"
 #include "zero/partition.h"
 #include "zero/store.h"
 
@@ -36,6 +37,9 @@ class ParamGatherer {
   // Unit u's full parameters, valid until the next call (collective at stage 3: gathered into
   // the first slot, between passes).
   const T* whole_unit(int u);
+
+  // Tags each all-gather with its unit; stage 3 marks each release on the compute track.
+  void set_tracer(Tracer* t) { tr_ = t; }
 
   // Largest number of gathered units that were alive at once.
   int max_alive() const { return max_alive_; }
@@ -63,6 +67,7 @@ class ParamGatherer {
   int pos_ = 0;
   std::vector<GatherSlot> slots_;
   int max_alive_ = 0;
+  Tracer* tr_ = nullptr;
 };
 
 }  // namespace zt

@@ -1,0 +1,142 @@
+#include "runtime/trace.h"
+
+#include <chrono>
+#include <filesystem>
+#include <system_error>
+
+#include "runtime/error.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+std::string Tracer::rank_path(const std::string& path, int rank) {
+  const std::string r = ".rank" + std::to_string(rank);
+  std::error_code ec;
+  if (!path.empty() && (path.back() == '/' || fs::is_directory(path, ec)))
+    return (fs::path(path) / ("trace" + r + ".json")).string();
+  const fs::path p(path);
+  return (p.parent_path() / (p.stem().string() + r + p.extension().string())).string();
+}
+
+double Tracer::now_us() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+Tracer::Tracer(const std::string& path, int rank) : path_(rank_path(path, rank)), rank_(rank) {
+  const fs::path dir = fs::path(path_).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) fs::create_directories(dir, ec);
+  f_ = std::fopen(path_.c_str(), "w");
+  ZT_REQUIRE(f_, "run.trace: cannot write " << path_ << ": " << std::strerror(errno)
+                                            << " (choose a writable path, or \"\" for no trace)");
+  buf_.reserve(1 << 20);
+  buf_ += "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"clock\":\"steady_clock\",\"rank\":" + std::to_string(rank) +
+          "},\"traceEvents\":[\n";
+  begin_event();
+  buf_ += "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(rank) + ",\"tid\":0,\"args\":{\"name\":\"rank " +
+          std::to_string(rank) + "\"}}";
+  begin_event();
+  buf_ += "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":" + std::to_string(rank) +
+          ",\"tid\":0,\"args\":{\"sort_index\":" + std::to_string(rank) + "}}";
+  track_name(kStep, "step");
+  track_name(kCompute, "compute");
+  track_name(kWait, "wait");
+  track_name(kOptimizer, "optimizer");
+  track_name(kComm, "comm");
+  lanes_.resize(1);
+}
+
+Tracer::~Tracer() {
+  try {
+    close();
+  } catch (...) {
+  }
+}
+
+void Tracer::begin_event() {
+  if (!first_) buf_ += ",\n";
+  first_ = false;
+}
+
+void Tracer::track_name(int tid, const std::string& name) {
+  begin_event();
+  buf_ += "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(rank_) + ",\"tid\":" + std::to_string(tid) +
+          ",\"args\":{\"name\":\"" + name + "\"}}";
+  begin_event();
+  buf_ += "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" + std::to_string(rank_) +
+          ",\"tid\":" + std::to_string(tid) + ",\"args\":{\"sort_index\":" + std::to_string(tid) + "}}";
+}
+
+void Tracer::complete(const std::string& name, int tid, double ts_us, double dur_us, const std::string& args) {
+  if (!f_) return;
+  char head[160];
+  std::snprintf(head, sizeof head, "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"name\":\"", rank_, tid,
+                ts_us, dur_us < 0 ? 0.0 : dur_us);
+  begin_event();
+  buf_ += head;
+  buf_ += name;
+  buf_ += args.empty() ? "\"}" : "\",\"args\":{" + args + "}}";
+  ++events_;
+  flush(false);
+}
+
+void Tracer::instant(const std::string& name, int tid, double ts_us, const std::string& args) {
+  if (!f_) return;
+  char head[160];
+  std::snprintf(head, sizeof head, "{\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"name\":\"", rank_, tid,
+                ts_us);
+  begin_event();
+  buf_ += head;
+  buf_ += name;
+  buf_ += args.empty() ? "\"}" : "\",\"args\":{" + args + "}}";
+  ++events_;
+  flush(false);
+}
+
+void Tracer::tag_next(const char* key, long value) {
+  std::string& t = next_tags_;
+  if (!t.empty()) t += ',';
+  t += '"';
+  t += key;
+  t += "\":" + std::to_string(value);
+}
+
+void Tracer::collective(const char* op, uint64_t seq, uint64_t bytes, int64_t step, double ts_us, double end_us) {
+  if (!f_) return;
+  if (end_us < ts_us) end_us = ts_us;
+  size_t k = 0;
+  while (k < lanes_.size() && ts_us < lanes_[k].end) ++k;
+  if (k == lanes_.size()) {
+    lanes_.push_back({});
+    track_name(kComm + int(k), "comm." + std::to_string(k));
+  }
+  lanes_[k] = {ts_us, end_us};
+  std::string args = "\"seq\":" + std::to_string(seq) + ",\"bytes\":" + std::to_string(bytes) +
+                     ",\"step\":" + std::to_string(step);
+  auto it = tags_.find(seq);
+  if (it != tags_.end()) {
+    args += "," + it->second;
+    tags_.erase(it);
+  }
+  complete(op, kComm + int(k), ts_us, end_us - ts_us, args);
+}
+
+void Tracer::flush(bool force) {
+  if (!f_ || (!force && buf_.size() < (1u << 20))) return;
+  std::fwrite(buf_.data(), 1, buf_.size(), f_);  // a short write shows in ferror() at close()
+  buf_.clear();
+}
+
+void Tracer::close() {
+  if (!f_) return;
+  buf_ += "\n]}\n";
+  flush(true);
+  const bool ok = std::ferror(f_) == 0;
+  std::FILE* f = f_;
+  f_ = nullptr;
+  const bool closed = std::fclose(f) == 0;
+  ZT_REQUIRE(ok && closed, "run.trace: writing " << path_ << " failed (disk full?)");
+}
+
+}  // namespace zt

@@ -1,0 +1,86 @@
+// Timeline traces (plan field run.trace): a Chrome / Perfetto JSON trace per rank. Ground level:
+// knows nothing of ZeRO, the model or communication; the parts that own an event emit it (README
+// "Timeline traces"; docs/design.md §3.4).
+//
+// File: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}. Complete events
+// ("ph": "X") with ts and dur in microseconds of the host's monotonic clock (steady_clock, so ranks
+// on one host share a time base), pid = rank, tid = a track; instant events ("ph": "i") for marks;
+// "M" metadata events name the process ("rank R") and the tracks:
+//
+//   tid 0        step       each training step ("step 7", args step and loss), each evaluation
+//   tid 1        compute    forward / backward per unit ("fwd u3", "bwd u3"; args unit, micro),
+//                           "finish gradients", stage-3 releases (instant "release u3")
+//   tid 2        wait       time blocked in Comm::wait on collective #seq
+//   tid 3        optimizer  grad norm, AdamW over the owned slices, the parameter all-gather after it
+//   tid 10 + k   comm, comm.k  collectives from start to completion (args: seq, bytes, step and the
+//                           engine's tag: bucket, unit); in-flight collectives overlap, so each takes
+//                           the first lane whose previous event it does not cross
+//
+// Cost when off: the owners hold a null Tracer* and test it. When on: one snprintf per event into
+// a buffer, written out in 1 MiB pieces. Single-threaded: every call comes from the rank's main
+// thread (the communication thread never traces; completion times it measured are passed in).
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace zt {
+
+class Tracer {
+ public:
+  enum Track : int { kStep = 0, kCompute = 1, kWait = 2, kOptimizer = 3, kComm = 10 };
+
+  // The file of this rank: `path` with ".rank<R>" inserted before its extension ("t.json" ->
+  // "t.rank0.json", "t" -> "t.rank0"), or "<path>/trace.rank<R>.json" when path ends in '/' or is
+  // a directory. Missing parent directories are created. Throws Error if it cannot be opened.
+  static std::string rank_path(const std::string& path, int rank);
+
+  Tracer(const std::string& path, int rank);
+  ~Tracer();  // close()
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+
+  // Microseconds of steady_clock (the time base of every event).
+  static double now_us();
+
+  // args: the members of a JSON object without braces (e.g. "\"seq\":3,\"bytes\":128"), or "".
+  void complete(const std::string& name, int tid, double ts_us, double dur_us, const std::string& args = "");
+  void instant(const std::string& name, int tid, double ts_us, const std::string& args = "");
+
+  // A collective that completed: name = op, on the first comm lane it does not cross.
+  void collective(const char* op, uint64_t seq, uint64_t bytes, int64_t step, double ts_us, double end_us);
+  // A key/value (e.g. "bucket", 3) for the args of the next collective started: call before
+  // starting it; the Comm calls started(seq) as it starts one, which binds the tags to that seq.
+  void tag_next(const char* key, long value);
+  void started(uint64_t seq) {
+    if (next_tags_.empty()) return;
+    tags_[seq].swap(next_tags_);
+    next_tags_.clear();
+  }
+
+  const std::string& path() const { return path_; }
+  uint64_t events() const { return events_; }
+  void close();
+
+ private:
+  void begin_event();
+  void flush(bool force);
+  void track_name(int tid, const std::string& name);
+
+  std::string path_;
+  int rank_;
+  std::FILE* f_ = nullptr;
+  std::string buf_;
+  bool first_ = true;
+  uint64_t events_ = 0;
+  struct Lane {
+    double start = 0, end = 0;
+  };
+  std::vector<Lane> lanes_;
+  std::string next_tags_;
+  std::unordered_map<uint64_t, std::string> tags_;
+};
+
+}  // namespace zt

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Timeline traces (plan field run.trace, README "Timeline traces"): the events are well-formed and
+show what the engine does.
+
+A 2-rank ZeRO-2 run of a tiny model (grad_accum 1, a bucket size that makes one bucket per unit,
+so several buckets), twice: zero.overlap_comm true and false. For each run:
+
+  * every X event has ts, dur >= 0, pid, tid; pid is the file's rank; every track is named
+  * collectives (comm tracks) carry seq and bytes; seq strictly increases per rank in start order
+  * reduce-scatters carry their bucket; there are forward and backward spans per unit
+  * scripts/trace_merge gives one process per rank, named "rank R"
+  * overlap: a reduce-scatter overlaps backward compute when it is still in flight when the
+    backward of a later unit (one that starts after it was launched) begins:
+        rs.ts <= bwd.ts < rs.ts + rs.dur     (same rank)
+    With overlap on at least one does; with overlap off none does (each bucket's collective is
+    waited on before the next unit's backward starts).
+
+  /usr/bin/python3 test/mpi/trace_check.py --train build/train [--mpirun mpirun] [--keep]
+"""
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NP = 2
+STEPS = 4
+
+
+def env():
+    e = dict(os.environ)
+    e.setdefault("OMP_NUM_THREADS", "1")
+    if os.geteuid() == 0:
+        e.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        e.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return e
+
+
+def run(train, mpirun, overlap, work):
+    sets = {
+        "model.n_layer": 4, "model.n_head": 4, "model.n_embd": 64, "model.seq_len": 64, "model.vocab_size": 50257,
+        "data.train": "data/sample/train_000.bin", "data.val": "data/sample/val.bin", "data.tokenizer": "",
+        "batch.micro_batch": 2, "batch.grad_accum": 1,
+        "zero.stage": 2, "zero.overlap_comm": "true" if overlap else "false", "zero.bucket_mb": 0.05,
+        "run.steps": STEPS, "run.eval_every": 0, "run.eval_batches": 1, "run.sample_every": 0, "run.threads": 1,
+        "run.log": os.path.join(work, "metrics.jsonl"), "run.trace": os.path.join(work, "trace.json"),
+    }
+    cmd = [mpirun, "--oversubscribe", "-np", str(NP), train, "plans/default.json"]
+    for k, v in sets.items():
+        cmd += ["--set", f"{k}={v}"]
+    p = subprocess.run(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=300)
+    if p.returncode != 0:
+        raise SystemExit(f"trace_check: run failed ({p.returncode}):\n{p.stdout[-3000:]}")
+    files = sorted(glob.glob(os.path.join(work, "trace.rank*.json")))
+    want = [os.path.join(work, f"trace.rank{r}.json") for r in range(NP)]
+    if files != want:
+        raise SystemExit(f"trace_check: expected {want}, found {files}")
+    return files
+
+
+def check(files, overlap, merge_out, fails):
+    tag = f"overlap {'on' if overlap else 'off'}"
+
+    def fail(msg):
+        fails.append(f"{tag}: {msg}")
+
+    overlapping = []
+    n_rs = 0
+    for rank, path in enumerate(files):
+        with open(path) as f:
+            doc = json.load(f)  # the file must be valid JSON (closed properly)
+        evs = doc["traceEvents"]
+        named = {e["tid"] for e in evs if e.get("ph") == "M" and e.get("name") == "thread_name"}
+        procs = [e for e in evs if e.get("ph") == "M" and e.get("name") == "process_name"]
+        if len(procs) != 1 or procs[0]["args"]["name"] != f"rank {rank}":
+            fail(f"rank {rank}: process_name metadata {procs}")
+        xs = [e for e in evs if e.get("ph") == "X"]
+        if not xs:
+            fail(f"rank {rank}: no X events")
+        for e in xs:
+            for k in ("name", "ts", "dur", "pid", "tid"):
+                if k not in e:
+                    fail(f"rank {rank}: X event without {k}: {e}")
+                    break
+            else:
+                if e["dur"] < 0 or e["pid"] != rank or e["tid"] not in named:
+                    fail(f"rank {rank}: bad X event {e}")
+        comm_tids = {e["tid"] for e in evs if e.get("ph") == "M" and e.get("name") == "thread_name"
+                     and e["args"]["name"].startswith("comm")}
+        colls = sorted((e for e in xs if e["tid"] in comm_tids), key=lambda e: (e["ts"], e["args"]["seq"]))
+        seqs = [e["args"]["seq"] for e in colls]
+        if any(b <= a for a, b in zip(seqs, seqs[1:])):
+            fail(f"rank {rank}: collective sequence numbers not strictly increasing in start order: {seqs[:40]}")
+        if any("bytes" not in e["args"] for e in colls):
+            fail(f"rank {rank}: a collective without bytes")
+        rs = [e for e in colls if e["name"] == "reduce_scatter"]
+        n_rs += len(rs)
+        if not rs or any("bucket" not in e["args"] for e in rs):
+            fail(f"rank {rank}: reduce-scatters missing or without their bucket ({len(rs)})")
+        buckets = {e["args"]["bucket"] for e in rs}
+        if len(buckets) < 3:
+            fail(f"rank {rank}: expected several buckets, got {sorted(buckets)}")
+        bwd = [e for e in xs if e["name"].startswith("bwd u")]
+        fwd = [e for e in xs if e["name"].startswith("fwd u")]
+        units = {e["args"]["unit"] for e in bwd}
+        if len(units) != 4 + 2 or len(bwd) != STEPS * (4 + 3) or not fwd:
+            fail(f"rank {rank}: backward spans per unit: {len(bwd)} over units {sorted(units)}")
+        if not any(e["name"] == "adamw" for e in xs) or not any(e["name"].startswith("wait #") for e in xs):
+            fail(f"rank {rank}: no adamw or wait events")
+        for r in rs:
+            for b in bwd:
+                if r["ts"] <= b["ts"] < r["ts"] + r["dur"]:
+                    overlapping.append((rank, r["args"]["seq"], r["args"]["bucket"], b["name"]))
+    print(f"{tag}: {n_rs} reduce-scatters, {len(overlapping)} (rs, later backward) overlaps"
+          + (f", e.g. rank {overlapping[0][0]} seq {overlapping[0][1]} bucket {overlapping[0][2]} "
+             f"in flight as {overlapping[0][3]} starts" if overlapping else ""))
+    if overlap and not overlapping:
+        fail("no reduce-scatter overlaps the backward of a later unit (communication does not overlap compute)")
+    if not overlap and overlapping:
+        fail(f"{len(overlapping)} reduce-scatters overlap a later backward on the naive path: {overlapping[:5]}")
+
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "trace_merge"), merge_out] + files,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        fail(f"trace_merge failed: {p.stdout}")
+        return
+    with open(merge_out) as f:
+        merged = json.load(f)["traceEvents"]
+    procs = sorted((e["pid"], e["args"]["name"]) for e in merged if e.get("ph") == "M" and e["name"] == "process_name")
+    if procs != [(r, f"rank {r}") for r in range(NP)]:
+        fail(f"merged file: processes {procs}")
+    if {e["pid"] for e in merged} != set(range(NP)):
+        fail("merged file: events outside the ranks' processes")
+    if min(e["ts"] for e in merged if "ts" in e) != 0:
+        fail("merged file: not shifted to start at 0")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--train", default=os.path.join(ROOT, "build", "train"))
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="zt_trace_")
+    fails = []
+    try:
+        for overlap in (True, False):
+            d = os.path.join(work, f"overlap{int(overlap)}")
+            os.makedirs(d)
+            files = run(os.path.abspath(args.train), args.mpirun, overlap, d)
+            check(files, overlap, os.path.join(d, "merged.json"), fails)
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    if fails:
+        print("FAILED:\n  " + "\n  ".join(fails))
+        return 1
+    print("trace_check: OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
