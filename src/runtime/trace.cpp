@@ -73,12 +73,7 @@ void Tracer::complete(const std::string& name, int tid, double ts_us, double dur
   char head[160];
   std::snprintf(head, sizeof head, "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"name\":\"", rank_, tid,
                 ts_us, dur_us < 0 ? 0.0 : dur_us);
-  begin_event();
-  buf_ += head;
-  buf_ += name;
-  buf_ += args.empty() ? "\"}" : "\",\"args\":{" + args + "}}";
-  ++events_;
-  flush(false);
+  event(head, name, args);
 }
 
 void Tracer::instant(const std::string& name, int tid, double ts_us, const std::string& args) {
@@ -86,6 +81,10 @@ void Tracer::instant(const std::string& name, int tid, double ts_us, const std::
   char head[160];
   std::snprintf(head, sizeof head, "{\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"name\":\"", rank_, tid,
                 ts_us);
+  event(head, name, args);
+}
+
+void Tracer::event(const char* head, const std::string& name, const std::string& args) {
   begin_event();
   buf_ += head;
   buf_ += name;

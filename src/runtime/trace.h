@@ -65,6 +65,7 @@ class Tracer {
   void close();
 
  private:
+  void event(const char* head, const std::string& name, const std::string& args);  // head: the fields before the name
   void begin_event();
   void flush(bool force);
   void track_name(int tid, const std::string& name);
