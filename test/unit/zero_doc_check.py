@@ -47,6 +47,28 @@ def read_tables():
     return tables
 
 
+def paper_rows():
+    """docs/zero.md's comparison with the paper: our columns (memory in bytes, written as multiples
+    of Ψ with "+ comm" for the communication buffers; elements sent, without the ring's (N-1)/N)
+    as Python expressions."""
+    text = open(DOC).read()
+    rows = {}
+    for stage, name in enumerate(("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")):
+        m = re.search(r"^\| " + name + r"[^|]*\|[^|]*\|([^|]*)\|[^|]*\|([^|]*)\|$", text, re.M)
+        if not m:
+            sys.exit(f"zero_doc_check: no {name} row in the paper comparison of docs/zero.md")
+
+        def py(f):
+            f = f.strip().replace("Ψ₀", "P0").replace("Ψ", "psi")
+            f = re.sub(r"(\d)(psi|P0|\()", r"\1*\2", f)
+            f = re.sub(r"\)(psi|P0|\()", r")*\1", f)
+            return re.sub(r"A\(", "A*(", f)
+
+        mem, sent = py(m.group(1)), py(m.group(2))
+        rows[stage] = (mem.replace("+ comm", "").strip(), "+ comm" in mem, sent)
+    return rows
+
+
 def symbols(m, N, stage, overlap, bucket_mb, prefetch, A):
     Vp = (m["V"] + 127) // 128 * 128
     C, T = m["C"], m["T"]
@@ -76,6 +98,7 @@ def main():
     ap.add_argument("--train", default=os.path.join(ROOT, "train"))
     args = ap.parse_args()
     tables = read_tables()
+    paper = paper_rows()
     models = [  # B*T a multiple of 16 (see the activation note in docs/zero.md)
         {"L": 3, "NH": 5, "C": 35, "T": 32, "B": 2, "V": 50257},
         {"L": 2, "NH": 4, "C": 64, "T": 16, "B": 3, "V": 50257},
@@ -112,6 +135,17 @@ def main():
             checked += 1
             if want != est["bytes_per_step"]:
                 failures.append(f"{where}: bytes per step {want}, estimate says {est['bytes_per_step']}")
+            mem_expr, with_comm, sent_expr = paper[stage]
+            states = sum(mem.get(c, 0) for c in ("params", "grads", "optimizer"))
+            got = states + (mem.get("comm", 0) if with_comm else 0)
+            want = evaluate(mem_expr, env) + (mem.get("comm", 0) if with_comm else 0)
+            checked += 2
+            if abs(want - got) > 1e-6 * got:
+                failures.append(f"{where}: paper table, ours: memory `{mem_expr}` = {want}, estimate says {got}")
+            want = evaluate(sent_expr, env) * (N - 1) / N * env["e"]
+            if abs(want - est["bytes_per_step"]) > 1e-6 * max(1, want):
+                failures.append(f"{where}: paper table, ours: sent `{sent_expr}` x (N-1)/N x e = {want}, "
+                                f"estimate says {est['bytes_per_step']}")
             want = evaluate(tables["activations"], env)
             checked += 1
             if want != mem.get("activations"):
