@@ -76,7 +76,7 @@ int run(int argc, char** argv) {
     const zt::Estimate e = zt::estimate_plan(plan, world);
     if (as_json)
       std::printf("%s\n", nlohmann::json{{"memory", e.memory}, {"buffers", e.buffers}, {"bytes_per_step", e.bytes_per_step},
-                                         {"world", world}, {"stage", plan.zero.stage}}.dump(2).c_str());
+                                         {"world", world}, {"stage", plan.zero.stage}, {"recompute", e.recompute}}.dump(2).c_str());
     else
       std::printf("%s", e.table.c_str());
     return 0;
