@@ -451,6 +451,11 @@ std::string next_memory_step(const Plan& plan, int world) {
   else if (mb > 1)
     os << "lower batch.micro_batch (" << mb << " -> " << mb / f << ") and raise batch.grad_accum (" << ga << " -> "
        << ga * f << ") by the same factor " << f << ": same tokens per step, 1/" << f << " of the activations";
+  else if (plan.recompute.policy == "none")
+    os << "set recompute.policy to \"selective\": LayerNorm and GELU outputs recomputed in backward, fewer activations";
+  else if (plan.recompute.policy != "block" || plan.recompute.every > 1)
+    os << "set recompute.policy to \"block\" (recompute.every 1): only each block's input kept, its forward rerun "
+          "in backward";
   else if (world > 1 && plan.zero.stage < 3)
     os << "raise zero.stage to " << plan.zero.stage + 1 << " to shard more model state across the " << world << " ranks";
   else
