@@ -127,8 +127,9 @@ TEST(GpuModel, Bf16WithinTolerance) { check_one_pass<CudaOps<bf16>>(2e-2, 1e-1, 
 // and every gradient of `none` bit for bit over two accumulated passes; that needs deterministic
 // forward kernels, which ours are (no atomics; fixed reduction orders). `selective` runs the fc
 // matmul and GELU unfused (so backward recomputes exactly the GELU forward used), which may round
-// differently from none's fused epilogue in bf16: it is held to the fp32 / bf16 model tolerances
-// against none instead, and bit for bit against itself.
+// differently from none's fused epilogue: it is held to the fp32 / bf16 model tolerances against
+// none instead, and bit for bit against itself. Under emulation: fp32 selective == none bit for
+// bit; bf16 loss 5.8e-6 relative, worst gradient 1.1e-2 of its tensor's scale.
 template <class Ops>
 void check_recompute(double loss_tol, double grad_tol) {
   ZT_REQUIRE_GPU();
