@@ -1,9 +1,9 @@
 #include "model/gpt.h"
 
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <array>
 #include <cstdio>
 #include <initializer_list>
 #include <memory>
@@ -68,7 +68,8 @@ size_t block_field_width(const GPTConfig& cfg, int f) {
   const size_t w[kFields] = {C, 1, 1, 3 * C, C, size_t(cfg.NH), C, C, C, 1, 1, 4 * C, 4 * C, C};
   return w[f];
 }
-// Whether layer l keeps field f for backward; if so, its index among the layers that keep f.
+// Whether layer l keeps field f for backward; and l's index among the layers that keep their
+// fields (under every policy, a field kept per layer is kept by the same layers).
 bool keeps(const Recompute& rc, int f, int l) {
   switch (rc.policy) {
     case Recompute::Policy::none: return true;
