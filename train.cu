@@ -63,7 +63,12 @@ int run(int argc, char** argv) {
   est->add_option("--world", world_text, "number of ranks, 1-65536 (default 1)")->type_name("N");
   est->add_option("--set", overrides, "override a plan field")->type_name("KEY=VALUE");
   est->add_flag("--json", as_json, "print JSON instead of a table");
-  app.footer("Multi-rank: mpirun -np N ./train PLAN.json.\n" + zt::support::help());
+  app.footer("Multi-rank: mpirun -np N ./train PLAN.json.\n"
+             "Activation recomputation: recompute.policy \"none\" (default: keep every activation), \"selective\"\n"
+             "(recompute LayerNorm and GELU outputs in backward) or \"block\" (keep each block's input, rerun its\n"
+             "forward in backward); recompute.every k (default 1, block only): every k-th block is recomputed.\n"
+             "./train estimate prints the activations of each policy and the forward FLOPs recomputed.\n" +
+             zt::support::help());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -76,7 +81,7 @@ int run(int argc, char** argv) {
     const zt::Estimate e = zt::estimate_plan(plan, world);
     if (as_json)
       std::printf("%s\n", nlohmann::json{{"memory", e.memory}, {"buffers", e.buffers}, {"bytes_per_step", e.bytes_per_step},
-                                         {"world", world}, {"stage", plan.zero.stage}}.dump(2).c_str());
+                                         {"world", world}, {"stage", plan.zero.stage}, {"recompute", e.recompute}}.dump(2).c_str());
     else
       std::printf("%s", e.table.c_str());
     return 0;

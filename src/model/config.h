@@ -3,6 +3,7 @@
 // kernels see aligned rows; the loss only ever looks at the first V columns).
 #pragma once
 #include <cstddef>
+#include <string>
 
 namespace zt {
 
@@ -16,6 +17,28 @@ struct GPTConfig {
 
   static int pad_vocab(int V) { return (V + 127) / 128 * 128; }
   static GPTConfig make(int L, int NH, int C, int maxT, int V) { return {L, NH, C, maxT, V, pad_vocab(V)}; }
+};
+
+// What forward keeps for backward (docs/design.md §3.11). none: everything. selective: matmul and
+// attention outputs; backward recomputes the LayerNorm outputs and GELU. block: only each
+// recomputed block's input (the previous block's output, kept anyway); backward reruns the block's
+// forward into one block's worth of scratch. With block, blocks l = 0, every, 2*every, ... are
+// recomputed and the others keep everything.
+struct Recompute {
+  enum class Policy { none, selective, block };
+  Policy policy = Policy::none;
+  int every = 1;
+
+  // From the plan's names (validated there): "none", "selective", "block".
+  static Recompute from(const std::string& name, int every) {
+    Recompute r;
+    r.policy = name == "block" ? Policy::block : name == "selective" ? Policy::selective : Policy::none;
+    r.every = every;
+    return r;
+  }
+  bool recomputes_block(int l) const { return policy == Policy::block && l % every == 0; }
+  // Recomputed blocks among 0..l-1.
+  int blocks_recomputed_before(int l) const { return policy == Policy::block ? (l + every - 1) / every : 0; }
 };
 
 }  // namespace zt

@@ -1,5 +1,6 @@
 #include "model/gpt.h"
 
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -47,29 +48,70 @@ struct FieldSize {
   size_t n;
   Elem kind;
 };
-// Element counts of the activation fields, in the declaration order of GPT::Activations, then of
-// GPT::GradScratch. One list serves the constructor and activation_bytes(). Every product is
-// checked: layers x batch x sequence x channels can pass 2^64 for a plan that validates.
+template <class T, class S>
+size_t elem_bytes(Elem kind) {
+  return kind == Elem::token ? sizeof(int) : kind == Elem::t ? sizeof(T) : sizeof(S);
+}
+
+// The fields of GPT::BlockActs in declaration order: elements per token, kind, and whether the
+// selective policy drops them (docs/design.md §3.11): the LayerNorm outputs, the residual sum
+// that feeds ln2 (recomputed with it by the same fused op) and the GELU output are cheap to
+// recompute; fcproj is read by nothing in backward. Matmul and attention outputs and the
+// LayerNorm statistics stay.
+constexpr int kFields = 14;
+constexpr Elem kBlockKind[kFields] = {Elem::t, Elem::s, Elem::s, Elem::t, Elem::t, Elem::s, Elem::t,
+                                      Elem::t, Elem::t, Elem::s, Elem::s, Elem::t, Elem::t, Elem::t};
+constexpr bool kSelectiveDrops[kFields] = {true,  false, false, false, false, false, false,
+                                           true,  true,  false, false, false, true,  true};
+size_t block_field_width(const GPTConfig& cfg, int f) {
+  const size_t C = size_t(cfg.C);
+  const size_t w[kFields] = {C, 1, 1, 3 * C, C, size_t(cfg.NH), C, C, C, 1, 1, 4 * C, 4 * C, C};
+  return w[f];
+}
+// Whether layer l keeps field f for backward; and l's index among the layers that keep their
+// fields (under every policy, a field kept per layer is kept by the same layers).
+bool keeps(const Recompute& rc, int f, int l) {
+  switch (rc.policy) {
+    case Recompute::Policy::none: return true;
+    case Recompute::Policy::selective: return !kSelectiveDrops[f];
+    case Recompute::Policy::block: return !rc.recomputes_block(l);
+  }
+  return true;
+}
+int kept_index(const Recompute& rc, int l) { return l - rc.blocks_recomputed_before(l); }
+int kept_layers(const Recompute& rc, int L, int f) {
+  return rc.policy == Recompute::Policy::selective && kSelectiveDrops[f] ? 0 : kept_index(rc, L);
+}
+// Pointers to the fields of a BlockActs, in declaration order (the type is deduced: it is private).
+template <class A>
+std::array<void**, kFields> block_fields(A& a) {
+  return {(void**)&a.ln1,       (void**)&a.ln1_mean, (void**)&a.ln1_rstd, (void**)&a.qkv,      (void**)&a.atty,
+          (void**)&a.att_lse,   (void**)&a.attproj,  (void**)&a.residual2, (void**)&a.ln2,     (void**)&a.ln2_mean,
+          (void**)&a.ln2_rstd,  (void**)&a.fch,      (void**)&a.fch_gelu, (void**)&a.fcproj};
+}
+
+// Element counts of the activation fields, in the declaration order of GPT::Activations (the
+// BlockActs `kept`, then `scratch`, field by field), then of GPT::GradScratch. One list serves
+// the constructor and activation_bytes(). Every product is checked: layers x batch x sequence x
+// channels can pass 2^64 for a plan that validates.
 const char* const kActivationSize = "model: activation memory (n_layer x micro_batch x seq_len x 4 n_embd elements)";
 size_t product(std::initializer_list<size_t> xs) {
   size_t r = 1;
   for (size_t x : xs) r = checked_mul(r, x, kActivationSize);
   return r;
 }
-std::vector<FieldSize> activation_sizes(const GPTConfig& cfg, int B, int Tn) {
-  const size_t L = size_t(cfg.L), C = size_t(cfg.C), NH = size_t(cfg.NH), Vp = size_t(cfg.Vp);
+std::vector<FieldSize> activation_sizes(const GPTConfig& cfg, int B, int Tn, const Recompute& rc) {
+  const size_t L = size_t(cfg.L), C = size_t(cfg.C), Vp = size_t(cfg.Vp);
   const size_t BT = product({size_t(B), size_t(Tn)});
-  const size_t BTC = product({BT, C}), LBT = product({L, BT}), LBTC = product({L, BT, C});
-  const size_t LBT3C = product({LBTC, 3}), LBT4C = product({LBTC, 4}), LBTNH = product({LBT, NH});
+  const size_t BTC = product({BT, C}), LBTC = product({L, BT, C});
   const Elem i = Elem::token, t = Elem::t, s = Elem::s;
-  return {
-      {BT, i},           {BT, i},
-      {BTC, t},          {LBTC, t},        {LBT, s},         {LBT, s},            {LBT3C, t},
-      {LBTC, t},         {LBTNH, s},       {LBTC, t},        {LBTC, t},           {LBTC, t},
-      {LBT, s},          {LBT, s},         {LBT4C, t},       {LBT4C, t},          {LBTC, t},
-      {LBTC, t},         {BTC, t},         {BT, s},          {BT, s},             {product({BT, Vp}), t},
-      {BT, s},
-  };
+  std::vector<FieldSize> sizes = {{BT, i}, {BT, i}, {BTC, t}};
+  for (int f = 0; f < kFields; ++f)
+    sizes.push_back({product({size_t(kept_layers(rc, cfg.L, f)), BT, block_field_width(cfg, f)}), kBlockKind[f]});
+  for (int f = 0; f < kFields; ++f)
+    sizes.push_back({kept_layers(rc, cfg.L, f) < cfg.L ? product({BT, block_field_width(cfg, f)}) : 0, kBlockKind[f]});
+  sizes.insert(sizes.end(), {{LBTC, t}, {BTC, t}, {BT, s}, {BT, s}, {product({BT, Vp}), t}, {BT, s}});
+  return sizes;
 }
 std::vector<FieldSize> grad_scratch_sizes(const GPTConfig& cfg, int B, int Tn) {
   const size_t BTC = product({size_t(B), size_t(Tn), size_t(cfg.C)});
@@ -80,8 +122,7 @@ std::vector<FieldSize> grad_scratch_sizes(const GPTConfig& cfg, int B, int Tn) {
 size_t aligned_bytes(size_t bytes) { return checked_round_up(bytes, MemoryTracker::kAlign, kActivationSize); }
 template <class T, class S>
 size_t field_bytes(const FieldSize& f) {
-  const size_t e = f.kind == Elem::token ? sizeof(int) : f.kind == Elem::t ? sizeof(T) : sizeof(S);
-  return aligned_bytes(checked_mul(f.n, e, kActivationSize));
+  return aligned_bytes(checked_mul(f.n, elem_bytes<T, S>(f.kind), kActivationSize));
 }
 template <class T, class S>
 size_t total_bytes(const std::vector<FieldSize>& fields) {
@@ -92,16 +133,30 @@ size_t total_bytes(const std::vector<FieldSize>& fields) {
 }  // namespace
 
 template <class Ops>
-size_t GPT<Ops>::activation_bytes(const GPTConfig& cfg, int B, int Tn) {
-  size_t n = checked_add(total_bytes<T, S>(activation_sizes(cfg, B, Tn)), total_bytes<T, S>(grad_scratch_sizes(cfg, B, Tn)),
-                         kActivationSize);
+size_t GPT<Ops>::activation_bytes(const GPTConfig& cfg, int B, int Tn, const Recompute& rc) {
+  size_t n = checked_add(total_bytes<T, S>(activation_sizes(cfg, B, Tn, rc)),
+                         total_bytes<T, S>(grad_scratch_sizes(cfg, B, Tn)), kActivationSize);
   return checked_add(n, aligned_bytes(Ops::scratch_bytes(B, Tn, cfg.C, cfg.NH, cfg.Vp)), kActivationSize);
 }
 
 template <class Ops>
+typename GPT<Ops>::BlockActs GPT<Ops>::block_acts(int l) const {
+  static_assert(kBlockFields == kFields);
+  BlockActs a{}, kept = acts_.kept, scratch = acts_.scratch;
+  const auto out = block_fields(a), k = block_fields(kept), s = block_fields(scratch);
+  const size_t BT = size_t(B_) * size_t(T_);
+  for (int f = 0; f < kFields; ++f) {
+    const size_t layer = BT * block_field_width(cfg_, f) * elem_bytes<T, S>(kBlockKind[f]);
+    *out[f] = keeps(rc_, f, l) ? static_cast<char*>(*k[f]) + size_t(kept_index(rc_, l)) * layer : *s[f];
+  }
+  return a;
+}
+
+template <class Ops>
 GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pad_multiple, bool full_params,
-              bool full_grads)
-    : cfg_(cfg), layout_(cfg, pad_multiple), B_(B), T_(Tn) {
+              bool full_grads, const Recompute& rc)
+    : cfg_(cfg), rc_(rc), layout_(cfg, pad_multiple), B_(B), T_(Tn) {
+  ZT_ASSERT(rc.every >= 1);
   ZT_REQUIRE(cfg.C % cfg.NH == 0, "model: n_embd " << cfg.C << " is not divisible by n_head " << cfg.NH);
   ZT_REQUIRE(Tn <= cfg.maxT, "model: sequence length " << Tn << " exceeds the position table (" << cfg.maxT << ")");
 
@@ -115,13 +170,11 @@ GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pa
 
   // Activations: one tracked block per struct, carved into its fields in declaration order
   // (field pointers stored as void** since the struct mixes int, T and S fields).
-  void** act_fields[] = {
-      (void**)&acts_.inputs,   (void**)&acts_.targets,  (void**)&acts_.encoded,  (void**)&acts_.ln1,
-      (void**)&acts_.ln1_mean, (void**)&acts_.ln1_rstd, (void**)&acts_.qkv,      (void**)&acts_.atty,
-      (void**)&acts_.att_lse,  (void**)&acts_.attproj,  (void**)&acts_.residual2, (void**)&acts_.ln2,
-      (void**)&acts_.ln2_mean, (void**)&acts_.ln2_rstd, (void**)&acts_.fch,      (void**)&acts_.fch_gelu,
-      (void**)&acts_.fcproj,   (void**)&acts_.residual3, (void**)&acts_.lnf,     (void**)&acts_.lnf_mean,
-      (void**)&acts_.lnf_rstd, (void**)&acts_.logits,   (void**)&acts_.losses};
+  std::vector<void**> act_fields = {(void**)&acts_.inputs, (void**)&acts_.targets, (void**)&acts_.encoded};
+  for (void** f : block_fields(acts_.kept)) act_fields.push_back(f);
+  for (void** f : block_fields(acts_.scratch)) act_fields.push_back(f);
+  act_fields.insert(act_fields.end(), {(void**)&acts_.residual3, (void**)&acts_.lnf, (void**)&acts_.lnf_mean,
+                                       (void**)&acts_.lnf_rstd, (void**)&acts_.logits, (void**)&acts_.losses});
   void** grad_fields[] = {(void**)&gs_.dresidual, (void**)&gs_.dC, (void**)&gs_.d4C_a, (void**)&gs_.d4C_b,
                           (void**)&gs_.dqkv};
   auto carve = [&](void** const* fields, const std::vector<FieldSize>& sizes, Allocation& block, const char* name) {
@@ -132,10 +185,10 @@ GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pa
       p += field_bytes<T, S>(sizes[i]);
     }
   };
-  const auto act_sizes = activation_sizes(cfg, B, Tn);
+  const auto act_sizes = activation_sizes(cfg, B, Tn, rc);
   const auto grad_sizes = grad_scratch_sizes(cfg, B, Tn);
-  ZT_ASSERT(act_sizes.size() == std::size(act_fields) && grad_sizes.size() == std::size(grad_fields));
-  carve(act_fields, act_sizes, act_mem_, "activations");
+  ZT_ASSERT(act_sizes.size() == act_fields.size() && grad_sizes.size() == std::size(grad_fields));
+  carve(act_fields.data(), act_sizes, act_mem_, "activations");
   carve(grad_fields, grad_sizes, grad_act_mem_, "activation gradients");
   // Kernel working memory (deterministic reductions, attention backward): sized once, here.
   const size_t scratch = Ops::scratch_bytes(B, Tn, cfg.C, cfg.NH, cfg.Vp);
@@ -251,72 +304,7 @@ double GPT<Ops>::forward(const int* host_inputs, const int* host_targets, int B,
   return sum / double(N);
 }
 
-template <class Ops>
-void GPT<Ops>::block_forward(int l, const T* x, int B, int Tn) {
-  const int C = cfg_.C, NH = cfg_.NH, N = B * Tn;
-  const size_t BT = size_t(B_) * size_t(T_);
-  const size_t s1 = size_t(l) * BT, sC = s1 * size_t(C);  // layer offsets of (B,T) and (B,T,C) buffers
-  T* ln1 = acts_.ln1 + sC;
-  T* qkv = acts_.qkv + 3 * sC;
-  T* atty = acts_.atty + sC;
-  S* lse = acts_.att_lse + s1 * size_t(NH);
-  T* attproj = acts_.attproj + sC;
-  T* residual2 = acts_.residual2 + sC;
-  T* ln2 = acts_.ln2 + sC;
-  T* fch = acts_.fch + 4 * sC;
-  T* fch_gelu = acts_.fch_gelu + 4 * sC;
-  T* fcproj = acts_.fcproj + sC;
-  T* residual3 = acts_.residual3 + sC;
-
-  Ops::layernorm_forward(ln1, acts_.ln1_mean + s1, acts_.ln1_rstd + s1, x, param(ParamId::ln1w, l), param(ParamId::ln1b, l), N, C);
-  Ops::matmul_forward(qkv, ln1, param(ParamId::qkvw, l), param(ParamId::qkvb, l), N, C, 3 * C);
-  Ops::attention_forward(atty, lse, qkv, B, Tn, C, NH);
-  Ops::matmul_forward(attproj, atty, param(ParamId::attprojw, l), param(ParamId::attprojb, l), N, C, C);
-  // residual2 = x + attproj, ln2 = layernorm(residual2): fused on CUDA (one pass over the rows).
-  Ops::residual_layernorm_forward(residual2, ln2, acts_.ln2_mean + s1, acts_.ln2_rstd + s1, x, attproj,
-                                  param(ParamId::ln2w, l), param(ParamId::ln2b, l), N, C);
-  // fch = ln2 @ fcw^T + fcb, fch_gelu = gelu(fch): fused into the matmul's epilogue on CUDA.
-  Ops::matmul_gelu_forward(fch_gelu, fch, ln2, param(ParamId::fcw, l), param(ParamId::fcb, l), N, C, 4 * C);
-  Ops::matmul_forward(fcproj, fch_gelu, param(ParamId::fcprojw, l), param(ParamId::fcprojb, l), N, 4 * C, C);
-  Ops::residual_forward(residual3, residual2, fcproj, size_t(N) * size_t(C));
-}
-
 // ---- backward --------------------------------------------------------------------------------
-
-template <class Ops>
-void GPT<Ops>::block_backward(int l, const T* x, int B, int Tn) {
-  // On entry gs_.dresidual = dL/d residual3; on exit dL/dx. The residual adds pass the gradient
-  // through unchanged, so the stream is accumulated in place by the two layernorm backwards.
-  const int C = cfg_.C, NH = cfg_.NH, N = B * Tn;
-  const size_t BT = size_t(B_) * size_t(T_);
-  const size_t s1 = size_t(l) * BT, sC = s1 * size_t(C);
-  const size_t nC = size_t(N) * size_t(C);
-
-  void* scratch = scratch_.data();
-  // MLP: residual3 = residual2 + fc_proj(gelu(fc(ln_2(residual2))))
-  Ops::zero(gs_.d4C_a, 4 * nC);
-  Ops::matmul_backward(gs_.d4C_a, grad(ParamId::fcprojw, l), grad(ParamId::fcprojb, l), gs_.dresidual,
-                       acts_.fch_gelu + 4 * sC, param(ParamId::fcprojw, l), N, 4 * C, C, scratch);
-  Ops::zero(gs_.d4C_b, 4 * nC);
-  Ops::gelu_backward(gs_.d4C_b, acts_.fch + 4 * sC, gs_.d4C_a, 4 * nC);
-  Ops::zero(gs_.dC, nC);
-  Ops::matmul_backward(gs_.dC, grad(ParamId::fcw, l), grad(ParamId::fcb, l), gs_.d4C_b, acts_.ln2 + sC,
-                       param(ParamId::fcw, l), N, C, 4 * C, scratch);
-  Ops::layernorm_backward(gs_.dresidual, grad(ParamId::ln2w, l), grad(ParamId::ln2b, l), gs_.dC, acts_.residual2 + sC,
-                          param(ParamId::ln2w, l), acts_.ln2_mean + s1, acts_.ln2_rstd + s1, N, C, scratch);
-
-  // Attention: residual2 = x + c_proj(attn(c_attn(ln_1(x))))
-  Ops::zero(gs_.dC, nC);
-  Ops::matmul_backward(gs_.dC, grad(ParamId::attprojw, l), grad(ParamId::attprojb, l), gs_.dresidual, acts_.atty + sC,
-                       param(ParamId::attprojw, l), N, C, C, scratch);
-  Ops::zero(gs_.dqkv, 3 * nC);
-  Ops::attention_backward(gs_.dqkv, gs_.dC, acts_.qkv + 3 * sC, acts_.atty + sC, acts_.att_lse + s1 * size_t(NH), B, Tn, C, NH, scratch);
-  Ops::zero(gs_.dC, nC);
-  Ops::matmul_backward(gs_.dC, grad(ParamId::qkvw, l), grad(ParamId::qkvb, l), gs_.dqkv, acts_.ln1 + sC,
-                       param(ParamId::qkvw, l), N, C, 3 * C, scratch);
-  Ops::layernorm_backward(gs_.dresidual, grad(ParamId::ln1w, l), grad(ParamId::ln1b, l), gs_.dC, x,
-                          param(ParamId::ln1w, l), acts_.ln1_mean + s1, acts_.ln1_rstd + s1, N, C, scratch);
-}
 
 template <class Ops>
 void GPT<Ops>::backward() {
@@ -345,7 +333,9 @@ void GPT<Ops>::backward() {
   for (int l = L - 1; l >= 0; --l) {
     hooks_->before_backward(ParamLayout::block_unit(l));
     const T* x = l == 0 ? acts_.encoded : acts_.residual3 + size_t(l - 1) * layer_stride;
-    block_backward(l, x, B, Tn);
+    const BlockActs a = block_acts(l);
+    block_recompute(l, a, x, B, Tn);  // after the hook: a sharded unit's parameters are gathered
+    block_backward(l, a, x, B, Tn);
     hooks_->after_backward(ParamLayout::block_unit(l));
     hooks_->grads_ready(ParamLayout::block_unit(l));
   }

@@ -38,16 +38,22 @@ class GPT {
   using S = typename Ops::S;  // statistics kept for backward: layernorm mean/rstd, attention lse, losses
   using M = typename Ops::M;  // host-side values for init / load / save (and optimizer state)
 
-  // Allocates activations for batches up to (B, Tn) (tracked: activations) and, unless told not
-  // to, full flat parameters and gradients (tracked: params, grads). A ZeRO engine that shards
-  // them passes false and points the units at its own buffers.
+  // Allocates activations for batches up to (B, Tn) (tracked: activations), laid out for the
+  // recompute policy, and, unless told not to, full flat parameters and gradients (tracked:
+  // params, grads). A ZeRO engine that shards them passes false and points the units at its own
+  // buffers.
   GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pad_multiple = 128, bool full_params = true,
-      bool full_grads = true);
+      bool full_grads = true, const Recompute& rc = {});
 
-  // Bytes of activations (and activation gradients) the constructor allocates for (B, Tn).
-  static size_t activation_bytes(const GPTConfig& cfg, int B, int Tn);
+  // Bytes of activations (and activation gradients) the constructor allocates for (B, Tn) under rc.
+  static size_t activation_bytes(const GPTConfig& cfg, int B, int Tn, const Recompute& rc = {});
+  // Matmul and attention FLOPs of one forward pass at (B, Tn), and those backward spends
+  // recomputing forward work under rc (docs/design.md §3.11). Pointwise work is not counted.
+  static double forward_flops(const GPTConfig& cfg, int B, int Tn);
+  static double recompute_flops(const GPTConfig& cfg, int B, int Tn, const Recompute& rc);
 
   const GPTConfig& config() const { return cfg_; }
+  const Recompute& recompute() const { return rc_; }
   const ParamLayout& layout() const { return layout_; }
 
   T* params() { return params_.as<T>(); }  // (layout.total()) all units, padded
@@ -107,27 +113,38 @@ class GPT {
     return s.offset - layout_.units()[size_t(s.unit)].offset;
   }
 
-  // Activations kept for backward. L-indexed buffers are (L, B*T, ...) with layer stride from the
-  // allocated (B_, T_), so smaller batches (sampling) reuse the same memory.
+  // One block's activations at one layer: what block_forward writes, block_backward reads and,
+  // under a recompute policy, backward writes again first (docs/design.md §3.11).
+  struct BlockActs {
+    T* ln1;         // (B, T, C)
+    S* ln1_mean;    // (B, T)
+    S* ln1_rstd;    // (B, T)
+    T* qkv;         // (B, T, 3C)
+    T* atty;        // (B, T, C)
+    S* att_lse;     // (B, NH, T)   log-sum-exp per attention row; no (T, T) matrix is kept
+    T* attproj;     // (B, T, C)
+    T* residual2;   // (B, T, C)
+    T* ln2;         // (B, T, C)
+    S* ln2_mean;    // (B, T)
+    S* ln2_rstd;    // (B, T)
+    T* fch;         // (B, T, 4C)
+    T* fch_gelu;    // (B, T, 4C)
+    T* fcproj;      // (B, T, C)    forward only: backward never reads it
+  };
+  static constexpr int kBlockFields = 14;  // pointers in BlockActs
+
+  // Activations kept for backward. Layer-indexed buffers have a layer stride from the allocated
+  // (B_, T_), so smaller batches (sampling) reuse the same memory.
   struct Activations {
     int* inputs;    // (B, T)   token ids of the last forward
     int* targets;   // (B, T)
     T* encoded;     // (B, T, C)
-    T* ln1;         // (L, B, T, C)
-    S* ln1_mean;    // (L, B, T)
-    S* ln1_rstd;    // (L, B, T)
-    T* qkv;         // (L, B, T, 3C)
-    T* atty;        // (L, B, T, C)
-    S* att_lse;     // (L, B, NH, T)   log-sum-exp per attention row; no (T, T) matrix is kept
-    T* attproj;     // (L, B, T, C)
-    T* residual2;   // (L, B, T, C)
-    T* ln2;         // (L, B, T, C)
-    S* ln2_mean;    // (L, B, T)
-    S* ln2_rstd;    // (L, B, T)
-    T* fch;         // (L, B, T, 4C)
-    T* fch_gelu;    // (L, B, T, 4C)
-    T* fcproj;      // (L, B, T, C)
-    T* residual3;   // (L, B, T, C)
+    // Each field of `kept` holds, one after the other, the layers whose field the policy keeps
+    // ((kept layers, B, T, ...): all L under none). `scratch` holds one layer of a field for
+    // the layers that do not keep it, rewritten per layer (nothing when every layer keeps it).
+    BlockActs kept;
+    BlockActs scratch;
+    T* residual3;   // (L, B, T, C)   block outputs = next block inputs: kept under every policy
     T* lnf;         // (B, T, C)
     S* lnf_mean;    // (B, T)
     S* lnf_rstd;    // (B, T)
@@ -143,10 +160,18 @@ class GPT {
     T* dqkv;        // (B, T, 3C)
   };
 
+  // Where layer l's activations are under the recompute policy: its kept slices or the scratch.
+  BlockActs block_acts(int l) const;
+  // Block l (src/model/gpt_block.cpp): forward; the part of it whose outputs backward reads (what
+  // a recomputed block reruns); recomputing what the policy dropped, with the parameters the
+  // before_backward hook made available; backward.
   void block_forward(int l, const T* x, int B, int Tn);
-  void block_backward(int l, const T* x, int B, int Tn);
+  void block_forward_inner(int l, const BlockActs& a, const T* x, int B, int Tn);
+  void block_recompute(int l, const BlockActs& a, const T* x, int B, int Tn);
+  void block_backward(int l, const BlockActs& a, const T* x, int B, int Tn);
 
   GPTConfig cfg_;
+  Recompute rc_;
   ParamLayout layout_;
   int B_, T_;
   Allocation params_, grads_, act_mem_, grad_act_mem_, scratch_;

@@ -313,7 +313,11 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
   p.comm.fault_skip_rank = get_int(r, "comm.fault_skip_rank", -1);
   p.comm.fault_skip_step = get_int(r, "comm.fault_skip_step", -1);
 
-  p.recompute.policy = get_choice(r, "recompute.policy", {"none"});
+  p.recompute.policy = get_choice(r, "recompute.policy", {"none", "selective", "block"});
+  p.recompute.every = get_int(r, "recompute.every", 1);
+  if (p.recompute.every != 1 && p.recompute.policy != "block")
+    bad("recompute.every", "only applies to recompute.policy \"block\" (got policy \"" + p.recompute.policy +
+                               "\" with every " + std::to_string(p.recompute.every) + ")");
 
   p.offload.optimizer = get_choice(r, "offload.optimizer", {"none", "cpu", "nvme"});
   p.offload.params = get_choice(r, "offload.params", {"none", "cpu", "nvme"});

@@ -59,7 +59,10 @@ struct CommSection {
   int fault_skip_step = -1;   // ... of this training step (-1 = off)
 };
 
-struct RecomputeSection { std::string policy; };
+struct RecomputeSection {
+  std::string policy;     // "none" | "selective" | "block" (docs/design.md §3.11)
+  int every = 1;          // block: blocks 0, every, 2*every, ... are recomputed, the others keep everything
+};
 
 struct OffloadSection { std::string optimizer, params, nvme_dir; };
 

@@ -220,7 +220,8 @@ class Trainer {
     // Units padded so every rank's shard has the same size. The model keeps no parameters or
     // gradients of its own: they are the store's (zero/store.h), pointed at by the engine.
     const int stage = plan_.zero.stage;
-    model_ = std::make_unique<GPT<Ops>>(cfg_, B, Tn, mem_, zero_pad_multiple(world), false, false);
+    model_ = std::make_unique<GPT<Ops>>(cfg_, B, Tn, mem_, zero_pad_multiple(world), false, false,
+                                        Recompute::from(plan_.recompute.policy, plan_.recompute.every));
     ZeroConfig zc;
     zc.stage = stage; zc.world = world; zc.rank = comm_.rank(); zc.overlap = plan_.zero.overlap_comm;
     zc.bucket_mb = plan_.zero.bucket_mb; zc.prefetch_units = plan_.zero.prefetch_units;
@@ -450,6 +451,11 @@ std::string next_memory_step(const Plan& plan, int world) {
   else if (mb > 1)
     os << "lower batch.micro_batch (" << mb << " -> " << mb / f << ") and raise batch.grad_accum (" << ga << " -> "
        << ga * f << ") by the same factor " << f << ": same tokens per step, 1/" << f << " of the activations";
+  else if (plan.recompute.policy == "none")
+    os << "set recompute.policy to \"selective\": LayerNorm and GELU outputs recomputed in backward, fewer activations";
+  else if (plan.recompute.policy != "block" || plan.recompute.every > 1)
+    os << "set recompute.policy to \"block\" (recompute.every 1): only each block's input kept, its forward rerun "
+          "in backward";
   else if (world > 1 && plan.zero.stage < 3)
     os << "raise zero.stage to " << plan.zero.stage + 1 << " to shard more model state across the " << world << " ranks";
   else

@@ -42,9 +42,21 @@ Estimate estimate_plan(const Plan& plan, int world) {
     by_cat[b.cat] = checked_add(by_cat[b.cat], bytes, what);
     e.buffers.push_back({{"category", category_name(b.cat)}, {"name", b.name()}, {"bytes", bytes}});
   }
-  const size_t act = GPT<Ops>::activation_bytes(cfg, plan.batch.micro_batch, m.seq_len);
+  const int B = plan.batch.micro_batch;
+  const Recompute rc = Recompute::from(plan.recompute.policy, plan.recompute.every);
+  const size_t act = GPT<Ops>::activation_bytes(cfg, B, m.seq_len, rc);
   by_cat[Category::activations] = checked_add(by_cat[Category::activations], act, what);
   e.buffers.push_back({{"category", "activations"}, {"name", "activations and activation gradients"}, {"bytes", act}});
+  // The policy's price next to the alternatives (docs/design.md §3.11): activation bytes of every
+  // policy, and the forward FLOPs backward spends again (matmuls and attention, per micro-step).
+  const double fwd = GPT<Ops>::forward_flops(cfg, B, m.seq_len);
+  const double extra = GPT<Ops>::recompute_flops(cfg, B, m.seq_len, rc);
+  const size_t none = GPT<Ops>::activation_bytes(cfg, B, m.seq_len, Recompute::from("none", 1));
+  const size_t selective = GPT<Ops>::activation_bytes(cfg, B, m.seq_len, Recompute::from("selective", 1));
+  const size_t block = GPT<Ops>::activation_bytes(cfg, B, m.seq_len, Recompute::from("block", 1));
+  e.recompute = {{"policy", plan.recompute.policy}, {"every", plan.recompute.every}, {"activation_bytes", act},
+                 {"activation_bytes_by_policy", {{"none", none}, {"selective", selective}, {"block", block}}},
+                 {"extra_forward_flops_per_micro_step", extra}, {"forward_flops_per_micro_step", fwd}};
 
   const char* tier = tier_name(Ops::tier);
   size_t total = 0;
@@ -75,6 +87,13 @@ Estimate estimate_plan(const Plan& plan, int world) {
     os << "  " << std::left << std::setw(12) << category_name(cat) << std::right << std::setw(14)
        << format_bytes(double(bytes)) << "\n";
   os << "  " << std::left << std::setw(12) << "total" << std::right << std::setw(14) << format_bytes(double(total)) << "\n";
+  os << "\nactivations by recompute.policy: none " << format_bytes(double(none)) << ", selective "
+     << format_bytes(double(selective)) << ", block " << format_bytes(double(block)) << " (this plan: "
+     << plan.recompute.policy;
+  if (plan.recompute.policy == "block") os << ", every " << plan.recompute.every;
+  os << ")\nrecompute: " << std::fixed << std::setprecision(1) << extra / 1e9 << " GFLOP of forward again per micro-step ("
+     << 100.0 * extra / (3.0 * fwd) << "% of a step's ~3 x " << fwd / 1e9
+     << " GFLOP forward; matmuls and attention, pointwise work not counted)\n";
   os << "\nsent per rank per optimizer step: " << format_bytes(double(e.bytes_per_step)) << " (" << e.bytes_per_step
      << " bytes)\n  " << e.bytes_formula << "\n";
   e.table = os.str();

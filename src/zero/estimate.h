@@ -15,6 +15,7 @@ struct Estimate {
   nlohmann::json buffers;      // [{"category", "name", "bytes"}]
   uint64_t bytes_per_step = 0;
   std::string bytes_formula;
+  nlohmann::json recompute;    // policy, activation bytes per policy, extra forward FLOPs (docs/design.md §3.11)
   std::string table;           // human-readable
 };
 

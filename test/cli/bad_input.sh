@@ -41,6 +41,11 @@ expect malformed     'malformed JSON'       "{\"optim\": {\"lr\": 0.001,, $good_
 expect bad_override  'zero.stage'           "{$good_data}" --set zero.stage=abc
 expect unsupported   'offload.optimizer'    "{$good_data}" --set offload.optimizer=cpu
 expect bf16_on_cpu   'needs device "cuda"'  "{$good_data}" --set device=cpu --set precision.compute=bf16
+expect bad_recompute 'recompute.policy: must be "none", "selective" or "block", got "full"' "{$good_data}" \
+       --set recompute.policy=full
+expect every_without_block 'recompute.every: only applies to recompute.policy "block"' "{$good_data}" \
+       --set recompute.policy=selective --set recompute.every=2
+expect every_zero    'recompute.every: must be >= 1, got 0' "{$good_data}" --set recompute.policy=block --set recompute.every=0
 # ---- startup robustness ----
 # Each of these used to be found only after training (or never); now it is refused before anything
 # is allocated or written. A small model and two steps, so that code without a check finishes fast.

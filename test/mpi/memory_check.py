@@ -31,6 +31,25 @@ GPT-2 activation shapes, independently of the code:
 checked for stages 0-3 at world 1 and 3 in `train estimate --json` (overlap on and off) and in the
 summary line of a real 1-step run (mpirun for N = 3; overlap on), category by category, exactly.
 
+Activations under recompute.policy (docs/design.md §3.11), with W = 17C + NH + 4 one block's
+working set without its output (the per-layer list above less one residual):
+  selective   4·B·T × (L·(10C + NH + 4) + 8C + 15C + Vp + 5): per layer the LayerNorm statistics 4,
+              qkv 3C, attention output C, log-sum-exp NH, attention projection C, fc 4C, block
+              output C; once the dropped ln1, ln2, residual, gelu and fc projection (8C)
+  block k     4·B·T × (K·W + L·C + W + 15C + Vp + 5): K = L - ceil(L/k) blocks keep everything,
+              every block keeps its output (the next one's input), one block's working set W
+              is the recomputed blocks' scratch
+checked in the estimate for every policy (world 1 stage 0, world 3 stage 3) and in real runs (world
+1); for GPT-2 124M at B = 8, T = 1024 the block estimate is printed next to none's and must be at
+most one block's working set (W + the 13C backward gradient scratch) + the L + 1 block inputs
+(embedding output and L block outputs) + the classifier buffers (ln_f C + 2, logits Vp, losses 1)
++ the 2 token ids, per token.
+
+Resident memory under recompute: a 12-layer model with a 256-token vocabulary (token shards written
+here, so the classifier does not dominate) runs one step with none, selective and block; block's
+VmHWM must be lower than none's by at least 70% of the activation bytes none holds (the formula
+predicts 80%: everything but the block outputs, one working set and the classifier buffers).
+
 Resident memory: the summary's peak_rss_bytes (rank 0's VmHWM) must be
 
   tracked total + init transient + overhead,   |difference| <= RSS_SLACK
@@ -71,6 +90,7 @@ import json
 import math
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -114,12 +134,21 @@ def buckets(units, overlap):
     return out + [units[0]]
 
 
-def activation_bytes(m):
-    C, L, NH, BT = m["C"], m["L"], m["NH"], m["B"] * m["T"]
+def activation_bytes(m, policy="none", every=1):
+    C, L, NH, BT, vp = m["C"], m["L"], m["NH"], m["B"] * m["T"], m.get("VP", VP)
     assert (BT * 4) % 64 == 0, "pick B*T a multiple of 16 so no activation field needs 64-byte padding"
     per_layer = 18 * C + NH + 4
-    once = 2 + C + (C + 2) + VP + 1 + (C + C + 4 * C + 4 * C + 3 * C)
-    assert once == 15 * C + VP + 5
+    once = 2 + C + (C + 2) + vp + 1 + (C + C + 4 * C + 4 * C + 3 * C)
+    assert once == 15 * C + vp + 5
+    work = per_layer - C  # one block's working set without its output
+    if policy == "selective":
+        kept = 2 + 3 * C + C + NH + C + 2 + 4 * C + C
+        assert kept == 10 * C + NH + 4
+        return 4 * BT * (L * kept + (C + C + C + 4 * C + C) + once)
+    if policy == "block":
+        recomputed = (L + every - 1) // every
+        return 4 * BT * ((L - recomputed) * work + L * C + work + once)
+    assert policy == "none"
     return 4 * BT * (L * per_layer + once)
 
 
@@ -159,10 +188,11 @@ def env():
     return e
 
 
-def sets(m, stage, overlap, log):
+def sets(m, stage, overlap, log, policy="none", every=1):
     s = {"model.n_layer": m["L"], "model.n_head": m["NH"], "model.n_embd": m["C"], "model.seq_len": m["T"],
-         "model.vocab_size": V, "batch.micro_batch": m["B"],
-         "data.train": "data/sample/train_*.bin", "data.val": "data/sample/val.bin", "data.tokenizer": "",
+         "model.vocab_size": m.get("V", V), "batch.micro_batch": m["B"],
+         "data.train": m.get("train", "data/sample/train_*.bin"), "data.val": m.get("val", "data/sample/val.bin"),
+         "data.tokenizer": "", "recompute.policy": policy, "recompute.every": every,
          "zero.stage": stage, "zero.overlap_comm": "true" if overlap else "false", "zero.bucket_mb": BUCKET_MB,
          "zero.prefetch_units": PREFETCH, "run.steps": 1, "run.eval_every": 0, "run.eval_batches": 1,
          "run.sample_every": 0, "run.threads": 1, "run.log": log, "device": "cpu"}
@@ -177,15 +207,15 @@ def run(cmd, timeout=180):
     return out
 
 
-def estimate(train, m, world, stage, overlap, work):
+def estimate(train, m, world, stage, overlap, work, policy="none", every=1):
     out = run([train, "estimate", "plans/default.json", "--world", str(world), "--json"]
-              + sets(m, stage, overlap, os.path.join(work, "unused.jsonl")))
+              + sets(m, stage, overlap, os.path.join(work, "unused.jsonl"), policy, every))
     return json.loads(out)["memory"]["host"]
 
 
-def train_run(train, mpirun, m, world, stage, work):
-    log = os.path.join(work, f"{m['C']}_N{world}_s{stage}", "metrics.jsonl")
-    cmd = [train, "plans/default.json"] + sets(m, stage, True, log)
+def train_run(train, mpirun, m, world, stage, work, policy="none", every=1):
+    log = os.path.join(work, f"{m['L']}x{m['C']}_N{world}_s{stage}_{policy}{every}", "metrics.jsonl")
+    cmd = [train, "plans/default.json"] + sets(m, stage, True, log, policy, every)
     if world > 1:
         cmd = [mpirun, "--oversubscribe", "-np", str(world)] + cmd
     run(cmd)
@@ -242,6 +272,83 @@ def check_ranks_n4(train, mpirun, work, failures):
         if rss > limit:
             failures.append(f"N = {world} stage {stage} rank {r}: VmHWM {rss / MiB:.1f} MiB over the estimate + init "
                             f"transient + overhead + slack ({limit / MiB:.1f} MiB): memory outside the estimate")
+
+
+POLICIES = [("selective", 1), ("block", 1), ("block", 2), ("block", 3)]
+GPT2 = dict(L=12, NH=12, C=768, T=1024, B=8)
+DEEP = dict(L=12, NH=4, C=128, T=128, B=16, V=256, VP=256)  # the resident-memory model: a small vocabulary
+
+
+def write_shard(path, n, vocab, seed):
+    """An llm.c token shard of n random tokens below vocab (src/data/shard.h)."""
+    import random
+    rng = random.Random(seed)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+        f.write(struct.pack(f"<{n}H", *(rng.randrange(vocab) for _ in range(n))))
+
+
+def check_recompute(train, mpirun, work, failures):
+    """Activation bytes of every policy: formula == estimate == tracked; the 124M bound; resident memory."""
+    print(f"\n{'policy':>10} {'every':>5} {'world':>5} {'stage':>5}  activations (formula, MiB)")
+    for policy, every in POLICIES:
+        for world, stage in ((1, 0), (3, 3)):
+            want = expected(SMALL, world, stage, True)
+            want["activations"] = activation_bytes(SMALL, policy, every)
+            try:
+                compare(f"estimate {policy}/{every} world {world} stage {stage}",
+                        estimate(train, SMALL, world, stage, True, work, policy, every), want, failures)
+            except RuntimeError as e:
+                failures.append(str(e))
+            print(f"{policy:>10} {every:>5} {world:>5} {stage:>5}  {want['activations'] / MiB:.3f}", flush=True)
+        try:
+            s = train_run(train, mpirun, SMALL, 1, 0, work, policy, every)
+            want = expected(SMALL, 1, 0, True)
+            want["activations"] = activation_bytes(SMALL, policy, every)
+            compare(f"run {policy}/{every} world 1 stage 0 (tracked peak)", s["peak_memory_bytes"]["host"], want, failures)
+        except RuntimeError as e:
+            failures.append(str(e))
+
+    # GPT-2 124M, B = 8, T = 1024: block against its bound (per token, 4 bytes each).
+    C, L, NH, BT = GPT2["C"], GPT2["L"], GPT2["NH"], GPT2["B"] * GPT2["T"]
+    bound = 4 * BT * ((17 * C + NH + 4) + 13 * C + (L + 1) * C + (C + 2) + VP + 1 + 2)
+    try:
+        none, block = (estimate(train, GPT2, 1, 0, True, work, p)["activations"] for p in ("none", "block"))
+        for p, got in (("none", none), ("block", block)):
+            if got != activation_bytes(GPT2, p):
+                failures.append(f"GPT-2 124M {p}: estimate {got} != formula {activation_bytes(GPT2, p)}")
+        print(f"\nGPT-2 124M, B 8, T 1024: activations none {none / 2**30:.2f} GiB, block {block / 2**30:.2f} GiB "
+              f"(bound: one block's working set + L + 1 block inputs + classifier = {bound / 2**30:.2f} GiB)")
+        if block > bound:
+            failures.append(f"GPT-2 124M block activations {block} over the bound {bound}")
+    except RuntimeError as e:
+        failures.append(str(e))
+
+    # Resident memory: a deep model whose activations are the blocks', not the classifier's.
+    m = dict(DEEP, train=os.path.join(work, "deep_train.bin"), val=os.path.join(work, "deep_val.bin"))
+    write_shard(m["train"], 16 * m["B"] * (m["T"] + 1), m["V"], 1)
+    write_shard(m["val"], 2 * m["B"] * (m["T"] + 1), m["V"], 2)
+    rss = {}
+    for policy in ("none", "selective", "block"):
+        try:
+            s = train_run(train, mpirun, m, 1, 0, work, policy)
+        except RuntimeError as e:
+            failures.append(str(e))
+            return
+        rss[policy] = s["peak_rss_bytes"]
+        act = s["peak_memory_bytes"]["host"]["activations"]
+        if act != activation_bytes(m, policy):
+            failures.append(f"deep model {policy}: tracked activations {act} != formula {activation_bytes(m, policy)}")
+        print(f"resident, {m['L']} layers C {m['C']} B {m['B']} T {m['T']} V {m['V']}, {policy:>9}: VmHWM "
+              f"{rss[policy] / MiB:.1f} MiB, activations {act / MiB:.1f} MiB", flush=True)
+    act_none = activation_bytes(m, "none")
+    drop = rss["none"] - rss["block"]
+    print(f"resident: block lowers VmHWM by {drop / MiB:.1f} MiB = {100 * drop / act_none:.1f}% of none's "
+          f"{act_none / MiB:.1f} MiB of activations (formula: "
+          f"{100 * (act_none - activation_bytes(m, 'block')) / act_none:.1f}%; at least 70%)")
+    if drop < 0.7 * act_none:
+        failures.append(f"block lowers VmHWM by {drop / MiB:.1f} MiB, less than 70% of none's activations "
+                        f"({act_none / MiB:.1f} MiB)")
 
 
 def main():
@@ -318,6 +425,9 @@ def main():
 
     # ---- every rank's resident memory, stage 3 at N = 4 ---------------------------------------------
     check_ranks_n4(train, args.mpirun, work, failures)
+
+    # ---- recompute policies -------------------------------------------------------------------------
+    check_recompute(train, args.mpirun, work, failures)
 
     print(f"\n{time.monotonic() - t0:.1f} s; work directory {work}" + ("" if args.keep or failures else " (removed)"))
     if not args.keep and not failures:

@@ -231,7 +231,7 @@ def env():
     return e
 
 
-def plan_sets(stage, overlap, accum, workdir, bucket_mb):
+def plan_sets(stage, overlap, accum, workdir, bucket_mb, extra=None):
     s = {
         "model.n_layer": L, "model.n_head": NH, "model.n_embd": C, "model.seq_len": T, "model.vocab_size": V,
         "data.train": "data/sample/train_*.bin", "data.val": "data/sample/val.bin", "data.tokenizer": "",
@@ -243,6 +243,7 @@ def plan_sets(stage, overlap, accum, workdir, bucket_mb):
         "run.threads": 1, "run.log": os.path.join(workdir, "metrics.jsonl"),
         "run.final_weights": os.path.join(workdir, "final.bin"),
     }
+    s.update(extra or {})
     args = []
     for k, v in s.items():
         args += ["--set", f"{k}={v}"]
@@ -266,9 +267,10 @@ def launcher(mpirun, n_ranks):
     return [mpirun, "--oversubscribe", "-np", str(n_ranks)]
 
 
-def run_train(train, mpirun, n_ranks, stage, overlap, accum, workdir, timeout_s, bucket_mb=0.05):
+def run_train(train, mpirun, n_ranks, stage, overlap, accum, workdir, timeout_s, bucket_mb=0.05, extra=None):
+    """extra: more plan fields to set ({"recompute.policy": "block"}, test/mpi/recompute_check.py)."""
     os.makedirs(workdir, exist_ok=True)
-    sets = plan_sets(stage, overlap, accum, workdir, bucket_mb)
+    sets = plan_sets(stage, overlap, accum, workdir, bucket_mb, extra)
     cmd = launcher(mpirun, n_ranks) + [train, "plans/default.json"] + sets
     t0 = time.monotonic()
     try:

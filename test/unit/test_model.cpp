@@ -138,4 +138,52 @@ TEST(ModelGradients, MatchFiniteDifferencesInDouble) {
 }
 
 }  // namespace
+
+// Recomputation changes where numbers are computed, not what (docs/design.md §3.11): every policy
+// gives the loss, logits and every gradient of `none` bit for bit over two accumulated passes, a
+// smaller batch in between (sampling reuses the buffers), and allocates exactly activation_bytes().
+TEST(Recompute, EveryPolicyMatchesNoneBitForBitAndAllocatesWhatItSays) {
+  using Model = GPT<CpuOps<float>>;
+  const GPTConfig cfg = GPTConfig::make(5, 3, 24, 9, 61);
+  const int B = 3, Tn = 9, N = B * Tn;
+  std::mt19937 rng(3);
+  std::vector<int> in(2 * N), tg(2 * N);
+  for (int i = 0; i < 2 * N; ++i) { in[size_t(i)] = int(rng() % cfg.V); tg[size_t(i)] = int(rng() % cfg.V); }
+  struct Out { std::vector<double> losses; std::vector<float> logits, grads; };
+  auto run = [&](const Recompute& rc) {
+    MemoryTracker mem;
+    Model m(cfg, B, Tn, mem, 128, true, true, rc);
+    EXPECT_EQ(mem.current(Tier::host, Category::activations), Model::activation_bytes(cfg, B, Tn, rc));
+    m.init_gpt2(5);
+    m.zero_grad();
+    Out o;
+    for (int pass = 0; pass < 2; ++pass) {
+      o.losses.push_back(m.forward(in.data() + pass * N, tg.data() + pass * N, B, Tn, true, 1.0f / float(N)));
+      m.backward();
+      if (pass == 0) {  // a smaller forward between two training passes, as sampling does
+        m.forward(in.data(), nullptr, 1, 4);
+        const std::vector<float> row = m.logits_row(3);
+        o.losses.insert(o.losses.end(), row.begin(), row.end());
+      }
+    }
+    o.logits.assign(m.logits(), m.logits() + size_t(N) * size_t(cfg.Vp));
+    o.grads.assign(m.grads(), m.grads() + m.layout().total());
+    return o;
+  };
+  const Out ref = run(Recompute::from("none", 1));
+  const size_t none_bytes = Model::activation_bytes(cfg, B, Tn, Recompute::from("none", 1));
+  for (const auto& [name, every] : std::vector<std::pair<std::string, int>>{
+           {"selective", 1}, {"block", 1}, {"block", 2}, {"block", 5}, {"block", 6}}) {
+    SCOPED_TRACE(name + " every " + std::to_string(every));
+    const Recompute rc = Recompute::from(name, every);
+    const Out o = run(rc);
+    EXPECT_EQ(o.losses, ref.losses);
+    EXPECT_EQ(0, std::memcmp(o.logits.data(), ref.logits.data(), o.logits.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(o.grads.data(), ref.grads.data(), o.grads.size() * sizeof(float)));
+    // Recomputing a single block saves nothing: its scratch is one layer's worth.
+    if (name == "selective" || rc.blocks_recomputed_before(cfg.L) >= 2)
+      EXPECT_LT(Model::activation_bytes(cfg, B, Tn, rc), none_bytes);
+  }
+}
+
 }  // namespace zt

@@ -428,7 +428,11 @@ TEST(PlanRanges, EveryRangeIsChecked) {
       {"zero", "stage", "-1", "plan: zero.stage: must be 0, 1, 2 or 3, got -1"},
       {"zero", "bucket_mb", "0", "plan: zero.bucket_mb: must be > 0, got 0"},
       {"zero", "prefetch_units", "-1", "plan: zero.prefetch_units: must be >= 0, got -1"},
-      {"recompute", "policy", "\"full\"", "plan: recompute.policy: must be \"none\", got \"full\""},
+      {"recompute", "policy", "\"full\"",
+       "plan: recompute.policy: must be \"none\", \"selective\" or \"block\", got \"full\""},
+      {"recompute", "every", "0", "plan: recompute.every: must be >= 1, got 0"},
+      {"recompute", "every", "2",
+       "plan: recompute.every: only applies to recompute.policy \"block\" (got policy \"none\" with every 2)"},
       {"offload", "optimizer", "\"gpu\"",
        "plan: offload.optimizer: must be \"none\", \"cpu\" or \"nvme\", got \"gpu\""},
       {"offload", "params", "\"disk\"", "plan: offload.params: must be \"none\", \"cpu\" or \"nvme\", got \"disk\""},
@@ -451,6 +455,20 @@ TEST(PlanRanges, EveryRangeIsChecked) {
     std::string e = plan_error(base_with(c.section, c.key, json::parse(c.value)));
     EXPECT_EQ(e.rfind(c.expect, 0), 0u) << e;  // the message starts with the expected text
   }
+}
+
+TEST(PlanRanges, RecomputePoliciesAreAccepted) {
+  for (const char* policy : {"none", "selective", "block"}) {
+    json j = zt::base_plan_json();
+    j["recompute"]["policy"] = policy;
+    const zt::Plan p = zt::plan_from_json(j, false);
+    EXPECT_EQ(p.recompute.policy, policy);
+    EXPECT_EQ(p.recompute.every, 1);  // the default
+  }
+  json j = zt::base_plan_json();
+  j["recompute"]["policy"] = "block";
+  j["recompute"]["every"] = 3;
+  EXPECT_EQ(zt::plan_from_json(j, false).recompute.every, 3);
 }
 
 TEST(PlanRanges, BoundaryValuesAreAccepted) {

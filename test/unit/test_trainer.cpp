@@ -5,6 +5,7 @@
 #include <regex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "plan/plan.h"
 #include "train/trainer.h"
@@ -63,13 +64,28 @@ TEST(MemoryLadder, EveryMicroBatchKeepsTokensPerStep) {
     for (int ga = 1; ga <= 3; ++ga) expect_same_tokens_per_step(mb, ga);
 }
 
+// docs/design.md §3.11: after the micro-batch, recompute more (selective, then block every block).
+TEST(MemoryLadder, AtMicroBatchOneRecomputesMore) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> rungs = {
+      {{}, "recompute.policy to \"selective\""},
+      {{"recompute.policy=selective"}, "recompute.policy to \"block\""},
+      {{"recompute.policy=block", "recompute.every=2"}, "recompute.policy to \"block\" (recompute.every 1)"},
+  };
+  for (const auto& [sets, want] : rungs) {
+    std::vector<std::string> all = {"batch.micro_batch=1"};
+    all.insert(all.end(), sets.begin(), sets.end());
+    const std::string s = zt::next_memory_step(zt::load_plan(kBase, all, false), 4);
+    EXPECT_NE(s.find(want), std::string::npos) << s;
+  }
+}
+
 TEST(MemoryLadder, AtMicroBatchOneShardsMoreOrShrinks) {
-  const zt::Plan p = zt::load_plan(kBase, {"batch.micro_batch=1", "zero.stage=1"}, false);
+  const zt::Plan p = zt::load_plan(kBase, {"batch.micro_batch=1", "zero.stage=1", "recompute.policy=block"}, false);
   const std::string multi = zt::next_memory_step(p, 4);
   EXPECT_NE(multi.find("zero.stage to 2"), std::string::npos) << multi;
   const std::string single = zt::next_memory_step(p, 1);  // one rank: sharding saves nothing
   EXPECT_NE(single.find("seq_len"), std::string::npos) << single;
-  const zt::Plan s3 = zt::load_plan(kBase, {"batch.micro_batch=1", "zero.stage=3"}, false);
+  const zt::Plan s3 = zt::load_plan(kBase, {"batch.micro_batch=1", "zero.stage=3", "recompute.policy=block"}, false);
   EXPECT_NE(zt::next_memory_step(s3, 4).find("seq_len"), std::string::npos);
 }
 }  // namespace

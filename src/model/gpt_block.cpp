@@ -1,0 +1,136 @@
+// A transformer block's forward and backward, and what backward recomputes of its forward under a
+// recompute policy (docs/design.md §3.11). Where each activation lives (kept per layer or in one
+// layer's scratch) is GPT::block_acts; the code here only reads and writes through BlockActs.
+#include "model/gpt.h"
+
+#include "backend/ops_cpu.h"
+#if ZT_HAVE_CUDA
+#include "backend/ops_cuda.h"
+#endif
+
+namespace zt {
+
+template <class Ops>
+void GPT<Ops>::block_forward(int l, const T* x, int B, int Tn) {
+  const int C = cfg_.C, N = B * Tn;
+  const BlockActs a = block_acts(l);
+  T* residual3 = acts_.residual3 + size_t(l) * size_t(B_) * size_t(T_) * size_t(C);
+  block_forward_inner(l, a, x, B, Tn);
+  Ops::matmul_forward(a.fcproj, a.fch_gelu, param(ParamId::fcprojw, l), param(ParamId::fcprojb, l), N, 4 * C, C);
+  Ops::residual_forward(residual3, a.residual2, a.fcproj, size_t(N) * size_t(C));
+}
+
+// Everything of block l's forward that backward reads; the projection and residual add after it
+// are forward's only, so a recomputed block does not rerun them.
+template <class Ops>
+void GPT<Ops>::block_forward_inner(int l, const BlockActs& a, const T* x, int B, int Tn) {
+  const int C = cfg_.C, NH = cfg_.NH, N = B * Tn;
+  Ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, param(ParamId::ln1w, l), param(ParamId::ln1b, l), N, C);
+  Ops::matmul_forward(a.qkv, a.ln1, param(ParamId::qkvw, l), param(ParamId::qkvb, l), N, C, 3 * C);
+  Ops::attention_forward(a.atty, a.att_lse, a.qkv, B, Tn, C, NH);
+  Ops::matmul_forward(a.attproj, a.atty, param(ParamId::attprojw, l), param(ParamId::attprojb, l), N, C, C);
+  // residual2 = x + attproj, ln2 = layernorm(residual2): fused on CUDA (one pass over the rows).
+  Ops::residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.attproj, param(ParamId::ln2w, l),
+                                  param(ParamId::ln2b, l), N, C);
+  if (rc_.policy == Recompute::Policy::selective) {
+    // Unfused, so the GELU backward recomputes from fch is the one forward used, bit for bit, on
+    // every backend (CUDA's fused epilogue may round differently from the standalone kernel).
+    Ops::matmul_forward(a.fch, a.ln2, param(ParamId::fcw, l), param(ParamId::fcb, l), N, C, 4 * C);
+    Ops::gelu_forward(a.fch_gelu, a.fch, size_t(N) * size_t(4 * C));
+  } else {
+    // fch = ln2 @ fcw^T + fcb, fch_gelu = gelu(fch): fused into the matmul's epilogue on CUDA.
+    Ops::matmul_gelu_forward(a.fch_gelu, a.fch, a.ln2, param(ParamId::fcw, l), param(ParamId::fcb, l), N, C, 4 * C);
+  }
+}
+
+// Rewrites what the policy did not keep for layer l, with the same ops on the same inputs as
+// forward, so backward sees bit for bit what forward computed. Called between the unit's
+// before_backward hook and its backward: at stage 3 the parameters are the ones the hook
+// gathered for backward, so recomputing costs no communication.
+template <class Ops>
+void GPT<Ops>::block_recompute(int l, const BlockActs& a, const T* x, int B, int Tn) {
+  if (rc_.recomputes_block(l)) {
+    block_forward_inner(l, a, x, B, Tn);
+    return;
+  }
+  if (rc_.policy != Recompute::Policy::selective) return;
+  const int C = cfg_.C, N = B * Tn;
+  // The LayerNorm ops also write mean and rstd: into the kept statistics, the values they hold.
+  Ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, param(ParamId::ln1w, l), param(ParamId::ln1b, l), N, C);
+  Ops::residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.attproj, param(ParamId::ln2w, l),
+                                  param(ParamId::ln2b, l), N, C);
+  Ops::gelu_forward(a.fch_gelu, a.fch, size_t(N) * size_t(4 * C));
+}
+
+template <class Ops>
+void GPT<Ops>::block_backward(int l, const BlockActs& a, const T* x, int B, int Tn) {
+  // On entry gs_.dresidual = dL/d residual3; on exit dL/dx. The residual adds pass the gradient
+  // through unchanged, so the stream is accumulated in place by the two layernorm backwards.
+  const int C = cfg_.C, NH = cfg_.NH, N = B * Tn;
+  const size_t nC = size_t(N) * size_t(C);
+
+  void* scratch = scratch_.data();
+  // MLP: residual3 = residual2 + fc_proj(gelu(fc(ln_2(residual2))))
+  Ops::zero(gs_.d4C_a, 4 * nC);
+  Ops::matmul_backward(gs_.d4C_a, grad(ParamId::fcprojw, l), grad(ParamId::fcprojb, l), gs_.dresidual, a.fch_gelu,
+                       param(ParamId::fcprojw, l), N, 4 * C, C, scratch);
+  Ops::zero(gs_.d4C_b, 4 * nC);
+  Ops::gelu_backward(gs_.d4C_b, a.fch, gs_.d4C_a, 4 * nC);
+  Ops::zero(gs_.dC, nC);
+  Ops::matmul_backward(gs_.dC, grad(ParamId::fcw, l), grad(ParamId::fcb, l), gs_.d4C_b, a.ln2, param(ParamId::fcw, l), N,
+                       C, 4 * C, scratch);
+  Ops::layernorm_backward(gs_.dresidual, grad(ParamId::ln2w, l), grad(ParamId::ln2b, l), gs_.dC, a.residual2,
+                          param(ParamId::ln2w, l), a.ln2_mean, a.ln2_rstd, N, C, scratch);
+
+  // Attention: residual2 = x + c_proj(attn(c_attn(ln_1(x))))
+  Ops::zero(gs_.dC, nC);
+  Ops::matmul_backward(gs_.dC, grad(ParamId::attprojw, l), grad(ParamId::attprojb, l), gs_.dresidual, a.atty,
+                       param(ParamId::attprojw, l), N, C, C, scratch);
+  Ops::zero(gs_.dqkv, 3 * nC);
+  Ops::attention_backward(gs_.dqkv, gs_.dC, a.qkv, a.atty, a.att_lse, B, Tn, C, NH, scratch);
+  Ops::zero(gs_.dC, nC);
+  Ops::matmul_backward(gs_.dC, grad(ParamId::qkvw, l), grad(ParamId::qkvb, l), gs_.dqkv, a.ln1, param(ParamId::qkvw, l),
+                       N, C, 3 * C, scratch);
+  Ops::layernorm_backward(gs_.dresidual, grad(ParamId::ln1w, l), grad(ParamId::ln1b, l), gs_.dC, x,
+                          param(ParamId::ln1w, l), a.ln1_mean, a.ln1_rstd, N, C, scratch);
+}
+
+namespace {
+// 2 FLOPs per multiply-add. Causal attention: row t of each head scores t + 1 keys (q k^T) and
+// sums as many values, so B * C * Tn * (Tn + 1) multiply-adds over the heads.
+double block_inner_flops(const GPTConfig& cfg, int B, int Tn) {
+  const double N = double(B) * Tn, C = cfg.C;
+  return 2 * N * (3 * C * C + C * C + 4 * C * C) + 2 * double(B) * C * Tn * (double(Tn) + 1);
+}
+}  // namespace
+
+template <class Ops>
+double GPT<Ops>::forward_flops(const GPTConfig& cfg, int B, int Tn) {
+  const double N = double(B) * Tn, C = cfg.C;
+  const double block = block_inner_flops(cfg, B, Tn) + 2 * N * 4 * C * C;  // + fcproj
+  return cfg.L * block + 2 * N * C * cfg.Vp;                                // + LM head
+}
+
+template <class Ops>
+double GPT<Ops>::recompute_flops(const GPTConfig& cfg, int B, int Tn, const Recompute& rc) {
+  // selective recomputes pointwise work only (two LayerNorms and a GELU per layer).
+  return rc.blocks_recomputed_before(cfg.L) * block_inner_flops(cfg, B, Tn);
+}
+
+// The members defined here, for the backends gpt.cpp instantiates the class with.
+#define ZT_GPT_BLOCK_MEMBERS(O)                                                                                    \
+  template void GPT<O>::block_forward(int, const GPT<O>::T*, int, int);                                          \
+  template void GPT<O>::block_forward_inner(int, const GPT<O>::BlockActs&, const GPT<O>::T*, int, int);          \
+  template void GPT<O>::block_recompute(int, const GPT<O>::BlockActs&, const GPT<O>::T*, int, int);              \
+  template void GPT<O>::block_backward(int, const GPT<O>::BlockActs&, const GPT<O>::T*, int, int);               \
+  template double GPT<O>::forward_flops(const GPTConfig&, int, int);                                              \
+  template double GPT<O>::recompute_flops(const GPTConfig&, int, int, const Recompute&);
+ZT_GPT_BLOCK_MEMBERS(CpuOps<float>)
+ZT_GPT_BLOCK_MEMBERS(CpuOps<double>)
+#if ZT_HAVE_CUDA
+ZT_GPT_BLOCK_MEMBERS(CudaOps<float>)
+ZT_GPT_BLOCK_MEMBERS(CudaOps<bf16>)
+#endif
+#undef ZT_GPT_BLOCK_MEMBERS
+
+}  // namespace zt

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Recomputation changes where numbers are computed, not what (docs/design.md §3.11, §5).
+
+On the CPU backend, for one rank at stage 0 and three ranks at stage 3 (overlap on, grad_accum 2,
+so each micro-step's backward regathers units and recomputes from them), every policy runs the
+20-step model of test/mpi/zero_matrix.py next to `none` in the same configuration and must give
+
+  * every step's loss and grad norm                      identical (==, not a tolerance)
+  * the final weights (llm.c .bin written by the run)    identical, tensor by tensor
+  * bytes sent per step                                  == the theory of zero_matrix.py: at stage 3 the
+                                                            recomputed forward uses the units backward
+                                                            gathered anyway, so recomputing sends nothing
+  * tracked peak memory per category                    == `train estimate` for that policy
+  * activations (estimate)                               none > selective > block every 2 > block every 1
+
+A recomputed LayerNorm, GELU or block runs the same kernel on the same inputs as forward did, so
+anything short of bit equality is a bug (a stale scratch, a parameter not gathered yet, a
+different fused/unfused op). About 10 runs of a few seconds each.
+
+  /usr/bin/python3 test/mpi/recompute_check.py [--train ./train] [--mpirun mpirun] [--keep]
+"""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zero_matrix as zm  # noqa: E402  (the model, the runner and the byte/memory checks)
+
+POLICIES = [("selective", 1), ("block", 1), ("block", 2)]
+CONFIGS = [(1, 0, 1), (3, 3, 2)]  # (ranks, stage, grad_accum)
+
+
+def sets(policy, every):
+    return {"recompute.policy": policy, "recompute.every": every}
+
+
+def bitwise(res, ref):
+    errs = []
+    for what in ("loss", "grad_norm"):
+        a, b = [r[what] for r in res["steps"]], [r[what] for r in ref["steps"]]
+        if a != b:
+            i = next(i for i in range(len(a)) if a[i] != b[i])
+            errs.append(f"{what} at step {i}: {a[i]!r} vs none {b[i]!r}")
+    for name, w in ref["weights"].items():
+        if not np.array_equal(res["weights"][name], w):
+            errs.append(f"final tensor {name} differs from none (max |d| {np.max(np.abs(res['weights'][name] - w)):.3e})")
+            break
+    return errs
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--train", default=os.path.join(zm.ROOT, "train"))
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--timeout", type=int, default=180)
+    args = ap.parse_args()
+    train = os.path.abspath(args.train)
+    if not os.access(train, os.X_OK):
+        sys.exit(f"recompute_check: {train} is not executable")
+    work = tempfile.mkdtemp(prefix="recompute_check.")
+    t0 = time.monotonic()
+    failures = []
+    print(f"{'N':>2} {'stage':>5} {'accum':>5} {'policy':>10} {'every':>5} {'activations':>12} {'bits':>5} "
+          f"{'bytes':>5} {'mem':>4} {'sec':>5}")
+    for n, stage, accum in CONFIGS:
+        runs = {}
+        for policy, every in [("none", 1)] + POLICIES:
+            name = f"N={n} stage={stage} accum={accum} policy={policy} every={every}"
+            try:
+                runs[(policy, every)] = res = zm.run_train(train, args.mpirun, n, stage, True, accum,
+                                                           os.path.join(work, f"N{n}_s{stage}_{policy}{every}"),
+                                                           args.timeout, extra=sets(policy, every))
+            except (zm.RunFailed, ValueError) as e:
+                failures.append(f"{name}: {e}")
+                continue
+            ref = runs.get(("none", 1))
+            if ref is None:
+                failures.append(f"{name}: no reference run")
+                continue
+            # Bytes and memory against theory / estimate (the tolerances pass trivially when bits match).
+            errs, m = zm.check(res, ref, n, stage, accum, True)
+            errs += bitwise(res, ref)
+            failures += [f"{name}: {e}" for e in errs]
+            act = res["estimate"]["memory"]["host"]["activations"]
+            print(f"{n:>2} {stage:>5} {accum:>5} {policy:>10} {every:>5} {act:>12d} {'ok' if not bitwise(res, ref) else 'BAD':>5} "
+                  f"{'ok' if m['bytes_ok'] else 'BAD':>5} {'ok' if m['mem_ok'] else 'BAD':>4} {res['seconds']:5.1f}",
+                  flush=True)
+        acts = [runs[k]["estimate"]["memory"]["host"]["activations"] for k in
+                [("none", 1), ("selective", 1), ("block", 2), ("block", 1)] if k in runs]
+        if len(acts) == 4 and not all(a > b for a, b in zip(acts, acts[1:])):
+            failures.append(f"N={n}: activations not none > selective > block/2 > block/1: {acts}")
+
+    print(f"\n{time.monotonic() - t0:.0f} s; run directories in {work}" + ("" if args.keep or failures else " (removed)"))
+    if failures:
+        print(f"\nrecompute_check FAILED ({len(failures)}):")
+        for f in failures:
+            print("  - " + f)
+        sys.exit(1)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    print("recompute_check passed")
+
+
+if __name__ == "__main__":
+    main()
