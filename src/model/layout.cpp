@@ -27,24 +27,18 @@ const char* block_tensor_name(ParamId id) {
     default: return "?";
   }
 }
-// Chunk rows are a multiple of this, so every chunk but the last is whole pad_multiple elements.
-size_t chunk_row_multiple(const GPTConfig& cfg, size_t pad) { return pad / std::gcd(pad, size_t(cfg.C)); }
-// Rows per chunk for E chunks: the embedding's Vp + maxT rows spread evenly.
-size_t chunk_rows(const GPTConfig& cfg, size_t pad, int E) {
-  const size_t q = chunk_row_multiple(cfg, pad), total = size_t(cfg.Vp) + size_t(cfg.maxT);
-  return ((total + size_t(E) - 1) / size_t(E) + q - 1) / q * q;
+// Rows per embedding chunk: a padded block's worth rounded down to a multiple of
+// pad / gcd(pad, C) (at least one), so every chunk but the last is whole pad_multiple elements.
+size_t chunk_rows(const GPTConfig& cfg, size_t pad) {
+  const size_t C = size_t(cfg.C), q = pad / std::gcd(pad, C);
+  const size_t block = (12 * C * C + 13 * C + pad - 1) / pad * pad;
+  return std::max(q, block / C / q * q);
 }
 }  // namespace
 
 int ParamLayout::block_sized_chunks(const GPTConfig& cfg, size_t pad) {
-  const size_t C = size_t(cfg.C), q = chunk_row_multiple(cfg, pad);
-  const size_t block = (12 * C * C + 13 * C + pad - 1) / pad * pad;
-  const size_t block_rows = (std::max<size_t>(1, block / C) + q - 1) / q * q;
-  const size_t total = size_t(cfg.Vp) + size_t(cfg.maxT);
-  int E = int((total + block_rows - 1) / block_rows);
-  // Every chunk keeps at least one wte row (the last one also holds wpe).
-  while (E > 1 && size_t(E - 1) * chunk_rows(cfg, pad, E) >= size_t(cfg.Vp)) --E;
-  return std::max(E, 1);
+  const size_t rows = chunk_rows(cfg, pad);
+  return int((size_t(cfg.Vp) + rows - 1) / rows);
 }
 
 UnitPiece ParamLayout::piece(int u, int k) const {
@@ -88,7 +82,7 @@ ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple, int embeddin
   // chunks (each of which lists it too), so the tensor stays contiguous across the units.
   const int E = embedding_chunks;
   ZT_ASSERT(E >= 1);
-  const size_t rows = E == 1 ? size_t(cfg.Vp) : chunk_rows(cfg, pad_, E);
+  const size_t rows = E == 1 ? size_t(cfg.Vp) : chunk_rows(cfg, pad_);
   ZT_ASSERT(size_t(E - 1) * rows < size_t(cfg.Vp));
   for (int e = 0; e < E; ++e) {
     const int row0 = int(size_t(e) * rows), n = e == E - 1 ? cfg.Vp - row0 : int(rows);

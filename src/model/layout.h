@@ -6,8 +6,9 @@
 //   unit E+L      final norm  ln_f w,b (C)   (the LM head is tied to wte in units 0..E-1)
 //
 // E = 1 (one "embedding" unit) unless the caller asks for block-sized chunks (ZeRO stage 3,
-// docs/design.md §3.9): then chunk e ("embedding.e") holds wte rows [row0, row0 + rows) and every
-// chunk but the last is a whole number of pad_multiple elements, so wte and wpe keep exactly the
+// docs/design.md §3.9): then chunk e ("embedding.e") holds wte rows [row0, row0 + rows), at most
+// a padded block (block_sized_chunks; the last one plus wpe), and every chunk but the last is a
+// whole number of pad_multiple elements, so wte and wpe keep exactly the
 // flat offsets they have with E = 1 (only the unit boundaries move) and a tensor may span units.
 //
 // Every unit is padded to a multiple of `pad_multiple` elements so it splits into equal shards
@@ -64,9 +65,9 @@ class ParamLayout {
  public:
   // embedding_chunks: E above (1 = the embedding is one unit).
   ParamLayout(const GPTConfig& cfg, size_t pad_multiple, int embedding_chunks = 1);
-  // The E that makes every embedding chunk about one block's padded size (at most one block
-  // rounded up to whole pad_multiple rows) with rows spread evenly; 1 when the embedding is
-  // no larger than that.
+  // The E for block-sized chunks: each chunk holds a padded block's worth of wte rows, rounded
+  // down to a multiple of pad_multiple / gcd(pad_multiple, C) (at least one such multiple); the
+  // last holds the rest, and wpe. 1 when wte is no larger than one chunk.
   static int block_sized_chunks(const GPTConfig& cfg, size_t pad_multiple);
 
   const GPTConfig& config() const { return cfg_; }

@@ -76,6 +76,8 @@ import sys
 import tempfile
 import time
 
+import layout_rules  # test/mpi/layout_rules.py: the layout's size rules, shared with zero_matrix.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MiB = 1 << 20
 
@@ -90,28 +92,31 @@ RSS_SLACK = 8 * MiB
 
 
 # ---- the formulas ------------------------------------------------------------------------------
-def unit_numels(m):
-    C, L, T = m["C"], m["L"], m["T"]
-    return [(VP + T) * C] + [12 * C * C + 13 * C] * L + [2 * C]
+def unit_numels(m, world=1, stage=0):
+    return layout_rules.unit_numels(m["L"], m["C"], m["T"], VP, world, stage)
 
 
-def padded_units(m, world):
-    mult = world * 128 // math.gcd(world, 128)
-    return [(n + mult - 1) // mult * mult for n in unit_numels(m)]
+def padded_units(m, world, stage=0):
+    return layout_rules.padded_units(m["L"], m["C"], m["T"], VP, world, stage)
 
 
-def buckets(units, overlap):
-    """Padded element counts of the gradient buckets (backward order), the embedding last."""
+def embedding_units(m, world, stage):
+    return len(unit_numels(m, world, stage)) - m["L"] - 1
+
+
+def buckets(units, overlap, E):
+    """Padded element counts of the gradient buckets (backward order): blocks and final norm by
+    bucket_mb, then each of the E embedding units alone."""
     limit = int(BUCKET_MB * 1024 * 1024) // 4
     out, cur = [], 0
-    for n in reversed(units[1:]):
+    for n in reversed(units[E:]):
         cur += n
         if not overlap or cur >= limit:
             out.append(cur)
             cur = 0
     if cur:
         out.append(cur)
-    return out + [units[0]]
+    return out + list(reversed(units[:E]))
 
 
 def activation_bytes(m):
@@ -125,7 +130,8 @@ def activation_bytes(m):
 
 def expected(m, world, stage, overlap):
     """{category: bytes} per rank, fp32."""
-    units = padded_units(m, world)
+    units = padded_units(m, world, stage)
+    E = embedding_units(m, world, stage)
     psi, N, e = sum(units), world, 4
     assert psi % N == 0
     out = {"params": e * (psi if stage <= 2 else psi // N),
@@ -134,10 +140,12 @@ def expected(m, world, stage, overlap):
            "activations": activation_bytes(m)}
     if stage >= 2:
         slots = 2 if overlap else 1
-        slot = max(buckets(units, overlap)[:-1])
-        comm = units[0] + slots * slot + (slots * slot) // N + units[0] // N
-        if stage == 3:  # one slot that fits any unit (the embedding), the others a block
-            comm += max(units) + (PREFETCH if overlap else 0) * max(units[1:])
+        # A one-unit embedding has a staging slot of its own (P0); stage 3's chunks use the others.
+        p0 = units[0] if E == 1 else 0
+        slot = max(buckets(units, overlap, E)[:-1] if E == 1 else buckets(units, overlap, E))
+        comm = p0 + slots * slot + (slots * slot) // N + p0 // N
+        if stage == 3:  # one slot fits any unit, the others any unit but a one-unit embedding
+            comm += max(units) + (PREFETCH if overlap else 0) * max(units[1:] if E == 1 else units)
         out["comm"] = e * comm
     return out
 
@@ -145,8 +153,8 @@ def expected(m, world, stage, overlap):
 def init_transient(m, world, stage):
     """Bytes alive during parameter init beyond the tracked buffers (see the docstring)."""
     wte = VP * m["C"]
-    if stage == 3:
-        return 4 * min(wte, padded_units(m, world)[0] // world)
+    if stage == 3:  # at most one unit's shard: the embedding chunks are the largest units
+        return 4 * min(wte, max(padded_units(m, world, stage)) // world)
     return 4 * wte
 
 
@@ -207,9 +215,9 @@ def compare(where, got, want, failures):
             failures.append(f"{where}: {cat} {g} bytes, formula {w} ({g - w:+d})")
 
 
-def mpi_temporary(m, world):
+def mpi_temporary(m, world, stage):
     """Open MPI's reduce-scatter temporary on rank 0 (see the docstring): twice the largest unit."""
-    return 2 * 4 * max(padded_units(m, world))
+    return 2 * 4 * max(padded_units(m, world, stage))
 
 
 def check_ranks_n4(train, mpirun, work, failures):
@@ -225,12 +233,12 @@ def check_ranks_n4(train, mpirun, work, failures):
     compare(f"large model world {world} stage {stage} (tracked peak)", large["peak_memory_bytes"]["host"],
             expected(LARGE, world, stage, True), failures)
     overhead = (small["peak_rss_bytes"] - small["peak_memory_bytes"]["host"]["total"]
-                - init_transient(SMALL, world, stage) - mpi_temporary(SMALL, world))
+                - init_transient(SMALL, world, stage) - mpi_temporary(SMALL, world, stage))
     print(f"\nresident, N = {world}, stage {stage}: runtime overhead (small model, rank 0) {overhead / MiB:.1f} MiB "
           f"(at most {OVERHEAD_MAX / MiB:.0f})")
     if not 0 < overhead <= OVERHEAD_MAX:
         failures.append(f"N = {world} runtime overhead {overhead / MiB:.1f} MiB outside (0, {OVERHEAD_MAX / MiB:.0f}] MiB")
-    limit = est + init_transient(LARGE, world, stage) + overhead + mpi_temporary(LARGE, world) + RSS_SLACK
+    limit = est + init_transient(LARGE, world, stage) + overhead + mpi_temporary(LARGE, world, stage) + RSS_SLACK
     per_rank = large.get("peak_rss_bytes_per_rank", [])
     if len(per_rank) != world:
         failures.append(f"N = {world}: peak_rss_bytes_per_rank has {len(per_rank)} entries")
@@ -238,7 +246,7 @@ def check_ranks_n4(train, mpirun, work, failures):
         print(f"resident, N = {world}, stage {stage}, large model, rank {r}: VmHWM {rss / MiB:.1f} MiB, limit "
               f"{limit / MiB:.1f} (estimate {est / MiB:.1f} + init transient "
               f"{init_transient(LARGE, world, stage) / MiB:.1f} + overhead + MPI temporary "
-              f"{mpi_temporary(LARGE, world) / MiB:.1f} + slack {RSS_SLACK / MiB:.0f})")
+              f"{mpi_temporary(LARGE, world, stage) / MiB:.1f} + slack {RSS_SLACK / MiB:.0f})")
         if rss > limit:
             failures.append(f"N = {world} stage {stage} rank {r}: VmHWM {rss / MiB:.1f} MiB over the estimate + init "
                             f"transient + overhead + slack ({limit / MiB:.1f} MiB): memory outside the estimate")
@@ -256,7 +264,12 @@ def main():
     # The small model's units really get padded at both world sizes, and its buckets are not trivial.
     for w in (1, 3):
         assert all(p != n for p, n in zip(padded_units(SMALL, w), unit_numels(SMALL))), padded_units(SMALL, w)
-    assert len(buckets(padded_units(SMALL, 3), True)) == SMALL["L"] + 1  # final norm joins a block
+    assert len(buckets(padded_units(SMALL, 3), True, 1)) == SMALL["L"] + 1  # final norm joins a block
+    # Stage 3 really splits the embedding of both models, into units no larger than a block.
+    for m in (SMALL, LARGE):
+        for w in (1, 3, 4):
+            units, E = padded_units(m, w, 3), embedding_units(m, w, 3)
+            assert E > 10 and max(units) == units[E], (m, w, E, units[:E + 1])
 
     work = tempfile.mkdtemp(prefix="memory_check.")
     t0 = time.monotonic()
