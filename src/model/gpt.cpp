@@ -100,8 +100,8 @@ size_t GPT<Ops>::activation_bytes(const GPTConfig& cfg, int B, int Tn) {
 
 template <class Ops>
 GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pad_multiple, bool full_params,
-              bool full_grads, int embedding_chunks)
-    : cfg_(cfg), layout_(cfg, pad_multiple, embedding_chunks), B_(B), T_(Tn) {
+              bool full_grads, int embedding_rows)
+    : cfg_(cfg), layout_(cfg, pad_multiple, embedding_rows), B_(B), T_(Tn) {
   ZT_REQUIRE(cfg.C % cfg.NH == 0, "model: n_embd " << cfg.C << " is not divisible by n_head " << cfg.NH);
   ZT_REQUIRE(Tn <= cfg.maxT, "model: sequence length " << Tn << " exceeds the position table (" << cfg.maxT << ")");
 

@@ -51,9 +51,9 @@ class GPT {
   // Allocates activations for batches up to (B, Tn) (tracked: activations) and, unless told not
   // to, full flat parameters and gradients (tracked: params, grads). A ZeRO engine that shards
   // them passes false and points the units at its own buffers.
-  // embedding_chunks: the layout's E (ParamLayout; 1 = the embedding is one unit).
+  // embedding_rows: wte rows per embedding unit (ParamLayout; 0 = the embedding is one unit).
   GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pad_multiple = 128, bool full_params = true,
-      bool full_grads = true, int embedding_chunks = 1);
+      bool full_grads = true, int embedding_rows = 0);
 
   // Bytes of activations (and activation gradients) the constructor allocates for (B, Tn).
   static size_t activation_bytes(const GPTConfig& cfg, int B, int Tn);

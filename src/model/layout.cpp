@@ -27,18 +27,15 @@ const char* block_tensor_name(ParamId id) {
     default: return "?";
   }
 }
-// Rows per embedding chunk: a padded block's worth rounded down to a multiple of
-// pad / gcd(pad, C) (at least one), so every chunk but the last is whole pad_multiple elements.
-size_t chunk_rows(const GPTConfig& cfg, size_t pad) {
-  const size_t C = size_t(cfg.C), q = pad / std::gcd(pad, C);
-  const size_t block = (12 * C * C + 13 * C + pad - 1) / pad * pad;
-  return std::max(q, block / C / q * q);
-}
+// Chunk rows are a multiple of this, so every chunk but the last is whole pad_multiple elements.
+size_t chunk_row_multiple(const GPTConfig& cfg, size_t pad) { return pad / std::gcd(pad, size_t(cfg.C)); }
 }  // namespace
 
-int ParamLayout::block_sized_chunks(const GPTConfig& cfg, size_t pad) {
-  const size_t rows = chunk_rows(cfg, pad);
-  return int((size_t(cfg.Vp) + rows - 1) / rows);
+int ParamLayout::block_sized_rows(const GPTConfig& cfg, size_t pad) {
+  const size_t C = size_t(cfg.C), q = chunk_row_multiple(cfg, pad);
+  const size_t block = (12 * C * C + 13 * C + pad - 1) / pad * pad;
+  const size_t rows = std::max(q, block / C / q * q);
+  return rows >= size_t(cfg.Vp) ? 0 : int(rows);
 }
 
 UnitPiece ParamLayout::piece(int u, int k) const {
@@ -49,7 +46,7 @@ UnitPiece ParamLayout::piece(int u, int k) const {
   return UnitPiece{k, lo - s.offset, hi - lo, lo - unit.offset};
 }
 
-ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple, int embedding_chunks)
+ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple, int embedding_rows)
     : cfg_(cfg), pad_(pad_multiple) {
   ZT_ASSERT(pad_multiple > 0);
   ZT_ASSERT(cfg.C <= INT_MAX / 4);  // the plan refuses wider models: shapes below hold 4C as an int
@@ -80,10 +77,9 @@ ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple, int embeddin
 
   // Embedding chunks: wte is added whole to chunk 0, then its rows are moved on to the next
   // chunks (each of which lists it too), so the tensor stays contiguous across the units.
-  const int E = embedding_chunks;
-  ZT_ASSERT(E >= 1);
-  const size_t rows = E == 1 ? size_t(cfg.Vp) : chunk_rows(cfg, pad_);
-  ZT_ASSERT(size_t(E - 1) * rows < size_t(cfg.Vp));
+  ZT_ASSERT(embedding_rows >= 0 && size_t(embedding_rows) % chunk_row_multiple(cfg, pad_) == 0);
+  const size_t rows = embedding_rows > 0 ? std::min(size_t(embedding_rows), size_t(cfg.Vp)) : size_t(cfg.Vp);
+  const int E = int((size_t(cfg.Vp) + rows - 1) / rows);
   for (int e = 0; e < E; ++e) {
     const int row0 = int(size_t(e) * rows), n = e == E - 1 ? cfg.Vp - row0 : int(rows);
     vocab_rows_.push_back({row0, n});

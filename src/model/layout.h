@@ -7,7 +7,7 @@
 //
 // E = 1 (one "embedding" unit) unless the caller asks for block-sized chunks (ZeRO stage 3,
 // docs/design.md §3.9): then chunk e ("embedding.e") holds wte rows [row0, row0 + rows), at most
-// a padded block (block_sized_chunks; the last one plus wpe), and every chunk but the last is a
+// a padded block (block_sized_rows; the last one plus wpe), and every chunk but the last is a
 // whole number of pad_multiple elements, so wte and wpe keep exactly the
 // flat offsets they have with E = 1 (only the unit boundaries move) and a tensor may span units.
 //
@@ -63,12 +63,12 @@ struct VocabRows {
 
 class ParamLayout {
  public:
-  // embedding_chunks: E above (1 = the embedding is one unit).
-  ParamLayout(const GPTConfig& cfg, size_t pad_multiple, int embedding_chunks = 1);
-  // The E for block-sized chunks: each chunk holds a padded block's worth of wte rows, rounded
-  // down to a multiple of pad_multiple / gcd(pad_multiple, C) (at least one such multiple); the
-  // last holds the rest, and wpe. 1 when wte is no larger than one chunk.
-  static int block_sized_chunks(const GPTConfig& cfg, size_t pad_multiple);
+  // embedding_rows: wte rows per embedding unit, a multiple of pad_multiple / gcd(pad_multiple, C)
+  // (the last unit holds the rest, and wpe); 0 = the embedding is one unit (E = 1).
+  ParamLayout(const GPTConfig& cfg, size_t pad_multiple, int embedding_rows = 0);
+  // Rows for block-sized chunks: a padded block's worth, rounded down to that multiple (at least
+  // one multiple); 0 when wte is no larger than that.
+  static int block_sized_rows(const GPTConfig& cfg, size_t pad_multiple);
 
   const GPTConfig& config() const { return cfg_; }
   const std::vector<Unit>& units() const { return units_; }

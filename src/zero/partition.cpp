@@ -12,8 +12,8 @@ namespace zt {
 
 size_t zero_pad_multiple(int world) { return std::lcm(size_t(world), size_t(128)); }
 
-int zero_embedding_chunks(const GPTConfig& cfg, int stage, int world) {
-  return stage == 3 ? ParamLayout::block_sized_chunks(cfg, zero_pad_multiple(world)) : 1;
+int zero_embedding_rows(const GPTConfig& cfg, int stage, int world) {
+  return stage == 3 ? ParamLayout::block_sized_rows(cfg, zero_pad_multiple(world)) : 0;
 }
 
 Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) {

@@ -14,7 +14,7 @@
 //   stage 3  Ψ/N               Ψ/N                         2Ψ/N               bucket staging, RS receive, gathered-unit
 //                                                                             slots: (prefetch + 1) x max(block, chunk)
 //
-// Stage 3 splits the tied embedding into block-sized row chunks (zero_embedding_chunks, model/
+// Stage 3 splits the tied embedding into block-sized row chunks (zero_embedding_rows, model/
 // layout.h), so no buffer is embedding-sized there. Stages 0-2 keep it one unit (unit 0).
 //
 // Gradient buckets follow the order backward produces gradients (final norm, blocks L-1..0,
@@ -40,8 +40,9 @@
 namespace zt {
 
 size_t zero_pad_multiple(int world);  // lcm(world, 128)
-// The layout's embedding chunk count for a stage: block-sized chunks at stage 3, one unit below.
-int zero_embedding_chunks(const GPTConfig& cfg, int stage, int world);
+// The layout's wte rows per embedding unit for a stage: block-sized chunks at stage 3, one unit
+// (0) below.
+int zero_embedding_rows(const GPTConfig& cfg, int stage, int world);
 
 struct Bucket {
   std::vector<int> units;  // in backward order (descending unit index)

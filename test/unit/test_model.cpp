@@ -53,9 +53,9 @@ TEST(Layout, EmbeddingChunksKeepTheFlatLayout) {
   const GPTConfig cfg = GPTConfig::make(2, 2, 24, 40, 3001);  // Vp 3072
   for (size_t pad : {size_t(128), size_t(384)}) {
     const ParamLayout one(cfg, pad);
-    const int E = ParamLayout::block_sized_chunks(cfg, pad);
+    const ParamLayout split(cfg, pad, ParamLayout::block_sized_rows(cfg, pad));
+    const int E = split.embedding_units();
     ASSERT_GT(E, 3);
-    const ParamLayout split(cfg, pad, E);
     ASSERT_EQ(split.num_units(), E + cfg.L + 1);
     EXPECT_EQ(split.total(), one.total());
     EXPECT_EQ(split.num_params(), one.num_params());
@@ -92,7 +92,7 @@ TEST(Layout, EmbeddingChunksKeepTheFlatLayout) {
     }
   }
   // A vocabulary no larger than a chunk stays one unit.
-  EXPECT_EQ(ParamLayout::block_sized_chunks(GPTConfig::make(2, 2, 24, 40, 200), 128), 1);
+  EXPECT_EQ(ParamLayout::block_sized_rows(GPTConfig::make(2, 2, 24, 40, 200), 128), 0);
 }
 
 // The model with its embedding in chunks (lookup and LM head per chunk, the embedding's gradients
@@ -101,10 +101,10 @@ TEST(ModelChunks, SplitEmbeddingMatchesOneUnit) {
   using Model = GPT<CpuOps<double>>;
   const GPTConfig cfg = GPTConfig::make(2, 2, 16, 8, 2900);  // Vp 2944
   const int B = 2, Tn = 8, N = B * Tn;
-  const int E = ParamLayout::block_sized_chunks(cfg, 128);
-  ASSERT_GT(E, 3);
   MemoryTracker mem;
-  Model one(cfg, B, Tn, mem, 128), split(cfg, B, Tn, mem, 128, true, true, E);
+  Model one(cfg, B, Tn, mem, 128), split(cfg, B, Tn, mem, 128, true, true, ParamLayout::block_sized_rows(cfg, 128));
+  const int E = split.layout().embedding_units();
+  ASSERT_GT(E, 3);
   ASSERT_EQ(one.layout().total(), split.layout().total());
   one.init_gpt2(3);
   split.init_gpt2(3);

@@ -53,10 +53,11 @@ TEST(StateStore, Gpt2Stage3HoldsOnlyBlockSizedSlots) {
   const GPTConfig cfg = GPTConfig::make(12, 12, 768, 1024, 50257);
   const size_t block = 7087872, embedding = size_t(50304 + 1024) * 768, bucket = block + 2 * 768;
   for (int world : {2, 8}) {
-    const int E = zero_embedding_chunks(cfg, 3, world);
-    EXPECT_EQ(E, 6);
-    EXPECT_EQ(zero_embedding_chunks(cfg, 2, world), 1);
-    const ParamLayout layout(cfg, zero_pad_multiple(world), E);
+    const int rows = zero_embedding_rows(cfg, 3, world);
+    EXPECT_EQ(rows, 9229);  // 7,087,872 / 768: a block's worth of rows
+    EXPECT_EQ(zero_embedding_rows(cfg, 2, world), 0);
+    const ParamLayout layout(cfg, zero_pad_multiple(world), rows);
+    EXPECT_EQ(layout.embedding_units(), 6);
     ZeroConfig zc;
     zc.stage = 3; zc.world = world; zc.prefetch_units = 1;
     const Partition part(layout, zc);
@@ -86,9 +87,9 @@ TEST(StateStore, Gpt2Stage3HoldsOnlyBlockSizedSlots) {
 TEST(StateStore, ShardRangesCoverTheModelOnce) {
   const GPTConfig cfg = GPTConfig::make(2, 2, 34, 16, 3001);
   for (int world : {1, 3, 4})
-  for (int E : {1, zero_embedding_chunks(cfg, 3, world)}) {
-    if (E > 1) EXPECT_GT(E, 3);
-    const ParamLayout layout(cfg, zero_pad_multiple(world), E);
+  for (int rows : {0, zero_embedding_rows(cfg, 3, world)}) {
+    const ParamLayout layout(cfg, zero_pad_multiple(world), rows);
+    if (rows > 0) EXPECT_GT(layout.embedding_units(), 3);
     std::vector<int> seen(layout.total(), 0);
     for (int rank = 0; rank < world; ++rank) {
       ZeroConfig zc;
