@@ -30,8 +30,9 @@ Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) 
   total_ = layout.total();
   embedding_units_ = layout.embedding_units();
 
-  // Buckets in backward order: blocks and final norm by bucket_mb, then the embedding's units. A bucket past 2^63 bytes (zero.bucket_mb
-  // is any positive number) would not convert to size_t: it is as good as one bucket for all.
+  // Buckets in backward order: blocks and final norm by bucket_mb, then the embedding's units. A
+  // bucket past 2^63 bytes (zero.bucket_mb is any positive number) would not convert to size_t: it
+  // is as good as one bucket for all.
   const double bucket_bytes = zc.bucket_mb * 1024.0 * 1024.0;
   const size_t bucket_elems =
       std::max<size_t>(1, (bucket_bytes < 0x1p63 ? size_t(bucket_bytes) : SIZE_MAX) / zc.elem_bytes);

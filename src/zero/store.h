@@ -13,7 +13,8 @@
 //   grad_shard         1-3    Ψ/N            my shard of each unit
 //   adam_m, adam_v     0-3    Ψ (0), Ψ/N     what the optimizer owns: everything (stage 0), my shard
 //   master             0-3    as adam_m      fp32 copy of the owned parameters (mixed precision only)
-//   embedding_staging  2      P_0            communication slot: the one-unit embedding's gradient
+//   embedding_staging  2-3    P_0            communication slot: the embedding's gradient while it is one
+//                                            unit (stage 2; stage 3 only when wte fits one block)
 //   bucket_staging     2-3    slots x bucket communication slots: bucket gradients (stage 3: blocks and
 //                                            the embedding's block-sized row chunks)
 //   rs_receive         2-3    (...)/N        communication slot: reduce-scatter results
