@@ -13,7 +13,9 @@ namespace zt {
 size_t zero_pad_multiple(int world) { return std::lcm(size_t(world), size_t(128)); }
 
 int zero_embedding_rows(const GPTConfig& cfg, int stage, int world) {
-  return stage == 3 ? ParamLayout::block_sized_rows(cfg, zero_pad_multiple(world)) : 0;
+  // A world of one shards nothing: its stage 3 keeps stage 0's layout, and so stays bit for bit
+  // the single-rank result (summing the LM head's input gradient over chunks would not).
+  return stage == 3 && world > 1 ? ParamLayout::block_sized_rows(cfg, zero_pad_multiple(world)) : 0;
 }
 
 Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) {

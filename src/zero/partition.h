@@ -15,7 +15,8 @@
 //                                                                             slots: (prefetch + 1) x max(block, chunk)
 //
 // Stage 3 splits the tied embedding into block-sized row chunks (zero_embedding_rows, model/
-// layout.h), so no buffer is embedding-sized there. Stages 0-2 keep it one unit (unit 0).
+// layout.h), so no buffer is embedding-sized there. Stages 0-2, and stage 3 at one rank (which
+// shards nothing), keep it one unit (unit 0).
 //
 // Gradient buckets follow the order backward produces gradients (final norm, blocks L-1..0,
 // embedding units E-1..0: the model computes the embedding's gradients last, LM head and lookup
@@ -40,8 +41,8 @@
 namespace zt {
 
 size_t zero_pad_multiple(int world);  // lcm(world, 128)
-// The layout's wte rows per embedding unit for a stage: block-sized chunks at stage 3, one unit
-// (0) below.
+// The layout's wte rows per embedding unit for a stage: block-sized chunks at stage 3 with more
+// than one rank, one unit (0) otherwise.
 int zero_embedding_rows(const GPTConfig& cfg, int stage, int world);
 
 struct Bucket {

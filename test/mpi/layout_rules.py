@@ -26,9 +26,9 @@ def embedding_chunks(L, C, T, VP, world):
 
 
 def unit_numels(L, C, T, VP, world=1, stage=0):
-    """Real element counts of the units: the embedding (one unit, or stage 3's chunks), L blocks,
-    the final norm."""
-    emb = embedding_chunks(L, C, T, VP, world) if stage == 3 else [(VP + T) * C]
+    """Real element counts of the units: the embedding (one unit, or stage 3's chunks when there
+    is more than one rank), L blocks, the final norm."""
+    emb = embedding_chunks(L, C, T, VP, world) if stage == 3 and world > 1 else [(VP + T) * C]
     return emb + [12 * C * C + 13 * C] * L + [2 * C]
 
 

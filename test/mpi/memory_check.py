@@ -275,7 +275,8 @@ def main():
     assert len(buckets(padded_units(SMALL, 3), True, 1)) == SMALL["L"] + 1  # final norm joins a block
     # Stage 3 really splits the embedding of both models, into units no larger than a block.
     for m in (SMALL, LARGE):
-        for w in (1, 3, 4):
+        assert embedding_units(m, 1, 3) == 1  # one rank shards nothing: stage 0's layout
+        for w in (3, 4):
             units, E = padded_units(m, w, 3), embedding_units(m, w, 3)
             assert E > 10 and max(units) == units[E], (m, w, E, units[:E + 1])
 

@@ -100,7 +100,8 @@ def check_unit_arithmetic():
         assert n % 3 != 0 and n % 4 != 0, f"unit of {n} elements divides by 3 or 4: pick other dims"
     # Stage 3's chunks: together the embedding, every one but the last whole shards (so they pad
     # nothing), the last one padded like the embedding, and several of them.
-    for n_ranks in (1, 2, 3, 4):
+    assert stage_unit_sizes(1, 3) == sizes  # one rank shards nothing: stage 0's layout
+    for n_ranks in (2, 3, 4):
         m, chunks = pad_multiple(n_ranks), stage_unit_sizes(n_ranks, 3)[:-L - 1]
         assert sum(chunks) == sizes[0] and len(chunks) > 10, (n_ranks, chunks)
         assert all(c % m == 0 for c in chunks[:-1]), (n_ranks, chunks)

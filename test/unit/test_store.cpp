@@ -56,6 +56,7 @@ TEST(StateStore, Gpt2Stage3HoldsOnlyBlockSizedSlots) {
     const int rows = zero_embedding_rows(cfg, 3, world);
     EXPECT_EQ(rows, 9229);  // 7,087,872 / 768: a block's worth of rows
     EXPECT_EQ(zero_embedding_rows(cfg, 2, world), 0);
+    EXPECT_EQ(zero_embedding_rows(cfg, 3, 1), 0);  // one rank shards nothing
     const ParamLayout layout(cfg, zero_pad_multiple(world), rows);
     EXPECT_EQ(layout.embedding_units(), 6);
     ZeroConfig zc;
@@ -87,7 +88,7 @@ TEST(StateStore, Gpt2Stage3HoldsOnlyBlockSizedSlots) {
 TEST(StateStore, ShardRangesCoverTheModelOnce) {
   const GPTConfig cfg = GPTConfig::make(2, 2, 34, 16, 3001);
   for (int world : {1, 3, 4})
-  for (int rows : {0, zero_embedding_rows(cfg, 3, world)}) {
+  for (int rows : {0, ParamLayout::block_sized_rows(cfg, zero_pad_multiple(world))}) {
     const ParamLayout layout(cfg, zero_pad_multiple(world), rows);
     if (rows > 0) EXPECT_GT(layout.embedding_units(), 3);
     std::vector<int> seen(layout.total(), 0);
