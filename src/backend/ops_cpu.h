@@ -42,11 +42,14 @@ struct CpuOps {
   static void d2h(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
   static size_t scratch_bytes(int B, int Tn, int C, int NH, int Vp) { return 0; }
 
-  static void encoder_forward(T* out, const int* tok, const T* wte, const T* wpe, int B, int Tn, int C) {
-    cpu::encoder_forward(out, tok, wte, wpe, B, Tn, C);
+  // Vocabulary rows [row0, row0 + rows) only; wte at row0; wpe / dwpe may be nullptr (encoder.h).
+  static void encoder_forward(T* out, const int* tok, const T* wte, const T* wpe, int B, int Tn, int C, int row0,
+                              int rows) {
+    cpu::encoder_forward(out, tok, wte, wpe, B, Tn, C, row0, rows);
   }
-  static void encoder_backward(T* dwte, T* dwpe, const T* dout, const int* tok, int B, int Tn, int C, void* scratch) {
-    cpu::encoder_backward(dwte, dwpe, dout, tok, B, Tn, C);
+  static void encoder_backward(T* dwte, T* dwpe, const T* dout, const int* tok, int B, int Tn, int C, int row0, int rows,
+                               void* scratch) {
+    cpu::encoder_backward(dwte, dwpe, dout, tok, B, Tn, C, row0, rows);
   }
   static void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* w, const T* b, int N, int C) {
     cpu::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
@@ -60,8 +63,9 @@ struct CpuOps {
                                  const T* rstd, int N, int C, void* scratch) {
     cpu::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
   }
-  static void matmul_forward(T* out, const T* inp, const T* w, const T* b, int N, int C, int OC) {
-    cpu::matmul_forward(out, inp, w, b, N, C, OC);
+  // ld: row stride of out / dout (OC when < 0; matmul.h).
+  static void matmul_forward(T* out, const T* inp, const T* w, const T* b, int N, int C, int OC, int ld = -1) {
+    cpu::matmul_forward(out, inp, w, b, N, C, OC, ld);
   }
   // pre_gelu = inp @ w^T + b, out = gelu(pre_gelu)
   static void matmul_gelu_forward(T* out, T* pre_gelu, const T* inp, const T* w, const T* b, int N, int C, int OC) {
@@ -69,8 +73,8 @@ struct CpuOps {
     cpu::gelu_forward(out, pre_gelu, size_t(N) * size_t(OC));
   }
   static void matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, int N, int C, int OC,
-                              void* scratch) {
-    cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+                              void* scratch, int ld = -1) {
+    cpu::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, ld);
   }
   static void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int NH) {
     cpu::attention_forward(out, lse, qkv, B, Tn, C, NH);

@@ -59,11 +59,13 @@ struct CudaOps {
     return s;
   }
 
-  static void encoder_forward(T* out, const int* tok, const T* wte, const T* wpe, int B, int Tn, int C) {
-    cuda::encoder_forward(out, tok, wte, wpe, B, Tn, C, stream());
+  static void encoder_forward(T* out, const int* tok, const T* wte, const T* wpe, int B, int Tn, int C, int row0,
+                              int rows) {
+    cuda::encoder_forward(out, tok, wte, wpe, B, Tn, C, stream(), row0, rows);
   }
-  static void encoder_backward(T* dwte, T* dwpe, const T* dout, const int* tok, int B, int Tn, int C, void* scratch) {
-    cuda::encoder_backward(dwte, dwpe, dout, tok, B, Tn, C, scratch, stream());
+  static void encoder_backward(T* dwte, T* dwpe, const T* dout, const int* tok, int B, int Tn, int C, int row0, int rows,
+                               void* scratch) {
+    cuda::encoder_backward(dwte, dwpe, dout, tok, B, Tn, C, scratch, stream(), row0, rows);
   }
   static void layernorm_forward(T* out, S* mean, S* rstd, const T* inp, const T* w, const T* b, int N, int C) {
     cuda::layernorm_forward(out, mean, rstd, inp, w, b, N, C, stream());
@@ -76,15 +78,15 @@ struct CudaOps {
                                  const S* rstd, int N, int C, void* scratch) {
     cuda::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, scratch, stream());
   }
-  static void matmul_forward(T* out, const T* inp, const T* w, const T* b, int N, int C, int OC) {
-    cuda::matmul_forward<T>(out, nullptr, inp, w, b, N, C, OC, blas());
+  static void matmul_forward(T* out, const T* inp, const T* w, const T* b, int N, int C, int OC, int ld = -1) {
+    cuda::matmul_forward<T>(out, nullptr, inp, w, b, N, C, OC, blas(), ld);
   }
   static void matmul_gelu_forward(T* out, T* pre_gelu, const T* inp, const T* w, const T* b, int N, int C, int OC) {
     cuda::matmul_forward<T>(out, pre_gelu, inp, w, b, N, C, OC, blas());
   }
   static void matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, int N, int C, int OC,
-                              void* scratch) {
-    cuda::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, scratch, blas());
+                              void* scratch, int ld = -1) {
+    cuda::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, scratch, blas(), ld);
   }
   static void attention_forward(T* out, S* lse, const T* qkv, int B, int Tn, int C, int NH) {
     cuda::attention_forward(out, lse, qkv, B, Tn, C, NH, stream());

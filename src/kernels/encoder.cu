@@ -23,10 +23,11 @@ namespace {
 
 constexpr int kBlock = 256;
 
-// out (B*T, C): one thread per (bt, channel packet).
+// out (B*T, C): one thread per (bt, channel packet). Only vocabulary rows [row0, row0 + rows):
+// out = wpe[t] (+ wte row), or without wpe out += wte row (encoder.h).
 template <class T>
 __global__ void encoder_forward_kernel(T* __restrict__ out, const int* __restrict__ tokens, const T* __restrict__ wte,
-                                       const T* __restrict__ wpe, int BT, int Tn, int C) {
+                                       const T* __restrict__ wpe, int BT, int Tn, int C, int row0, int rows) {
   constexpr int P = Packed128<T>::size;
   const int packets_per_row = C / P;
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -34,12 +35,20 @@ __global__ void encoder_forward_kernel(T* __restrict__ out, const int* __restric
   const int bt = int(i / packets_per_row);
   const int c = int(i % packets_per_row) * P;
   const int t = bt % Tn;
-  const Packed128<T> w = load128(wte + size_t(tokens[bt]) * C + c);
-  const Packed128<T> p = load128(wpe + size_t(t) * C + c);
+  const int row = tokens[bt] - row0;
+  const bool mine = row >= 0 && row < rows;
+  if (!mine && !wpe) return;
+  T* dst = out + size_t(bt) * C + c;
+  const Packed128<T> p = wpe ? load128(wpe + size_t(t) * C + c) : load128(dst);
+  if (!mine) {
+    store128(dst, p);
+    return;
+  }
+  const Packed128<T> w = load128(wte + size_t(row) * C + c);
   Packed128<T> o;
 #pragma unroll
   for (int k = 0; k < P; k++) o[k] = from_float<T>(to_float(w[k]) + to_float(p[k]));
-  store128(out + size_t(bt) * C + c, o);
+  store128(dst, o);
 }
 
 // dwpe (T, C) += sum_b dout (B, T, C): one thread per (t, channel packet), b in order.
@@ -79,15 +88,17 @@ __global__ void iota_kernel(int* positions, int n) {
 template <class T>
 __global__ void encoder_backward_wte_kernel(T* __restrict__ dwte, const T* __restrict__ dout,
                                             const int* __restrict__ sorted_tokens,
-                                            const int* __restrict__ sorted_positions, int BT, int C) {
+                                            const int* __restrict__ sorted_positions, int BT, int C, int row0,
+                                            int rows) {
   const int i = blockIdx.x;
   const int token = sorted_tokens[i];
   if (i > 0 && sorted_tokens[i - 1] == token) return;  // not the start of a run
+  if (token < row0 || token - row0 >= rows) return;    // another chunk's row
   int end = i + 1;
   while (end < BT && sorted_tokens[end] == token) end++;
 
   constexpr int P = Packed128<T>::size;
-  T* row = dwte + size_t(token) * C;
+  T* row = dwte + size_t(token - row0) * C;
   for (int c = threadIdx.x * P; c < C; c += blockDim.x * P) {
     const Packed128<T> d = load128(row + c);
     float acc[P];
@@ -130,30 +141,32 @@ size_t encoder_backward_scratch_bytes(int B, int Tn) {
 }
 
 template <class T>
-void encoder_forward(T* out, const int* tokens, const T* wte, const T* wpe, int B, int Tn, int C,
-                     cudaStream_t stream) {
+void encoder_forward(T* out, const int* tokens, const T* wte, const T* wpe, int B, int Tn, int C, cudaStream_t stream,
+                     int row0, int rows) {
   constexpr int P = Packed128<T>::size;
   ZT_REQUIRE(C % P == 0, "encoder_forward: C (" << C << ") must be a multiple of " << P);
   const int BT = B * Tn;
   if (BT == 0 || C == 0) return;
   const size_t threads = size_t(BT) * (C / P);
-  encoder_forward_kernel<T><<<ceil_div(threads, kBlock), kBlock, 0, stream>>>(out, tokens, wte, wpe, BT, Tn, C);
+  encoder_forward_kernel<T><<<ceil_div(threads, kBlock), kBlock, 0, stream>>>(out, tokens, wte, wpe, BT, Tn, C, row0,
+                                                                                  rows);
   ZT_CHECK_LAUNCH();
 }
 
 template <class T>
 void encoder_backward(T* dwte, T* dwpe, const T* dout, const int* tokens, int B, int Tn, int C, void* scratch,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, int row0, int rows) {
   constexpr int P = Packed128<T>::size;
   ZT_REQUIRE(C % P == 0, "encoder_backward: C (" << C << ") must be a multiple of " << P);
   const int BT = B * Tn;
   if (BT == 0 || C == 0) return;
   ZT_REQUIRE(scratch != nullptr, "encoder_backward: scratch is null");
 
-  // dwpe
-  const int wpe_threads = Tn * (C / P);
-  encoder_backward_wpe_kernel<T><<<ceil_div(wpe_threads, kBlock), kBlock, 0, stream>>>(dwpe, dout, B, Tn, C);
-  ZT_CHECK_LAUNCH();
+  if (dwpe) {
+    const int wpe_threads = Tn * (C / P);
+    encoder_backward_wpe_kernel<T><<<ceil_div(wpe_threads, kBlock), kBlock, 0, stream>>>(dwpe, dout, B, Tn, C);
+    ZT_CHECK_LAUNCH();
+  }
 
   // dwte: sort (token, position) by token, then one block per run.
   const size_t arr = align256(size_t(BT) * sizeof(int));
@@ -171,15 +184,18 @@ void encoder_backward(T* dwte, T* dwpe, const T* dout, const int* tokens, int B,
   // Enough threads for one channel packet each (rounded to whole warps), at most kBlock; wider
   // rows loop.
   const int wte_block = std::min(kBlock, (C / P + kWarp - 1) / kWarp * kWarp);
-  encoder_backward_wte_kernel<T><<<BT, wte_block, 0, stream>>>(dwte, dout, sorted_tokens, sorted_positions, BT, C);
+  encoder_backward_wte_kernel<T><<<BT, wte_block, 0, stream>>>(dwte, dout, sorted_tokens, sorted_positions, BT, C,
+                                                                          row0, rows);
   ZT_CHECK_LAUNCH();
 }
 
-template void encoder_forward<float>(float*, const int*, const float*, const float*, int, int, int, cudaStream_t);
+template void encoder_forward<float>(float*, const int*, const float*, const float*, int, int, int, cudaStream_t, int,
+                                     int);
 template void encoder_forward<__nv_bfloat16>(__nv_bfloat16*, const int*, const __nv_bfloat16*, const __nv_bfloat16*,
-                                             int, int, int, cudaStream_t);
-template void encoder_backward<float>(float*, float*, const float*, const int*, int, int, int, void*, cudaStream_t);
+                                             int, int, int, cudaStream_t, int, int);
+template void encoder_backward<float>(float*, float*, const float*, const int*, int, int, int, void*, cudaStream_t, int,
+                                      int);
 template void encoder_backward<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, const __nv_bfloat16*, const int*, int,
-                                              int, int, void*, cudaStream_t);
+                                              int, int, void*, cudaStream_t, int, int);
 
 }  // namespace zt::cuda

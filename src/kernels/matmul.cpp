@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "runtime/error.h"
+
 namespace zt::cpu {
 namespace {
 
@@ -26,21 +28,25 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const dou
 }  // namespace
 
 template <class T>
-void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC) {
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC, int ld) {
+  if (ld < 0) ld = OC;
+  ZT_ASSERT(ld >= OC && (!bias || ld == OC));
   T beta = 0;
   if (bias) {  // start every row of out at the bias, then accumulate the product onto it
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) std::copy(bias, bias + OC, out + (size_t)n * OC);
     beta = 1;
   }
-  gemm(CblasNoTrans, CblasTrans, N, OC, C, inp, C, weight, C, beta, out, OC);
+  gemm(CblasNoTrans, CblasTrans, N, OC, C, inp, C, weight, C, beta, out, ld);
 }
 
 template <class T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C,
-                     int OC) {
-  if (dinp) gemm(CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, weight, C, T(1), dinp, C);
-  gemm(CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, T(1), dweight, C);
+                     int OC, int ld) {
+  if (ld < 0) ld = OC;
+  ZT_ASSERT(ld >= OC && (!dbias || ld == OC));
+  if (dinp) gemm(CblasNoTrans, CblasNoTrans, N, C, OC, dout, ld, weight, C, T(1), dinp, C);
+  if (dweight) gemm(CblasTrans, CblasNoTrans, OC, C, N, dout, ld, inp, C, T(1), dweight, C);
   if (dbias) {
     // Column sums: threads own blocks of output channels and add rows in order (double
     // accumulators; same bits for any thread count).
@@ -60,10 +66,11 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   }
 }
 
-template void matmul_forward<float>(float*, const float*, const float*, const float*, int, int, int);
-template void matmul_forward<double>(double*, const double*, const double*, const double*, int, int, int);
-template void matmul_backward<float>(float*, float*, float*, const float*, const float*, const float*, int, int, int);
+template void matmul_forward<float>(float*, const float*, const float*, const float*, int, int, int, int);
+template void matmul_forward<double>(double*, const double*, const double*, const double*, int, int, int, int);
+template void matmul_backward<float>(float*, float*, float*, const float*, const float*, const float*, int, int, int,
+                                     int);
 template void matmul_backward<double>(double*, double*, double*, const double*, const double*, const double*, int, int,
-                                      int);
+                                      int, int);
 
 }  // namespace zt::cpu

@@ -37,6 +37,9 @@
 // We pass the real alignment (of the pointer and of the leading dimension in bytes) as the
 // MIN_ALIGNMENT preferences, so the heuristic only offers algorithms that work on these pointers.
 //
+// Row stride: `ld` (default OC) replaces OC as the leading dimension of out / dout above, so the
+// LM head writes and reads one vocabulary chunk's columns of the (N, Vp) logits in place.
+//
 // Descriptors are created and destroyed per call (cheap host objects): no global state.
 #include <cublasLt.h>
 
@@ -260,9 +263,13 @@ void require_blas(const Blas& blas, const char* what) {
 
 template <class T>
 void matmul_forward(T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias, int N, int C, int OC,
-                    const Blas& blas) {
+                    const Blas& blas, int ld) {
   require_blas(blas, "forward");
   ZT_REQUIRE(N >= 0 && C > 0 && OC > 0, "matmul forward: bad shape N=" << N << " C=" << C << " OC=" << OC);
+  if (ld < 0) ld = OC;
+  // A wider row stride only for the bias-free LM head chunks (the epilogues assume ld = OC).
+  ZT_REQUIRE(ld >= OC && (ld == OC || (!bias && !pre_gelu)),
+             "matmul forward: row stride " << ld << " with OC=" << OC << (bias || pre_gelu ? " and an epilogue" : ""));
   if (N == 0) return;
 
   Gemm g{};
@@ -270,7 +277,7 @@ void matmul_forward(T* out, T* pre_gelu, const T* inp, const T* weight, const T*
   g.trans_a = true;  g.A = weight; g.lda = C;   // W stored (C x OC), op T -> (OC x C)
   g.trans_b = false; g.B = inp;    g.ldb = C;   // inp stored (C x N)
   g.m = OC; g.n = N; g.k = C;
-  g.D = out; g.ldd = OC;                       // out stored (OC x N)
+  g.D = out; g.ldd = ld;                       // out stored (OC x N), columns ld apart
   g.beta = 0.0f;
 
   // Fused attempt.
@@ -315,26 +322,29 @@ size_t matmul_backward_scratch_bytes(int N, int OC) {
 
 template <class T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C, int OC,
-                     void* scratch, const Blas& blas) {
+                     void* scratch, const Blas& blas, int ld) {
   require_blas(blas, "backward");
   ZT_REQUIRE(N >= 0 && C > 0 && OC > 0, "matmul backward: bad shape N=" << N << " C=" << C << " OC=" << OC);
+  if (ld < 0) ld = OC;
+  ZT_REQUIRE(ld >= OC && (ld == OC || !dbias), "matmul backward: row stride " << ld << " with OC=" << OC
+                                                   << (dbias ? " and a bias gradient" : ""));
   if (N == 0) return;
 
   if (dinp) {
     Gemm g{};
     g.what = "backward dinp";
     g.trans_a = false; g.A = weight; g.lda = C;   // W stored (C x OC)
-    g.trans_b = false; g.B = dout;   g.ldb = OC;  // dout stored (OC x N)
+    g.trans_b = false; g.B = dout;   g.ldb = ld;  // dout stored (OC x N), columns ld apart
     g.m = C; g.n = N; g.k = OC;
     g.D = dinp; g.ldd = C;                        // dinp stored (C x N)
     g.beta = 1.0f;
     run_gemm<T>(g, blas, true);
   }
-  {
+  if (dweight) {
     Gemm g{};
     g.what = "backward dweight";
     g.trans_a = false; g.A = inp;  g.lda = C;     // inp stored (C x N)
-    g.trans_b = true;  g.B = dout; g.ldb = OC;    // dout stored (OC x N), op T -> (N x OC)
+    g.trans_b = true;  g.B = dout; g.ldb = ld;    // dout stored (OC x N) columns ld apart, op T -> (N x OC)
     g.m = C; g.n = OC; g.k = N;
     g.D = dweight; g.ldd = C;                     // dW stored (C x OC)
     g.beta = 1.0f;
@@ -360,13 +370,14 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 }
 
 template void matmul_forward<float>(float*, float*, const float*, const float*, const float*, int, int, int,
-                                    const Blas&);
+                                    const Blas&, int);
 template void matmul_forward<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, const __nv_bfloat16*,
-                                            const __nv_bfloat16*, const __nv_bfloat16*, int, int, int, const Blas&);
+                                            const __nv_bfloat16*, const __nv_bfloat16*, int, int, int, const Blas&,
+                                            int);
 template void matmul_backward<float>(float*, float*, float*, const float*, const float*, const float*, int, int, int,
-                                     void*, const Blas&);
+                                     void*, const Blas&, int);
 template void matmul_backward<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, const __nv_bfloat16*,
                                              const __nv_bfloat16*, const __nv_bfloat16*, int, int, int, void*,
-                                             const Blas&);
+                                             const Blas&, int);
 
 }  // namespace zt::cuda

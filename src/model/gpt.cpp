@@ -154,8 +154,8 @@ typename GPT<Ops>::BlockActs GPT<Ops>::block_acts(int l) const {
 
 template <class Ops>
 GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pad_multiple, bool full_params,
-              bool full_grads, const Recompute& rc)
-    : cfg_(cfg), rc_(rc), layout_(cfg, pad_multiple), B_(B), T_(Tn) {
+              bool full_grads, const Recompute& rc, int embedding_rows)
+    : cfg_(cfg), rc_(rc), layout_(cfg, pad_multiple, embedding_rows), B_(B), T_(Tn) {
   ZT_ASSERT(rc.every >= 1);
   ZT_REQUIRE(cfg.C % cfg.NH == 0, "model: n_embd " << cfg.C << " is not divisible by n_head " << cfg.NH);
   ZT_REQUIRE(Tn <= cfg.maxT, "model: sequence length " << Tn << " exceeds the position table (" << cfg.maxT << ")");
@@ -250,12 +250,13 @@ void GPT<Ops>::init_gpt2_values(uint64_t seed, int k, size_t offset, size_t coun
 template <class Ops>
 void GPT<Ops>::init_gpt2(uint64_t seed) {
   std::vector<M> host;
-  for (size_t k = 0; k < layout_.tensors().size(); ++k) {
-    const TensorSlot& s = layout_.tensors()[k];
-    host.resize(s.numel);
-    init_gpt2_values(seed, int(k), 0, s.numel, host.data());
-    upload(unit_param_[size_t(s.unit)] + (s.offset - layout_.units()[size_t(s.unit)].offset), host.data(), s.numel);
-  }
+  for (int u = 0; u < layout_.num_units(); ++u)
+    for (int k : layout_.units()[size_t(u)].tensors) {
+      const UnitPiece p = layout_.piece(u, k);
+      host.resize(p.count);
+      init_gpt2_values(seed, k, p.begin, p.count, host.data());
+      upload(unit_param_[size_t(u)] + p.at, host.data(), p.count);
+    }
 }
 
 // ---- forward ---------------------------------------------------------------------------------
@@ -274,15 +275,22 @@ double GPT<Ops>::forward(const int* host_inputs, const int* host_targets, int B,
   if (host_targets) Ops::h2d(acts_.targets, host_targets, size_t(N) * sizeof(int));
   const size_t layer_stride = size_t(B_) * size_t(T_) * size_t(C);  // (B, T, C) of one layer
 
-  hooks_->before_forward(0);
-  Ops::encoder_forward(acts_.encoded, inputs, param(ParamId::wte), param(ParamId::wpe), B, Tn, C);
-  hooks_->after_forward(0);
+  // Lookup, the unit holding wpe first: encoded = wpe[t], then += each chunk's wte rows (with one
+  // unit, wte + wpe in one pass: the same sum, so splitting changes no bit of it).
+  const int E = layout_.embedding_units();
+  for (int e = E - 1; e >= 0; --e) {
+    const VocabRows r = layout_.vocab_rows(e);
+    hooks_->before_forward(e);
+    Ops::encoder_forward(acts_.encoded, inputs, wte_rows(e), e == layout_.wpe_unit() ? param(ParamId::wpe) : nullptr, B,
+                         Tn, C, r.row0, r.rows);
+    hooks_->after_forward(e);
+  }
 
   const T* x = acts_.encoded;
   for (int l = 0; l < L; ++l) {
-    hooks_->before_forward(ParamLayout::block_unit(l));
+    hooks_->before_forward(layout_.block_unit(l));
     block_forward(l, x, B, Tn);
-    hooks_->after_forward(ParamLayout::block_unit(l));
+    hooks_->after_forward(layout_.block_unit(l));
     x = acts_.residual3 + size_t(l) * layer_stride;
   }
 
@@ -290,10 +298,13 @@ double GPT<Ops>::forward(const int* host_inputs, const int* host_targets, int B,
   Ops::layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, x, param(ParamId::lnfw), param(ParamId::lnfb), N, C);
   hooks_->after_forward(layout_.final_unit());
 
-  // Tied LM head: logits = lnf @ wte^T over the padded vocabulary.
-  hooks_->before_forward(0);
-  Ops::matmul_forward(acts_.logits, acts_.lnf, param(ParamId::wte), nullptr, N, C, cfg_.Vp);
-  hooks_->after_forward(0);
+  // Tied LM head: logits = lnf @ wte^T over the padded vocabulary, one chunk's columns at a time.
+  for (int e = 0; e < E; ++e) {
+    const VocabRows r = layout_.vocab_rows(e);
+    hooks_->before_forward(e);
+    Ops::matmul_forward(acts_.logits + r.row0, acts_.lnf, wte_rows(e), nullptr, N, C, r.rows, cfg_.Vp);
+    hooks_->after_forward(e);
+  }
 
   if (!targets) return 0.0;
   Ops::softmax_xent(acts_.logits, acts_.losses, targets, dloss, N, cfg_.V, cfg_.Vp, write_dlogits);
@@ -315,35 +326,52 @@ void GPT<Ops>::backward() {
   const size_t nC = size_t(N) * size_t(C);
   const size_t layer_stride = size_t(B_) * size_t(T_) * size_t(C);
 
-  // LM head (tied to wte): the logits buffer holds dlogits from forward(write_dlogits).
-  hooks_->before_backward(0);
+  // LM head (tied to wte): the logits buffer holds dlogits (B*T, Vp) from forward(write_dlogits).
+  // Its input gradient dlnf = sum over chunks of dlogits[:, rows] @ W_rows; its weight gradient
+  // waits for the end, where it needs no parameters (UnitHooks).
+  const int E = layout_.embedding_units();
   Ops::zero(gs_.dC, nC);
-  Ops::matmul_backward(gs_.dC, grad(ParamId::wte), nullptr, acts_.logits, acts_.lnf, param(ParamId::wte), N, C, cfg_.Vp,
-                       scratch);
-  hooks_->after_backward(0);
+  for (int e = E - 1; e >= 0; --e) {
+    const VocabRows r = layout_.vocab_rows(e);
+    hooks_->before_backward(e);
+    Ops::matmul_backward(gs_.dC, nullptr, nullptr, acts_.logits + r.row0, acts_.lnf, wte_rows(e), N, C, r.rows, scratch,
+                         cfg_.Vp);
+    hooks_->after_backward(e);
+  }
 
-  hooks_->before_backward(layout_.final_unit());
+  const int F = layout_.final_unit();
+  hooks_->before_backward(F);
+  hooks_->before_grads(F);
   Ops::zero(gs_.dresidual, nC);
   const T* x_last = L > 0 ? acts_.residual3 + size_t(L - 1) * layer_stride : acts_.encoded;
   Ops::layernorm_backward(gs_.dresidual, grad(ParamId::lnfw), grad(ParamId::lnfb), gs_.dC, x_last, param(ParamId::lnfw),
                           acts_.lnf_mean, acts_.lnf_rstd, N, C, scratch);
-  hooks_->after_backward(layout_.final_unit());
-  hooks_->grads_ready(layout_.final_unit());
+  hooks_->after_backward(F);
+  hooks_->grads_ready(F);
 
   for (int l = L - 1; l >= 0; --l) {
-    hooks_->before_backward(ParamLayout::block_unit(l));
+    const int u = layout_.block_unit(l);
+    hooks_->before_backward(u);
+    hooks_->before_grads(u);
     const T* x = l == 0 ? acts_.encoded : acts_.residual3 + size_t(l - 1) * layer_stride;
     const BlockActs a = block_acts(l);
     block_recompute(l, a, x, B, Tn);  // after the hook: a sharded unit's parameters are gathered
     block_backward(l, a, x, B, Tn);
-    hooks_->after_backward(ParamLayout::block_unit(l));
-    hooks_->grads_ready(ParamLayout::block_unit(l));
+    hooks_->after_backward(u);
+    hooks_->grads_ready(u);
   }
 
-  hooks_->before_backward(0);
-  Ops::encoder_backward(grad(ParamId::wte), grad(ParamId::wpe), gs_.dresidual, acts_.inputs, B, Tn, C, scratch);
-  hooks_->after_backward(0);
-  hooks_->grads_ready(0);
+  // The embedding's gradients, unit by unit: LM-head part dW_rows += dlogits[:, rows]^T @ lnf, then
+  // the lookup's rows (and wpe's gradient in its unit). The same order of sums as one unit.
+  for (int e = E - 1; e >= 0; --e) {
+    const VocabRows r = layout_.vocab_rows(e);
+    hooks_->before_grads(e);
+    Ops::matmul_backward(nullptr, wte_grad_rows(e), nullptr, acts_.logits + r.row0, acts_.lnf, nullptr, N, C, r.rows,
+                         scratch, cfg_.Vp);
+    Ops::encoder_backward(wte_grad_rows(e), e == layout_.wpe_unit() ? grad(ParamId::wpe) : nullptr, gs_.dresidual,
+                          acts_.inputs, B, Tn, C, r.row0, r.rows, scratch);
+    hooks_->grads_ready(e);
+  }
 }
 
 template <class Ops>

@@ -13,20 +13,30 @@
 
 #include "model/config.h"
 #include "model/layout.h"
+#include "runtime/error.h"
 #include "runtime/memory.h"
 
 namespace zt {
 
-// Called by the model around each unit's work. Unit 0 (embedding) is used twice per pass, so its
-// before/after pair comes twice: forward uses 0 (token/position lookup), 1..L, L+1 (final norm),
-// 0 (tied LM head); backward uses 0 (head), L+1, L..1, 0 (lookup). grads_ready(u) comes once per
-// backward, when unit u's gradients are complete (for unit 0: after the lookup's backward).
+// Called by the model around each unit's work (E embedding units, layout.h; E = 1 unless the
+// embedding is split into row chunks). Parameters are read between before_forward(u) /
+// after_forward(u) and between before_backward(u) / after_backward(u), in this order:
+//   forward   E-1..0 (lookup: wpe, then each chunk's wte rows), E..E+L-1 (blocks), E+L (final
+//             norm), 0..E-1 (tied LM head: each chunk's columns of the logits)
+//   backward  E-1..0 (LM head: its input gradient only), E+L, E+L-1..E (blocks in reverse)
+// Gradients of u are written between before_grads(u) and grads_ready(u), once per backward, after
+// the parameter hooks when both apply: final norm and blocks as they run; the embedding's last,
+// E-1..0, each unit's LM-head part (dlogits^T lnf) and lookup part together, reading no parameters
+// (so a stage-3 engine gathers nothing for them, and no embedding gradient is held through the
+// whole backward).
 struct UnitHooks {
   virtual ~UnitHooks() = default;
   virtual void before_forward(int unit) {}
   virtual void after_forward(int unit) {}
   virtual void before_backward(int unit) {}
   virtual void after_backward(int unit) {}
+  // The unit's gradients are about to be accumulated (the grads pointer must be valid from here).
+  virtual void before_grads(int unit) {}
   // The unit's gradients are complete for this backward pass.
   virtual void grads_ready(int unit) {}
 };
@@ -41,9 +51,9 @@ class GPT {
   // Allocates activations for batches up to (B, Tn) (tracked: activations), laid out for the
   // recompute policy, and, unless told not to, full flat parameters and gradients (tracked:
   // params, grads). A ZeRO engine that shards them passes false and points the units at its own
-  // buffers.
+  // buffers. embedding_rows: wte rows per embedding unit (ParamLayout; 0 = the embedding is one unit).
   GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pad_multiple = 128, bool full_params = true,
-      bool full_grads = true, const Recompute& rc = {});
+      bool full_grads = true, const Recompute& rc = {}, int embedding_rows = 0);
 
   // Bytes of activations (and activation gradients) the constructor allocates for (B, Tn) under rc.
   static size_t activation_bytes(const GPTConfig& cfg, int B, int Tn, const Recompute& rc = {});
@@ -58,8 +68,12 @@ class GPT {
 
   T* params() { return params_.as<T>(); }  // (layout.total()) all units, padded
   T* grads() { return grads_.as<T>(); }    // same layout
+  // A tensor within one unit (not wte when it is split: wte_rows()).
   T* param(ParamId id, int layer = -1) { return unit_param_[size_t(layout_.slot(id, layer).unit)] + local(id, layer); }
   T* grad(ParamId id, int layer = -1) { return unit_grad_[size_t(layout_.slot(id, layer).unit)] + local(id, layer); }
+  // Embedding unit e's rows of wte (layout.vocab_rows(e)), which start its unit.
+  T* wte_rows(int e) { return unit_param_[size_t(e)]; }
+  T* wte_grad_rows(int e) { return unit_grad_[size_t(e)]; }
   void set_unit_params(int u, T* p) { unit_param_[size_t(u)] = p; }
   void set_unit_grads(int u, T* g) { unit_grad_[size_t(u)] = g; }
   void set_hooks(UnitHooks* h) { hooks_ = h ? h : &no_hooks_; }
@@ -110,6 +124,7 @@ class GPT {
  private:
   size_t local(ParamId id, int layer) const {
     const TensorSlot& s = layout_.slot(id, layer);
+    ZT_ASSERT(s.unit == s.last_unit);
     return s.offset - layout_.units()[size_t(s.unit)].offset;
   }
 

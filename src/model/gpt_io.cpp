@@ -32,7 +32,10 @@ template <class Ops>
 void GPT<Ops>::load_llmc(const std::string& path) {
   read_llmc(path, [&](int k, const M* values) {
     const TensorSlot& s = layout_.tensors()[size_t(k)];
-    upload(param(s.id, s.layer), values, s.numel);
+    for (int u = s.unit; u <= s.last_unit; ++u) {  // wte may span embedding chunks
+      const UnitPiece p = layout_.piece(u, k);
+      upload(unit_param_[size_t(u)] + p.at, values + p.begin, p.count);
+    }
   });
 }
 
@@ -144,12 +147,12 @@ void GPT<Ops>::save_llmc_units(const std::string& path, bool writer,
     if (!writer) continue;
     const Unit& unit = layout_.units()[size_t(u)];
     for (int k : unit.tensors) {
-      const TensorSlot& s = layout_.tensors()[size_t(k)];
-      host.resize(s.numel);
-      download(host.data(), p + (s.offset - unit.offset), s.numel);
+      const UnitPiece pc = layout_.piece(u, k);  // a unit may hold part of a tensor (embedding chunks)
+      host.resize(pc.count);
+      download(host.data(), p + pc.at, pc.count);
       buf.assign(host.begin(), host.end());
-      wrote(::fseeko(f.get(), off_t(at[size_t(k)]), SEEK_SET) == 0);
-      wrote(std::fwrite(buf.data(), sizeof(float), s.numel, f.get()) == s.numel);
+      wrote(::fseeko(f.get(), off_t(at[size_t(k)] + pc.begin * sizeof(float)), SEEK_SET) == 0);
+      wrote(std::fwrite(buf.data(), sizeof(float), pc.count, f.get()) == pc.count);
     }
   }
   if (!writer) return;

@@ -1,6 +1,8 @@
 #include "model/layout.h"
 
+#include <algorithm>
 #include <climits>
+#include <numeric>
 
 #include "runtime/checked.h"
 #include "runtime/error.h"
@@ -25,9 +27,27 @@ const char* block_tensor_name(ParamId id) {
     default: return "?";
   }
 }
+// Chunk rows are a multiple of this, so every chunk but the last is whole pad_multiple elements.
+size_t chunk_row_multiple(const GPTConfig& cfg, size_t pad) { return pad / std::gcd(pad, size_t(cfg.C)); }
 }  // namespace
 
-ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple) : cfg_(cfg), pad_(pad_multiple) {
+int ParamLayout::block_sized_rows(const GPTConfig& cfg, size_t pad) {
+  const size_t C = size_t(cfg.C), q = chunk_row_multiple(cfg, pad);
+  const size_t block = (12 * C * C + 13 * C + pad - 1) / pad * pad;
+  const size_t rows = std::max(q, block / C / q * q);
+  return rows >= size_t(cfg.Vp) ? 0 : int(rows);
+}
+
+UnitPiece ParamLayout::piece(int u, int k) const {
+  const Unit& unit = units_[size_t(u)];
+  const TensorSlot& s = tensors_[size_t(k)];
+  const size_t lo = std::max(unit.offset, s.offset), hi = std::min(unit.offset + unit.numel, s.offset + s.numel);
+  if (lo >= hi) return UnitPiece{k, 0, 0, 0};
+  return UnitPiece{k, lo - s.offset, hi - lo, lo - unit.offset};
+}
+
+ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple, int embedding_rows)
+    : cfg_(cfg), pad_(pad_multiple) {
   ZT_ASSERT(pad_multiple > 0);
   ZT_ASSERT(cfg.C <= INT_MAX / 4);  // the plan refuses wider models: shapes below hold 4C as an int
   const int C = cfg.C, L = cfg.L;
@@ -41,7 +61,8 @@ ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple) : cfg_(cfg),
     size_t n = 1;
     for (int d : shape) n = checked_mul(n, size_t(d), what);
     Unit& u = units_.back();
-    TensorSlot s{id, layer, int(units_.size()) - 1, u.offset + u.numel, n, std::move(shape), decay, std::move(name)};
+    const int unit = int(units_.size()) - 1;
+    TensorSlot s{id, layer, unit, unit, u.offset + u.numel, n, std::move(shape), decay, std::move(name)};
     u.numel = checked_add(u.numel, n, what);
     u.tensors.push_back(int(tensors_.size()));
     index_[size_t(id) * (size_t(L) + 1) + size_t(layer + 1)] = int(tensors_.size());
@@ -54,10 +75,28 @@ ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple) : cfg_(cfg),
     num_params_ = checked_add(num_params_, u.numel, what);
   };
 
-  begin_unit("embedding");
-  add(ParamId::wte, -1, {cfg.Vp, C}, true, "wte.weight");
-  add(ParamId::wpe, -1, {cfg.maxT, C}, true, "wpe.weight");
-  end_unit();
+  // Embedding chunks: wte is added whole to chunk 0, then its rows are moved on to the next
+  // chunks (each of which lists it too), so the tensor stays contiguous across the units.
+  ZT_ASSERT(embedding_rows >= 0 && size_t(embedding_rows) % chunk_row_multiple(cfg, pad_) == 0);
+  const size_t rows = embedding_rows > 0 ? std::min(size_t(embedding_rows), size_t(cfg.Vp)) : size_t(cfg.Vp);
+  const int E = int((size_t(cfg.Vp) + rows - 1) / rows);
+  for (int e = 0; e < E; ++e) {
+    const int row0 = int(size_t(e) * rows), n = e == E - 1 ? cfg.Vp - row0 : int(rows);
+    vocab_rows_.push_back({row0, n});
+    begin_unit(E == 1 ? "embedding" : "embedding." + std::to_string(e));
+    if (e == 0) {
+      add(ParamId::wte, -1, {cfg.Vp, C}, true, "wte.weight");
+      units_.back().numel = size_t(n) * size_t(C);
+    } else {
+      TensorSlot& wte = tensors_[size_t(tensor_index(ParamId::wte))];
+      wte.last_unit = e;
+      units_.back().numel = size_t(n) * size_t(C);
+      units_.back().tensors.push_back(tensor_index(ParamId::wte));
+    }
+    if (e == E - 1) add(ParamId::wpe, -1, {cfg.maxT, C}, true, "wpe.weight");
+    end_unit();
+    ZT_ASSERT(e == E - 1 || units_.back().padded == units_.back().numel);  // wte stays contiguous
+  }
   for (int l = 0; l < L; ++l) {
     begin_unit("block." + std::to_string(l));
     const std::string p = "h." + std::to_string(l) + ".";

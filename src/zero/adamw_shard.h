@@ -21,14 +21,16 @@ void adamw_unit_range(const ParamLayout& layout, int u, size_t begin, size_t n, 
   const Unit& unit = layout.units()[size_t(u)];
   for (int ti : unit.tensors) {
     const TensorSlot& s = layout.tensors()[size_t(ti)];
-    const size_t t0 = s.offset - unit.offset, t1 = t0 + s.numel;
+    const UnitPiece p = layout.piece(u, ti);  // a unit may hold part of a tensor (embedding chunks)
+    const size_t t0 = p.at, t1 = t0 + p.count;
     const size_t a = t0 > begin ? t0 : begin, b = t1 < begin + n ? t1 : begin + n;
     if (a >= b) continue;
     cpu::AdamWArgs args{float(lr), float(cfg.beta1), float(cfg.beta2), float(cfg.eps),
                         float(s.decay ? cfg.weight_decay : 0.0), float(grad_scale), step};
     const size_t k = a - begin;
-    // Stochastic-rounding seed: distinct per step and per tensor slice, the same on every rank.
-    const uint32_t seed = uint32_t(step) * 0x9E3779B1u ^ uint32_t(s.offset + a - t0) * 0x85EBCA77u;
+    // Stochastic-rounding seed: distinct per step and per slice (by its global flat offset), the
+    // same on every rank.
+    const uint32_t seed = uint32_t(step) * 0x9E3779B1u ^ uint32_t(unit.offset + a) * 0x85EBCA77u;
     Ops::adamw(param + k, master ? master + k : nullptr, grad + k, m + k, v + k, b - a, args, seed);
   }
 }

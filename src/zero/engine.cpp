@@ -145,15 +145,36 @@ void ZeroEngine<Ops>::after_forward(int u) {
 template <class Ops>
 void ZeroEngine<Ops>::before_backward(int u) {
   gather_or_progress(u);
-  reducer_.before_backward(u);
+  in_backward_span_ = true;
   if (tr_) span_t0_ = Tracer::now_us();
 }
 
 template <class Ops>
+void ZeroEngine<Ops>::before_grads(int u) {
+  reducer_.before_grads(u);
+  // Gradients written without parameters (the embedding's, last) are a backward span of their own.
+  grads_span_ = !in_backward_span_;
+  if (grads_span_) comm_.test(CommHandle{});
+  if (tr_) span_t0_ = Tracer::now_us();
+}
+
+template <class Ops>
+void ZeroEngine<Ops>::grads_ready(int u) {
+  if (grads_span_ && tr_) backward_span(u);
+  grads_span_ = false;
+  reducer_.grads_ready(u);
+}
+
+template <class Ops>
+void ZeroEngine<Ops>::backward_span(int u) {
+  tr_->complete("bwd u" + std::to_string(u), Tracer::kCompute, span_t0_, Tracer::now_us() - span_t0_,
+                "\"unit\":" + std::to_string(u) + ",\"micro\":" + std::to_string(micro_));
+}
+
+template <class Ops>
 void ZeroEngine<Ops>::after_backward(int u) {
-  if (tr_)
-    tr_->complete("bwd u" + std::to_string(u), Tracer::kCompute, span_t0_, Tracer::now_us() - span_t0_,
-                  "\"unit\":" + std::to_string(u) + ",\"micro\":" + std::to_string(micro_));
+  if (tr_) backward_span(u);
+  in_backward_span_ = false;
   if (rules_.gather_units) gatherer_.release(u);
 }
 

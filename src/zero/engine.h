@@ -23,7 +23,7 @@
 //
 // Overlap (zero.overlap_comm = true), drawn for backward with two staging slots:
 //
-//   compute  | bwd L+1 | bwd L | bwd L-1 | bwd L-2 | ... | bwd 0 (head+enc) |
+//   compute  | head | bwd L+1 | bwd L | ... | bwd 0 (embedding: head dW + lookup) |
 //   comm     |         |  RS(bucket{L+1,L}) ───────────┐   |  RS(...)  | RS(0) | wait all
 //                                 slot 0 busy ─────────┘ slot 1 ──────────...
 //   Open MPI moves a non-blocking collective forward only inside MPI calls, so every hook calls
@@ -85,7 +85,8 @@ class ZeroEngine : public UnitHooks {
   void after_forward(int u) override;
   void before_backward(int u) override;
   void after_backward(int u) override;
-  void grads_ready(int u) override { reducer_.grads_ready(u); }
+  void before_grads(int u) override;
+  void grads_ready(int u) override;
 
  private:
   GPT<Ops>& model_;
@@ -97,7 +98,9 @@ class ZeroEngine : public UnitHooks {
   ParamGatherer<Ops> gatherer_;
   ShardedOptimizer<Ops> optimizer_;
   void gather_or_progress(int u);
+  void backward_span(int u);  // "bwd u" on the compute track, from span_t0_ to now
   Tracer* tr_ = nullptr;
+  bool in_backward_span_ = false, grads_span_ = false;
   double span_t0_ = 0;  // start of the unit's forward / backward (after its gather)
   int micro_ = 0;
 };

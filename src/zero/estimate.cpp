@@ -26,7 +26,7 @@ Estimate estimate_plan(const Plan& plan, int world) {
   using Ops = CpuOps<float>;  // the CPU backend: fp32 everywhere, host memory
   const ModelSection& m = plan.model;
   const GPTConfig cfg = GPTConfig::make(m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size);
-  const ParamLayout layout(cfg, zero_pad_multiple(world));
+  const ParamLayout layout(cfg, zero_pad_multiple(world), zero_embedding_rows(cfg, plan.zero.stage, world));
   ZeroConfig zc;
   zc.stage = plan.zero.stage; zc.world = world; zc.rank = 0; zc.overlap = plan.zero.overlap_comm;
   zc.bucket_mb = plan.zero.bucket_mb; zc.prefetch_units = plan.zero.prefetch_units;

@@ -24,10 +24,11 @@ GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore
     s.recv = recv + i * (slot / N);
     slots_.push_back(s);
   }
+  slot_of_bucket_.assign(part.buckets().size(), nullptr);
+  if (part.embedding_staging_numel() == 0) return;  // the embedding's chunks use the bucket slots
   s0_.buf = store.get<T>(StateId::embedding_staging);
   s0_.recv = recv + part.staging_slots() * (slot / N);
-  s0_.bucket = int(part.buckets().size()) - 1;  // unit 0's own bucket is the last
-  slot_of_bucket_.assign(part.buckets().size(), nullptr);
+  s0_.bucket = int(part.buckets().size()) - 1;  // a one-unit embedding's own bucket is the last
   slot_of_bucket_.back() = &s0_;
 }
 
@@ -50,12 +51,10 @@ typename GradReducer<Ops>::StagingSlot* GradReducer<Ops>::take_slot() {
 }
 
 template <class Ops>
-void GradReducer<Ops>::before_backward(int u) {
+void GradReducer<Ops>::before_grads(int u) {
   if (!rules_.staged_grads) return;
   // Point the unit's gradients at a staging slot and zero it (no full gradient buffer).
-  if (u == 0) {
-    if (head_seen_) return;  // second use (token lookup): keep accumulating into the same staging
-    head_seen_ = true;
+  if (u == 0 && s0_.buf) {
     complete(s0_);
     Ops::zero(s0_.buf, part_.unit_padded(0));
     model_.set_unit_grads(0, s0_.buf);
@@ -138,7 +137,7 @@ void GradReducer<Ops>::finish() {
     return;
   }
   for (StagingSlot& s : slots_) complete(s);
-  complete(s0_);
+  if (s0_.buf) complete(s0_);
 }
 
 template class GradReducer<CpuOps<float>>;

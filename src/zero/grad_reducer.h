@@ -6,7 +6,8 @@
 //   stages 2-3  every micro-step: before_backward() points the bucket's units at a staging slot;
 //            launch() reduce-scatters it into the slot's receive buffer; complete() adds that to my
 //            gradient shard. Two slots with overlap (one filling while the other is in flight), one
-//            without; the embedding (written twice per backward) has a slot of its own.
+//            without; a one-unit embedding (stages 2-3 when not split, far larger than a bucket) has
+//            a slot of its own; stage 3's block-sized embedding chunks use the bucket slots.
 //
 // The naive path (zero.overlap_comm false) waits on each collective where it starts, beside the
 // overlapped one; Partition makes every unit its own bucket there.
@@ -30,8 +31,8 @@ class GradReducer {
   GradReducer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm);
 
   void begin_step();                  // zero the gradients this stage accumulates into
-  void begin_pass(int micro) { micro_ = micro; head_seen_ = false; }
-  void before_backward(int u);        // stages 2-3: the unit's gradients go to a staging slot
+  void begin_pass(int micro) { micro_ = micro; }
+  void before_grads(int u);           // stages 2-3: the unit's gradients go to a staging slot
   void grads_ready(int u);            // fires the bucket whose last unit u is
   void finish();                      // every gradient collective done, shards complete
   void set_tracer(Tracer* t) { tr_ = t; }  // tags each collective with its bucket and unit
@@ -55,11 +56,10 @@ class GradReducer {
   Comm& comm_;
   StageRules rules_;
   int micro_ = 0;
-  bool head_seen_ = false;
   std::vector<CommHandle> inflight_;  // stages 0-1
 
   std::vector<StagingSlot> slots_;
-  StagingSlot s0_;  // the embedding's own
+  StagingSlot s0_;  // a one-unit embedding's own (buf nullptr when the embedding is split)
   // The slot each bucket of the current micro-step accumulates into. Looked up by bucket, never by
   // searching the slots' `bucket` fields: with accumulation, a bucket's previous micro-step may still
   // be in flight in another slot, so two slots can hold the same bucket at once.

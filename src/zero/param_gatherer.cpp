@@ -41,15 +41,17 @@ CommHandle ParamGatherer<Ops>::gather(int u, T* dst) {
 template <class Ops>
 void ParamGatherer<Ops>::begin_pass(bool with_backward) {
   if (!rules_.gather_units) return;
-  // The order in which the model uses units (see UnitHooks).
-  const int U = layout_.num_units();
+  // The order in which the model reads units' parameters (UnitHooks, model/gpt.h): forward E-1..0
+  // (lookup), blocks, final norm, 0..E-1 (LM head); backward E-1..0 (LM head), final norm, blocks
+  // in reverse. The embedding's gradients need no parameters, so nothing is gathered for them.
+  const int U = layout_.num_units(), E = layout_.embedding_units();
   sched_.clear();
-  for (int u = 0; u < U; ++u) sched_.push_back(u);
-  sched_.push_back(0);
+  for (int u = E - 1; u >= 0; --u) sched_.push_back(u);
+  for (int u = E; u < U; ++u) sched_.push_back(u);
+  for (int u = 0; u < E; ++u) sched_.push_back(u);
   if (with_backward) {
-    sched_.push_back(0);
-    for (int u = U - 1; u >= 1; --u) sched_.push_back(u);
-    sched_.push_back(0);
+    for (int u = E - 1; u >= 0; --u) sched_.push_back(u);
+    for (int u = U - 1; u >= E; --u) sched_.push_back(u);
   }
   pos_ = 0;
   for (GatherSlot& g : slots_) ZT_ASSERT(g.unit < 0);

@@ -3,13 +3,16 @@
 //   stages 1-2  after_optimizer_step(): each rank updated its shard of the full parameters in
 //               place; all-gather them back, unit by unit.
 //   stage 3     units are gathered before use and released after. begin_pass() writes the
-//               schedule of unit uses for the pass (forward 0, 1..L, L+1, 0 (head); backward 0
-//               (head), L+1, L..1, 0 (lookup)); consecutive uses of one unit share one gather.
+//               schedule of parameter uses for the pass (UnitHooks' order: forward E-1..0 (lookup),
+//               blocks, final norm, 0..E-1 (LM head); backward E-1..0 (LM head), final norm, blocks
+//               in reverse); consecutive uses of one unit share one gather (the head's last chunk).
 //               Where a unit is gathered: use() (on demand) and prefetch() (up to prefetch_units
 //               gathers ahead, into free slots); where it is released: release() after its last
 //               consecutive use. The naive path gathers on demand into a single slot. Slots are
-//               sized by what they hold: slot 0 fits the embedding, the others a block, so a unit
-//               takes the smallest free slot it fits; at most gather_slots() are alive at once.
+//               sized by what they hold (Partition::gather_slot_numel): with the embedding in
+//               block-sized chunks every slot fits the largest unit; a one-unit embedding fits only
+//               slot 0. A unit takes the smallest free slot it fits; at most gather_slots() are
+//               alive at once.
 //   any stage   for_each_unit(): unit by unit, whole, for streaming the weights out (stage 3
 //               gathers each into a slot: no rank ever holds the whole model).
 #pragma once

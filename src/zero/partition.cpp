@@ -12,6 +12,12 @@ namespace zt {
 
 size_t zero_pad_multiple(int world) { return std::lcm(size_t(world), size_t(128)); }
 
+int zero_embedding_rows(const GPTConfig& cfg, int stage, int world) {
+  // A world of one shards nothing: its stage 3 keeps stage 0's layout, and so stays bit for bit
+  // the single-rank result (summing the LM head's input gradient over chunks would not).
+  return stage == 3 && world > 1 ? ParamLayout::block_sized_rows(cfg, zero_pad_multiple(world)) : 0;
+}
+
 Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) {
   ZT_ASSERT(zc.world >= 1 && zc.rank >= 0 && zc.rank < zc.world);
   ZT_REQUIRE(layout.pad_multiple() % size_t(zc.world) == 0,
@@ -24,9 +30,11 @@ Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) 
     flat += u.padded / size_t(zc.world);
   }
   total_ = layout.total();
+  embedding_units_ = layout.embedding_units();
 
-  // Buckets in backward order; unit 0 alone at the end. A bucket past 2^63 bytes (zero.bucket_mb
-  // is any positive number) would not convert to size_t: it is as good as one bucket for all.
+  // Buckets in backward order: blocks and final norm by bucket_mb, then the embedding's units. A
+  // bucket past 2^63 bytes (zero.bucket_mb is any positive number) would not convert to size_t: it
+  // is as good as one bucket for all.
   const double bucket_bytes = zc.bucket_mb * 1024.0 * 1024.0;
   const size_t bucket_elems =
       std::max<size_t>(1, (bucket_bytes < 0x1p63 ? size_t(bucket_bytes) : SIZE_MAX) / zc.elem_bytes);
@@ -40,22 +48,27 @@ Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) 
     buckets_.push_back(cur);
     cur = Bucket{};
   };
-  for (int u = U - 1; u >= 1; --u) {
+  for (int u = U - 1; u >= embedding_units_; --u) {
     cur.units.push_back(u);
     cur.numel += unit_padded_[size_t(u)];
     // Naive path: one collective per unit, no bucketing.
     if (!zc.overlap || cur.numel >= bucket_elems) close();
   }
   close();
-  cur.units.push_back(0);
-  cur.numel = unit_padded_[0];
-  close();
+  // Each embedding unit is a bucket of its own: bucketed together the chunks would make the
+  // staging slots embedding-sized again, which is what splitting the embedding removes.
+  for (int u = embedding_units_ - 1; u >= 0; --u) {
+    cur.units.push_back(u);
+    cur.numel = unit_padded_[size_t(u)];
+    close();
+  }
 }
 
 size_t Partition::max_unit_padded() const { return *std::max_element(unit_padded_.begin(), unit_padded_.end()); }
 
 size_t Partition::max_other_unit_padded() const {
-  return unit_padded_.size() > 1 ? *std::max_element(unit_padded_.begin() + 1, unit_padded_.end()) : 0;
+  const size_t first = embedding_units_ == 1 ? 1 : 0;
+  return unit_padded_.size() > first ? *std::max_element(unit_padded_.begin() + first, unit_padded_.end()) : 0;
 }
 
 size_t Partition::gather_slots_numel() const {
@@ -67,16 +80,16 @@ size_t Partition::gather_slots_numel() const {
 size_t Partition::staging_slot_numel() const {
   size_t m = 0;
   for (const Bucket& b : buckets_)
-    if (b.units.front() != 0) m = std::max(m, b.numel);
+    if (b.units.front() != 0 || embedding_units_ > 1) m = std::max(m, b.numel);
   return m;
 }
 
 uint64_t Partition::bytes_per_step() const {
   const uint64_t N = uint64_t(zc_.world), e = zc_.elem_bytes, A = uint64_t(zc_.grad_accum);
-  const uint64_t psi = total_, p0 = unit_padded_[0];
+  const uint64_t psi = total_, again = embedding_gathered_again();
   // Every count below is a multiple of N (units are padded to lcm(N, 128)), so dividing first is
   // exact, and keeps the products below 2^64 whenever the result is.
-  ZT_ASSERT(psi % N == 0 && p0 % N == 0);
+  ZT_ASSERT(psi % N == 0 && again % N == 0);
   const std::string what = "zero: bytes sent per step";
   auto mul = [&](uint64_t a, uint64_t b) { return checked_mul(a, b, what); };
   const uint64_t one_pass = mul(mul(psi / N, N - 1), e);  // one reduce-scatter or all-gather of everything
@@ -84,9 +97,18 @@ uint64_t Partition::bytes_per_step() const {
     case 0: return mul(2, one_pass);                    // all-reduce = reduce-scatter + all-gather
     case 1: return mul(2, one_pass);                    // reduce-scatter once, all-gather params
     case 2: return mul(checked_add(A, 1, what), one_pass);  // reduce-scatter every micro-step, all-gather params
-    default:  // per micro-step: gather fwd + bwd, RS; embedding gathered once more
-      return mul(A, checked_add(mul(3, one_pass), mul(mul(p0 / N, N - 1), e), what));
+    default:  // per micro-step: gather fwd + bwd, RS; the LM head's chunks gathered once more
+      return mul(A, checked_add(mul(3, one_pass), mul(mul(again / N, N - 1), e), what));
   }
+}
+
+size_t Partition::embedding_gathered_again() const {
+  // Forward gathers the embedding for the lookup and again for the LM head; backward's head
+  // (units E-1..0) starts with the unit the forward head ended with, still gathered, and the
+  // embedding's gradients need no parameters (model/gpt.h).
+  size_t n = 0;
+  for (int u = 0; u + 1 < embedding_units_; ++u) n += unit_padded_[size_t(u)];
+  return n;
 }
 
 std::string Partition::bytes_formula() const {
@@ -98,7 +120,8 @@ std::string Partition::bytes_formula() const {
     case 1: os << "reduce-scatter Ψ(N-1)/N + all-gather Ψ(N-1)/N"; break;
     case 2: os << "A x reduce-scatter Ψ(N-1)/N + all-gather Ψ(N-1)/N"; break;
     default:
-      os << "A x (gather 2Ψ + embedding again " << unit_padded_[0] << " + reduce-scatter Ψ)(N-1)/N";
+      os << "A x (gather 2Ψ + LM head's embedding units again " << embedding_gathered_again()
+         << " + reduce-scatter Ψ)(N-1)/N";
   }
   os << " elements x " << zc_.elem_bytes << " bytes";
   (void)psi; (void)N;

@@ -10,13 +10,20 @@
 //            params            grads                       optimizer (m, v)   comm buffers
 //   stage 0  Ψ                 Ψ                           2Ψ                 -
 //   stage 1  Ψ                 Ψ + Ψ/N (reduced shard)     2Ψ/N               -
-//   stage 2  Ψ                 Ψ/N                         2Ψ/N               unit-0 staging P_0, bucket staging, RS receive
-//   stage 3  Ψ/N               Ψ/N                         2Ψ/N               + gathered-unit slots: P_0 + prefetch x block
+//   stage 2  Ψ                 Ψ/N                         2Ψ/N               embedding staging P_0, bucket staging, RS receive
+//   stage 3  Ψ/N               Ψ/N                         2Ψ/N               bucket staging, RS receive, gathered-unit
+//                                                                             slots: (prefetch + 1) x max(block, chunk)
+//
+// Stage 3 splits the tied embedding into block-sized row chunks (zero_embedding_rows, model/
+// layout.h), so no buffer is embedding-sized there. Stages 0-2, and stage 3 at one rank (which
+// shards nothing), keep it one unit (unit 0).
 //
 // Gradient buckets follow the order backward produces gradients (final norm, blocks L-1..0,
-// embedding). A bucket is a run of consecutive units of at least bucket_mb MiB (the last may be
-// smaller); the embedding (unit 0) is always a bucket of its own, because its gradient is written
-// twice per backward (LM head first, token/position lookup last).
+// embedding units E-1..0: the model computes the embedding's gradients last, LM head and lookup
+// together, model/gpt.h). A bucket is a run of consecutive blocks (and the final norm) of at least
+// bucket_mb MiB (the last may be smaller); each embedding unit is a bucket of its own. A one-unit
+// embedding has a staging slot of its own (it is much larger than a block, so the bucket slots are
+// not sized by it); stage 3's block-sized chunks go through the bucket slots.
 //
 // This header sizes everything from the plan and a world size without allocating; zero/store.h
 // lists the buffers from it, the store allocates exactly that list, and `train estimate` prints it.
@@ -34,6 +41,9 @@
 namespace zt {
 
 size_t zero_pad_multiple(int world);  // lcm(world, 128)
+// The layout's wte rows per embedding unit for a stage: block-sized chunks at stage 3 with more
+// than one rank, one unit (0) otherwise.
+int zero_embedding_rows(const GPTConfig& cfg, int stage, int world);
 
 struct Bucket {
   std::vector<int> units;  // in backward order (descending unit index)
@@ -85,15 +95,20 @@ class Partition {
 
   // The buffers themselves are listed in zero/store.h (list_model_state), sized by these rules.
   size_t staging_slots() const { return zc_.overlap ? 2 : 1; }  // bucket staging slots (stages 2-3)
-  size_t staging_slot_numel() const;                            // largest bucket without unit 0
+  size_t staging_slot_numel() const;                            // largest bucket but a one-unit embedding's
+  // A one-unit embedding's own gradient staging (P_0), 0 when it is split into chunks.
+  size_t embedding_staging_numel() const { return embedding_units_ == 1 ? unit_padded_[0] : 0; }
   // Stage 3 gathered-unit slots: at most gather_slots() units alive at once. Slot 0 holds any unit
-  // (sized by the largest, the embedding); the others hold any unit but the embedding, so they are
-  // sized by the largest block (or the final norm).
+  // (sized by the largest); the others hold any unit but a one-unit embedding, so they are sized
+  // by the largest block, final norm or embedding chunk.
   size_t gather_slots() const { return size_t(zc_.overlap ? zc_.prefetch_units : 0) + 1; }
   size_t gather_slot_numel(size_t slot) const { return slot == 0 ? max_unit_padded() : max_other_unit_padded(); }
   size_t gather_slots_numel() const;  // all slots together
-  size_t max_other_unit_padded() const;  // the largest unit but the embedding
+  size_t max_other_unit_padded() const;  // the largest unit but a one-unit embedding
 
+  // Stage 3: elements gathered per micro-step beyond 2Ψ: every embedding unit but the last
+  // (Pe - Pl in docs/zero.md; 0 for a one-unit embedding).
+  size_t embedding_gathered_again() const;
   // Bytes this rank sends per optimizer step under the Comm byte model (comm.h).
   uint64_t bytes_per_step() const;
   // The same, spelled as a formula with its numbers, for `train estimate`.
@@ -102,6 +117,7 @@ class Partition {
  private:
   ZeroConfig zc_;
   size_t total_ = 0;
+  int embedding_units_ = 1;
   std::vector<size_t> unit_padded_, shard_flat_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;

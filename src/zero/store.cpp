@@ -75,9 +75,9 @@ std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Parti
   add(StateId::adam_v, Category::optimizer, ty.state, mv, true, owned());
   if (ty.state != ty.param) add(StateId::master, Category::master, ty.state, mv, true, owned());
   if (s >= 2) {
-    const size_t p0 = part.unit_padded(0);
+    const size_t p0 = part.embedding_staging_numel();
     const size_t staging = checked_mul(part.staging_slots(), part.staging_slot_numel(), kStateSize);
-    add(StateId::embedding_staging, Category::comm, ty.param, p0, false, {});
+    if (p0 > 0) add(StateId::embedding_staging, Category::comm, ty.param, p0, false, {});
     add(StateId::bucket_staging, Category::comm, ty.param, staging, false, {});
     add(StateId::rs_receive, Category::comm, ty.param, checked_add(staging / N, p0 / N, kStateSize), false, {});
   }

@@ -13,10 +13,12 @@
 //   grad_shard         1-3    Ψ/N            my shard of each unit
 //   adam_m, adam_v     0-3    Ψ (0), Ψ/N     what the optimizer owns: everything (stage 0), my shard
 //   master             0-3    as adam_m      fp32 copy of the owned parameters (mixed precision only)
-//   embedding_staging  2-3    P_0            communication slot: the embedding's gradient
-//   bucket_staging     2-3    slots x bucket communication slots: bucket gradients
+//   embedding_staging  2-3    P_0            communication slot: the embedding's gradient while it is one
+//                                            unit (stage 2; stage 3 only when wte fits one block)
+//   bucket_staging     2-3    slots x bucket communication slots: bucket gradients (stage 3: blocks and
+//                                            the embedding's block-sized row chunks)
 //   rs_receive         2-3    (...)/N        communication slot: reduce-scatter results
-//   gathered_units     3      P_0 + (slots-1) x block   communication slots: gathered units
+//   gathered_units     3      (prefetch + 1) x max(block, chunk)   communication slots: gathered units
 //
 // Communication slots hold no fixed range (their contents change within a step); the persistent
 // buffers (parameters or parameter shard, moments, master weights) are the training state that a

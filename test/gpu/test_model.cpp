@@ -1,5 +1,5 @@
 // The whole model on the GPU against the CPU backend (docs/design.md §5: "the CPU backend is the oracle for
-// CUDA"): one forward + backward in fp32 and in bf16, and a 10-step training run through the real
+// CUDA"): one forward + backward in fp32 and in bf16 (and in fp32 with the embedding in row chunks), and a 10-step training run through the real
 // optimizer path (ZeRO engine, stage 0, one rank). Skipped, not passed, where no GPU exists.
 //
 // Measures:
@@ -84,15 +84,18 @@ TensorErr compare(const std::vector<double>& got, const std::vector<double>& ref
   return e;
 }
 
+// embedding_rows > 0: the GPU model's embedding in row chunks (stage 3's layout, model/layout.h),
+// which runs the lookup and the LM head per chunk (row-range encoder kernels, strided matmul).
 template <class Ops>
-void check_one_pass(double loss_tol, double grad_tol, double min_cosine) {
+void check_one_pass(double loss_tol, double grad_tol, double min_cosine, int embedding_rows = 0) {
   ZT_REQUIRE_GPU();
   const Batch b = make_batch(7);
   const double dloss = 1.0 / double(kB * kT);
 
   MemoryTracker mem_ref, mem_gpu;
   GPT<CpuOps<double>> ref(kCfg, kB, kT, mem_ref);
-  GPT<Ops> gpu(kCfg, kB, kT, mem_gpu);
+  GPT<Ops> gpu(kCfg, kB, kT, mem_gpu, 128, true, true, Recompute{}, embedding_rows);
+  ASSERT_EQ(gpu.layout().embedding_units(), embedding_rows > 0 ? 3 : 1);
   ref.init_gpt2(1234);
   gpu.init_gpt2(1234);
   const double l_ref = ref.forward(b.in.data(), b.tg.data(), kB, kT, true, dloss);
@@ -121,6 +124,8 @@ void check_one_pass(double loss_tol, double grad_tol, double min_cosine) {
 
 TEST(GpuModel, Fp32MatchesCpu) { check_one_pass<CudaOps<float>>(1e-5, 1e-4, 0.999999); }
 TEST(GpuModel, Bf16WithinTolerance) { check_one_pass<CudaOps<bf16>>(2e-2, 1e-1, 0.99); }
+// Three chunks of 384, 384 and 256 vocabulary rows (+ wpe), against the one-unit CPU model.
+TEST(GpuModel, Fp32SplitEmbeddingMatchesCpu) { check_one_pass<CudaOps<float>>(1e-5, 1e-4, 0.999999, 384); }
 
 // Recompute policies on the GPU (docs/design.md §3.11): a recomputed block reruns the same
 // kernels on the same inputs, so `block` (every block, and every other one) must give the loss

@@ -20,8 +20,9 @@ and the summary line of the metrics JSONL must count exactly what theory says:
 
   * bytes_sent_per_step (and every step's comm_bytes) == an independent formula (comm.h byte
     model, partition.h stage table): stages 0, 1: 2(N-1)4Ψ/N; stage 2: (A+1)(N-1)4Ψ/N;
-    stage 3: A(N-1)4(3Ψ+Ψ_0)/N; N = 1: 0. Ψ = Σ_units numel rounded up to lcm(N,128), Ψ_0 the
-    padded embedding unit. Also == `train estimate`'s bytes_per_step and the binary's own theory.
+    stage 3: A(N-1)4(3Ψ + Pe - Pl)/N; N = 1: 0. Ψ = Σ_units numel rounded up to lcm(N,128); at
+    stage 3 the embedding is block-sized row chunks (layout_rules.py), Pe all of them padded, Pl
+    the last. Also == `train estimate`'s bytes_per_step and the binary's own theory.
   * tracked peak memory per category == `train estimate PLAN --world N --json` memory.host
   * stages 2-3: grads == 4Ψ/N and no "gradients" buffer; stage 3: params == 4Ψ/N and
     max_gathered_units == prefetch_units + 1 with overlap (the prefetch really runs ahead) and
@@ -51,6 +52,8 @@ import time
 
 import numpy as np
 
+import layout_rules  # test/mpi/layout_rules.py: the layout's size rules, shared with memory_check.py
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # ---- the model and run ----------------------------------------------------------------------
@@ -75,11 +78,16 @@ KBIAS_ABS = 1e-4  # absolute, for the attention key bias (see split_qkv_bias)
 
 
 def unit_sizes():
-    """Real element counts of the units, as src/model/layout.h lays them out."""
+    """Real element counts of the units, as src/model/layout.h lays them out at stages 0-2."""
     emb = (VP + T) * C
     block = 12 * C * C + 13 * C
     final = 2 * C
     return [emb] + [block] * L + [final]
+
+
+def stage_unit_sizes(n_ranks, stage):
+    """At stage 3 the embedding is block-sized row chunks (layout_rules.embedding_chunks)."""
+    return layout_rules.unit_numels(L, C, T, VP, n_ranks, stage)
 
 
 def check_unit_arithmetic():
@@ -90,6 +98,13 @@ def check_unit_arithmetic():
     assert sizes[-1] == 70, sizes
     for n in sizes:
         assert n % 3 != 0 and n % 4 != 0, f"unit of {n} elements divides by 3 or 4: pick other dims"
+    # Stage 3's chunks: together the embedding, every one but the last whole shards (so they pad
+    # nothing), the last one padded like the embedding, and several of them.
+    assert stage_unit_sizes(1, 3) == sizes  # one rank shards nothing: stage 0's layout
+    for n_ranks in (2, 3, 4):
+        m, chunks = pad_multiple(n_ranks), stage_unit_sizes(n_ranks, 3)[:-L - 1]
+        assert sum(chunks) == sizes[0] and len(chunks) > 10, (n_ranks, chunks)
+        assert all(c % m == 0 for c in chunks[:-1]), (n_ranks, chunks)
     # The layer-stacked tensors of the llm.c file, for the weight comparison.
     assert C % NH == 0
 
@@ -128,26 +143,29 @@ def plans_base_bucket_mb():
         return float(json.load(f)["zero"]["bucket_mb"])
 
 
-def pad_multiple(n_ranks):
-    return n_ranks * 128 // math.gcd(n_ranks, 128)
+pad_multiple = layout_rules.pad_multiple
 
 
-def psi(n_ranks):
+def psi(n_ranks, stage=0):
+    """Ψ, and what stage 3 gathers beyond 2Ψ per micro-step: the LM head's embedding units once
+    more, but for the last one, which backward's head reuses (0 with a one-unit embedding)."""
     m = pad_multiple(n_ranks)
-    padded = [(n + m - 1) // m * m for n in unit_sizes()]
-    return sum(padded), padded[0]
+    sizes = stage_unit_sizes(n_ranks, stage)
+    padded = [(n + m - 1) // m * m for n in sizes]
+    E = len(sizes) - L - 1
+    return sum(padded), sum(padded[:E - 1])
 
 
 def theory_bytes(n_ranks, stage, accum):
     if n_ranks == 1:
         return 0
-    P, P0 = psi(n_ranks)
+    P, again = psi(n_ranks, stage)
     N, A, e = n_ranks, accum, 4
     if stage in (0, 1):
         return 2 * (N - 1) * e * P // N
     if stage == 2:
         return (A + 1) * (N - 1) * e * P // N
-    return A * (N - 1) * e * (3 * P + P0) // N
+    return A * (N - 1) * e * (3 * P + again) // N
 
 
 # llm.c checkpoint: 256 int32 header (magic, version, maxT, V, L, NH, C, Vp) then fp32 tensors in
@@ -479,7 +497,7 @@ def main():
                       f"{m['w']:9.2e} {m['t']:10.2e} {m['bytes']:11d} {'ok' if m['bytes_ok'] else 'BAD':>5} "
                       f"{'ok' if m['mem_ok'] else 'BAD':>4} {res['seconds']:5.1f}{kind}", flush=True)
 
-    # ZeRO-3 / ZeRO-0 traffic: theory A(3Ψ+Ψ_0)/(2Ψ).
+    # ZeRO-3 / ZeRO-0 traffic: theory A(3Ψ + Pe - Pl)/(2Ψ).
     print("\nZeRO-3 / ZeRO-0 bytes per step (overlap on):")
     for n in worlds:
         if n == 1:
@@ -488,10 +506,11 @@ def main():
             b0, b3 = bytes_by.get((n, 0, True, a)), bytes_by.get((n, 3, True, a))
             if not b0 or b3 is None:
                 continue
-            P, P0 = psi(n)
-            want = a * (3 * P + P0) / (2 * P)
+            P, again = psi(n, 3)
+            want = a * (3 * P + again) / (2 * P)
             ok = abs(b3 / b0 - want) < 1e-12 * want
-            print(f"  N={n} A={a}: {b3 / b0:.6f} (theory A(3Ψ+Ψ0)/2Ψ = {want:.6f}, Ψ={P}, Ψ0={P0}) {'ok' if ok else 'BAD'}")
+            print(f"  N={n} A={a}: {b3 / b0:.6f} (theory A(3Ψ+Pe-Pl)/2Ψ = {want:.6f}, Ψ={P}, Pe-Pl={again}) "
+                  f"{'ok' if ok else 'BAD'}")
             if not ok:
                 failures.append(f"N={n} A={a}: ZeRO-3/ZeRO-0 byte ratio {b3 / b0} != {want}")
 

@@ -47,6 +47,96 @@ TEST(Layout, UnitsArePaddedAndTensorsContiguous) {
   EXPECT_FALSE(gpt2.slot(ParamId::lnfw).decay);
 }
 
+// Stage 3's layout (docs/design.md §3.9): the embedding in row chunks keeps every tensor at the
+// flat offset it has in one unit; only the unit boundaries move.
+TEST(Layout, EmbeddingChunksKeepTheFlatLayout) {
+  const GPTConfig cfg = GPTConfig::make(2, 2, 24, 40, 3001);  // Vp 3072
+  for (size_t pad : {size_t(128), size_t(384)}) {
+    const ParamLayout one(cfg, pad);
+    const ParamLayout split(cfg, pad, ParamLayout::block_sized_rows(cfg, pad));
+    const int E = split.embedding_units();
+    ASSERT_GT(E, 3);
+    ASSERT_EQ(split.num_units(), E + cfg.L + 1);
+    EXPECT_EQ(split.total(), one.total());
+    EXPECT_EQ(split.num_params(), one.num_params());
+    for (size_t k = 0; k < one.tensors().size(); ++k) EXPECT_EQ(split.tensors()[k].offset, one.tensors()[k].offset);
+    EXPECT_EQ(split.block_unit(0), E);
+    EXPECT_EQ(split.final_unit(), E + cfg.L);
+    EXPECT_EQ(split.units()[0].name, "embedding.0");
+    // Chunks are consecutive wte rows; the last also holds wpe. Each holds at most a padded
+    // block's rows (12C^2 + 13C = 7224 elements, padded; 24 elements per row).
+    const size_t block = split.units()[size_t(E)].padded;
+    int next_row = 0;
+    for (int e = 0; e < E; ++e) {
+      const VocabRows r = split.vocab_rows(e);
+      EXPECT_EQ(r.row0, next_row);
+      next_row += r.rows;
+      EXPECT_LE(size_t(r.rows) * 24, block);
+      EXPECT_EQ(split.units()[size_t(e)].numel, size_t(r.rows) * 24 + (e == E - 1 ? size_t(40) * 24 : 0));
+      if (e < E - 1) EXPECT_EQ(split.units()[size_t(e)].padded, split.units()[size_t(e)].numel);
+    }
+    EXPECT_EQ(next_row, 3072);
+    EXPECT_EQ(split.slot(ParamId::wpe).unit, E - 1);
+    // Every element of every tensor in exactly one unit's piece, at its flat place.
+    for (size_t k = 0; k < split.tensors().size(); ++k) {
+      const TensorSlot& s = split.tensors()[k];
+      size_t covered = 0;
+      for (int u = 0; u < split.num_units(); ++u) {
+        const UnitPiece p = split.piece(u, int(k));
+        if (p.count == 0) continue;
+        EXPECT_TRUE(u >= s.unit && u <= s.last_unit) << s.name;
+        EXPECT_EQ(split.units()[size_t(u)].offset + p.at, s.offset + p.begin) << s.name;
+        covered += p.count;
+      }
+      EXPECT_EQ(covered, s.numel) << s.name;
+    }
+  }
+  // A vocabulary no larger than a chunk stays one unit.
+  EXPECT_EQ(ParamLayout::block_sized_rows(GPTConfig::make(2, 2, 24, 40, 200), 128), 0);
+}
+
+// The model with its embedding in chunks (lookup and LM head per chunk, the embedding's gradients
+// last) computes what the one-unit model computes: the loss and every gradient, in double.
+TEST(ModelChunks, SplitEmbeddingMatchesOneUnit) {
+  using Model = GPT<CpuOps<double>>;
+  const GPTConfig cfg = GPTConfig::make(2, 2, 16, 8, 2900);  // Vp 2944
+  const int B = 2, Tn = 8, N = B * Tn;
+  MemoryTracker mem;
+  Model one(cfg, B, Tn, mem, 128), split(cfg, B, Tn, mem, 128, true, true, ParamLayout::block_sized_rows(cfg, 128));
+  const int E = split.layout().embedding_units();
+  ASSERT_GT(E, 3);
+  ASSERT_EQ(one.layout().total(), split.layout().total());
+  one.init_gpt2(3);
+  split.init_gpt2(3);
+  one.zero_grad();
+  split.zero_grad();
+  ASSERT_EQ(0, std::memcmp(one.params(), split.params(), one.layout().total() * sizeof(double)));
+  std::mt19937 rng(9);
+  std::vector<int> in(N), tg(N);
+  for (int i = 0; i < N; ++i) { in[size_t(i)] = int(rng() % cfg.V); tg[size_t(i)] = int(rng() % cfg.V); }
+  in[0] = cfg.V - 1;  // a token in the last chunk, beside wpe
+  for (int pass = 0; pass < 2; ++pass) {  // the second accumulates onto the first
+    const double a = one.forward(in.data(), tg.data(), B, Tn, true, 1.0 / N);
+    const double b = split.forward(in.data(), tg.data(), B, Tn, true, 1.0 / N);
+    EXPECT_NEAR(a, b, 1e-13 * a);
+    one.backward();
+    split.backward();
+  }
+  double max_g = 0, max_d = 0;
+  for (size_t i = 0; i < one.layout().total(); ++i) {
+    max_g = std::max(max_g, std::fabs(one.grads()[i]));
+    max_d = std::max(max_d, std::fabs(one.grads()[i] - split.grads()[i]));
+  }
+  EXPECT_GT(max_g, 0.0);
+  EXPECT_LE(max_d, 1e-13 * max_g);
+  // The embedding's gradient is not all zero in the chunks the tokens fall in.
+  const double* dwte_last = split.wte_grad_rows(E - 1);
+  const VocabRows last = split.layout().vocab_rows(E - 1);
+  double s = 0;
+  for (int c = 0; c < cfg.C; ++c) s += std::fabs(dwte_last[size_t(cfg.V - 1 - last.row0) * size_t(cfg.C) + size_t(c)]);
+  EXPECT_GT(s, 0.0);
+}
+
 TEST(Init, Gpt2StatisticsAndDeterminism) {
   const GPTConfig cfg = GPTConfig::make(4, 4, 64, 32, 300);
   MemoryTracker mem;

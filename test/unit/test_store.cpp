@@ -2,6 +2,7 @@
 // each buffer holds.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <vector>
 
 #include "model/layout.h"
@@ -43,12 +44,53 @@ TEST(StateStore, EachStageListsItsBuffersOnce) {
   }
 }
 
+// GPT-2 124M at stage 3 (docs/design.md §3.9): no buffer is embedding-sized. The tied embedding
+// (50304 + 1024 rows of 768) is six units, none larger than a block (12 * 768^2 + 13 * 768 =
+// 7,087,872 elements, a multiple of 128), so the gather slots are (prefetch + 1) blocks and the
+// gradient staging two buckets of one block (zero.bucket_mb 25 MiB is less than a block), the
+// largest with the final norm (2 * 768) in it.
+TEST(StateStore, Gpt2Stage3HoldsOnlyBlockSizedSlots) {
+  const GPTConfig cfg = GPTConfig::make(12, 12, 768, 1024, 50257);
+  const size_t block = 7087872, embedding = size_t(50304 + 1024) * 768, bucket = block + 2 * 768;
+  for (int world : {2, 8}) {
+    const int rows = zero_embedding_rows(cfg, 3, world);
+    EXPECT_EQ(rows, 9229);  // 7,087,872 / 768: a block's worth of rows
+    EXPECT_EQ(zero_embedding_rows(cfg, 2, world), 0);
+    EXPECT_EQ(zero_embedding_rows(cfg, 3, 1), 0);  // one rank shards nothing
+    const ParamLayout layout(cfg, zero_pad_multiple(world), rows);
+    EXPECT_EQ(layout.embedding_units(), 6);
+    ZeroConfig zc;
+    zc.stage = 3; zc.world = world; zc.prefetch_units = 1;
+    const Partition part(layout, zc);
+    for (int u = 0; u < layout.num_units(); ++u) EXPECT_LE(part.unit_padded(u), block) << layout.units()[size_t(u)].name;
+    EXPECT_EQ(part.max_unit_padded(), block);
+    EXPECT_EQ(part.gather_slots_numel(), 2 * block);
+    EXPECT_EQ(part.staging_slot_numel(), bucket);
+    EXPECT_EQ(part.embedding_staging_numel(), 0u);
+    std::map<StateId, size_t> n;
+    for (const StateBuffer& b : list_model_state(layout, part, StateTypes{})) n[b.id] = b.numel;
+    EXPECT_EQ(n.count(StateId::embedding_staging), 0u);
+    EXPECT_EQ(n[StateId::bucket_staging], 2 * bucket);
+    EXPECT_EQ(n[StateId::rs_receive], 2 * bucket / size_t(world));
+    EXPECT_EQ(n[StateId::gathered_units], 2 * block);
+    // Per micro-step: gather 2Ψ, the LM head's first five chunks (5 blocks of rows) again, RS Ψ.
+    const uint64_t psi = 124475904;
+    EXPECT_EQ(part.bytes_per_step(), uint64_t(world - 1) * 4 * (3 * psi + 5 * block) / uint64_t(world));
+    // Stage 2 keeps the embedding one unit, staged in a slot of its own.
+    zc.stage = 2;
+    const ParamLayout one(cfg, zero_pad_multiple(world));
+    EXPECT_EQ(Partition(one, zc).embedding_staging_numel(), embedding);
+  }
+}
+
 // Over all ranks, the parameter shards hold every element of every tensor exactly once, each at
-// the place in its buffer where the partition puts it.
+// the place in its buffer where the partition puts it (the embedding one unit, or in chunks).
 TEST(StateStore, ShardRangesCoverTheModelOnce) {
-  const GPTConfig cfg = GPTConfig::make(2, 2, 34, 16, 301);
-  for (int world : {1, 3, 4}) {
-    const ParamLayout layout(cfg, zero_pad_multiple(world));
+  const GPTConfig cfg = GPTConfig::make(2, 2, 34, 16, 3001);
+  for (int world : {1, 3, 4})
+  for (int rows : {0, ParamLayout::block_sized_rows(cfg, zero_pad_multiple(world))}) {
+    const ParamLayout layout(cfg, zero_pad_multiple(world), rows);
+    if (rows > 0) EXPECT_GT(layout.embedding_units(), 3);
     std::vector<int> seen(layout.total(), 0);
     for (int rank = 0; rank < world; ++rank) {
       ZeroConfig zc;
@@ -68,7 +110,8 @@ TEST(StateStore, ShardRangesCoverTheModelOnce) {
             const size_t global = s.offset + r.offset + i;
             ++seen[global];
             // Position in the flat shard buffer: the unit's shard offset + the place within my shard.
-            const int u = s.unit;
+            int u = s.unit;
+            while (global >= layout.units()[size_t(u)].offset + layout.units()[size_t(u)].padded) ++u;
             EXPECT_EQ(r.at + i, part.unit_shard_flat(u) + (global - layout.units()[size_t(u)].offset -
                                                           part.unit_shard_begin(u)));
           }

@@ -3,23 +3,25 @@
 
 The formulas are read from the document itself (the tables between `<!-- formulas: ... -->` and
 `<!-- end formulas -->`, plus the activation formula), so the document cannot drift from the code
-without this test failing. The symbols they use (Ψ, P0, Pmax, Pblk, Bk, S, G) are computed here
-from the layout rules written out independently of the C++ code (units: embedding (Vp+T)·C,
-blocks 12C²+13C, final norm 2C, each padded to lcm(N, 128); buckets: units from the final norm
-down, closed once they hold bucket_mb MiB, one unit per bucket without overlap).
+without this test failing. The symbols they use (Ψ, P0, Pe, Pl, Pmax, Pblk, Bk, S, G) are computed
+here from the layout rules written out independently of the C++ code (test/mpi/layout_rules.py:
+units: embedding (Vp+T)·C, at stage 3 in block-sized row chunks, blocks 12C²+13C, final norm 2C,
+each padded to lcm(N, 128); buckets: blocks and final norm from the final norm down, closed once
+they hold bucket_mb MiB, one unit per bucket without overlap; each embedding unit alone).
 
   /usr/bin/python3 test/unit/zero_doc_check.py --train ./train
 """
 import argparse
 import itertools
 import json
-import math
 import os
 import re
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "test", "mpi"))
+import layout_rules  # noqa: E402  (the layout's size rules, shared with the multi-rank tests)
 DOC = os.path.join(ROOT, "docs", "zero.md")
 
 
@@ -60,8 +62,8 @@ def paper_rows():
 
         def py(f):
             f = f.strip().replace("Ψ₀", "P0").replace("Ψ", "psi")
-            f = re.sub(r"(\d)(psi|P0|\()", r"\1*\2", f)
-            f = re.sub(r"\)(psi|P0|\()", r")*\1", f)
+            f = re.sub(r"(\d)(psi|P0|Pe|Pl|\()", r"\1*\2", f)
+            f = re.sub(r"\)(psi|P0|Pe|Pl|\()", r")*\1", f)
             return re.sub(r"A\(", "A*(", f)
 
         mem, sent = py(m.group(1)), py(m.group(2))
@@ -72,20 +74,23 @@ def paper_rows():
 def symbols(m, N, stage, overlap, bucket_mb, prefetch, A):
     Vp = (m["V"] + 127) // 128 * 128
     C, T = m["C"], m["T"]
-    sizes = [(Vp + T) * C] + [12 * C * C + 13 * C] * m["L"] + [2 * C]
-    mult = N * 128 // math.gcd(N, 128)
-    padded = [(n + mult - 1) // mult * mult for n in sizes]
+    padded = layout_rules.padded_units(m["L"], C, T, Vp, N, stage)
+    E = len(padded) - m["L"] - 1  # embedding units: stage 3 splits the embedding into row chunks
     limit = int(bucket_mb * 1024 * 1024) // 4
     buckets, cur = [], 0
-    for u in range(len(padded) - 1, 0, -1):
+    for u in range(len(padded) - 1, E - 1, -1):
         cur += padded[u]
         if not overlap or cur >= limit:
             buckets.append(cur)
             cur = 0
     if cur:
         buckets.append(cur)
-    return {"N": N, "A": A, "e": 4, "psi": sum(padded), "P0": padded[0], "Pmax": max(padded),
-            "Pblk": max(padded[1:]), "Bk": max(buckets), "S": 2 if overlap else 1,
+    if E > 1:  # each chunk a bucket of its own, staged like the others
+        buckets += padded[:E]
+    one = E == 1  # a one-unit embedding: staged in a slot of its own, gathered into slot 0 only
+    return {"N": N, "A": A, "e": 4, "psi": sum(padded), "P0": padded[0] if one else 0, "Pe": sum(padded[:E]),
+            "Pl": padded[E - 1], "Pmax": max(padded), "Pblk": max(padded[1:] if one else padded),
+            "Bk": max(buckets), "S": 2 if overlap else 1,
             "G": prefetch + 1 if overlap else 1, "B": m["B"], "T": T, "C": C, "NH": m["NH"], "L": m["L"], "Vp": Vp}
 
 
