@@ -102,7 +102,7 @@ TEST(ModelChunks, SplitEmbeddingMatchesOneUnit) {
   const GPTConfig cfg = GPTConfig::make(2, 2, 16, 8, 2900);  // Vp 2944
   const int B = 2, Tn = 8, N = B * Tn;
   MemoryTracker mem;
-  Model one(cfg, B, Tn, mem, 128), split(cfg, B, Tn, mem, 128, true, true, ParamLayout::block_sized_rows(cfg, 128));
+  Model one(cfg, B, Tn, mem, 128), split(cfg, B, Tn, mem, 128, true, true, Recompute{}, ParamLayout::block_sized_rows(cfg, 128));
   const int E = split.layout().embedding_units();
   ASSERT_GT(E, 3);
   ASSERT_EQ(one.layout().total(), split.layout().total());
