@@ -43,7 +43,7 @@ bool precision_built(const std::string& precision);
 struct Features {
   std::vector<std::string> offload;            // values of offload.params / offload.optimizer
   bool checkpoint_saving = false;              // checkpoint.every > 0
-  std::vector<std::string> checkpoint_resume;  // values of checkpoint.resume
+  bool checkpoint_resume = false;              // checkpoint.resume other than "none"
   bool master_weights_off = false;             // precision.master_weights false
 };
 const Features& features();

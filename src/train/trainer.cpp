@@ -22,6 +22,7 @@
 #include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "backend/ops_cpu.h"
+#include "checkpoint/state_io.h"
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
 #endif
@@ -34,6 +35,7 @@
 #include "train/progress.h"
 #include "train/schedule.h"
 #include "train/state.h"
+#include "train/stop_signal.h"
 #include "zero/engine.h"
 #include "zero/estimate.h"
 #include "zero/partition.h"
@@ -75,6 +77,8 @@ class Trainer {
     const double tokens_per_step = double(B) * Tn * accum * comm_.world();
     std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
     const bool tty = decorate_;
+    // SIGTERM / SIGINT end the run cleanly (stop_signal.h) when there is somewhere to save to.
+    const StopSignals signals(!plan_.checkpoint.dir.empty());
     const auto t_start = Clock::now();
     double train_seconds = 0.0;
 
@@ -143,6 +147,15 @@ class Trainer {
         if (tracer_) tracer_->complete("eval", Tracer::kStep, te, Tracer::now_us() - te);
       }
       if (tokenizer_ && ((run.sample_every > 0 && (step + 1) % run.sample_every == 0) || last)) sample(step);
+      const int every = plan_.checkpoint.every;
+      const bool stop = stop_requested();
+      if ((every > 0 && ((step + 1) % every == 0 || last)) || stop) save_checkpoint();
+      if (stop) {
+        res.stopped = true;
+        if (root_) std::printf("stopped by signal %d after step %d (checkpoint saved; resume with checkpoint.resume)\n",
+                               StopSignals::received(), step + 1);
+        break;
+      }
     }
     if (!plan_.run.final_weights.empty() && res.steps == run.steps) save_final_weights();
     if (tracer_) {
@@ -241,6 +254,12 @@ class Trainer {
         state_.next_sequence = ctl_.start->next_sequence;
         restore_buffers<Ops>(*ctl_.start, *store_);
         engine_->optimizer().set_steps_taken(int(state_.step));
+      } else if (!(resume_from_ = ckpt::resolve_resume(plan_.checkpoint)).empty()) {
+        ckpt::Meta got;
+        loaded_ = ckpt::load_store<Ops>(resume_from_, plan_, world, model_->layout(), *store_, got);
+        state_.step = got.step;
+        state_.next_sequence = got.next_sequence;
+        engine_->optimizer().set_steps_taken(int(state_.step));
       } else {
         engine_->init_parameters(plan_.run.seed, m.init);
       }
@@ -256,10 +275,21 @@ class Trainer {
       comm_.set_tracer(tracer_.get());
       engine_->set_tracer(tracer_.get());
     }
+    if (!resume_from_.empty()) {
+      double bytes = double(loaded_.bytes), seconds = loaded_.seconds;
+      if (world > 1) {  // all ranks' bytes; the load ends when the slowest rank is done
+        comm_.all_reduce_sum(&bytes, 1);
+        for (uint64_t us : comm_.all_gather_u64(uint64_t(seconds * 1e6))) seconds = std::max(seconds, double(us) / 1e6);
+      }
+      loaded_.bytes = uint64_t(bytes);
+      loaded_.seconds = seconds;
+    }
 
     if (!root_) return;
     const std::string moved = open_run_outputs(plan_, outputs_);
     if (!moved.empty()) std::printf("%s\n", moved.c_str());
+    if (!resume_from_.empty())
+      std::printf("%s (resuming at step %lld)\n", loaded_.summary("loaded").c_str(), (long long)state_.step);
     log_ = std::make_unique<MetricsLog>(outputs_.log);
     if (Ops::tier == Tier::device) std::printf("device: %s\n", device::describe().c_str());
     std::printf("backend %s, %d rank(s) x %d threads | model L=%d NH=%d C=%d T=%d V=%d (Vp=%d): %.2fM parameters in %d units\n",
@@ -276,18 +306,8 @@ class Trainer {
     std::fflush(stdout);
   }
 
-  // One verdict for all ranks, so that a refused plan prints one line rather than one per rank:
-  // the lowest rank that refused throws its message; the others wait in a barrier that its
-  // MPI_Abort (train.cu) ends.
-  void agree_on_startup(const std::string& refusal) {
-    const std::vector<uint64_t> refused = comm_.all_gather_u64(refusal.empty() ? 0 : 1);
-    for (int r = 0; r < comm_.world(); ++r) {
-      if (refused[size_t(r)] == 0) continue;
-      if (r == comm_.rank()) throw Error(refusal);
-      comm_.barrier();
-      throw Error("rank " + std::to_string(r) + " refused the plan");
-    }
-  }
+  // One verdict for all ranks (comm.h): a refused plan prints one line rather than one per rank.
+  void agree_on_startup(const std::string& refusal) { agree_or_throw(comm_, refusal, "refused the plan"); }
 
   // The loaders, and data too small for one step or one evaluation: a short train file would
   // repeat sequences within a step (several ranks reading the same data), a short val file used to
@@ -352,6 +372,33 @@ class Trainer {
       std::printf("final weights written to %s (llm.c format)\n", plan_.run.final_weights.c_str());
     } else {
       engine_->save_llmc("", false);
+    }
+  }
+
+  // Any rank got SIGTERM/SIGINT (stop_signal.h): all ranks stop after this step.
+  bool stop_requested() {
+    if (plan_.checkpoint.dir.empty()) return false;
+    double any = StopSignals::received() != 0 ? 1.0 : 0.0;
+    if (comm_.world() > 1) comm_.all_reduce_sum(&any, 1);
+    return any > 0;
+  }
+
+  // Collective: every rank writes its shards (checkpoint/checkpoint.h), nothing is gathered.
+  void save_checkpoint() {
+    ckpt::Meta m;
+    m.step = state_.step;
+    m.seed = state_.seed;
+    m.next_sequence = state_.next_sequence;
+    m.world = comm_.world();
+    m.rank = comm_.rank();
+    m.stage = plan_.zero.stage;
+    m.plan_hash = plan_hash(plan_.resolved.dump());
+    m.model = cfg_;
+    m.param_dtype = sizeof(T) == 2 ? "bf16" : "f32";
+    const ckpt::Transfer t = ckpt::save_store<Ops>(comm_, plan_.checkpoint, m, model_->layout(), *store_);
+    if (root_) {
+      std::printf("%s\n", t.summary("saved").c_str());
+      std::fflush(stdout);
     }
   }
 
@@ -433,6 +480,8 @@ class Trainer {
   std::unique_ptr<MetricsLog> log_;
   RunOutputs outputs_;  // rank 0
   bool decorate_ = false;
+  std::string resume_from_;  // the checkpoint this run continues ("" = none)
+  ckpt::Transfer loaded_;
 };
 
 }  // namespace

@@ -1,0 +1,31 @@
+// A rank's model-state store to and from a checkpoint (docs/design.md §3.7, §3.9): the store's
+// persistent buffers (parameters or their shard, AdamW moments, master weights) with the global
+// ranges each holds, and the backend's copy functions (device memory crosses through Ops::d2h/h2d).
+#pragma once
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "zero/store.h"
+
+namespace zt::ckpt {
+
+inline std::vector<Buffer> persistent_buffers(const StateStore& store) {
+  std::vector<Buffer> out;
+  for (const StateBuffer& b : store.list())
+    if (b.persistent) out.push_back(Buffer{kind_of(b.id), b.dtype, store.raw(b.id), b.holds});
+  return out;
+}
+
+template <class Ops>
+Transfer save_store(Comm& comm, const CheckpointSection& c, const Meta& meta, const ParamLayout& layout,
+                    const StateStore& store) {
+  return save(comm, c.dir, c.keep, meta, layout, persistent_buffers(store), &Ops::d2h);
+}
+
+template <class Ops>
+Transfer load_store(const std::string& step_dir, const Plan& plan, int world, const ParamLayout& layout,
+                    StateStore& store, Meta& got) {
+  return load(step_dir, plan, world, layout, persistent_buffers(store), &Ops::h2d, got);
+}
+
+}  // namespace zt::ckpt

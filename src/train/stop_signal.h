@@ -1,0 +1,22 @@
+// SIGTERM / SIGINT during training (docs/design.md §3.7): the handler only sets a flag; the loop
+// finishes the step it is in, the ranks agree that one of them was asked to stop, save a
+// checkpoint and return, and the process exits 0. Installed only while a run with checkpoint.dir
+// trains (elsewhere the signals keep their default: end the process).
+#pragma once
+
+namespace zt {
+
+class StopSignals {
+ public:
+  explicit StopSignals(bool install);  // install = false: does nothing
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  static int received();  // the signal number, 0 when none came
+  static void reset();    // tests run several trainings in one process
+
+ private:
+  bool installed_ = false;
+};
+
+}  // namespace zt
