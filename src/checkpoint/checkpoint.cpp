@@ -51,7 +51,7 @@ uint64_t write_rank_file(const std::string& path, const Meta& meta, const ParamL
     shares.push_back(my_share(b.holds, layout, int(meta.rank), int(meta.world)));
     total += shares.back().size();
   }
-  const int kill_rank = fault_kill_rank();
+  const bool die = fault_kill_in_save(int(meta.rank), meta.step);
   std::vector<unsigned char> host;
   size_t done = 0;
   for (size_t i = 0; i < buffers.size(); ++i) {
@@ -59,7 +59,7 @@ uint64_t write_rank_file(const std::string& path, const Meta& meta, const ParamL
     const size_t eb = dtype_bytes(b.dtype);
     for (const TensorRange& r : shares[i]) {
       // Tests: this rank dies here, half way through its file, as under kill -9.
-      if (kill_rank == meta.rank && 2 * done >= total) ::raise(SIGKILL);
+      if (die && 2 * done >= total) ::raise(SIGKILL);
       host.resize(r.count * eb);
       d2h(host.data(), static_cast<const unsigned char*>(b.base) + r.at * eb, host.size());
       w.add(b.kind, b.dtype, layout.tensors()[size_t(r.tensor)], r.offset, r.count, host.data());
@@ -129,9 +129,10 @@ void commit(const fs::path& root, const fs::path& tmp, const fs::path& final, in
 
 }  // namespace
 
-int fault_kill_rank() {
+bool fault_kill_in_save(int rank, int64_t step) {
   const char* e = std::getenv("ZT_FAULT_KILL_IN_SAVE");
-  return e && *e ? std::atoi(e) : -1;
+  long long r = -1, s = -1;
+  return e && std::sscanf(e, "%lld@%lld", &r, &s) == 2 && r == rank && s == step;
 }
 
 std::string Transfer::summary(const char* verb) const {

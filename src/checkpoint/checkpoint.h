@@ -60,7 +60,8 @@ Transfer load(const std::string& step_dir, const Plan& plan, int world, const Pa
 // `ckpt` is a step directory or a checkpoint.dir (its latest).
 Transfer export_weights(const std::string& ckpt, const std::string& format, const std::string& out);
 
-// Where a rank that should die in the middle of a save (tests: ZT_FAULT_KILL_IN_SAVE=<rank>) is.
-int fault_kill_rank();
+// Fault injection for tests: ZT_FAULT_KILL_IN_SAVE=R@S makes rank R kill itself (SIGKILL, as
+// kill -9) half way through writing its file of the checkpoint of step S. True for that rank and step.
+bool fault_kill_in_save(int rank, int64_t step);
 
 }  // namespace zt::ckpt
