@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -148,12 +149,12 @@ class Trainer {
       }
       if (tokenizer_ && ((run.sample_every > 0 && (step + 1) % run.sample_every == 0) || last)) sample(step);
       const int every = plan_.checkpoint.every;
-      const bool stop = stop_requested();
-      if ((every > 0 && ((step + 1) % every == 0 || last)) || stop) save_checkpoint();
-      if (stop) {
+      const std::string stop = stop_requested();
+      if ((every > 0 && ((step + 1) % every == 0 || last)) || !stop.empty()) save_checkpoint();
+      if (!stop.empty()) {
         res.stopped = true;
-        if (root_) std::printf("stopped by signal %d after step %d (checkpoint saved; resume with checkpoint.resume)\n",
-                               StopSignals::received(), step + 1);
+        if (root_) std::printf("stopped by %s after step %d (checkpoint saved; checkpoint.resume \"auto\" continues)\n",
+                               stop.c_str(), step + 1);
         break;
       }
     }
@@ -375,12 +376,17 @@ class Trainer {
     }
   }
 
-  // Any rank got SIGTERM/SIGINT (stop_signal.h): all ranks stop after this step.
-  bool stop_requested() {
-    if (plan_.checkpoint.dir.empty()) return false;
-    double any = StopSignals::received() != 0 ? 1.0 : 0.0;
-    if (comm_.world() > 1) comm_.all_reduce_sum(&any, 1);
-    return any > 0;
+  // Whether any rank got SIGTERM/SIGINT (stop_signal.h): then all ranks stop after this step.
+  // Returns "" or which signal and rank, e.g. "SIGTERM on rank 1".
+  std::string stop_requested() {
+    if (plan_.checkpoint.dir.empty()) return "";
+    const uint64_t mine = uint64_t(StopSignals::received());
+    const std::vector<uint64_t> all = comm_.world() > 1 ? comm_.all_gather_u64(mine) : std::vector<uint64_t>{mine};
+    for (size_t r = 0; r < all.size(); ++r)
+      if (all[r] != 0)
+        return std::string(all[r] == SIGINT ? "SIGINT" : all[r] == SIGTERM ? "SIGTERM" : "a signal") + " on rank " +
+               std::to_string(r);
+    return "";
   }
 
   // Collective: every rank writes its shards (checkpoint/checkpoint.h), nothing is gathered.
