@@ -60,9 +60,13 @@ uint64_t write_rank_file(const std::string& path, const Meta& meta, const ParamL
     for (const TensorRange& r : shares[i]) {
       // Tests: this rank dies here, half way through its file, as under kill -9.
       if (die && 2 * done >= total) ::raise(SIGKILL);
-      host.resize(r.count * eb);
-      d2h(host.data(), static_cast<const unsigned char*>(b.base) + r.at * eb, host.size());
-      w.add(b.kind, b.dtype, layout.tensors()[size_t(r.tensor)], r.offset, r.count, host.data());
+      const unsigned char* src = static_cast<const unsigned char*>(b.base) + r.at * eb;
+      if (d2h) {  // backend memory: through one host buffer
+        host.resize(r.count * eb);
+        d2h(host.data(), src, host.size());
+        src = host.data();
+      }
+      w.add(b.kind, b.dtype, layout.tensors()[size_t(r.tensor)], r.offset, r.count, src);
       ++done;
     }
   }
@@ -240,9 +244,14 @@ Transfer load(const std::string& step_dir, const Plan& plan, int world, const Pa
                              << " (converting is not implemented)");
     const size_t eb = dtype_bytes(b.dtype);
     for (const TensorRange& r : b.holds) {
+      unsigned char* dst = static_cast<unsigned char*>(b.base) + r.at * eb;
+      if (!h2d) {  // host memory: read in place
+        rd.read(src, layout.tensors()[size_t(r.tensor)], r.offset, r.count, dst);
+        continue;
+      }
       host.resize(r.count * eb);
       rd.read(src, layout.tensors()[size_t(r.tensor)], r.offset, r.count, host.data());
-      h2d(static_cast<unsigned char*>(b.base) + r.at * eb, host.data(), host.size());
+      h2d(dst, host.data(), host.size());
     }
   }
   return Transfer{rd.bytes_read(), since(t0), step_dir};

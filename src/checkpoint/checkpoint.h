@@ -14,6 +14,8 @@
 
 namespace zt::ckpt {
 
+// Copies between backend and host memory; nullptr when the buffers are host memory (the CPU
+// backend), which is then written from and read into directly, without a staging copy.
 using CopyFn = void (*)(void* dst, const void* src, size_t bytes);
 
 // One persistent buffer of a rank: its kind, element type, base pointer (backend memory) and the

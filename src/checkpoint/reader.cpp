@@ -108,21 +108,25 @@ void CheckpointReader::read(Kind k, const TensorSlot& slot, size_t offset, size_
   for (const Piece& p : pieces(k, slot)) {
     const size_t lo = std::max(offset, p.offset), hi = std::min(offset + count, p.offset + p.count);
     if (lo >= hi) continue;
-    // The whole dataset, so that its checksum can be verified.
+    // The whole dataset, so that its checksum can be verified: in place when the caller wants all
+    // of it, else through a buffer.
+    const bool in_place = lo == p.offset && hi == p.offset + p.count;
+    unsigned char* out = static_cast<unsigned char*>(dst) + (lo - offset) * eb;
+    if (!in_place) buf_.resize(p.count * eb);
+    unsigned char* into = in_place ? out : buf_.data();
     const std::string path = file_path(p.file);
-    buf_.resize(p.count * eb);
     h5::Id d(H5Dopen2(files_[size_t(p.file)], p.dataset.c_str(), H5P_DEFAULT));
     h5::Id ft(d.valid() ? H5Dget_type(d) : -1);
     ZT_REQUIRE(ft.valid() && H5Tget_size(ft) == eb,
                "checkpoint: " << path << ": dataset " << p.dataset << " does not hold " << eb << "-byte elements");
-    ZT_REQUIRE(H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf_.data()) >= 0,
+    ZT_REQUIRE(H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, into) >= 0,
                "checkpoint: " << path << ": cannot read dataset " << p.dataset << " (truncated or damaged file: "
                               << h5::error_text() << ")");
-    const uint32_t crc = crc32c(buf_.data(), buf_.size());
+    const uint32_t crc = crc32c(into, p.count * eb);
     ZT_REQUIRE(crc == p.crc, "checkpoint: " << path << ": dataset " << p.dataset << " fails its checksum (crc32c "
                                             << hex(crc) << ", stored " << hex(p.crc) << "): the file is damaged");
-    bytes_read_ += buf_.size();
-    std::memcpy(static_cast<unsigned char*>(dst) + (lo - offset) * eb, buf_.data() + (lo - p.offset) * eb, (hi - lo) * eb);
+    bytes_read_ += p.count * eb;
+    if (!in_place) std::memcpy(out, buf_.data() + (lo - p.offset) * eb, (hi - lo) * eb);
   }
 }
 

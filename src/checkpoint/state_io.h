@@ -16,16 +16,22 @@ inline std::vector<Buffer> persistent_buffers(const StateStore& store) {
   return out;
 }
 
+// The backend's copy functions, or nullptr for host memory (CopyFn).
+template <class Ops>
+constexpr CopyFn d2h_of() { return Ops::tier == Tier::host ? nullptr : &Ops::d2h; }
+template <class Ops>
+constexpr CopyFn h2d_of() { return Ops::tier == Tier::host ? nullptr : &Ops::h2d; }
+
 template <class Ops>
 Transfer save_store(Comm& comm, const CheckpointSection& c, const Meta& meta, const ParamLayout& layout,
                     const StateStore& store) {
-  return save(comm, c.dir, c.keep, meta, layout, persistent_buffers(store), &Ops::d2h);
+  return save(comm, c.dir, c.keep, meta, layout, persistent_buffers(store), d2h_of<Ops>());
 }
 
 template <class Ops>
 Transfer load_store(const std::string& step_dir, const Plan& plan, int world, const ParamLayout& layout,
                     StateStore& store, Meta& got) {
-  return load(step_dir, plan, world, layout, persistent_buffers(store), &Ops::h2d, got);
+  return load(step_dir, plan, world, layout, persistent_buffers(store), h2d_of<Ops>(), got);
 }
 
 }  // namespace zt::ckpt
