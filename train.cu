@@ -69,7 +69,11 @@ int run(int argc, char** argv) {
   exp->add_option("--format", format, "hdf5 (full tensors by name, as model.h5) or llmc (llm.c model .bin, fp32)")
       ->required();
   exp->add_option("--out", out_path, "output file")->required();
-  app.footer("Multi-rank: mpirun -np N ./train PLAN.json.\n" + zt::support::help());
+  app.footer("Multi-rank: mpirun -np N ./train PLAN.json.\n"
+             "Checkpoints (README \"Checkpoints\"): checkpoint.dir (\"\" = none), checkpoint.every (0 = only on "
+             "SIGTERM/SIGINT), checkpoint.keep (3), checkpoint.resume (\"none\", \"auto\" = latest in checkpoint.dir, "
+             "or a path); ./train export CKPT --format hdf5|llmc --out FILE.\n" +
+             zt::support::help());
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

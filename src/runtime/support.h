@@ -1,6 +1,6 @@
 // What this build supports, in one table: for each backend its device, precision, world size, ZeRO
 // stages, head sizes, n_embd multiple and 32-bit index limits; and the plan features no backend
-// runs yet (offload, checkpoints, master_weights false). Read by plan validation (src/plan), the
+// runs yet (offload, master_weights false). Read by plan validation (src/plan), the
 // backend choice (choose_backend, src/train/trainer.cpp) and ./train --help / --version (train.cu);
 // nothing else decides what this build can run. Relax an entry here when a feature lands.
 //
