@@ -210,7 +210,7 @@ std::string resolve_resume(const CheckpointSection& c) {
 }
 
 Transfer load(const std::string& step_dir, const Plan& plan, int world, const ParamLayout& layout,
-              const std::vector<Buffer>& buffers, CopyFn h2d, Meta& got) {
+              const std::vector<Buffer>& buffers, CopyFn h2d, ToBf16Fn to_bf16, Meta& got) {
   const auto t0 = Clock::now();
   CheckpointReader rd(step_dir);
   got = rd.meta();
@@ -233,25 +233,29 @@ Transfer load(const std::string& step_dir, const Plan& plan, int world, const Pa
   std::vector<unsigned char> host;
   for (const Buffer& b : buffers) {
     // Which saved kind fills this buffer: fp32 weights come from the master copy when the run that
-    // saved kept one (mixed precision), so a CPU run can continue a GPU run's checkpoint.
+    // saved kept one (mixed precision), so a CPU run can continue a GPU run's checkpoint; bf16
+    // weights are rounded from fp32 ones when the checkpoint has no bf16 ones (the other way).
     Kind src = b.kind;
     if (b.kind == Kind::param && b.dtype == DType::f32 && rd.has(Kind::master)) src = Kind::master;
     if (b.kind == Kind::master && !rd.has(Kind::master)) src = Kind::param;
     ZT_REQUIRE(rd.has(src), "checkpoint " << step_dir << " has no " << kind_name(src) << " tensors");
-    ZT_REQUIRE(rd.dtype(src) == b.dtype,
-               "checkpoint " << step_dir << " holds " << kind_name(src) << " as " << (rd.dtype(src) == DType::bf16 ? "bf16" : "fp32")
-                             << " but this run keeps them as " << (b.dtype == DType::bf16 ? "bf16" : "fp32")
-                             << " (converting is not implemented)");
-    const size_t eb = dtype_bytes(b.dtype);
+    const bool round = b.dtype == DType::bf16 && rd.dtype(src) == DType::f32 && to_bf16;
+    ZT_REQUIRE(rd.dtype(src) == b.dtype || round,
+               "checkpoint " << step_dir << " holds " << kind_name(src) << " as "
+                             << (rd.dtype(src) == DType::bf16 ? "bf16" : "fp32") << " but this run keeps them as "
+                             << (b.dtype == DType::bf16 ? "bf16" : "fp32"));
+    const size_t eb = dtype_bytes(b.dtype), src_eb = dtype_bytes(rd.dtype(src));
     for (const TensorRange& r : b.holds) {
       unsigned char* dst = static_cast<unsigned char*>(b.base) + r.at * eb;
-      if (!h2d) {  // host memory: read in place
-        rd.read(src, layout.tensors()[size_t(r.tensor)], r.offset, r.count, dst);
+      const TensorSlot& slot = layout.tensors()[size_t(r.tensor)];
+      if (!h2d && !round) {  // host memory: read in place
+        rd.read(src, slot, r.offset, r.count, dst);
         continue;
       }
-      host.resize(r.count * eb);
-      rd.read(src, layout.tensors()[size_t(r.tensor)], r.offset, r.count, host.data());
-      h2d(dst, host.data(), host.size());
+      host.resize(r.count * src_eb);
+      rd.read(src, slot, r.offset, r.count, host.data());
+      if (round) to_bf16(dst, reinterpret_cast<const float*>(host.data()), r.count);
+      else h2d(dst, host.data(), host.size());
     }
   }
   return Transfer{rd.bytes_read(), since(t0), step_dir};

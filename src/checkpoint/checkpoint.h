@@ -51,11 +51,17 @@ std::string latest(const std::string& dir);
 // step directory. A path may name a step directory or a checkpoint.dir (then its latest).
 std::string resolve_resume(const CheckpointSection& c);
 
+// Rounds n fp32 values to the backend's bf16 parameters at dst (backend memory): a bf16 run
+// continuing from fp32 weights (a CPU run's checkpoint). nullptr where parameters are fp32.
+using ToBf16Fn = void (*)(void* dst, const float* src, size_t n);
+
 // Reads every range `buffers` hold from the checkpoint in `step_dir` (copying with h2d) after
 // checking that it continues this plan: model shape, seed, data position per step (the global
-// batch), step within run.steps. Returns the checkpoint's metadata in `got`.
+// batch), step within run.steps. fp32 parameters come from the master weights when the checkpoint
+// has them (a bf16 run's), bf16 parameters from fp32 ones through to_bf16 when it has no bf16 ones.
+// Returns the checkpoint's metadata in `got`.
 Transfer load(const std::string& step_dir, const Plan& plan, int world, const ParamLayout& layout,
-              const std::vector<Buffer>& buffers, CopyFn h2d, Meta& got);
+              const std::vector<Buffer>& buffers, CopyFn h2d, ToBf16Fn to_bf16, Meta& got);
 
 // The fp32 weights of a checkpoint (master weights when it has them), one tensor at a time, as a
 // plain HDF5 file of full tensors ("hdf5", named as in model.h5) or an llm.c model file ("llmc").

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "model/gpt.h"
 #include "zero/store.h"
 
 namespace zt::ckpt {
@@ -28,10 +29,19 @@ Transfer save_store(Comm& comm, const CheckpointSection& c, const Meta& meta, co
   return save(comm, c.dir, c.keep, meta, layout, persistent_buffers(store), d2h_of<Ops>());
 }
 
+// fp32 -> the backend's bf16 parameters (GPT::upload rounds to nearest even), or nullptr.
+template <class Ops>
+constexpr ToBf16Fn to_bf16_of() {
+  if constexpr (sizeof(typename Ops::T) == 2)
+    return [](void* dst, const float* src, size_t n) { GPT<Ops>::upload(static_cast<typename Ops::T*>(dst), src, n); };
+  else
+    return nullptr;
+}
+
 template <class Ops>
 Transfer load_store(const std::string& step_dir, const Plan& plan, int world, const ParamLayout& layout,
                     StateStore& store, Meta& got) {
-  return load(step_dir, plan, world, layout, persistent_buffers(store), h2d_of<Ops>(), got);
+  return load(step_dir, plan, world, layout, persistent_buffers(store), h2d_of<Ops>(), to_bf16_of<Ops>(), got);
 }
 
 }  // namespace zt::ckpt
