@@ -71,7 +71,7 @@ int run(int argc, char** argv) {
   exp->add_option("--out", out_path, "output file")->required();
   app.footer("Multi-rank: mpirun -np N ./train PLAN.json.\n"
              "Checkpoints (README \"Checkpoints\"): checkpoint.dir (\"\" = none), checkpoint.every (0 = only on "
-             "SIGTERM/SIGINT), checkpoint.keep (3), checkpoint.resume (\"none\", \"auto\" = latest in checkpoint.dir, "
+             "SIGTERM/SIGINT/SIGUSR1), checkpoint.keep (3), checkpoint.resume (\"none\", \"auto\" = latest in checkpoint.dir, "
              "or a path); ./train export CKPT --format hdf5|llmc --out FILE.\n" +
              zt::support::help());
   try {

@@ -66,7 +66,7 @@ struct OffloadSection { std::string optimizer, params, nvme_dir; };
 // Sharded checkpoints (docs/design.md §3.7; README "Checkpoints").
 struct CheckpointSection {
   std::string dir;     // where step_NNNNNNNN/ directories and `latest` go; "" = no checkpoints
-  int every = 0;       // save every this many steps (and after the last); 0 = only on SIGTERM/SIGINT
+  int every = 0;       // save every this many steps (and after the last); 0 = only on SIGTERM/SIGINT/SIGUSR1
   int keep = 3;        // newest checkpoints kept (>= 1); older ones are removed after each save
   std::string resume;  // "none" | "auto" (latest under dir, fresh start if none) | a checkpoint path
 };

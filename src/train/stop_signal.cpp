@@ -8,9 +8,13 @@ namespace zt {
 
 namespace {
 volatile sig_atomic_t g_signal = 0;
-struct sigaction g_old_term, g_old_int;
+struct sigaction g_old_term, g_old_int, g_old_usr1;
 
-extern "C" void on_stop_signal(int sig) { g_signal = sig; }
+// A second signal ends the process the default way (a user pressing Ctrl-C twice means it).
+extern "C" void on_stop_signal(int sig) {
+  g_signal = sig;
+  ::signal(sig, SIG_DFL);
+}
 }  // namespace
 
 StopSignals::StopSignals(bool install) {
@@ -20,6 +24,7 @@ StopSignals::StopSignals(bool install) {
   sigemptyset(&sa.sa_mask);
   ZT_CHECK_ERRNO(::sigaction(SIGTERM, &sa, &g_old_term) == 0, "sigaction(SIGTERM)");
   ZT_CHECK_ERRNO(::sigaction(SIGINT, &sa, &g_old_int) == 0, "sigaction(SIGINT)");
+  ZT_CHECK_ERRNO(::sigaction(SIGUSR1, &sa, &g_old_usr1) == 0, "sigaction(SIGUSR1)");
   installed_ = true;
 }
 
@@ -27,6 +32,7 @@ StopSignals::~StopSignals() {
   if (!installed_) return;
   ::sigaction(SIGTERM, &g_old_term, nullptr);
   ::sigaction(SIGINT, &g_old_int, nullptr);
+  ::sigaction(SIGUSR1, &g_old_usr1, nullptr);
 }
 
 int StopSignals::received() { return g_signal; }

@@ -1,7 +1,9 @@
-// SIGTERM / SIGINT during training (docs/design.md §3.7): the handler only sets a flag; the loop
+// SIGTERM / SIGINT / SIGUSR1 during training (docs/design.md §3.7): the handler only sets a flag; the loop
 // finishes the step it is in, the ranks agree that one of them was asked to stop, save a
 // checkpoint and return, and the process exits 0. Installed only while a run with checkpoint.dir
-// trains (elsewhere the signals keep their default: end the process).
+// trains (elsewhere the signals keep their default: end the process). A second signal of the same
+// kind ends the process at once. SIGUSR1 is there for mpirun: Open MPI forwards it to every rank
+// (ess_base_forward_signals), while SIGTERM to mpirun ends the job after odls_base_sigkill_timeout.
 #pragma once
 
 namespace zt {

@@ -78,7 +78,7 @@ class Trainer {
     const double tokens_per_step = double(B) * Tn * accum * comm_.world();
     std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
     const bool tty = decorate_;
-    // SIGTERM / SIGINT end the run cleanly (stop_signal.h) when there is somewhere to save to.
+    // SIGTERM / SIGINT / SIGUSR1 end the run cleanly (stop_signal.h) when there is somewhere to save to.
     const StopSignals signals(!plan_.checkpoint.dir.empty());
     const auto t_start = Clock::now();
     double train_seconds = 0.0;
@@ -376,7 +376,7 @@ class Trainer {
     }
   }
 
-  // Whether any rank got SIGTERM/SIGINT (stop_signal.h): then all ranks stop after this step.
+  // Whether any rank got SIGTERM/SIGINT/SIGUSR1 (stop_signal.h): then all ranks stop after this step.
   // Returns "" or which signal and rank, e.g. "SIGTERM on rank 1".
   std::string stop_requested() {
     if (plan_.checkpoint.dir.empty()) return "";
@@ -384,7 +384,7 @@ class Trainer {
     const std::vector<uint64_t> all = comm_.world() > 1 ? comm_.all_gather_u64(mine) : std::vector<uint64_t>{mine};
     for (size_t r = 0; r < all.size(); ++r)
       if (all[r] != 0)
-        return std::string(all[r] == SIGINT ? "SIGINT" : all[r] == SIGTERM ? "SIGTERM" : "a signal") + " on rank " +
+        return std::string(all[r] == SIGINT ? "SIGINT" : all[r] == SIGTERM ? "SIGTERM" : all[r] == SIGUSR1 ? "SIGUSR1" : "a signal") + " on rank " +
                std::to_string(r);
     return "";
   }

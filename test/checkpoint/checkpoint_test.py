@@ -15,8 +15,8 @@
   faults   a bit flipped in a dataset and a truncated rank file: one line naming the file (and the
            dataset); a rank killed (SIGKILL) in the middle of a save leaves the previous checkpoint
            as `latest` and resume "auto" continues from it to the uninterrupted run's weights;
-           SIGTERM to one rank (world 3) and to a world-1 run: exit 0 with a checkpoint that
-           resumes bit for bit.
+           SIGTERM to one rank (world 3), SIGUSR1 to mpirun, SIGTERM to a world-1 run: exit 0
+           with a checkpoint that resumes bit for bit.
 
   /usr/bin/python3 test/checkpoint/checkpoint_test.py PART --train ./train [--mpirun mpirun] [--keep]
 """
@@ -275,11 +275,14 @@ def part_faults(tmp):
           "resume auto continues from step 5 to the uninterrupted run's final weights bit for bit")
     check(not any(n.startswith(".tmp") for n in os.listdir(kck)), "the dead save's temporary directory is gone")
 
-    # SIGTERM: to one rank of three, and to a world-1 run.
-    for world in (3, 1):
-        steps = 60
-        r0, s0 = os.path.join(tmp, f"sref{world}"), os.path.join(tmp, f"sig{world}")
-        run(world, sets(r0, 0, steps=steps))
+    # SIGTERM to one rank of three, SIGUSR1 to mpirun (which forwards it to every rank), SIGTERM to a
+    # world-1 run.
+    steps = 60
+    for world, sig, to_launcher in ((3, signal.SIGTERM, False), (3, signal.SIGUSR1, True), (1, signal.SIGTERM, False)):
+        name = f"{world}{sig.name}"
+        r0, s0 = os.path.join(tmp, f"sref{world}"), os.path.join(tmp, f"sig{name}")
+        if not os.path.exists(r0):
+            run(world, sets(r0, 0, steps=steps))
         sck = os.path.join(s0, "ckpt")
         proc = subprocess.Popen(command(world, sets(s0, 0, steps=steps, checkpoint__dir=sck)), cwd=ROOT, env=env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -288,19 +291,20 @@ def part_faults(tmp):
         while time.time() - t0 < 120 and (not os.path.exists(log) or len(losses(s0)) < 3):
             time.sleep(0.05)
         target = proc.pid
-        if world > 1:
+        if world > 1 and not to_launcher:  # one rank: a child of mpirun
             kids = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
             target = int(kids[1]) if len(kids) > 1 else proc.pid
-        os.kill(target, signal.SIGTERM)
+        os.kill(target, sig)
         out, errs = proc.communicate(timeout=120)
-        stopped = [l for l in out.splitlines() if l.startswith("stopped by SIGTERM on rank ")]
+        stopped = [l for l in out.splitlines() if l.startswith(f"stopped by {sig.name} on rank ")]
         latest = open(os.path.join(sck, "latest")).read().strip() if os.path.exists(os.path.join(sck, "latest")) else ""
+        who = "mpirun" if to_launcher else "one rank" if world > 1 else "the process"
         check(proc.returncode == 0 and stopped and latest.startswith("step_") and int(latest[5:]) < steps,
-              f"world {world}: SIGTERM mid-run: exit {proc.returncode}, {stopped[0] if stopped else 'no stop line'}, "
-              f"latest {latest}")
+              f"world {world}: {sig.name} to {who} mid-run: exit {proc.returncode}, "
+              f"{stopped[0] if stopped else 'no stop line'}, latest {latest}")
         run(world, sets(s0, 0, steps=steps, checkpoint__dir=sck, checkpoint__resume="auto"))
         check(same_bytes(os.path.join(s0, "final.bin"), os.path.join(r0, "final.bin")),
-              f"world {world}: resumed after SIGTERM, final weights equal the uninterrupted run's bit for bit")
+              f"world {world}: resumed after {sig.name}, final weights equal the uninterrupted run's bit for bit")
 
 
 def main():
