@@ -43,7 +43,7 @@ std::vector<TensorRange> my_share(const std::vector<TensorRange>& holds, const P
 
 // Rank r's file, streamed one range at a time through one host buffer.
 uint64_t write_rank_file(const std::string& path, const Meta& meta, const ParamLayout& layout,
-                         const std::vector<Buffer>& buffers, CopyFn d2h) {
+                         const std::vector<Buffer>& buffers, CopyFn d2h, const Progress& progress) {
   RankFileWriter w(path, meta);
   std::vector<std::vector<TensorRange>> shares;
   size_t total = 0;
@@ -68,6 +68,7 @@ uint64_t write_rank_file(const std::string& path, const Meta& meta, const ParamL
       }
       w.add(b.kind, b.dtype, layout.tensors()[size_t(r.tensor)], r.offset, r.count, src);
       ++done;
+      if (progress) progress(double(done) / double(total));
     }
   }
   w.finish();
@@ -148,7 +149,7 @@ std::string Transfer::summary(const char* verb) const {
 }
 
 Transfer save(Comm& comm, const std::string& dir, int keep, const Meta& meta, const ParamLayout& layout,
-              const std::vector<Buffer>& buffers, CopyFn d2h) {
+              const std::vector<Buffer>& buffers, CopyFn d2h, const Progress& progress) {
   const auto t0 = Clock::now();
   const fs::path root(dir), name(step_dir_name(meta.step));
   const fs::path tmp = root / (".tmp_" + name.string()), final = root / name;
@@ -166,7 +167,7 @@ Transfer save(Comm& comm, const std::string& dir, int keep, const Meta& meta, co
   agree_or_throw(comm, err, "could not prepare the checkpoint directory");
   double bytes = 0;
   try {
-    bytes = double(write_rank_file((tmp / rank_file_name(comm.rank())).string(), meta, layout, buffers, d2h));
+    bytes = double(write_rank_file((tmp / rank_file_name(comm.rank())).string(), meta, layout, buffers, d2h, progress));
   } catch (const Error& e) {
     err = e.what();
   }

@@ -3,6 +3,7 @@
 // and held ranges (zero/store.h), with the backend's copy function; state_io.h connects a store.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,8 +42,10 @@ struct Transfer {
 // `keep` newest. A buffer every rank holds whole (stage 0-2 parameters, stage-0 moments) is saved
 // 1/world per rank (each tensor cut evenly), so no rank writes more than its share and nothing is
 // gathered. Any failure leaves the previous checkpoint and `latest` untouched.
+// `progress` (may be empty) is called with the fraction of this rank's file written so far.
+using Progress = std::function<void(double fraction)>;
 Transfer save(Comm& comm, const std::string& dir, int keep, const Meta& meta, const ParamLayout& layout,
-              const std::vector<Buffer>& buffers, CopyFn d2h);
+              const std::vector<Buffer>& buffers, CopyFn d2h, const Progress& progress = {});
 
 // The step directory `latest` names under `dir` ("" when there is none); refuses a `latest` that
 // names something that is not there.

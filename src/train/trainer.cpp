@@ -256,10 +256,9 @@ class Trainer {
         restore_buffers<Ops>(*ctl_.start, *store_);
         engine_->optimizer().set_steps_taken(int(state_.step));
       } else if (!(resume_from_ = ckpt::resolve_resume(plan_.checkpoint)).empty()) {
-        ckpt::Meta got;
-        loaded_ = ckpt::load_store<Ops>(resume_from_, plan_, world, model_->layout(), *store_, got);
-        state_.step = got.step;
-        state_.next_sequence = got.next_sequence;
+        loaded_ = ckpt::load_store<Ops>(resume_from_, plan_, world, model_->layout(), *store_, loaded_meta_);
+        state_.step = loaded_meta_.step;
+        state_.next_sequence = loaded_meta_.next_sequence;
         engine_->optimizer().set_steps_taken(int(state_.step));
       } else {
         engine_->init_parameters(plan_.run.seed, m.init);
@@ -290,7 +289,8 @@ class Trainer {
     const std::string moved = open_run_outputs(plan_, outputs_);
     if (!moved.empty()) std::printf("%s\n", moved.c_str());
     if (!resume_from_.empty())
-      std::printf("%s (resuming at step %lld)\n", loaded_.summary("loaded").c_str(), (long long)state_.step);
+      std::printf("%s (saved at world %lld, zero.stage %lld; resuming at step %lld)\n", loaded_.summary("loaded").c_str(),
+                  (long long)loaded_meta_.world, (long long)loaded_meta_.stage, (long long)state_.step);
     log_ = std::make_unique<MetricsLog>(outputs_.log);
     if (Ops::tier == Tier::device) std::printf("device: %s\n", device::describe().c_str());
     std::printf("backend %s, %d rank(s) x %d threads | model L=%d NH=%d C=%d T=%d V=%d (Vp=%d): %.2fM parameters in %d units\n",
@@ -401,8 +401,19 @@ class Trainer {
     m.plan_hash = plan_hash(plan_.resolved.dump());
     m.model = cfg_;
     m.param_dtype = sizeof(T) == 2 ? "bf16" : "f32";
-    const ckpt::Transfer t = ckpt::save_store<Ops>(comm_, plan_.checkpoint, m, model_->layout(), *store_);
+    // On a terminal, rank 0 shows how far its own file is (progress.h: decorate_progress).
+    int shown = -1;
+    ckpt::Progress progress;
+    if (root_ && decorate_)
+      progress = [&](double f) {
+        if (int(f * 100) == shown) return;
+        shown = int(f * 100);
+        std::printf("\r\033[Kcheckpoint: saving step %lld: %d%%", (long long)m.step, shown);
+        std::fflush(stdout);
+      };
+    const ckpt::Transfer t = ckpt::save_store<Ops>(comm_, plan_.checkpoint, m, model_->layout(), *store_, progress);
     if (root_) {
+      if (decorate_) std::printf("\r\033[K");
       std::printf("%s\n", t.summary("saved").c_str());
       std::fflush(stdout);
     }
@@ -488,6 +499,7 @@ class Trainer {
   bool decorate_ = false;
   std::string resume_from_;  // the checkpoint this run continues ("" = none)
   ckpt::Transfer loaded_;
+  ckpt::Meta loaded_meta_;
 };
 
 }  // namespace

@@ -207,6 +207,17 @@ def part_files(tmp):
     c = os.path.join(tmp, "c")
     p = run(1, sets(c, 0, steps=3, checkpoint__dir=os.path.join(c, "ckpt"), checkpoint__resume="auto"))
     check("checkpoint: loaded" not in p.stdout and len(losses(c)) == 3, "resume auto without a checkpoint starts fresh")
+    for resume, expect in ((os.path.join(tmp, "nowhere"), "checkpoint.resume: no checkpoint directory at"),
+                           (c, "is neither a checkpoint")):
+        bad = run(1, sets(c, 0, checkpoint__resume=resume), expect_ok=False)
+        err = bad.stderr.strip().splitlines()
+        check(bad.returncode != 0 and len(err) == 1 and expect in err[0], "resume from a wrong path: " + " ".join(err)[:160])
+    # On a terminal (ZT_PROGRESS=tty), the save shows its progress on one line that the summary replaces.
+    p = run(1, sets(c, 0, steps=2, checkpoint__dir=os.path.join(c, "ck2"), checkpoint__every=2),
+            extra_env={"ZT_PROGRESS": "tty"})
+    # (text mode reads the \r as a line end)
+    check("\033[Kcheckpoint: saving step 2: 100%" in p.stdout and "\033[Kcheckpoint: saved" in p.stdout,
+          "tty: save progress, then the summary")
     bad = run(1, sets(c, 0, checkpoint__resume=ck, model__n_embd=40), expect_ok=False)
     last = bad.stderr.strip().splitlines()[-1] if bad.stderr.strip() else ""
     check(bad.returncode != 0 and "n_embd 35" in last and "n_embd 40" in last and len(bad.stderr.strip().splitlines()) == 1,
