@@ -36,6 +36,17 @@ StopSignals::~StopSignals() {
 }
 
 int StopSignals::received() { return g_signal; }
+
+std::string StopSignals::agree(Comm& comm) {
+  const uint64_t mine = uint64_t(received());
+  const std::vector<uint64_t> all = comm.world() > 1 ? comm.all_gather_u64(mine) : std::vector<uint64_t>{mine};
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r] == 0) continue;
+    const char* name = all[r] == SIGINT ? "SIGINT" : all[r] == SIGTERM ? "SIGTERM" : all[r] == SIGUSR1 ? "SIGUSR1" : "a signal";
+    return std::string(name) + " on rank " + std::to_string(r);
+  }
+  return "";
+}
 void StopSignals::reset() { g_signal = 0; }
 
 }  // namespace zt

@@ -5,6 +5,9 @@
 // kind ends the process at once. SIGUSR1 is there for mpirun: Open MPI forwards it to every rank
 // (ess_base_forward_signals), while SIGTERM to mpirun ends the job after odls_base_sigkill_timeout.
 #pragma once
+#include <string>
+
+#include "comm/comm.h"
 
 namespace zt {
 
@@ -15,6 +18,8 @@ class StopSignals {
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
   static int received();  // the signal number, 0 when none came
+  // Collective: whether any rank received one; "" or which signal and rank ("SIGTERM on rank 1").
+  static std::string agree(Comm& comm);
   static void reset();    // tests run several trainings in one process
 
  private:

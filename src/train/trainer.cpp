@@ -1,6 +1,5 @@
 #include "train/trainer.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -149,7 +148,7 @@ class Trainer {
       }
       if (tokenizer_ && ((run.sample_every > 0 && (step + 1) % run.sample_every == 0) || last)) sample(step);
       const int every = plan_.checkpoint.every;
-      const std::string stop = stop_requested();
+      const std::string stop = plan_.checkpoint.dir.empty() ? "" : StopSignals::agree(comm_);
       if ((every > 0 && ((step + 1) % every == 0 || last)) || !stop.empty()) save_checkpoint();
       if (!stop.empty()) {
         res.stopped = true;
@@ -374,19 +373,6 @@ class Trainer {
     } else {
       engine_->save_llmc("", false);
     }
-  }
-
-  // Whether any rank got SIGTERM/SIGINT/SIGUSR1 (stop_signal.h): then all ranks stop after this step.
-  // Returns "" or which signal and rank, e.g. "SIGTERM on rank 1".
-  std::string stop_requested() {
-    if (plan_.checkpoint.dir.empty()) return "";
-    const uint64_t mine = uint64_t(StopSignals::received());
-    const std::vector<uint64_t> all = comm_.world() > 1 ? comm_.all_gather_u64(mine) : std::vector<uint64_t>{mine};
-    for (size_t r = 0; r < all.size(); ++r)
-      if (all[r] != 0)
-        return std::string(all[r] == SIGINT ? "SIGINT" : all[r] == SIGTERM ? "SIGTERM" : all[r] == SIGUSR1 ? "SIGUSR1" : "a signal") + " on rank " +
-               std::to_string(r);
-    return "";
   }
 
   // Collective: every rank writes its shards (checkpoint/checkpoint.h), nothing is gathered.
