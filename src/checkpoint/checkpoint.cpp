@@ -1,7 +1,12 @@
 #include "checkpoint/checkpoint.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <chrono>
@@ -102,13 +107,15 @@ void commit(const fs::path& root, const fs::path& tmp, const fs::path& final, in
   write_model_file(tmp.string());
   fsync_path((tmp / kModelFile).string());
   fsync_path(tmp.string());
-  const fs::path old = root / (".old_" + final.filename().string());
   std::error_code ec;
-  if (fs::exists(final, ec)) {  // the same step saved again (a run resumed from an earlier one)
-    remove_tree(old);
-    rename_path(final, old);
+  if (fs::exists(final, ec)) {
+    // The same step saved again (a run resumed from an earlier checkpoint): swap the two
+    // directories in one atomic rename, so `final` is complete at every instant, then drop the old.
+    ZT_REQUIRE(::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) == 0,
+               "checkpoint: cannot replace " << final.string() << " by " << tmp.string() << ": " << std::strerror(errno));
+  } else {
+    rename_path(tmp, final);
   }
-  rename_path(tmp, final);
   fsync_path(root.string());
   const fs::path latest_tmp = root / ".latest.tmp";
   {
@@ -120,7 +127,7 @@ void commit(const fs::path& root, const fs::path& tmp, const fs::path& final, in
   fsync_path(latest_tmp.string());
   rename_path(latest_tmp, root / kLatestFile);
   fsync_path(root.string());
-  remove_tree(old);
+  remove_tree(tmp);  // the replaced checkpoint of the same step, if there was one
   // Keep `latest` and the newest keep - 1 others (by step).
   std::vector<std::pair<int64_t, fs::path>> steps;
   for (const auto& e : fs::directory_iterator(root, ec)) {

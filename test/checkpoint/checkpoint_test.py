@@ -193,6 +193,13 @@ def part_files(tmp):
         check(d.attrs["tensor"] == "h.0.mlp.c_fc.weight" and list(d.attrs["shape"]) == [4 * C, C]
               and int(d.attrs["offset"]) == int(list(grp)[0]) and "crc32c" in d.attrs,
               "shard datasets carry tensor, shape, offset and crc32c")
+    # Saving a step that exists (resumed from step 15 into the same dir): replaced in one atomic swap.
+    p = run(3, sets(os.path.join(tmp, "again"), 3, checkpoint__dir=ck, checkpoint__every=5,
+                    checkpoint__resume=os.path.join(ck, "step_00000015")))
+    with h5py.File(os.path.join(step, "model.h5"), "r") as f:
+        same = all(np.array_equal(f[n.replace(".", "/")][...], final[n]) for n in final)
+    check(same and sorted(os.listdir(ck)) == ["latest", "step_00000015", "step_00000020"]
+          and "resuming at step 15" in p.stdout, "step 20 saved again over itself: complete, same weights, nothing left over")
     # Export: hdf5 and llmc, from the checkpoint.dir (its latest).
     for fmt, name in (("hdf5", "export.h5"), ("llmc", "export.bin")):
         q = subprocess.run([ARGS.train, "export", ck, "--format", fmt, "--out", os.path.join(tmp, name)],
