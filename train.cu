@@ -2,6 +2,7 @@
 //
 //   ./train PLAN.json [--set a.b=v ...]                 train (one rank, or N under mpirun -np N)
 //   ./train estimate PLAN.json --world N [--json]       per-rank memory and bytes per step, no allocation
+//   ./train export CKPT --format hdf5|llmc --out FILE    a checkpoint's fp32 weights as one file
 //
 // Every failure is a zt::Error caught here: one line on stderr, exit code 1; with several ranks,
 // the failing rank also takes the others down (MPI_Abort) so nothing hangs.
@@ -14,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "checkpoint/checkpoint.h"
 #include "comm/comm.h"
 #include "plan/plan.h"
 #include "runtime/error.h"
@@ -34,9 +36,7 @@ void print_plan(const zt::Plan& plan) {
 
 // All ranks must run the same plan with the same binary: compare a hash of both.
 void check_same_plan_everywhere(const zt::Plan& plan, zt::Comm& comm) {
-  const std::string text = plan.resolved.dump() + "|" ZT_VERSION;
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  const uint64_t h = zt::plan_hash(plan.resolved.dump() + "|" ZT_VERSION);
   const std::vector<uint64_t> all = comm.all_gather_u64(h);
   for (int r = 0; r < comm.world(); ++r)
     ZT_REQUIRE(all[size_t(r)] == all[0], "rank " << r << " runs a different plan or binary than rank 0 (plan+version hash "
@@ -63,7 +63,16 @@ int run(int argc, char** argv) {
   est->add_option("--world", world_text, "number of ranks, 1-65536 (default 1)")->type_name("N");
   est->add_option("--set", overrides, "override a plan field")->type_name("KEY=VALUE");
   est->add_flag("--json", as_json, "print JSON instead of a table");
+  CLI::App* exp = app.add_subcommand("export", "a checkpoint's fp32 weights as one file, one tensor at a time");
+  std::string ckpt_dir, format, out_path;
+  exp->add_option("checkpoint", ckpt_dir, "a step_NNNNNNNN directory, or a checkpoint.dir (its latest)")->required();
+  exp->add_option("--format", format, "hdf5 (full tensors by name, as model.h5) or llmc (llm.c model .bin, fp32)")
+      ->required();
+  exp->add_option("--out", out_path, "output file")->required();
   app.footer("Multi-rank: mpirun -np N ./train PLAN.json.\n"
+             "Checkpoints (README \"Checkpoints\"): checkpoint.dir (\"\" = none), checkpoint.every (0 = only on "
+             "SIGTERM/SIGINT/SIGUSR1), checkpoint.keep (3), checkpoint.resume (\"none\", \"auto\" = latest in checkpoint.dir, "
+             "or a path); ./train export CKPT --format hdf5|llmc --out FILE.\n"
              "Activation recomputation: recompute.policy \"none\" (default: keep every activation), \"selective\"\n"
              "(recompute LayerNorm and GELU outputs in backward) or \"block\" (keep each block's input, rerun its\n"
              "forward in backward); recompute.every k (default 1, block only): every k-th block is recomputed.\n"
@@ -86,6 +95,11 @@ int run(int argc, char** argv) {
       std::printf("%s", e.table.c_str());
     return 0;
   }
+  if (exp->parsed()) {
+    const zt::ckpt::Transfer t = zt::ckpt::export_weights(ckpt_dir, format, out_path);
+    std::printf("%s -> %s (%s)\n", t.summary("exported").c_str(), out_path.c_str(), format.c_str());
+    return 0;
+  }
   ZT_REQUIRE(!plan_path.empty(), "no plan given: ./train PLAN.json (see ./train --help)");
 
   zt::Plan plan = zt::load_plan(plan_path, overrides);
@@ -104,7 +118,7 @@ int run(int argc, char** argv) {
   }
   const zt::TrainResult r = zt::train(plan, *g_comm);
   g_comm->barrier();
-  return r.steps == plan.run.steps ? 0 : 1;
+  return r.steps == plan.run.steps || r.stopped ? 0 : 1;
 }
 
 }  // namespace

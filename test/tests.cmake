@@ -165,3 +165,17 @@ add_test(NAME zero_doc_formulas
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/unit/zero_doc_check.py --train $<TARGET_FILE:train>
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(zero_doc_formulas PROPERTIES TIMEOUT 300 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+
+# ---- sharded checkpoints (docs/design.md §3.7), test/checkpoint/checkpoint_test.py ---------------
+# resume: 20 steps vs 10 + resume + 10, bit for bit, stages 0-3 x world 1 and 3 (~35 s);
+# reshard: saved at world 4 stage 3, resumed at worlds 2/3/1 and stages 1/0/2 (~20 s); files: model.h5
+# and export against run.final_weights, keep, shape refusal (~8 s); faults: corruption, kill -9 in a
+# save, SIGTERM (~35 s). They oversubscribe the cores; the SIGTERM case needs the run still going
+# after its third step, which it is by a wide margin (60 steps).
+foreach(part resume reshard files faults)
+  add_test(NAME checkpoint_${part}
+           COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/checkpoint/checkpoint_test.py ${part} --train $<TARGET_FILE:train>
+                   --mpirun ${MPIEXEC_EXECUTABLE}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(checkpoint_${part} PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+endforeach()

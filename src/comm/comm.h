@@ -141,6 +141,12 @@ class Comm {
   [[noreturn]] virtual void abort_all(int code) = 0;
 };
 
+// One verdict for all ranks, so that a failure prints one line rather than one per rank: every
+// rank passes its failure ("" = fine); the lowest failing rank throws its own message, the others
+// wait in a barrier that its abort_all (train.cu) ends, then throw "rank R <what>". Returns when no
+// rank failed.
+void agree_or_throw(Comm& comm, const std::string& failure, const std::string& what);
+
 // Thrown when a collective did not complete within timeout_s. what() names rank, op and sequence.
 struct CommTimeout : Error {
   using Error::Error;

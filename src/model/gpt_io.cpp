@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "model/gpt.h"
+#include "model/llmc_writer.h"
 #include "backend/ops_cpu.h"
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
@@ -115,35 +116,12 @@ void GPT<Ops>::save_llmc(const std::string& path) {
 template <class Ops>
 void GPT<Ops>::save_llmc_units(const std::string& path, bool writer,
                                const std::function<const T*(int u)>& unit_params) const {
-  // Failures here are the user's disk or path (full, read-only, gone), so the message names the
-  // file and the system's reason, never our source line.
-  File f;
-  auto wrote = [&](bool ok) { ZT_REQUIRE(ok, "cannot write " << path << ": " << std::strerror(errno)); };
-  if (writer) {
-    f.reset(std::fopen(path.c_str(), "wb"));
-    ZT_REQUIRE(f, "cannot create " << path << ": " << std::strerror(errno));
-    int header[256] = {};
-    header[0] = kModelMagic; header[1] = kModelVersionFp32;
-    header[2] = cfg_.maxT; header[3] = cfg_.V; header[4] = cfg_.L; header[5] = cfg_.NH; header[6] = cfg_.C; header[7] = cfg_.Vp;
-    wrote(std::fwrite(header, sizeof(int), 256, f.get()) == 256);
-  }
-  // llm.c stores each tensor for all layers together (ParamId-major); we visit units in layout
-  // order, so each tensor is written at its place in the file.
-  std::vector<size_t> at(layout_.tensors().size());
-  size_t pos = 256 * sizeof(int);
-  for (int id = 0; id < kNumParamIds; ++id) {
-    const ParamId pid = ParamId(id);
-    const bool global = pid == ParamId::wte || pid == ParamId::wpe || pid == ParamId::lnfw || pid == ParamId::lnfb;
-    for (int l = global ? -1 : 0; l < (global ? 0 : cfg_.L); ++l) {
-      const int k = layout_.tensor_index(pid, l);
-      at[size_t(k)] = pos;
-      pos += layout_.tensors()[size_t(k)].numel * sizeof(float);
-    }
-  }
+  std::unique_ptr<LlmcWriter> w;
+  if (writer) w = std::make_unique<LlmcWriter>(path, layout_);
   std::vector<float> buf;
   std::vector<M> host;
   for (int u = 0; u < layout_.num_units(); ++u) {
-    const T* p = unit_params(u);
+    const T* p = unit_params(u);  // collective at stage 3: every rank asks for every unit
     if (!writer) continue;
     const Unit& unit = layout_.units()[size_t(u)];
     for (int k : unit.tensors) {
@@ -151,16 +129,52 @@ void GPT<Ops>::save_llmc_units(const std::string& path, bool writer,
       host.resize(pc.count);
       download(host.data(), p + pc.at, pc.count);
       buf.assign(host.begin(), host.end());
-      wrote(::fseeko(f.get(), off_t(at[size_t(k)] + pc.begin * sizeof(float)), SEEK_SET) == 0);
-      wrote(std::fwrite(buf.data(), sizeof(float), pc.count, f.get()) == pc.count);
+      w->write(k, buf.data(), pc.begin, pc.count);
     }
   }
-  if (!writer) return;
-  // On disk before the caller renames it into place: a crash must not leave a complete-looking
-  // name over an empty file. fclose reports what the kernel could not write back.
-  wrote(std::fflush(f.get()) == 0);
-  wrote(::fsync(::fileno(f.get())) == 0);
-  wrote(std::fclose(f.release()) == 0);
+  if (w) w->finish();
+}
+
+LlmcWriter::LlmcWriter(const std::string& path, const ParamLayout& layout) : path_(path), layout_(layout) {
+  // Failures here are the user's disk or path (full, read-only, gone), so the message names the
+  // file and the system's reason, never our source line.
+  f_.reset(std::fopen(path.c_str(), "wb"));
+  ZT_REQUIRE(f_, "cannot create " << path << ": " << std::strerror(errno));
+  const GPTConfig& cfg = layout.config();
+  int header[256] = {};
+  header[0] = kModelMagic; header[1] = kModelVersionFp32;
+  header[2] = cfg.maxT; header[3] = cfg.V; header[4] = cfg.L; header[5] = cfg.NH; header[6] = cfg.C; header[7] = cfg.Vp;
+  ZT_REQUIRE(std::fwrite(header, sizeof(int), 256, f_.get()) == 256, "cannot write " << path << ": " << std::strerror(errno));
+  // llm.c stores each tensor for all layers together (ParamId-major).
+  at_.resize(layout.tensors().size());
+  size_t pos = 256 * sizeof(int);
+  for (int id = 0; id < kNumParamIds; ++id) {
+    const ParamId pid = ParamId(id);
+    const bool global = pid == ParamId::wte || pid == ParamId::wpe || pid == ParamId::lnfw || pid == ParamId::lnfb;
+    for (int l = global ? -1 : 0; l < (global ? 0 : cfg.L); ++l) {
+      const int k = layout.tensor_index(pid, l);
+      at_[size_t(k)] = pos;
+      pos += layout.tensors()[size_t(k)].numel * sizeof(float);
+    }
+  }
+}
+
+void LlmcWriter::write(int k, const float* values, size_t begin, size_t count) {
+  const size_t numel = layout_.tensors()[size_t(k)].numel;
+  const size_t n = count == kWhole ? numel : count;
+  ZT_ASSERT(begin + n <= numel);
+  ZT_REQUIRE(::fseeko(f_.get(), off_t(at_[size_t(k)] + begin * sizeof(float)), SEEK_SET) == 0 &&
+                 std::fwrite(values, sizeof(float), n, f_.get()) == n,
+             "cannot write " << path_ << ": " << std::strerror(errno));
+}
+
+void LlmcWriter::finish() {
+  // A crash must not leave a complete-looking name over an empty file; fclose reports what the
+  // kernel could not write back.
+  auto wrote = [&](bool ok) { ZT_REQUIRE(ok, "cannot write " << path_ << ": " << std::strerror(errno)); };
+  wrote(std::fflush(f_.get()) == 0);
+  wrote(::fsync(::fileno(f_.get())) == 0);
+  wrote(std::fclose(f_.release()) == 0);
 }
 
 template <class Ops>

@@ -117,7 +117,7 @@ std::string get_choice(const json& root, const std::string& path, const std::vec
 // ---- what this build supports -----------------------------------------------------------------
 //
 // The plan side of the support table (runtime/support.h): devices and precisions no built backend
-// runs, and the features (offload, checkpoints, master_weights false) none runs yet. Limits of a
+// runs, and the features (offload, master_weights false) none runs yet. Limits of a
 // backend that depend on the run (ranks, zero.stage, head sizes, index limits) are checked where
 // the backend is chosen (choose_backend, train/trainer.cpp), from the same table. Everything
 // rejected here is a valid plan (it passed the range and combination checks).
@@ -153,8 +153,8 @@ void check_supported_by_this_build(const Plan& p) {
     unsupported("offload.optimizer", json(p.offload.optimizer).dump(), quoted(f.offload));
   if (p.checkpoint.every != 0 && !f.checkpoint_saving)
     unsupported("checkpoint.every", std::to_string(p.checkpoint.every), "0, i.e. no checkpoint saving");
-  if (!in(f.checkpoint_resume, p.checkpoint.resume))
-    unsupported("checkpoint.resume", json(p.checkpoint.resume).dump(), quoted(f.checkpoint_resume));
+  if (!f.checkpoint_resume && p.checkpoint.resume != "none")
+    unsupported("checkpoint.resume", json(p.checkpoint.resume).dump(), "\"none\"");
 }
 
 // Combinations that no build can run, whatever it supports.
@@ -198,6 +198,10 @@ void check_data_files(const Plan& p) {
   if (!p.data.tokenizer.empty() && !fs::is_regular_file(p.data.tokenizer, ec))
     bad("data.tokenizer", "file not found: " + shown(json(p.data.tokenizer)) +
                               " (run scripts/prepare_data first, or set data.tokenizer to \"\" to skip samples)");
+  const std::string& resume = p.checkpoint.resume;
+  if (resume != "none" && resume != "auto" && !fs::is_directory(resume, ec))
+    bad("checkpoint.resume", "no checkpoint directory at " + shown(json(resume)) +
+                                 " (give a step_NNNNNNNN directory or a checkpoint.dir, \"auto\" or \"none\")");
   if (!p.model.init.empty() && fs::is_directory(p.model.init, ec))
     bad("model.init", json(p.model.init).dump() + " is a directory, not an llm.c checkpoint (give the .bin file, " +
                           "or \"\" for a random init)");
@@ -326,7 +330,10 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
   p.checkpoint.dir = get_str(r, "checkpoint.dir");
   p.checkpoint.every = get_int(r, "checkpoint.every", 0);
   p.checkpoint.keep = get_int(r, "checkpoint.keep", 1);
-  p.checkpoint.resume = get_choice(r, "checkpoint.resume", {"none", "auto"});
+  // "none", "auto" (latest under checkpoint.dir, if any) or the path of a checkpoint.
+  p.checkpoint.resume = get_str(r, "checkpoint.resume");
+  if (p.checkpoint.resume.empty())
+    bad("checkpoint.resume", "must be \"none\", \"auto\" or the path of a checkpoint, got \"\"");
 
   p.run.steps = get_int(r, "run.steps", 1);
   p.run.eval_every = get_int(r, "run.eval_every", 0);
@@ -360,6 +367,12 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
     check_data_files(p);
   }
   return p;
+}
+
+uint64_t plan_hash(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
 }
 
 Plan load_plan(const std::string& path, const std::vector<std::string>& overrides, bool check_files) {

@@ -66,11 +66,12 @@ struct RecomputeSection {
 
 struct OffloadSection { std::string optimizer, params, nvme_dir; };
 
+// Sharded checkpoints (docs/design.md §3.7; README "Checkpoints").
 struct CheckpointSection {
-  std::string dir;
-  int every = 0;
-  int keep = 0;
-  std::string resume;
+  std::string dir;     // where step_NNNNNNNN/ directories and `latest` go; "" = no checkpoints
+  int every = 0;       // save every this many steps (and after the last); 0 = only on SIGTERM/SIGINT/SIGUSR1
+  int keep = 3;        // newest checkpoints kept (>= 1); older ones are removed after each save
+  std::string resume;  // "none" | "auto" (latest under dir, fresh start if none) | a checkpoint path
 };
 
 struct RunSection {
@@ -138,6 +139,10 @@ std::string clip(const std::string& s, size_t max = 60);
 // The candidate closest to `bad` (case-insensitive edit distance, or one containing the other),
 // or "" when none is close enough. Used for "did you mean" in unknown-key errors.
 std::string suggest_key(const std::string& bad, const std::vector<std::string>& candidates);
+
+// FNV-1a of `text`: the plan hash (of plan.resolved.dump(), plus the version in train.cu's check that
+// every rank runs the same plan) that checkpoints record.
+uint64_t plan_hash(const std::string& text);
 
 // resolve_plan + plan_from_json.
 Plan load_plan(const std::string& path, const std::vector<std::string>& overrides, bool check_files = true);

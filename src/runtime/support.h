@@ -1,6 +1,6 @@
 // What this build supports, in one table: for each backend its device, precision, world size, ZeRO
 // stages, head sizes, n_embd multiple and 32-bit index limits; and the plan features no backend
-// runs yet (offload, checkpoints, master_weights false). Read by plan validation (src/plan), the
+// runs yet (offload, master_weights false). Read by plan validation (src/plan), the
 // backend choice (choose_backend, src/train/trainer.cpp) and ./train --help / --version (train.cu);
 // nothing else decides what this build can run. Relax an entry here when a feature lands.
 //
@@ -43,7 +43,7 @@ bool precision_built(const std::string& precision);
 struct Features {
   std::vector<std::string> offload;            // values of offload.params / offload.optimizer
   bool checkpoint_saving = false;              // checkpoint.every > 0
-  std::vector<std::string> checkpoint_resume;  // values of checkpoint.resume
+  bool checkpoint_resume = false;              // checkpoint.resume other than "none"
   bool master_weights_off = false;             // precision.master_weights false
 };
 const Features& features();

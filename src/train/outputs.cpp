@@ -101,6 +101,9 @@ RunOutputs check_run_outputs(const Plan& plan, uint64_t final_weights_bytes) {
   ZT_REQUIRE(fs::path(out.log).filename() != "plan.json",
              "run.log: " << plan.run.log << " is where the resolved plan is written; name the log otherwise "
                          << "(e.g. metrics.jsonl)");
+  // checkpoint.dir must take new files now, not at the first save hours later.
+  if (!plan.checkpoint.dir.empty())
+    check_output_path("checkpoint.dir", (fs::path(plan.checkpoint.dir) / "latest").string(), 0);
   if (!plan.run.final_weights.empty())
     out.final_weights = check_output_path("run.final_weights", plan.run.final_weights, final_weights_bytes);
   return out;

@@ -11,7 +11,8 @@
 //                  master weights: StateBuffer::persistent), copied to host memory by capture().
 //                  In a running trainer the live views are the store's own buffers.
 //
-// capture() and restore() are the in-memory form of a checkpoint; files come with §3.7.
+// capture() and restore() are the in-memory form of a checkpoint; src/checkpoint/ writes the same
+// state to sharded files (§3.7).
 #pragma once
 #include <cstdint>
 #include <cstring>

@@ -22,6 +22,7 @@
 #include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "backend/ops_cpu.h"
+#include "checkpoint/state_io.h"
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
 #endif
@@ -34,6 +35,7 @@
 #include "train/progress.h"
 #include "train/schedule.h"
 #include "train/state.h"
+#include "train/stop_signal.h"
 #include "zero/engine.h"
 #include "zero/estimate.h"
 #include "zero/partition.h"
@@ -75,6 +77,8 @@ class Trainer {
     const double tokens_per_step = double(B) * Tn * accum * comm_.world();
     std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
     const bool tty = decorate_;
+    // SIGTERM / SIGINT / SIGUSR1 end the run cleanly (stop_signal.h) when there is somewhere to save to.
+    const StopSignals signals(!plan_.checkpoint.dir.empty());
     const auto t_start = Clock::now();
     double train_seconds = 0.0;
 
@@ -143,6 +147,15 @@ class Trainer {
         if (tracer_) tracer_->complete("eval", Tracer::kStep, te, Tracer::now_us() - te);
       }
       if (tokenizer_ && ((run.sample_every > 0 && (step + 1) % run.sample_every == 0) || last)) sample(step);
+      const int every = plan_.checkpoint.every;
+      const std::string stop = plan_.checkpoint.dir.empty() ? "" : StopSignals::agree(comm_);
+      if ((every > 0 && ((step + 1) % every == 0 || last)) || !stop.empty()) save_checkpoint();
+      if (!stop.empty()) {
+        res.stopped = true;
+        if (root_) std::printf("stopped by %s after step %d (checkpoint saved; checkpoint.resume \"auto\" continues)\n",
+                               stop.c_str(), step + 1);
+        break;
+      }
     }
     if (!plan_.run.final_weights.empty() && res.steps == run.steps) save_final_weights();
     if (tracer_) {
@@ -243,6 +256,11 @@ class Trainer {
         state_.next_sequence = ctl_.start->next_sequence;
         restore_buffers<Ops>(*ctl_.start, *store_);
         engine_->optimizer().set_steps_taken(int(state_.step));
+      } else if (!(resume_from_ = ckpt::resolve_resume(plan_.checkpoint)).empty()) {
+        loaded_ = ckpt::load_store<Ops>(resume_from_, plan_, world, model_->layout(), *store_, loaded_meta_);
+        state_.step = loaded_meta_.step;
+        state_.next_sequence = loaded_meta_.next_sequence;
+        engine_->optimizer().set_steps_taken(int(state_.step));
       } else {
         engine_->init_parameters(plan_.run.seed, m.init);
       }
@@ -258,10 +276,22 @@ class Trainer {
       comm_.set_tracer(tracer_.get());
       engine_->set_tracer(tracer_.get());
     }
+    if (!resume_from_.empty()) {
+      double bytes = double(loaded_.bytes), seconds = loaded_.seconds;
+      if (world > 1) {  // all ranks' bytes; the load ends when the slowest rank is done
+        comm_.all_reduce_sum(&bytes, 1);
+        for (uint64_t us : comm_.all_gather_u64(uint64_t(seconds * 1e6))) seconds = std::max(seconds, double(us) / 1e6);
+      }
+      loaded_.bytes = uint64_t(bytes);
+      loaded_.seconds = seconds;
+    }
 
     if (!root_) return;
     const std::string moved = open_run_outputs(plan_, outputs_);
     if (!moved.empty()) std::printf("%s\n", moved.c_str());
+    if (!resume_from_.empty())
+      std::printf("%s (saved at world %lld, zero.stage %lld; resuming at step %lld)\n", loaded_.summary("loaded").c_str(),
+                  (long long)loaded_meta_.world, (long long)loaded_meta_.stage, (long long)state_.step);
     log_ = std::make_unique<MetricsLog>(outputs_.log);
     if (Ops::tier == Tier::device) std::printf("device: %s\n", device::describe().c_str());
     std::printf("backend %s, %d rank(s) x %d threads | model L=%d NH=%d C=%d T=%d V=%d (Vp=%d): %.2fM parameters in %d units\n",
@@ -278,18 +308,8 @@ class Trainer {
     std::fflush(stdout);
   }
 
-  // One verdict for all ranks, so that a refused plan prints one line rather than one per rank:
-  // the lowest rank that refused throws its message; the others wait in a barrier that its
-  // MPI_Abort (train.cu) ends.
-  void agree_on_startup(const std::string& refusal) {
-    const std::vector<uint64_t> refused = comm_.all_gather_u64(refusal.empty() ? 0 : 1);
-    for (int r = 0; r < comm_.world(); ++r) {
-      if (refused[size_t(r)] == 0) continue;
-      if (r == comm_.rank()) throw Error(refusal);
-      comm_.barrier();
-      throw Error("rank " + std::to_string(r) + " refused the plan");
-    }
-  }
+  // One verdict for all ranks (comm.h): a refused plan prints one line rather than one per rank.
+  void agree_on_startup(const std::string& refusal) { agree_or_throw(comm_, refusal, "refused the plan"); }
 
   // The loaders, and data too small for one step or one evaluation: a short train file would
   // repeat sequences within a step (several ranks reading the same data), a short val file used to
@@ -354,6 +374,36 @@ class Trainer {
       std::printf("final weights written to %s (llm.c format)\n", plan_.run.final_weights.c_str());
     } else {
       engine_->save_llmc("", false);
+    }
+  }
+
+  // Collective: every rank writes its shards (checkpoint/checkpoint.h), nothing is gathered.
+  void save_checkpoint() {
+    ckpt::Meta m;
+    m.step = state_.step;
+    m.seed = state_.seed;
+    m.next_sequence = state_.next_sequence;
+    m.world = comm_.world();
+    m.rank = comm_.rank();
+    m.stage = plan_.zero.stage;
+    m.plan_hash = plan_hash(plan_.resolved.dump());
+    m.model = cfg_;
+    m.param_dtype = sizeof(T) == 2 ? "bf16" : "f32";
+    // On a terminal, rank 0 shows how far its own file is (progress.h: decorate_progress).
+    int shown = -1;
+    ckpt::Progress progress;
+    if (root_ && decorate_)
+      progress = [&](double f) {
+        if (int(f * 100) == shown) return;
+        shown = int(f * 100);
+        std::printf("\r\033[Kcheckpoint: saving step %lld: %d%%", (long long)m.step, shown);
+        std::fflush(stdout);
+      };
+    const ckpt::Transfer t = ckpt::save_store<Ops>(comm_, plan_.checkpoint, m, model_->layout(), *store_, progress);
+    if (root_) {
+      if (decorate_) std::printf("\r\033[K");
+      std::printf("%s\n", t.summary("saved").c_str());
+      std::fflush(stdout);
     }
   }
 
@@ -435,6 +485,9 @@ class Trainer {
   std::unique_ptr<MetricsLog> log_;
   RunOutputs outputs_;  // rank 0
   bool decorate_ = false;
+  std::string resume_from_;  // the checkpoint this run continues ("" = none)
+  ckpt::Transfer loaded_;
+  ckpt::Meta loaded_meta_;
 };
 
 }  // namespace

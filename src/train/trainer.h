@@ -15,6 +15,7 @@ struct TrainResult {
   std::vector<double> losses;  // of the steps this call ran
   double final_loss = 0.0;
   double final_val_loss = -1.0;  // < 0: no evaluation ran
+  bool stopped = false;  // SIGTERM/SIGINT: a checkpoint was saved and the run ended early (exit 0)
 };
 
 // Where a call starts and stops (docs/design.md §3.9). By default: from the plan's init at step 0

@@ -38,6 +38,12 @@ add_test(NAME emulated.train_device_cuda
          COMMAND bash ${ZT_EMU_DIR}/train_emu.sh $<TARGET_FILE:train> $<TARGET_FILE:zt_train_emu>
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(emulated.train_device_cuda PROPERTIES LABELS emu TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2")
+# Checkpoints through device memory and bf16 parameters (test/emu/checkpoint_emu.sh, ~20 s): resume
+# bit for bit, and CPU <-> bf16 continuing each other's checkpoints.
+add_test(NAME emulated.checkpoint
+         COMMAND bash ${ZT_EMU_DIR}/checkpoint_emu.sh $<TARGET_FILE:train> $<TARGET_FILE:zt_train_emu>
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(emulated.checkpoint PROPERTIES LABELS emu TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=2")
 
 # The emulator's own checks: each bug class it promises to catch is caught (death tests), the
 # correct code passes; the NCCL comm (one emulated rank) ordered against the compute stream.

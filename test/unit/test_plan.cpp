@@ -438,7 +438,8 @@ TEST(PlanRanges, EveryRangeIsChecked) {
       {"offload", "params", "\"disk\"", "plan: offload.params: must be \"none\", \"cpu\" or \"nvme\", got \"disk\""},
       {"checkpoint", "every", "-5", "plan: checkpoint.every: must be >= 0, got -5"},
       {"checkpoint", "keep", "0", "plan: checkpoint.keep: must be >= 1, got 0"},
-      {"checkpoint", "resume", "\"latest\"", "plan: checkpoint.resume: must be \"none\" or \"auto\", got \"latest\""},
+      {"checkpoint", "resume", "\"\"",
+       "plan: checkpoint.resume: must be \"none\", \"auto\" or the path of a checkpoint, got \"\""},
       {"run", "steps", "0", "plan: run.steps: must be >= 1, got 0"},
       {"run", "eval_every", "-1", "plan: run.eval_every: must be >= 0, got -1"},
       {"run", "eval_batches", "0", "plan: run.eval_batches: must be >= 1, got 0"},
@@ -524,10 +525,6 @@ TEST(PlanUnsupported, EveryUnsupportedOptionIsRejected) {
        "plan: offload.params: \"cpu\" is not supported by this build yet (supported: \"none\")"},
       {{"offload.params=nvme", "zero.stage=3"},
        "plan: offload.params: \"nvme\" is not supported by this build yet (supported: \"none\")"},
-      {{"checkpoint.every=100", "checkpoint.dir=runs/x/ckpt"},
-       "plan: checkpoint.every: 100 is not supported by this build yet (supported: 0"},
-      {{"checkpoint.resume=auto", "checkpoint.dir=runs/x/ckpt"},
-       "plan: checkpoint.resume: \"auto\" is not supported by this build yet (supported: \"none\")"},
       {{"precision.compute=bf16", "precision.master_weights=false"},
        zt::device::built_with_cuda()
            ? "plan: precision.master_weights: false is not supported by this build yet (supported: true"

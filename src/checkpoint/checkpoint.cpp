@@ -1,0 +1,272 @@
+#include "checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "checkpoint/model_file.h"
+#include "checkpoint/rank_file.h"
+#include "checkpoint/reader.h"
+#include "runtime/memory.h"
+
+namespace fs = std::filesystem;
+
+namespace zt::ckpt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// A buffer that holds every tensor whole is the same on every rank (list_model_state gives whole
+// tensors only to replicated buffers): rank r saves elements [n r/N, n (r+1)/N) of each tensor.
+// A sharded buffer is saved as held.
+std::vector<TensorRange> my_share(const std::vector<TensorRange>& holds, const ParamLayout& layout, int rank, int world) {
+  bool whole = holds.size() == layout.tensors().size();
+  for (const TensorRange& r : holds) whole = whole && r.offset == 0 && r.count == layout.tensors()[size_t(r.tensor)].numel;
+  if (!whole || world == 1) return holds;
+  std::vector<TensorRange> out;
+  for (const TensorRange& r : holds) {
+    const size_t n = r.count, lo = n * size_t(rank) / size_t(world), hi = n * size_t(rank + 1) / size_t(world);
+    if (lo < hi) out.push_back({r.tensor, lo, hi - lo, r.at + lo});
+  }
+  return out;
+}
+
+// Rank r's file, streamed one range at a time through one host buffer.
+uint64_t write_rank_file(const std::string& path, const Meta& meta, const ParamLayout& layout,
+                         const std::vector<Buffer>& buffers, CopyFn d2h, const Progress& progress) {
+  RankFileWriter w(path, meta);
+  std::vector<std::vector<TensorRange>> shares;
+  size_t total = 0;
+  for (const Buffer& b : buffers) {
+    shares.push_back(my_share(b.holds, layout, int(meta.rank), int(meta.world)));
+    total += shares.back().size();
+  }
+  const bool die = fault_kill_in_save(int(meta.rank), meta.step);
+  std::vector<unsigned char> host;
+  size_t done = 0;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const Buffer& b = buffers[i];
+    const size_t eb = dtype_bytes(b.dtype);
+    for (const TensorRange& r : shares[i]) {
+      // Tests: this rank dies here, half way through its file, as under kill -9.
+      if (die && 2 * done >= total) ::raise(SIGKILL);
+      const unsigned char* src = static_cast<const unsigned char*>(b.base) + r.at * eb;
+      if (d2h) {  // backend memory: through one host buffer
+        host.resize(r.count * eb);
+        d2h(host.data(), src, host.size());
+        src = host.data();
+      }
+      w.add(b.kind, b.dtype, layout.tensors()[size_t(r.tensor)], r.offset, r.count, src);
+      ++done;
+      if (progress) progress(double(done) / double(total));
+    }
+  }
+  w.finish();
+  return w.bytes();
+}
+
+bool is_step_dir(const std::string& name, int64_t& step) {
+  if (name.size() != 13 || name.rfind("step_", 0) != 0) return false;
+  for (size_t i = 5; i < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9') return false;
+  step = std::stoll(name.substr(5));
+  return true;
+}
+
+void remove_tree(const fs::path& p) {
+  std::error_code ec;
+  fs::remove_all(p, ec);
+  ZT_REQUIRE(!ec, "checkpoint: cannot remove " << p.string() << ": " << ec.message());
+}
+
+void rename_path(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::rename(from, to, ec);
+  ZT_REQUIRE(!ec, "checkpoint: cannot rename " << from.string() << " to " << to.string() << ": " << ec.message());
+}
+
+// Rank 0, after every rank file is on disk: model.h5, then the rename that publishes the
+// directory, then `latest` (written beside and renamed over: it always names a complete
+// checkpoint), then pruning. Each rename is made durable by syncing its directory.
+void commit(const fs::path& root, const fs::path& tmp, const fs::path& final, int keep) {
+  write_model_file(tmp.string());
+  fsync_path((tmp / kModelFile).string());
+  fsync_path(tmp.string());
+  std::error_code ec;
+  if (fs::exists(final, ec)) {
+    // The same step saved again (a run resumed from an earlier checkpoint): swap the two
+    // directories in one atomic rename, so `final` is complete at every instant, then drop the old.
+    ZT_REQUIRE(::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) == 0,
+               "checkpoint: cannot replace " << final.string() << " by " << tmp.string() << ": " << std::strerror(errno));
+  } else {
+    rename_path(tmp, final);
+  }
+  fsync_path(root.string());
+  const fs::path latest_tmp = root / ".latest.tmp";
+  {
+    std::ofstream f(latest_tmp, std::ios::trunc);
+    f << final.filename().string() << "\n";
+    f.close();
+    ZT_REQUIRE(f, "checkpoint: cannot write " << latest_tmp.string());
+  }
+  fsync_path(latest_tmp.string());
+  rename_path(latest_tmp, root / kLatestFile);
+  fsync_path(root.string());
+  remove_tree(tmp);  // the replaced checkpoint of the same step, if there was one
+  // Keep `latest` and the newest keep - 1 others (by step).
+  std::vector<std::pair<int64_t, fs::path>> steps;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    int64_t s;
+    if (e.is_directory() && is_step_dir(e.path().filename().string(), s) && e.path() != final) steps.push_back({s, e.path()});
+  }
+  ZT_REQUIRE(!ec, "checkpoint: cannot list " << root.string() << ": " << ec.message());
+  std::sort(steps.rbegin(), steps.rend());
+  for (size_t i = size_t(std::max(keep - 1, 0)); i < steps.size(); ++i) remove_tree(steps[i].second);
+}
+
+}  // namespace
+
+bool fault_kill_in_save(int rank, int64_t step) {
+  const char* e = std::getenv("ZT_FAULT_KILL_IN_SAVE");
+  long long r = -1, s = -1;
+  return e && std::sscanf(e, "%lld@%lld", &r, &s) == 2 && r == rank && s == step;
+}
+
+std::string Transfer::summary(const char* verb) const {
+  std::ostringstream os;
+  char rate[64];
+  std::snprintf(rate, sizeof rate, "%.3f s (%.2f GB/s)", seconds, seconds > 0 ? double(bytes) / seconds / 1e9 : 0.0);
+  os << "checkpoint: " << verb << " " << dir << ": " << format_bytes(double(bytes)) << " in " << rate;
+  return os.str();
+}
+
+Transfer save(Comm& comm, const std::string& dir, int keep, const Meta& meta, const ParamLayout& layout,
+              const std::vector<Buffer>& buffers, CopyFn d2h, const Progress& progress) {
+  const auto t0 = Clock::now();
+  const fs::path root(dir), name(step_dir_name(meta.step));
+  const fs::path tmp = root / (".tmp_" + name.string()), final = root / name;
+  std::string err;
+  if (comm.rank() == 0) {
+    try {
+      remove_tree(tmp);  // left by a save that died
+      std::error_code ec;
+      fs::create_directories(tmp, ec);
+      ZT_REQUIRE(!ec, "checkpoint.dir: cannot create " << tmp.string() << ": " << ec.message());
+    } catch (const Error& e) {
+      err = e.what();
+    }
+  }
+  agree_or_throw(comm, err, "could not prepare the checkpoint directory");
+  double bytes = 0;
+  try {
+    bytes = double(write_rank_file((tmp / rank_file_name(comm.rank())).string(), meta, layout, buffers, d2h, progress));
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  agree_or_throw(comm, err, "could not write its checkpoint file");
+  if (comm.rank() == 0) {
+    try {
+      commit(root, tmp, final, keep);
+    } catch (const Error& e) {
+      err = e.what();
+    }
+  }
+  agree_or_throw(comm, err, "could not publish the checkpoint");
+  if (comm.world() > 1) comm.all_reduce_sum(&bytes, 1);
+  return Transfer{uint64_t(bytes), since(t0), final.string()};
+}
+
+std::string latest(const std::string& dir) {
+  const fs::path root(dir), pointer = root / kLatestFile;
+  std::error_code ec;
+  if (!fs::exists(pointer, ec)) return "";
+  std::ifstream f(pointer);
+  std::string name;
+  std::getline(f, name);
+  int64_t step;
+  ZT_REQUIRE(f && is_step_dir(name, step), "checkpoint: " << pointer.string() << " does not name a step directory");
+  ZT_REQUIRE(fs::is_directory(root / name, ec),
+             "checkpoint: " << pointer.string() << " names " << name << ", which is not in " << dir);
+  return (root / name).string();
+}
+
+std::string resolve_resume(const CheckpointSection& c) {
+  if (c.resume == "none") return "";
+  if (c.resume == "auto") return latest(c.dir);
+  std::error_code ec;
+  ZT_REQUIRE(fs::is_directory(c.resume, ec), "checkpoint.resume: " << c.resume << " is not a directory");
+  if (fs::exists(fs::path(c.resume) / rank_file_name(0), ec)) return c.resume;
+  const std::string l = latest(c.resume);
+  ZT_REQUIRE(!l.empty(), "checkpoint.resume: " << c.resume << " is neither a checkpoint (no " << rank_file_name(0)
+                                               << ") nor a checkpoint.dir with a `latest`");
+  return l;
+}
+
+Transfer load(const std::string& step_dir, const Plan& plan, int world, const ParamLayout& layout,
+              const std::vector<Buffer>& buffers, CopyFn h2d, ToBf16Fn to_bf16, Meta& got) {
+  const auto t0 = Clock::now();
+  CheckpointReader rd(step_dir);
+  got = rd.meta();
+  const GPTConfig want = layout.config();
+  ZT_REQUIRE(describe_shape(got.model) == describe_shape(want),
+             "checkpoint " << step_dir << " holds a model with " << describe_shape(got.model)
+                           << " but the plan asks for " << describe_shape(want));
+  ZT_REQUIRE(got.seed == plan.run.seed, "checkpoint " << step_dir << " was trained with run.seed " << got.seed
+                                                      << " but the plan has " << plan.run.seed
+                                                      << " (the data order and samples follow the seed)");
+  ZT_REQUIRE(got.step <= plan.run.steps, "checkpoint " << step_dir << " is at step " << got.step
+                                                       << ", past run.steps " << plan.run.steps);
+  // The loader is a function of (step, global batch): continuing needs the same global batch.
+  const int64_t per_step = int64_t(plan.batch.micro_batch) * plan.batch.grad_accum * world;
+  ZT_REQUIRE(got.next_sequence == got.step * per_step,
+             "checkpoint " << step_dir << " read " << got.next_sequence << " sequences in " << got.step
+                           << " steps but this plan reads " << per_step << " per step (micro_batch x grad_accum x "
+                           << world << " ranks); keep the global batch when resuming, e.g. change grad_accum with the "
+                           << "world size");
+  std::vector<unsigned char> host;
+  for (const Buffer& b : buffers) {
+    // Which saved kind fills this buffer: fp32 weights come from the master copy when the run that
+    // saved kept one (mixed precision), so a CPU run can continue a GPU run's checkpoint; bf16
+    // weights are rounded from fp32 ones when the checkpoint has no bf16 ones (the other way).
+    Kind src = b.kind;
+    if (b.kind == Kind::param && b.dtype == DType::f32 && rd.has(Kind::master)) src = Kind::master;
+    if (b.kind == Kind::master && !rd.has(Kind::master)) src = Kind::param;
+    ZT_REQUIRE(rd.has(src), "checkpoint " << step_dir << " has no " << kind_name(src) << " tensors");
+    const bool round = b.dtype == DType::bf16 && rd.dtype(src) == DType::f32 && to_bf16;
+    ZT_REQUIRE(rd.dtype(src) == b.dtype || round,
+               "checkpoint " << step_dir << " holds " << kind_name(src) << " as "
+                             << (rd.dtype(src) == DType::bf16 ? "bf16" : "fp32") << " but this run keeps them as "
+                             << (b.dtype == DType::bf16 ? "bf16" : "fp32"));
+    const size_t eb = dtype_bytes(b.dtype), src_eb = dtype_bytes(rd.dtype(src));
+    for (const TensorRange& r : b.holds) {
+      unsigned char* dst = static_cast<unsigned char*>(b.base) + r.at * eb;
+      const TensorSlot& slot = layout.tensors()[size_t(r.tensor)];
+      if (!h2d && !round) {  // host memory: read in place
+        rd.read(src, slot, r.offset, r.count, dst);
+        continue;
+      }
+      host.resize(r.count * src_eb);
+      rd.read(src, slot, r.offset, r.count, host.data());
+      if (round) to_bf16(dst, reinterpret_cast<const float*>(host.data()), r.count);
+      else h2d(dst, host.data(), host.size());
+    }
+  }
+  return Transfer{rd.bytes_read(), since(t0), step_dir};
+}
+
+}  // namespace zt::ckpt

@@ -1,0 +1,66 @@
+// The checkpoint format (docs/design.md §3.7): names and metadata shared by the writer, the reader
+// and export. Everything is addressed by global tensor name and element offset, never by unit or
+// rank, so a checkpoint loads into any world size, stage and unit layout.
+//
+//   <checkpoint.dir>/latest                 "step_00001000\n": the newest complete checkpoint
+//   <checkpoint.dir>/step_00001000/
+//     rank_00003.h5   root attributes: Meta (format_version, step, seed, next_sequence, world,
+//                     rank, zero_stage, plan_hash, model_shape, param_dtype, rng)
+//                     /<kind>/<tensor path>/<offset, 15 digits>: 1-D dataset, `count` elements of
+//                     tensor <tensor path> from element <offset> (row-major), attributes
+//                     tensor (global name), shape (global), offset, crc32c
+//     model.h5        virtual datasets over the rank files: /<tensor path> (fp32 weights: master
+//                     when the run keeps one, else parameters), /adam_m/<tensor path>,
+//                     /adam_v/<tensor path>, and /bf16/<tensor path> for bf16 parameters
+//
+// kind: param (parameters as the run holds them: f32 or bf16), master (fp32 master weights, mixed
+// precision only), adam_m, adam_v. tensor path: the layout's name with dots as groups:
+// "h.3.attn.c_attn.weight" -> h/3/attn/c_attn/weight; shapes are llm.c's ((out, in) for linears,
+// wte with the padded vocabulary Vp rows).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+#include "zero/store.h"
+
+namespace zt::ckpt {
+
+constexpr int64_t kFormatVersion = 1;
+
+enum class Kind : int { param = 0, master, adam_m, adam_v, count };
+constexpr int kNumKinds = int(Kind::count);
+const char* kind_name(Kind k);
+// The kind a persistent store buffer is saved as (params and param_shard are both `param`).
+Kind kind_of(StateId id);
+
+// "h.3.attn.c_attn.weight" -> "h/3/attn/c_attn/weight"
+std::string tensor_path(const std::string& tensor_name);
+// "/param/h/3/attn/c_attn/weight/000000000001536"
+std::string shard_dataset(Kind k, const std::string& tensor_name, size_t offset);
+// Where model.h5 shows tensor `name` of kind k: "/h/3/..." for the fp32 weights, "/adam_m/h/3/...".
+std::string model_path(Kind k, const std::string& tensor_name, bool mixed_precision);
+
+std::string step_dir_name(int64_t step);  // "step_00001000"
+std::string rank_file_name(int rank);     // "rank_00003.h5"
+constexpr const char* kModelFile = "model.h5";
+constexpr const char* kLatestFile = "latest";
+
+// What a rank file says about the run besides its tensors. The RNGs are counter-based on (seed,
+// step) (docs/design.md §3.9), so those two are every rank's whole RNG state; next_sequence is the
+// data loader's position.
+struct Meta {
+  int64_t format_version = kFormatVersion;
+  int64_t step = 0;
+  uint64_t seed = 0;
+  int64_t next_sequence = 0;
+  int64_t world = 1, rank = 0, stage = 0;
+  uint64_t plan_hash = 0;
+  GPTConfig model;
+  std::string param_dtype = "f32";  // "f32" | "bf16"
+};
+
+// "n_layer 4, n_head 4, n_embd 128, seq_len 64, vocab_size 50257": for shape messages.
+std::string describe_shape(const GPTConfig& c);
+
+}  // namespace zt::ckpt

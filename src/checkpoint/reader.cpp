@@ -1,0 +1,133 @@
+#include "checkpoint/reader.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "checkpoint/crc32c.h"
+#include "checkpoint/rank_file.h"
+
+namespace fs = std::filesystem;
+
+namespace zt::ckpt {
+
+namespace {
+std::string hex(uint32_t x) {
+  char s[16];
+  std::snprintf(s, sizeof s, "%08x", x);
+  return s;
+}
+}  // namespace
+
+std::string CheckpointReader::file_path(int rank) const { return (fs::path(dir_) / rank_file_name(rank)).string(); }
+
+CheckpointReader::CheckpointReader(const std::string& step_dir) : dir_(step_dir) {
+  h5::init();
+  std::error_code ec;
+  ZT_REQUIRE(fs::is_directory(dir_, ec), "checkpoint: " << dir_ << " is not a directory");
+  auto open = [&](int rank, Meta& m) {
+    const std::string path = file_path(rank);
+    ZT_REQUIRE(fs::exists(path, ec), "checkpoint: " << path << " is missing (incomplete checkpoint?)");
+    h5::Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    ZT_REQUIRE(f.valid(), "checkpoint: cannot open " << path << " as HDF5 (truncated or damaged file: "
+                                                     << h5::error_text() << ")");
+    const std::string bad = read_meta(f, m);
+    ZT_REQUIRE(bad.empty(), "checkpoint: " << path << ": attribute " << bad
+                                           << " is missing or invalid (not a zerotrain checkpoint file?)");
+    ZT_REQUIRE(m.format_version == kFormatVersion, "checkpoint: " << path << " has format version " << m.format_version
+                                                                  << "; this build reads version " << kFormatVersion);
+    ZT_REQUIRE(m.rank == rank && m.world > 0, "checkpoint: " << path << " says it is rank " << m.rank << " of "
+                                                             << m.world);
+    files_.push_back(std::move(f));
+  };
+  open(0, meta_);
+  for (int r = 1; r < meta_.world; ++r) {
+    Meta m;
+    open(r, m);
+    ZT_REQUIRE(m.step == meta_.step && m.world == meta_.world && m.seed == meta_.seed &&
+                   m.next_sequence == meta_.next_sequence && m.param_dtype == meta_.param_dtype &&
+                   describe_shape(m.model) == describe_shape(meta_.model),
+               "checkpoint: " << file_path(r) << " belongs to another save than " << file_path(0) << " (step " << m.step
+                              << " vs " << meta_.step << ", world " << m.world << " vs " << meta_.world << ")");
+  }
+  for (int k = 0; k < kNumKinds; ++k)
+    for (const h5::Id& f : files_)
+      if (H5Lexists(f, kind_name(Kind(k)), H5P_DEFAULT) > 0) has_[k] = true;
+}
+
+const std::vector<Piece>& CheckpointReader::pieces(Kind k, const TensorSlot& slot) {
+  const auto key = std::make_pair(int(k), slot.name);
+  auto it = index_.find(key);
+  if (it != index_.end()) return it->second;
+  std::vector<Piece> out;
+  const std::string group = std::string(kind_name(k)) + "/" + tensor_path(slot.name);
+  for (int r = 0; r < int(files_.size()); ++r) {
+    const hid_t f = files_[size_t(r)];
+    if (!h5::path_exists(f, group)) continue;
+    const std::string path = file_path(r);
+    h5::Id g(H5Gopen2(f, group.c_str(), H5P_DEFAULT));
+    H5G_info_t info;
+    ZT_REQUIRE(g.valid() && H5Gget_info(g, &info) >= 0, "checkpoint: " << path << ": cannot read group /" << group);
+    for (hsize_t i = 0; i < info.nlinks; ++i) {
+      char name[64] = {};
+      const ssize_t len = H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT);
+      const std::string ds = "/" + group + "/" + (len > 0 ? name : "?");
+      h5::Id d(len > 0 && size_t(len) < sizeof name ? H5Dopen2(g, name, H5P_DEFAULT) : -1);
+      ZT_REQUIRE(d.valid(), "checkpoint: " << path << ": cannot open dataset " << ds << " (damaged file?)");
+      h5::Id space(H5Dget_space(d));
+      const hssize_t count = space.valid() ? H5Sget_simple_extent_npoints(space) : -1;
+      int64_t offset = -1;
+      uint64_t crc = 0;
+      std::string tensor;
+      ZT_REQUIRE(count > 0 && h5::read_attr(d, "offset", offset) && h5::read_attr(d, "crc32c", crc) &&
+                     h5::read_attr(d, "tensor", tensor) && tensor == slot.name && offset >= 0 &&
+                     shard_dataset(k, slot.name, size_t(offset)) == ds,
+                 "checkpoint: " << path << ": dataset " << ds << " has missing or inconsistent attributes "
+                                << "(tensor, offset, crc32c)");
+      out.push_back(Piece{r, ds, size_t(offset), size_t(count), uint32_t(crc)});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+  size_t at = 0;
+  for (const Piece& p : out) {
+    ZT_REQUIRE(p.offset == at, "checkpoint: " << dir_ << ": " << kind_name(k) << " of tensor " << slot.name
+                                              << (p.offset > at ? ": elements missing from " : ": overlapping datasets at ")
+                                              << at << " (" << file_path(p.file) << ": " << p.dataset << ")");
+    at += p.count;
+  }
+  ZT_REQUIRE(at == slot.numel, "checkpoint: " << dir_ << ": " << kind_name(k) << " of tensor " << slot.name << " covers "
+                                              << at << " of its " << slot.numel << " elements");
+  return index_.emplace(key, std::move(out)).first->second;
+}
+
+void CheckpointReader::read(Kind k, const TensorSlot& slot, size_t offset, size_t count, void* dst) {
+  ZT_ASSERT(offset + count <= slot.numel);
+  const size_t eb = dtype_bytes(dtype(k));
+  const hid_t mtype = eb == 2 ? H5T_NATIVE_UINT16 : H5T_NATIVE_FLOAT;
+  for (const Piece& p : pieces(k, slot)) {
+    const size_t lo = std::max(offset, p.offset), hi = std::min(offset + count, p.offset + p.count);
+    if (lo >= hi) continue;
+    // The whole dataset, so that its checksum can be verified: in place when the caller wants all
+    // of it, else through a buffer.
+    const bool in_place = lo == p.offset && hi == p.offset + p.count;
+    unsigned char* out = static_cast<unsigned char*>(dst) + (lo - offset) * eb;
+    if (!in_place) buf_.resize(p.count * eb);
+    unsigned char* into = in_place ? out : buf_.data();
+    const std::string path = file_path(p.file);
+    h5::Id d(H5Dopen2(files_[size_t(p.file)], p.dataset.c_str(), H5P_DEFAULT));
+    h5::Id ft(d.valid() ? H5Dget_type(d) : -1);
+    ZT_REQUIRE(ft.valid() && H5Tget_size(ft) == eb,
+               "checkpoint: " << path << ": dataset " << p.dataset << " does not hold " << eb << "-byte elements");
+    ZT_REQUIRE(H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, into) >= 0,
+               "checkpoint: " << path << ": cannot read dataset " << p.dataset << " (truncated or damaged file: "
+                              << h5::error_text() << ")");
+    const uint32_t crc = crc32c(into, p.count * eb);
+    ZT_REQUIRE(crc == p.crc, "checkpoint: " << path << ": dataset " << p.dataset << " fails its checksum (crc32c "
+                                            << hex(crc) << ", stored " << hex(p.crc) << "): the file is damaged");
+    bytes_read_ += p.count * eb;
+    if (!in_place) std::memcpy(out, buf_.data() + (lo - p.offset) * eb, (hi - lo) * eb);
+  }
+}
+
+}  // namespace zt::ckpt

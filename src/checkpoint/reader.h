@@ -1,0 +1,53 @@
+// Reads a checkpoint directory by global tensor name and element offset (docs/design.md §3.7):
+// whichever rank files hold a range, whatever world size and stage wrote them. Every dataset read
+// is verified against its CRC-32C; anything damaged, missing or not ours is one line naming the
+// file and dataset (zt::Error, no source location: the file is at fault, not the code).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "checkpoint/format.h"
+#include "checkpoint/h5.h"
+#include "model/layout.h"
+
+namespace zt::ckpt {
+
+// One dataset of a rank file: elements [offset, offset + count) of a tensor.
+struct Piece {
+  int file;  // rank of the file
+  std::string dataset;
+  size_t offset, count;
+  uint32_t crc;
+};
+
+class CheckpointReader {
+ public:
+  // Opens every rank file of `step_dir` and checks that their metadata agree.
+  explicit CheckpointReader(const std::string& step_dir);
+
+  const std::string& dir() const { return dir_; }
+  const Meta& meta() const { return meta_; }  // rank 0's
+  bool has(Kind k) const { return has_[size_t(k)]; }
+  DType dtype(Kind k) const { return k == Kind::param && meta_.param_dtype == "bf16" ? DType::bf16 : DType::f32; }
+  std::string file_path(int rank) const;
+
+  // The datasets of tensor `slot` of kind k, by offset; refuses a tensor they do not cover exactly.
+  const std::vector<Piece>& pieces(Kind k, const TensorSlot& slot);
+  // Elements [offset, offset + count) of the tensor into host memory (dtype(k) each).
+  void read(Kind k, const TensorSlot& slot, size_t offset, size_t count, void* dst);
+  uint64_t bytes_read() const { return bytes_read_; }
+
+ private:
+  std::string dir_;
+  Meta meta_;
+  std::vector<h5::Id> files_;
+  bool has_[kNumKinds] = {};
+  std::map<std::pair<int, std::string>, std::vector<Piece>> index_;
+  std::vector<unsigned char> buf_;
+  uint64_t bytes_read_ = 0;
+};
+
+}  // namespace zt::ckpt

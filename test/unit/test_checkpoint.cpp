@@ -1,0 +1,104 @@
+// Checkpoint pieces below the trainer (docs/design.md §3.7): the CRC-32C against its standard test
+// vector and a bitwise reference, and the reader refusing rank files that do not cover a tensor
+// exactly. The end-to-end behaviour (resume, reshard, model.h5, export, faults) is
+// test/checkpoint/checkpoint_test.py.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "checkpoint/crc32c.h"
+#include "checkpoint/format.h"
+#include "checkpoint/rank_file.h"
+#include "checkpoint/reader.h"
+#include "model/layout.h"
+#include "temp_dir_test.h"
+
+namespace {
+
+uint32_t crc32c_bitwise(const unsigned char* p, size_t n) {
+  uint32_t c = ~0u;
+  for (size_t i = 0; i < n; ++i) {
+    c ^= p[i];
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+
+TEST(Crc32c, StandardVectorReferenceAndContinuation) {
+  EXPECT_EQ(zt::crc32c("123456789", 9), 0xE3069283u);  // the CRC-32C check value
+  std::vector<unsigned char> buf(100003);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<unsigned char>(i * 2654435761u >> 13);
+  const uint32_t whole = zt::crc32c(buf.data(), buf.size());
+  EXPECT_EQ(whole, crc32c_bitwise(buf.data(), buf.size()));
+  EXPECT_EQ(zt::crc32c(buf.data() + 777, buf.size() - 777, zt::crc32c(buf.data(), 777)), whole);
+  buf[5000] ^= 4;
+  EXPECT_NE(zt::crc32c(buf.data(), buf.size()), whole);
+}
+
+class CheckpointReaderTest : public TempDirTest {
+ protected:
+  CheckpointReaderTest() : TempDirTest("zt_ckpt") {}
+  // Two rank files holding wpe of a tiny model in the given (rank, offset, count) pieces.
+  void write(const std::vector<std::array<size_t, 3>>& pieces) {
+    zt::ckpt::Meta m;
+    m.world = 2;
+    m.model = cfg_;
+    const zt::TensorSlot& wpe = layout_.slot(zt::ParamId::wpe);
+    std::vector<float> v(wpe.numel);
+    std::iota(v.begin(), v.end(), 0.0f);
+    for (int r = 0; r < 2; ++r) {
+      m.rank = r;
+      zt::ckpt::RankFileWriter w(path(zt::ckpt::rank_file_name(r)), m);
+      for (const auto& p : pieces)
+        if (p[0] == size_t(r)) w.add(zt::ckpt::Kind::param, zt::DType::f32, wpe, p[1], p[2], v.data() + p[1]);
+      w.finish();
+    }
+  }
+  zt::GPTConfig cfg_ = zt::GPTConfig::make(1, 2, 8, 5, 100);  // wpe: 5 x 8 = 40 elements
+  zt::ParamLayout layout_{cfg_, 1};
+};
+
+TEST_F(CheckpointReaderTest, ReadsAcrossRankFilesByOffset) {
+  write({{0, 0, 13}, {1, 13, 27}});
+  zt::ckpt::CheckpointReader rd(dir_.string());
+  std::vector<float> got(20);
+  rd.read(zt::ckpt::Kind::param, layout_.slot(zt::ParamId::wpe), 5, 20, got.data());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], float(5 + i));
+}
+
+TEST_F(CheckpointReaderTest, RefusesMissingAndOverlappingElements) {
+  write({{0, 0, 13}, {1, 14, 26}});
+  {
+    zt::ckpt::CheckpointReader rd(dir_.string());
+    try {
+      rd.pieces(zt::ckpt::Kind::param, layout_.slot(zt::ParamId::wpe));
+      FAIL() << "a gap was accepted";
+    } catch (const zt::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("wpe.weight: elements missing from 13"), std::string::npos) << e.what();
+    }
+  }
+  write({{0, 0, 20}, {1, 13, 27}});
+  zt::ckpt::CheckpointReader rd(dir_.string());
+  try {
+    rd.pieces(zt::ckpt::Kind::param, layout_.slot(zt::ParamId::wpe));
+    FAIL() << "an overlap was accepted";
+  } catch (const zt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("overlapping datasets at 20"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CheckpointReaderTest, RefusesAMissingRankFile) {
+  write({{0, 0, 13}, {1, 13, 27}});
+  std::filesystem::remove(path(zt::ckpt::rank_file_name(1)));
+  try {
+    zt::ckpt::CheckpointReader rd(dir_.string());
+    FAIL() << "an incomplete checkpoint was opened";
+  } catch (const zt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank_00001.h5 is missing"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
