@@ -61,7 +61,15 @@ struct CommSection {
 
 struct RecomputeSection { std::string policy; };
 
-struct OffloadSection { std::string optimizer, params, nvme_dir; };
+// docs/design.md §3.6. optimizer "nvme": AdamW moments in swap files under nvme_dir (stages 1-3),
+// streamed in sub-groups of subgroup_mb MiB per state through buffer_count buffer sets, with up to
+// queue_depth io_uring requests in flight.
+struct OffloadSection {
+  std::string optimizer = "none", params = "none", nvme_dir;
+  int queue_depth = 32;
+  int buffer_count = 3;
+  double subgroup_mb = 4.0;
+};
 
 struct CheckpointSection {
   std::string dir;

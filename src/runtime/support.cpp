@@ -55,6 +55,7 @@ const Features& features() {
     x.checkpoint_saving = false;
     x.checkpoint_resume = {"none"};
     x.master_weights_off = false;
+    x.offload_optimizer = {"none", "nvme"};
     return x;
   }();
   return f;
@@ -76,7 +77,8 @@ std::string help() {
     if (b.n_embd_multiple > 1) os << ", n_embd a multiple of " << b.n_embd_multiple;
     os << "\n";
   }
-  os << "Offload and checkpoints are not available in this build yet (plans asking for them are rejected).";
+  os << "Offload: offload.optimizer \"nvme\" (zero.stage 1-3, CPU backend); parameter offload and checkpoints are not\n"
+        "available in this build yet (plans asking for them are rejected).";
   return os.str();
 }
 

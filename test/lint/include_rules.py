@@ -20,8 +20,9 @@ ALLOWED = {
     "comm":    {"comm", "runtime"},                           # knows no ZeRO, model or loop
     "data":    {"data", "runtime"},
     "plan":    {"plan", "runtime"},                           # plain data
-    "zero":    {"zero", "comm", "model", "backend", "kernels", "plan", "runtime"},  # no loop
-    "train":   {"train", "zero", "comm", "model", "backend", "kernels", "plan", "data", "runtime"},
+    "offload": {"offload", "runtime"},                        # swap files and their I/O: no ZeRO, model or plan
+    "zero":    {"zero", "offload", "comm", "model", "backend", "kernels", "plan", "runtime"},  # no loop
+    "train":   {"train", "zero", "offload", "comm", "model", "backend", "kernels", "plan", "data", "runtime"},
 }
 
 # Departures still present, each (file, included header): reported, not failed. Remove an entry
