@@ -165,3 +165,8 @@ add_test(NAME zero_doc_formulas
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/unit/zero_doc_check.py --train $<TARGET_FILE:train>
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(zero_doc_formulas PROPERTIES TIMEOUT 300 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+
+# ---- benchmarks, not tests: scripts/bench_offload.sh runs it -------------------------------------
+add_executable(zt_bench_offload ${CMAKE_SOURCE_DIR}/test/bench/bench_offload.cpp)
+target_link_libraries(zt_bench_offload PRIVATE zt)
+target_compile_options(zt_bench_offload PRIVATE -fno-math-errno)
