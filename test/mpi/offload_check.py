@@ -154,7 +154,7 @@ def killed(args, tmp, n, sig, fails):
     if left:
         errs.append(f"left behind: {left}")
     print(("FAIL " if errs else "ok   ") + f"cleanup {name}: {len(seen)} swap files during the run "
-          f"({sizes[0] if sizes else 0} bytes each), none after (exit {p.returncode})" +
+          f"({sizes[0] if sizes else 0} bytes each), {len(left)} after (exit {p.returncode})" +
           "".join("\n     " + e for e in errs) + ("\n" + out[-800:] if errs else ""))
     fails += [f"cleanup {name}: {e}" for e in errs]
 
