@@ -50,7 +50,10 @@ NvmeDir check_nvme_dir(const std::string& dir, uint64_t need_bytes, const std::s
                     << "; set offload.nvme_dir to a directory on a local disk");
   // A probe file where the swap files will be (or in the ancestor they will be created under).
   const std::string probe = (base / (".zerotrain-probe." + std::to_string(getpid()))).string();
-  int fd = open(probe.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT, 0600);
+  // ZT_NVME_NO_DIRECT acts out a filesystem without O_DIRECT (tests run the buffered path with it).
+  const bool refuse_direct = std::getenv("ZT_NVME_NO_DIRECT") != nullptr;
+  int fd = refuse_direct ? -1 : open(probe.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT, 0600);
+  if (refuse_direct) errno = EINVAL;
   if (fd < 0 && errno == EINVAL) {
     out.direct = false;
     fd = open(probe.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -58,8 +61,8 @@ NvmeDir check_nvme_dir(const std::string& dir, uint64_t need_bytes, const std::s
   ZT_REQUIRE(fd >= 0, kField << "\"" << dir << "\" is not writable" << (exists ? "" : " (nor creatable)") << ": cannot create "
                              << "a file in \"" << base.string() << "\" (" << std::strerror(errno)
                              << "); choose a writable directory on a local disk");
-  close(fd);
-  unlink(probe.c_str());
+  ZT_CHECK_ERRNO(close(fd) == 0, "close(\"" << probe << "\")");
+  ZT_CHECK_ERRNO(unlink(probe.c_str()) == 0, "unlink(\"" << probe << "\")");
 
   if (std::getenv("ZT_NVME_FREE_BYTES")) {
     out.free_bytes = fake_free();

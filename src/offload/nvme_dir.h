@@ -17,7 +17,8 @@ struct NvmeDir {
 };
 
 // need_bytes: the swap files of every rank on this host. ZT_NVME_FREE_BYTES replaces the free
-// space statvfs reports (tests fake a small disk with it, as ZT_MEM_AVAILABLE_BYTES a small machine).
+// space statvfs reports (tests fake a small disk with it, as ZT_MEM_AVAILABLE_BYTES a small machine);
+// ZT_NVME_NO_DIRECT makes the directory refuse O_DIRECT (tests of the buffered fallback).
 NvmeDir check_nvme_dir(const std::string& dir, uint64_t need_bytes, const std::string& need_detail);
 
 }  // namespace zt::offload

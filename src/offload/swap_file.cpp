@@ -52,8 +52,10 @@ SwapFile::SwapFile(std::string path, size_t bytes, bool direct) : path_(std::mov
 }
 
 SwapFile::~SwapFile() {
+  // Unchecked on purpose: a destructor cannot report, and unlink fails with ENOENT when a signal
+  // handler removed the file first (the open descriptor kept it usable until here).
   if (fd_ >= 0) close(fd_);
-  unlink(path_.c_str());  // ENOENT when a signal handler removed it first
+  unlink(path_.c_str());
   unregister_for_unlink(slot_);
 }
 

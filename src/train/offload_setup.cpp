@@ -5,6 +5,7 @@
 
 #include "offload/nvme_dir.h"
 #include "offload/uring.h"
+#include "runtime/error.h"
 #include "runtime/memory.h"
 #include "zero/estimate.h"
 #include "zero/swap_spec.h"
@@ -22,8 +23,10 @@ uint64_t swap_file_bytes(const Plan& plan, int world, int* files) {
 }
 }  // namespace
 
-offload::SwapSpec prepare_offload(const Plan& plan, int world, int rank, int local_world) {
+offload::SwapSpec prepare_offload(const Plan& plan, int world, int rank, int local_world, bool host_backend) {
   if (plan.offload.optimizer != "nvme") return {};
+  ZT_REQUIRE(host_backend, "offload.optimizer: \"nvme\" is not implemented yet for the CUDA backend (its AdamW runs "
+                           "on the GPU); run it with device \"cpu\", or set offload.optimizer to \"none\"");
   int files = 0;
   const uint64_t per_rank = swap_file_bytes(plan, world, &files);
   std::ostringstream detail;

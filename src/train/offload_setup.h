@@ -10,8 +10,9 @@
 namespace zt {
 
 // The spec the store and optimizer run with (disabled without offload). Throws one line when
-// nvme_dir cannot take this host's swap files (local_world ranks share it).
-offload::SwapSpec prepare_offload(const Plan& plan, int world, int rank, int local_world);
+// nvme_dir cannot take this host's swap files (local_world ranks share it), or when the backend
+// keeps its state off the host (host_backend false: the CPU AdamW cannot update device memory).
+offload::SwapSpec prepare_offload(const Plan& plan, int world, int rank, int local_world, bool host_backend);
 
 // One line for the start-up banner: where the state goes, how it is streamed.
 std::string describe_offload(const offload::SwapSpec& spec, const Plan& plan, int world);

@@ -213,7 +213,7 @@ class Trainer {
         outputs_ = check_run_outputs(plan_, GPT<Ops>::llmc_file_bytes(cfg_));
       }
       if (Ops::tier == Tier::host) check_host_memory();
-      swap_ = prepare_offload(plan_, world, comm_.rank(), comm_.local_world());
+      swap_ = prepare_offload(plan_, world, comm_.rank(), comm_.local_world(), Ops::tier == Tier::host);
     } catch (const std::exception& e) {
       refusal = e.what();
     }
