@@ -40,12 +40,14 @@ void SwapPipeline::transfer(size_t k, bool write) {
 void SwapPipeline::for_each_subgroup(const Update& update) {
   const size_t G = subgroups(), B = size_t(sets_);
   std::vector<float*> bufs(files_.size());
+  size_t next_read = 0;
   try {
-    transfer(0, false);
     for (size_t k = 0; k < G; ++k) {
-      if (k + 1 < G) {
-        if (k + 1 >= B) ring_.wait(int(2 * (k + 1 - B) + 1));  // the set's previous tenant is on disk
-        transfer(k + 1, false);
+      // Read ahead as far as the sets allow: k + B - 2 (one set is being updated, one written from).
+      // A set is free once the write of its previous tenant, j - B, is on disk.
+      for (; next_read < G && next_read <= k + B - 2; ++next_read) {
+        if (next_read >= B) ring_.wait(int(2 * (next_read - B) + 1));
+        transfer(next_read, false);
       }
       ring_.wait(int(2 * k));
       for (size_t s = 0; s < files_.size(); ++s) bufs[s] = buffer(k, s);

@@ -5,8 +5,9 @@
 //
 //   read k+1 (io_uring)   while   update k (the caller, CPU threads)   while   write k-1 (io_uring)
 //
-// Before sub-group k+1 is read into its set, the write of k+1-B (the set's previous tenant) must
-// be complete; with B >= 3 that write has had the whole update of k-1 to finish in.
+// Reads run ahead up to sub-group k+B-2 while k is updated; before sub-group j is read into its
+// set, the write of j-B (the set's previous tenant) must be complete. With B = 3 that write has had
+// the whole update of the sub-group before to finish in; with B = 2 only writes overlap updates.
 #pragma once
 #include <cstddef>
 #include <functional>
