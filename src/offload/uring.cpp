@@ -95,17 +95,19 @@ void Uring::reap_one() {
     push(slot);
     return;
   }
-  ZT_CHECK_URING(res == 0 && p.len > 0 ? -EIO : res,
-                 (p.write ? "io_uring write of " : "io_uring read of ") << p.what << " (" << p.len << " bytes at "
-                                                                        << p.off << ")");
-  if (size_t(res) < p.len) {  // short: the rest, in the same slot
+  if (res > 0 && size_t(res) < p.len) {  // short: the rest, in the same slot
     p.buf += res, p.off += uint64_t(res), p.len -= size_t(res);
     push(slot);
     return;
   }
+  // Done, or failed: either way the piece is no longer in flight (drain() must not wait for it).
+  const Piece done = p;
   --pending_[size_t(p.tag)];
   --in_flight_;
   free_.push_back(slot);
+  ZT_CHECK_URING(res == 0 ? -EIO : res,  // 0: end of file inside the swap file, which was sized for it
+                 (done.write ? "io_uring write of " : "io_uring read of ") << done.what << " (" << done.len
+                                                                           << " bytes at " << done.off << ")");
 }
 
 void Uring::wait(int tag) {

@@ -3,11 +3,14 @@
 // left; the store lists and allocates offloaded state as swap files and counts it in the nvme tier.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/layout.h"
@@ -76,6 +79,27 @@ TEST_F(Offload, PipelineUpdatesEveryElementOnceInOrder) {
     }
   }
   EXPECT_EQ(swap_files(), 0u) << "swap files outlived their SwapFile";
+}
+
+// A failed transfer is one error naming the file and the operation, and leaves nothing in flight.
+TEST_F(Offload, UringReportsAFailedTransfer) {
+  const int fd = open(path("write_only").c_str(), O_CREAT | O_WRONLY, 0600);
+  ASSERT_GE(fd, 0);
+  std::vector<char> buf(8192);
+  offload::Uring ring(4);
+  std::string msg;
+  try {
+    ring.read(fd, buf.data(), buf.size(), 0, 0, "a write-only file");
+    ring.wait(0);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("read of a write-only file"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Bad file descriptor"), std::string::npos) << msg;
+  ring.drain();  // returns: the failed piece is not counted as in flight
+  ring.write(fd, buf.data(), buf.size(), 0, 1, "a write-only file");
+  ring.wait(1);
+  close(fd);
 }
 
 TEST_F(Offload, StoreKeepsOffloadedStateInSwapFiles) {
