@@ -11,16 +11,22 @@ namespace {
 size_t subgroup_of(const SwapSpec& spec, size_t numel) {
   return std::min(spec.subgroup_numel, io_round_up(numel * 4) / 4);
 }
+
+// Sets beyond the number of sub-groups would never be used.
+size_t sets_of(const SwapSpec& spec, size_t numel) {
+  const size_t sub = subgroup_of(spec, numel);
+  return std::max<size_t>(1, std::min(size_t(spec.buffer_count), (numel + sub - 1) / sub));
+}
 }  // namespace
 
 size_t pool_numel(const SwapSpec& spec, size_t numel, int states) {
-  return size_t(spec.buffer_count) * size_t(states) * subgroup_of(spec, numel);
+  return sets_of(spec, numel) * size_t(states) * subgroup_of(spec, numel);
 }
 
 SwapPipeline::SwapPipeline(std::vector<SwapFile*> files, size_t numel, float* pool, const SwapSpec& spec)
     : files_(std::move(files)), numel_(numel), sub_(subgroup_of(spec, numel)), pool_(pool),
-      sets_(spec.buffer_count), ring_(spec.queue_depth) {
-  ZT_ASSERT(!files_.empty() && sets_ >= 2 && sub_ > 0 && (sub_ * 4) % kIoAlign == 0);
+      sets_(int(sets_of(spec, numel))), ahead_(size_t(spec.buffer_count) - 2), ring_(spec.queue_depth) {
+  ZT_ASSERT(!files_.empty() && spec.buffer_count >= 2 && sub_ > 0 && (sub_ * 4) % kIoAlign == 0);
   ZT_ASSERT(reinterpret_cast<uintptr_t>(pool_) % kIoAlign == 0);
   for (const SwapFile* f : files_) ZT_ASSERT(f->bytes() == numel_ * 4);
 }
@@ -45,7 +51,7 @@ void SwapPipeline::for_each_subgroup(const Update& update) {
     for (size_t k = 0; k < G; ++k) {
       // Read ahead as far as the sets allow: k + B - 2 (one set is being updated, one written from).
       // A set is free once the write of its previous tenant, j - B, is on disk.
-      for (; next_read < G && next_read <= k + B - 2; ++next_read) {
+      for (; next_read < G && next_read <= k + ahead_; ++next_read) {
         if (next_read >= B) ring_.wait(int(2 * (next_read - B) + 1));
         transfer(next_read, false);
       }

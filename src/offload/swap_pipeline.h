@@ -18,8 +18,8 @@
 
 namespace zt::offload {
 
-// Elements of the pool for `states` buffers of `numel` elements (4-byte): buffer_count sets of
-// `states` sub-group buffers, each no larger than the shard needs.
+// Elements of the pool for `states` buffers of `numel` elements (4-byte): buffer_count sets (no
+// more than there are sub-groups) of `states` sub-group buffers, each no larger than the shard.
 size_t pool_numel(const SwapSpec& spec, size_t numel, int states);
 
 class SwapPipeline {
@@ -43,7 +43,8 @@ class SwapPipeline {
   std::vector<SwapFile*> files_;
   size_t numel_, sub_;
   float* pool_;
-  int sets_;
+  int sets_;      // buffer sets in use: buffer_count, or fewer when the shard has fewer sub-groups
+  size_t ahead_;  // reads run up to sub-group k + ahead_ while k is updated
   Uring ring_;
 };
 

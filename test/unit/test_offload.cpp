@@ -55,6 +55,7 @@ TEST_F(Offload, PipelineUpdatesEveryElementOnceInOrder) {
         static_cast<float*>(std::aligned_alloc(offload::kIoAlign, offload::pool_numel(spec, numel, 2) * 4)));
     offload::SwapPipeline pipe({&m, &v}, numel, pool.get(), spec);
     EXPECT_EQ(pipe.subgroups(), 5u);
+    EXPECT_EQ(offload::pool_numel(spec, numel, 2), size_t(sets) * 2 * 2048);
     for (int pass = 0; pass < 2; ++pass) {
       size_t next = 0;
       bool seen_right = true;
@@ -79,6 +80,27 @@ TEST_F(Offload, PipelineUpdatesEveryElementOnceInOrder) {
     }
   }
   EXPECT_EQ(swap_files(), 0u) << "swap files outlived their SwapFile";
+}
+
+// A shard of fewer sub-groups than buffer sets takes only the sets it uses, and runs the same.
+TEST_F(Offload, PipelineOnAShardSmallerThanItsSets) {
+  offload::SwapSpec spec;
+  spec.dir = dir_.string(), spec.buffer_count = 4, spec.subgroup_numel = 2048;
+  for (size_t numel : {size_t(5), size_t(3000)}) {
+    const size_t groups = (numel + 2047) / 2048;
+    EXPECT_EQ(offload::pool_numel(spec, numel, 1), groups * std::min<size_t>(2048, (numel * 4 + 4095) / 4096 * 1024));
+    offload::SwapFile m(offload::swap_file_path(spec.dir, int(numel), "m"), numel * 4, direct());
+    std::unique_ptr<float, FreeDeleter> pool(
+        static_cast<float*>(std::aligned_alloc(offload::kIoAlign, offload::pool_numel(spec, numel, 1) * 4)));
+    offload::SwapPipeline pipe({&m}, numel, pool.get(), spec);
+    for (int pass = 0; pass < 3; ++pass)
+      pipe.for_each_subgroup([&](size_t begin, size_t n, float* const* b) {
+        for (size_t j = 0; j < n; ++j) b[0][j] += float(begin + j);
+      });
+    std::vector<float> out(numel);
+    m.read_all(out.data());
+    EXPECT_EQ(out[numel - 1], 3.0f * float(numel - 1));
+  }
 }
 
 // A failed transfer is one error naming the file and the operation, and leaves nothing in flight.
@@ -118,7 +140,11 @@ TEST_F(Offload, StoreKeepsOffloadedStateInSwapFiles) {
     if (b.id == StateId::swap_buffers) pool = b.bytes();
   }
   EXPECT_EQ(nvme, 2 * 4 * part.shard_total());
-  EXPECT_EQ(pool, 3u * 2 * std::min<size_t>(1024, (part.shard_total() * 4 + 4095) / 4096 * 1024) * 4);
+  // buffer_count 3 sets (fewer if the shard has fewer sub-groups) x 2 states x a sub-group (1024 elements, or
+  // the shard in whole blocks if smaller).
+  const size_t sub = std::min<size_t>(1024, (part.shard_total() * 4 + 4095) / 4096 * 1024);
+  const size_t sets = std::min<size_t>(3, (part.shard_total() + sub - 1) / sub);
+  EXPECT_EQ(pool, sets * 2 * sub * 4);
   MemoryTracker mem;
   {
     StateStore store(list, mem, spec);
