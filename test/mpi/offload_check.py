@@ -13,8 +13,9 @@
             memory (VmHWM) falls by at least 80% of the moments' bytes with offload.
   cleanup   swap files exist while a run trains (one per rank per state, the estimate's size
             padded to 4 KiB) and are gone after SIGTERM (N = 1, and N = 2 through mpirun, which
-            forwards it), after SIGINT, and after an error in the middle of a run (a diverged loss,
-            N = 1 and 3); a missing nvme_dir is created.
+            forwards it), after SIGINT, and after an error in the middle of a run (a diverged loss
+            at N = 1 and 3; a hung collective at N = 2, which ends in MPI_Abort); a missing
+            nvme_dir is created.
 
 About a minute on 2 cores.
   /usr/bin/python3 test/mpi/offload_check.py [--train ./train] [--mpirun mpirun] [--only parity|rss|cleanup]
@@ -183,20 +184,21 @@ def run_estimate(args, n, work, swap):
     return json.loads(p.stdout)
 
 
-def diverged(args, tmp, n, fails):
-    work = os.path.join(tmp, f"err_{n}")
+def failed_mid_run(args, tmp, n, what, sets, expect, fails):
+    """A run that fails in the middle: every rank's swap files are gone afterwards."""
+    work = os.path.join(tmp, f"err_{n}_{what.split()[0]}")
     swap = os.path.join(work, "swap")
-    p = start(args, n, work, swap, ["--set", "optim.lr=1e30"])
+    p = start(args, n, work, swap, sets)
     out = p.communicate(timeout=120)[0].decode(errors="replace")
     left = wait_gone(swap)
     errs = []
-    if p.returncode == 0 or "diverged" not in out:
-        errs.append(f"expected a 'training diverged' error, got exit {p.returncode}")
+    if p.returncode == 0 or expect not in out:
+        errs.append(f"expected '{expect}' and a non-zero exit, got exit {p.returncode}")
     if left:
         errs.append(f"left behind: {left}")
-    print(("FAIL " if errs else "ok   ") + f"cleanup error mid-run at N={n}: exit {p.returncode}, no swap files left" +
+    print(("FAIL " if errs else "ok   ") + f"cleanup after {what} at N={n}: exit {p.returncode}, no swap files left" +
           "".join("\n     " + e for e in errs) + ("\n" + out[-800:] if errs else ""))
-    fails += [f"cleanup error N={n}: {e}" for e in errs]
+    fails += [f"cleanup {what} N={n}: {e}" for e in errs]
 
 
 def main():
@@ -218,8 +220,11 @@ def main():
         if args.only in (None, "cleanup"):
             for n, sig in ((1, signal.SIGTERM), (2, signal.SIGTERM), (1, signal.SIGINT)):
                 killed(args, tmp, n, sig, fails)
-            for n in (1, 3):
-                diverged(args, tmp, n, fails)
+            for n in (1, 3):  # every rank throws
+                failed_mid_run(args, tmp, n, "a diverged loss", ["--set", "optim.lr=1e30"], "diverged", fails)
+            # One rank skips a collective at step 2: the other times out and MPI_Abort ends the job.
+            failed_mid_run(args, tmp, 2, "a hung collective", ["--set", "comm.timeout_s=2", "--set", "comm.fault_skip_rank=1",
+                                                               "--set", "comm.fault_skip_step=2"], "did not complete within", fails)
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
