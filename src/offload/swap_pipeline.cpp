@@ -64,10 +64,7 @@ void SwapPipeline::for_each_subgroup(const Update& update) {
   } catch (...) {
     // No transfer may outlive the step: the pool is reused and the files may go. The first error
     // is the one reported.
-    try {
-      ring_.drain();
-    } catch (...) {
-    }
+    ring_.abandon();
     throw;
   }
 }

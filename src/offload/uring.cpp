@@ -24,12 +24,19 @@ Uring::Uring(unsigned queue_depth) : depth_(queue_depth) {
 
 Uring::~Uring() {
   if (!ring_ok_) return;
-  // An exception between queue and wait: let the kernel finish with the buffers before they go.
-  try {
-    while (in_flight_ > 0) reap_one();
-  } catch (...) {
-  }
+  abandon();  // an exception between queue and wait: the kernel must be done with the buffers first
   io_uring_queue_exit(&ring_);
+}
+
+void Uring::abandon() noexcept {
+  for (const Piece& p : backlog_) --pending_[size_t(p.tag)];
+  backlog_.clear();
+  while (in_flight_ > 0) {
+    try {
+      reap_one();
+    } catch (...) {  // the first error was reported; later ones of the same step add nothing
+    }
+  }
 }
 
 void Uring::read(int fd, void* buf, size_t len, uint64_t off, int tag, const char* what) {
@@ -60,11 +67,14 @@ void Uring::queue(const Piece& whole) {
       sync_io(p);
       continue;
     }
-    while (free_.empty()) reap_one();
+    ++pending_[size_t(p.tag)];
+    if (free_.empty()) {
+      backlog_.push_back(p);
+      continue;
+    }
     const size_t slot = free_.back();
     free_.pop_back();
     pieces_[slot] = p;
-    ++pending_[size_t(p.tag)];
     ++in_flight_;
     push(slot);
   }
@@ -100,11 +110,18 @@ void Uring::reap_one() {
     push(slot);
     return;
   }
-  // Done, or failed: either way the piece is no longer in flight (drain() must not wait for it).
+  // Done, or failed: either way the piece is no longer in flight (drain() must not wait for it),
+  // and its slot takes the next piece of the backlog.
   const Piece done = p;
   --pending_[size_t(p.tag)];
-  --in_flight_;
-  free_.push_back(slot);
+  if (backlog_.empty()) {
+    --in_flight_;
+    free_.push_back(slot);
+  } else {
+    p = backlog_.front();
+    backlog_.pop_front();
+    push(slot);
+  }
   ZT_CHECK_URING(res == 0 ? -EIO : res,  // 0: end of file inside the swap file, which was sized for it
                  (done.write ? "io_uring write of " : "io_uring read of ") << done.what << " (" << done.len
                                                                            << " bytes at " << done.off << ")");
@@ -116,7 +133,8 @@ void Uring::wait(int tag) {
 }
 
 void Uring::drain() {
-  while (in_flight_ > 0) reap_one();
+  while (in_flight_ > 0) reap_one();  // the backlog empties into freed slots on the way
+  ZT_ASSERT(backlog_.empty());
 }
 
 }  // namespace zt::offload
