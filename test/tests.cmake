@@ -70,6 +70,14 @@ add_test(NAME trace_check
                  --mpirun ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(trace_check PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+# offload_check: offload.optimizer nvme (docs/design.md §3.6) against the same plan in memory, bit for
+# bit, N 1 and 3 x stages 1-3; peak resident memory falls by >= 80% of the moments; swap files exist
+# during a run and are gone after it, after SIGTERM / SIGINT and after an error; about 40 s.
+add_test(NAME offload_check
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/mpi/offload_check.py --train $<TARGET_FILE:train>
+                 --mpirun ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(offload_check PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 set_tests_properties(zero_matrix PROPERTIES TIMEOUT 1200 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 set_tests_properties(memory_check PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 set_tests_properties(hang_train PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
@@ -179,3 +187,8 @@ foreach(part resume reshard files faults)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(checkpoint_${part} PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 endforeach()
+
+# ---- benchmarks, not tests: scripts/bench_offload.sh runs it -------------------------------------
+add_executable(zt_bench_offload ${CMAKE_SOURCE_DIR}/test/bench/bench_offload.cpp)
+target_link_libraries(zt_bench_offload PRIVATE zt)
+target_compile_options(zt_bench_offload PRIVATE -fno-math-errno)

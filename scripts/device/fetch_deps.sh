@@ -5,7 +5,7 @@
 #   scripts/device/fetch_deps.sh [--force] [--no-data]
 #
 # Packages: Open MPI (libopenmpi-dev, libopenmpi3, openmpi-bin, openmpi-common), CLI11,
-# nlohmann-json, GoogleTest, OpenBLAS (OpenMP build), and the run-time closure of their shared
+# nlohmann-json, GoogleTest, OpenBLAS (OpenMP build), liburing (optimizer offload), and the run-time closure of their shared
 # libraries minus BASE_SONAMES below (what every Ubuntu 24.04 image with a C++ compiler has).
 # They are fetched with `apt-get download` into .deps/debs, unpacked with `dpkg -x` into
 # .deps/root (a prefix: .deps/root/usr/...), pruned (docs, man pages, static libraries other than
@@ -46,13 +46,14 @@ say() { echo "fetch_deps: $*"; }
 die() { echo "fetch_deps: error: $*" >&2; exit 1; }
 
 # What the build uses (see CMakeLists.txt): find_package(MPI CXX), nlohmann_json, CLI11, GTest,
-# OpenBLAS by path (openblas-openmp). The -dev packages give headers, CMake configs and the
+# OpenBLAS by path (openblas-openmp), liburing by find_library / find_path. The -dev packages give headers, CMake configs and the
 # unversioned .so links; their other dependencies (gfortran, libevent-dev, libhwloc-dev,
 # libibverbs-dev, ...) are not needed to compile or link C++ and are not fetched.
 DIRECT_PKGS=(
   libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common
   libcli11-dev nlohmann-json3-dev libgtest-dev
   libopenblas-openmp-dev libopenblas0-openmp
+  liburing-dev liburing2
 )
 # The shared-library closure of the above (found with readelf -d; checked again below), minus the
 # base. libhwloc15 needs libudev1 (in Ubuntu base images, shipped anyway: run.sh prefers the

@@ -148,9 +148,21 @@ void check_supported_by_this_build(const Plan& p) {
   auto in = [](const std::vector<std::string>& v, const std::string& x) {
     return std::find(v.begin(), v.end(), x) != v.end();
   };
-  if (!in(f.offload, p.offload.params)) unsupported("offload.params", json(p.offload.params).dump(), quoted(f.offload));
-  if (!in(f.offload, p.offload.optimizer))
-    unsupported("offload.optimizer", json(p.offload.optimizer).dump(), quoted(f.offload));
+  if (!in(f.offload, p.offload.params))
+    bad("offload.params", json(p.offload.params).dump() + " is not implemented yet (supported: " + quoted(f.offload) +
+                              "; offload.optimizer \"nvme\" moves the optimizer state)");
+  if (p.offload.optimizer == "cpu" && !in(f.offload_optimizer, "cpu")) {
+    // Without a GPU there is nothing to offload to host memory; with one it is still to be built.
+    const std::string cpu = "changes nothing on the CPU backend, which already keeps everything in host memory";
+    const std::string cuda = "is not implemented yet for the CUDA backend";
+    const std::string fix = "; use \"nvme\" to move the optimizer state to disk, or \"none\"";
+    if (p.device == "cpu" || (p.device == "auto" && !support::device_built("cuda")))
+      bad("offload.optimizer", "\"cpu\" " + cpu + fix);
+    if (p.device == "cuda") bad("offload.optimizer", "\"cpu\" " + cuda + fix);
+    bad("offload.optimizer", "\"cpu\" " + cuda + ", and " + cpu + fix);
+  }
+  if (!in(f.offload_optimizer, p.offload.optimizer))
+    unsupported("offload.optimizer", json(p.offload.optimizer).dump(), quoted(f.offload_optimizer));
   if (p.checkpoint.every != 0 && !f.checkpoint_saving)
     unsupported("checkpoint.every", std::to_string(p.checkpoint.every), "0, i.e. no checkpoint saving");
   if (!f.checkpoint_resume && p.checkpoint.resume != "none")
@@ -166,6 +178,10 @@ void check_combinations(const Plan& p) {
     bad("offload.params", json(p.offload.params).dump() +
                               " requires zero.stage 3 (only sharded parameters can be offloaded), got zero.stage " +
                               std::to_string(p.zero.stage));
+  if (p.offload.optimizer == "nvme" && p.zero.stage == 0)
+    bad("offload.optimizer", json(p.offload.optimizer).dump() +
+                                 " requires zero.stage 1, 2 or 3: offload streams a rank's shard of the optimizer "
+                                 "state, and stage 0 keeps a full replica on every rank (got zero.stage 0)");
   for (const char* which : {"optimizer", "params"}) {
     const std::string& v = std::string(which) == "optimizer" ? p.offload.optimizer : p.offload.params;
     if (v == "nvme" && p.offload.nvme_dir.empty())
@@ -326,6 +342,11 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
   p.offload.optimizer = get_choice(r, "offload.optimizer", {"none", "cpu", "nvme"});
   p.offload.params = get_choice(r, "offload.params", {"none", "cpu", "nvme"});
   p.offload.nvme_dir = get_str(r, "offload.nvme_dir");
+  p.offload.queue_depth = static_cast<int>(get_i64(r, "offload.queue_depth", 1, 4096));
+  p.offload.buffer_count = static_cast<int>(get_i64(r, "offload.buffer_count", 2, 64));
+  p.offload.subgroup_mb = get_positive(r, "offload.subgroup_mb");
+  if (p.offload.subgroup_mb > 65536)
+    bad("offload.subgroup_mb", "must be <= 65536 (MiB per state per sub-group), got " + at(r, "offload.subgroup_mb").dump());
 
   p.checkpoint.dir = get_str(r, "checkpoint.dir");
   p.checkpoint.every = get_int(r, "checkpoint.every", 0);

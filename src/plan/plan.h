@@ -64,7 +64,15 @@ struct RecomputeSection {
   int every = 1;          // block: blocks 0, every, 2*every, ... are recomputed, the others keep everything
 };
 
-struct OffloadSection { std::string optimizer, params, nvme_dir; };
+// docs/design.md §3.6. optimizer "nvme": AdamW moments in swap files under nvme_dir (stages 1-3),
+// streamed in sub-groups of subgroup_mb MiB per state through buffer_count buffer sets, with up to
+// queue_depth io_uring requests in flight.
+struct OffloadSection {
+  std::string optimizer = "none", params = "none", nvme_dir;
+  int queue_depth = 32;
+  int buffer_count = 3;
+  double subgroup_mb = 4.0;
+};
 
 // Sharded checkpoints (docs/design.md §3.7; README "Checkpoints").
 struct CheckpointSection {

@@ -29,3 +29,15 @@ inline size_t checked_round_up(size_t x, size_t m, const std::string& what) {
 }
 
 }  // namespace zt
+
+// liburing calls return -errno instead of setting errno; file:line and the operation, as
+// ZT_CHECK_ERRNO (runtime/error.h) does for calls that set errno.
+#define ZT_CHECK_URING(rc_expr, op_desc)                                                     \
+  do {                                                                                       \
+    const int zt_rc_ = (rc_expr);                                                            \
+    if (zt_rc_ < 0) {                                                                        \
+      std::ostringstream zt_os_;                                                             \
+      zt_os_ << op_desc << ": " << std::strerror(-zt_rc_);                                   \
+      ::zt::fail_at(__FILE__, __LINE__, zt_os_.str());                                       \
+    }                                                                                        \
+  } while (0)

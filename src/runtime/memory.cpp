@@ -66,14 +66,17 @@ void Allocation::reset() {
   owner_ = nullptr; ptr_ = nullptr; bytes_ = 0;
 }
 
-Allocation MemoryTracker::alloc(size_t bytes, Tier tier, Category cat, const std::string& name) {
-  ZT_REQUIRE(tier == Tier::host || tier == Tier::device,
+Allocation MemoryTracker::alloc(size_t bytes, Tier tier, Category cat, const std::string& name, size_t align) {
+  ZT_REQUIRE(tier != Tier::pinned,
              "memory tier '" << tier_name(tier) << "' is not supported by this build yet (buffer " << name << ")");
+  ZT_ASSERT(align >= kAlign && (align & (align - 1)) == 0);
   Allocation a;
-  size_t rounded = checked_round_up(bytes, kAlign, "memory: buffer " + name);
-  if (rounded == 0) rounded = kAlign;
+  size_t rounded = checked_round_up(bytes, align, "memory: buffer " + name);
+  if (rounded == 0) rounded = align;
   void* p = nullptr;
-  if (tier == Tier::device) {
+  if (tier == Tier::nvme) {
+    // Counted only: the swap file that holds it belongs to its owner (zero/store.cpp).
+  } else if (tier == Tier::device) {
     try {
       p = device::alloc(rounded);  // cudaMalloc: 256-byte aligned
     } catch (const DeviceOutOfMemory& e) {
@@ -85,7 +88,7 @@ Allocation MemoryTracker::alloc(size_t bytes, Tier tier, Category cat, const std
     }
     device::memset0(p, rounded);
   } else {
-    p = std::aligned_alloc(kAlign, rounded);
+    p = std::aligned_alloc(align, rounded);
     if (p == nullptr)
       throw OutOfMemory("out of host memory allocating " + format_bytes(double(bytes)) + " for " + name + ", with " +
                             format_bytes(double(current_total(Tier::host))) + " already tracked on the host; ");
@@ -101,7 +104,7 @@ Allocation MemoryTracker::alloc(size_t bytes, Tier tier, Category cat, const std
 void MemoryTracker::release(Allocation& a) {
   cur_[idx(a.tier_, a.cat_)] -= a.bytes_;
   if (a.tier_ == Tier::device) device::free(a.ptr_);
-  else std::free(a.ptr_);
+  else if (a.tier_ == Tier::host) std::free(a.ptr_);
 }
 
 size_t MemoryTracker::current_total(Tier t) const {

@@ -51,8 +51,10 @@ class MemoryTracker {
   static constexpr size_t kAlign = 64;  // cache line; also enough for AVX-512 loads
 
   // Zero-filled allocation on the host or the CUDA device. `name` appears in out-of-memory messages
-  // (DeviceOutOfMemory for the device, carrying this table).
-  Allocation alloc(size_t bytes, Tier tier, Category cat, const std::string& name);
+  // (DeviceOutOfMemory for the device, carrying this table). `align` (a power of two, at least
+  // kAlign) is for host buffers that O_DIRECT reads into (4096). Tier::nvme takes no memory: the
+  // bytes are counted (they live in a swap file, docs/design.md §3.6) and data() is nullptr.
+  Allocation alloc(size_t bytes, Tier tier, Category cat, const std::string& name, size_t align = kAlign);
 
   size_t current(Tier t, Category c) const { return cur_[idx(t, c)]; }
   size_t peak(Tier t, Category c) const { return peak_[idx(t, c)]; }

@@ -55,6 +55,7 @@ const Features& features() {
     x.checkpoint_saving = true;
     x.checkpoint_resume = true;
     x.master_weights_off = false;
+    x.offload_optimizer = {"none", "nvme"};
     return x;
   }();
   return f;
@@ -76,7 +77,8 @@ std::string help() {
     if (b.n_embd_multiple > 1) os << ", n_embd a multiple of " << b.n_embd_multiple;
     os << "\n";
   }
-  os << "Offload is not available in this build yet (plans asking for it are rejected).";
+  os << "Offload: offload.optimizer \"nvme\" (zero.stage 1-3, CPU backend); parameter offload is not available in\n"
+        "this build yet (plans asking for it are rejected).";
   return os.str();
 }
 

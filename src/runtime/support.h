@@ -41,10 +41,11 @@ bool precision_built(const std::string& precision);
 
 // Plan features, for every backend of this build.
 struct Features {
-  std::vector<std::string> offload;            // values of offload.params / offload.optimizer
+  std::vector<std::string> offload;            // values of offload.params
   bool checkpoint_saving = false;              // checkpoint.every > 0
   bool checkpoint_resume = false;              // checkpoint.resume other than "none"
   bool master_weights_off = false;             // precision.master_weights false
+  std::vector<std::string> offload_optimizer;  // values of offload.optimizer
 };
 const Features& features();
 

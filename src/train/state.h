@@ -9,7 +9,8 @@
 //                  (step x global batch; the loader is a pure function of it, data/loader.h)
 //   buffers        the store's persistent buffers (parameters or parameter shard, AdamW moments,
 //                  master weights: StateBuffer::persistent), copied to host memory by capture().
-//                  In a running trainer the live views are the store's own buffers.
+//                  In a running trainer the live views are the store's own buffers; offloaded
+//                  ones (Tier::nvme) are read from and written to their swap files.
 //
 // capture() and restore() are the in-memory form of a checkpoint; src/checkpoint/ writes the same
 // state to sharded files (§3.7).
@@ -41,7 +42,8 @@ void capture_buffers(const StateStore& store, TrainState& st) {
   for (const StateBuffer& b : store.list()) {
     if (!b.persistent) continue;
     TrainState::Saved s{b.id, std::vector<unsigned char>(b.bytes())};
-    Ops::d2h(s.bytes.data(), store.raw(b.id), b.bytes());
+    if (offload::SwapFile* f = store.file(b.id)) f->read_all(s.bytes.data());
+    else Ops::d2h(s.bytes.data(), store.raw(b.id), b.bytes());
     st.buffers.push_back(std::move(s));
   }
 }
@@ -55,7 +57,8 @@ void restore_buffers(const TrainState& st, StateStore& store) {
     if (!b.persistent) continue;
     ZT_REQUIRE(i < st.buffers.size() && st.buffers[i].id == b.id && st.buffers[i].bytes.size() == b.bytes(),
                "train state: saved buffers do not match this plan's " << b.name() << " (" << b.bytes() << " bytes)");
-    Ops::h2d(store.raw(b.id), st.buffers[i].bytes.data(), b.bytes());
+    if (offload::SwapFile* f = store.file(b.id)) f->write_all(st.buffers[i].bytes.data());
+    else Ops::h2d(store.raw(b.id), st.buffers[i].bytes.data(), b.bytes());
     ++i;
   }
   ZT_REQUIRE(i == st.buffers.size(), "train state: " << st.buffers.size() - i << " saved buffer(s) this plan does not keep");

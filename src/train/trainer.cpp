@@ -31,6 +31,7 @@
 #include "runtime/memory.h"
 #include "runtime/support.h"
 #include "runtime/trace.h"
+#include "train/offload_setup.h"
 #include "train/outputs.h"
 #include "train/progress.h"
 #include "train/schedule.h"
@@ -225,6 +226,7 @@ class Trainer {
         outputs_ = check_run_outputs(plan_, GPT<Ops>::llmc_file_bytes(cfg_));
       }
       if (Ops::tier == Tier::host) check_host_memory();
+      swap_ = prepare_offload(plan_, world, comm_.rank(), comm_.local_world(), Ops::tier == Tier::host);
     } catch (const std::exception& e) {
       refusal = e.what();
     }
@@ -241,7 +243,8 @@ class Trainer {
     zc.bucket_mb = plan_.zero.bucket_mb; zc.prefetch_units = plan_.zero.prefetch_units;
     zc.grad_accum = plan_.batch.grad_accum; zc.elem_bytes = sizeof(T);
     partition_ = std::make_unique<Partition>(model_->layout(), zc);
-    store_ = std::make_unique<StateStore>(list_model_state(model_->layout(), *partition_, state_types_of<Ops>()), mem_);
+    store_ = std::make_unique<StateStore>(list_model_state(model_->layout(), *partition_, state_types_of<Ops>(), swap_),
+                                          mem_, swap_);
     engine_ = std::make_unique<ZeroEngine<Ops>>(*model_, *partition_, *store_, comm_, plan_.optim);
     // model.init is read here (into the allocated parameters); a damaged file is still refused
     // before anything is written. A run that starts from a TrainState takes its buffers instead.
@@ -304,6 +307,7 @@ class Trainer {
     std::printf("zero: stage %d, %s, %zu gradient bucket(s)\n", stage,
                 plan_.zero.overlap_comm ? "overlapped bucketed communication" : "naive blocking per-unit communication",
                 partition_->buckets().size());
+    if (swap_.enabled()) std::printf("%s\n", describe_offload(swap_, plan_, world).c_str());
     std::printf("\nmemory per rank (tracked):\n%s\n", mem_.table(false).c_str());
     std::fflush(stdout);
   }
@@ -484,6 +488,7 @@ class Trainer {
   uint64_t bytes_per_step_ = 0;
   std::unique_ptr<MetricsLog> log_;
   RunOutputs outputs_;  // rank 0
+  offload::SwapSpec swap_;  // offload.optimizer "nvme" (train/offload_setup.h); disabled otherwise
   bool decorate_ = false;
   std::string resume_from_;  // the checkpoint this run continues ("" = none)
   ckpt::Transfer loaded_;

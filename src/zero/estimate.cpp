@@ -1,6 +1,7 @@
 #include "zero/estimate.h"
 
 #include <iomanip>
+#include <map>
 #include <sstream>
 
 #include "model/gpt.h"
@@ -9,6 +10,7 @@
 #include "runtime/error.h"
 #include "zero/partition.h"
 #include "zero/store.h"
+#include "zero/swap_spec.h"
 
 namespace zt {
 
@@ -34,19 +36,26 @@ Estimate estimate_plan(const Plan& plan, int world) {
   const Partition part(layout, zc);
 
   Estimate e;
-  std::map<Category, size_t> by_cat;
+  std::map<std::pair<Tier, Category>, size_t> by;  // bytes per (tier, category)
+  std::map<Tier, size_t> totals;
   const std::string what = "model: per-rank memory (bytes)";
-  // The store's own list (zero/store.h): what a run allocates, buffer for buffer.
-  for (const StateBuffer& b : list_model_state(layout, part, StateTypes{DType::f32, DType::f32, Ops::tier})) {
-    const size_t bytes = b.bytes();
-    by_cat[b.cat] = checked_add(by_cat[b.cat], bytes, what);
-    e.buffers.push_back({{"category", category_name(b.cat)}, {"name", b.name()}, {"bytes", bytes}});
+  auto count = [&](Tier t, Category c, size_t bytes) {
+    by[{t, c}] = checked_add(by[{t, c}], bytes, what);
+    totals[t] = checked_add(totals[t], bytes, what);
+  };
+  // The store's own list (zero/store.h): what a run allocates, buffer for buffer, in its tier.
+  const StateTypes types{DType::f32, DType::f32, Ops::tier};
+  for (const StateBuffer& b : list_model_state(layout, part, types, swap_spec_of(plan.offload, 0))) {
+    count(b.tier, b.cat, b.bytes());
+    e.buffers.push_back({{"category", category_name(b.cat)}, {"name", b.name()}, {"tier", tier_name(b.tier)},
+                         {"bytes", b.bytes()}});
   }
   const int B = plan.batch.micro_batch;
   const Recompute rc = Recompute::from(plan.recompute.policy, plan.recompute.every);
   const size_t act = GPT<Ops>::activation_bytes(cfg, B, m.seq_len, rc);
-  by_cat[Category::activations] = checked_add(by_cat[Category::activations], act, what);
-  e.buffers.push_back({{"category", "activations"}, {"name", "activations and activation gradients"}, {"bytes", act}});
+  count(Ops::tier, Category::activations, act);
+  e.buffers.push_back({{"category", "activations"}, {"name", "activations and activation gradients"},
+                       {"tier", tier_name(Ops::tier)}, {"bytes", act}});
   // The policy's price next to the alternatives (docs/design.md §3.11): activation bytes of every
   // policy, and the forward FLOPs backward spends again (matmuls and attention, per micro-step).
   const double fwd = GPT<Ops>::forward_flops(cfg, B, m.seq_len);
@@ -58,15 +67,13 @@ Estimate estimate_plan(const Plan& plan, int world) {
                  {"activation_bytes_by_policy", {{"none", none}, {"selective", selective}, {"block", block}}},
                  {"extra_forward_flops_per_micro_step", extra}, {"forward_flops_per_micro_step", fwd}};
 
-  const char* tier = tier_name(Ops::tier);
-  size_t total = 0;
-  nlohmann::json row = nlohmann::json::object();
-  for (const auto& [cat, bytes] : by_cat) {
-    row[category_name(cat)] = bytes;
-    total = checked_add(total, bytes, what);
+  for (const auto& [tier, total] : totals) {
+    nlohmann::json row = nlohmann::json::object();
+    for (const auto& [key, bytes] : by)
+      if (key.first == tier) row[category_name(key.second)] = bytes;
+    row["total"] = total;
+    e.memory[tier_name(tier)] = row;
   }
-  row["total"] = total;
-  e.memory[tier] = row;
   e.bytes_per_step = part.bytes_per_step();
   e.bytes_formula = part.bytes_formula();
 
@@ -77,16 +84,27 @@ Estimate estimate_plan(const Plan& plan, int world) {
   if (plan.device == "cuda" || plan.precision.compute == "bf16")
     os << "note: this estimate models the CPU backend (fp32, host memory); the CUDA backend's sizes (bf16\n"
           "storage, fp32 master weights and AdamW state, device memory) are not modelled yet\n\n";
-  os << "per-rank memory (" << tier << "):\n";
+  os << "per-rank memory:\n";
   for (const auto& b : e.buffers)
-    os << "  " << std::left << std::setw(12) << b["category"].get<std::string>() << std::setw(40)
-       << b["name"].get<std::string>() << std::right << std::setw(14) << format_bytes(double(b["bytes"].get<size_t>()))
-       << "\n";
-  os << "\n  " << std::left << std::setw(12) << "category" << std::right << std::setw(14) << tier << "\n";
-  for (const auto& [cat, bytes] : by_cat)
-    os << "  " << std::left << std::setw(12) << category_name(cat) << std::right << std::setw(14)
-       << format_bytes(double(bytes)) << "\n";
-  os << "  " << std::left << std::setw(12) << "total" << std::right << std::setw(14) << format_bytes(double(total)) << "\n";
+    os << "  " << std::left << std::setw(12) << b["category"].get<std::string>() << std::setw(38)
+       << b["name"].get<std::string>() << std::setw(8) << b["tier"].get<std::string>() << std::right << std::setw(14)
+       << format_bytes(double(b["bytes"].get<size_t>())) << "\n";
+  os << "\n  " << std::left << std::setw(12) << "category";
+  for (const auto& [tier, total] : totals) os << std::right << std::setw(14) << tier_name(tier);
+  os << "\n";
+  std::map<Category, bool> cats;
+  for (const auto& [key, bytes] : by) cats[key.second] = true;
+  for (const auto& [cat, _] : cats) {
+    os << "  " << std::left << std::setw(12) << category_name(cat);
+    for (const auto& [tier, total] : totals) {
+      const auto it = by.find({tier, cat});
+      os << std::right << std::setw(14) << (it == by.end() ? "-" : format_bytes(double(it->second)));
+    }
+    os << "\n";
+  }
+  os << "  " << std::left << std::setw(12) << "total";
+  for (const auto& [tier, total] : totals) os << std::right << std::setw(14) << format_bytes(double(total));
+  os << "\n";
   os << "\nactivations by recompute.policy: none " << format_bytes(double(none)) << ", selective "
      << format_bytes(double(selective)) << ", block " << format_bytes(double(block)) << " (this plan: "
      << plan.recompute.policy;

@@ -1,5 +1,6 @@
 #include "zero/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/ops_cpu.h"
@@ -13,7 +14,17 @@ namespace zt {
 template <class Ops>
 ShardedOptimizer<Ops>::ShardedOptimizer(const ParamLayout& layout, const Partition& part, StateStore& store, Comm& comm,
                                         const OptimSection& optim)
-    : layout_(layout), part_(part), store_(store), comm_(comm), optim_(optim), rules_(part.rules()) {}
+    : layout_(layout), part_(part), store_(store), comm_(comm), optim_(optim), rules_(part.rules()) {
+  if (!store.file(StateId::adam_m)) return;
+  ZT_ASSERT(rules_.optimizer_sharded && Ops::tier == Tier::host);  // the CPU runs the update on host memory
+  std::vector<offload::SwapFile*> files{store.file(StateId::adam_m), store.file(StateId::adam_v)};
+  if (store.file(StateId::master)) files.push_back(store.file(StateId::master)), swap_master_ = true;
+  // Initialising swapped master weights would need the parameters widened into the files: no
+  // backend that keeps master weights runs offload yet (the CUDA backend runs stage 0 only).
+  ZT_ASSERT(!swap_master_);
+  swap_ = std::make_unique<offload::SwapPipeline>(files, part.shard_total(), store.get<M>(StateId::swap_buffers),
+                                                  store.swap());
+}
 
 template <class Ops>
 typename ShardedOptimizer<Ops>::T* ShardedOptimizer<Ops>::params(int u) const {
@@ -60,8 +71,28 @@ double ShardedOptimizer<Ops>::grad_norm() {
 }
 
 template <class Ops>
+void ShardedOptimizer<Ops>::step_flat(size_t lo, size_t hi, size_t base, M* const* bufs, double lr, double grad_scale) {
+  // The units whose shard slices meet [lo, hi), each updated exactly as the in-memory step does:
+  // the same per-tensor calls, cut at sub-group edges (AdamW is elementwise, so bit for bit).
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    const size_t f = part_.unit_shard_flat(u), a = std::max(lo, f), b = std::min(hi, f + part_.unit_shard_numel(u));
+    if (a >= b) continue;
+    const size_t k = a - f, at = a - base;
+    adamw_unit_range<Ops>(layout_, u, part_.unit_shard_begin(u) + k, b - a, params(u) + k,
+                          swap_master_ ? bufs[2] + at : nullptr, grads(u) + k, bufs[0] + at, bufs[1] + at, optim_, lr,
+                          grad_scale, steps_taken_);
+  }
+}
+
+template <class Ops>
 void ShardedOptimizer<Ops>::step(double lr, double grad_scale) {
   ++steps_taken_;
+  if (swap_) {
+    swap_->for_each_subgroup([&](size_t begin, size_t n, M* const* bufs) {
+      step_flat(begin, begin + n, begin, bufs, lr, grad_scale);
+    });
+    return;
+  }
   for (int u = 0; u < layout_.num_units(); ++u) {
     const size_t begin = rules_.optimizer_sharded ? part_.unit_shard_begin(u) : 0;
     const size_t n = rules_.optimizer_sharded ? part_.unit_shard_numel(u) : layout_.units()[size_t(u)].padded;

@@ -2,12 +2,16 @@
 // this rank owns. Stage 0 owns everything; stages 1-3 own their shard of every unit, so the
 // moments, master weights and gradient shard are the store's flat shard buffers and the
 // parameters are either the full buffer (stages 1-2: my shard of it, in place) or the parameter
-// shard (stage 3). Where a shard is updated: step() below.
+// shard (stage 3). Where a shard is updated: step() below. With the optimizer state in swap files
+// (offload.optimizer "nvme", docs/design.md §3.6) the same update runs over sub-groups of the flat
+// shard as offload::SwapPipeline reads, hands over and writes them back.
 #pragma once
+#include <memory>
 #include <type_traits>
 
 #include "comm/comm.h"
 #include "model/layout.h"
+#include "offload/swap_pipeline.h"
 #include "plan/plan.h"
 #include "zero/partition.h"
 #include "zero/store.h"
@@ -33,12 +37,16 @@ class ShardedOptimizer {
   void step(double lr, double grad_scale);
   int steps_taken() const { return steps_taken_; }
   void set_steps_taken(int t) { steps_taken_ = t; }
+  // The swap pipeline when the state is offloaded, else nullptr.
+  const offload::SwapPipeline* swap() const { return swap_.get(); }
 
  private:
   // The owned slice of unit u in each buffer (stage 0: the whole unit).
   T* params(int u) const;
   T* grads(int u) const;
   M* state(StateId id, int u) const;
+  // AdamW on elements [lo, hi) of the flat shard, whose state for [base, ...) is in bufs.
+  void step_flat(size_t lo, size_t hi, size_t base, M* const* bufs, double lr, double grad_scale);
 
   const ParamLayout& layout_;
   const Partition& part_;
@@ -47,6 +55,8 @@ class ShardedOptimizer {
   OptimSection optim_;
   StageRules rules_;
   int steps_taken_ = 0;
+  std::unique_ptr<offload::SwapPipeline> swap_;
+  bool swap_master_ = false;  // the pipeline's third state is the master weights
 };
 
 }  // namespace zt

@@ -1,8 +1,10 @@
 #include "zero/store.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 
+#include "offload/swap_pipeline.h"
 #include "runtime/checked.h"
 
 namespace zt {
@@ -20,6 +22,7 @@ const char* state_name(StateId id) {
     case StateId::bucket_staging: return "bucket gradient staging";
     case StateId::rs_receive: return "reduce-scatter receive";
     case StateId::gathered_units: return "gathered units";
+    case StateId::swap_buffers: return "optimizer swap buffers";
     case StateId::count: break;
   }
   ZT_ASSERT(false);
@@ -55,7 +58,8 @@ std::vector<TensorRange> shard(const ParamLayout& layout, const Partition& part)
 }
 }  // namespace
 
-std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Partition& part, const StateTypes& ty) {
+std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Partition& part, const StateTypes& ty,
+                                          const offload::SwapSpec& swap) {
   const size_t psi = part.total(), sh = part.shard_total(), N = size_t(part.config().world);
   const int s = part.config().stage;
   std::vector<StateBuffer> out;
@@ -83,16 +87,39 @@ std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Parti
   }
   if (s == 3)
     add(StateId::gathered_units, Category::comm, ty.param, part.gather_slots_numel(), false, {});
+  if (swap.enabled()) {
+    // Only a shard is swapped (the plan refuses stage 0): one flat range per state, streamed in
+    // sub-groups through a pool of buffer_count sets (offload/swap_pipeline.h).
+    ZT_ASSERT(s >= 1 && ty.state == DType::f32);
+    int states = 0;
+    for (StateBuffer& b : out)
+      if (b.cat == Category::optimizer || b.cat == Category::master) b.tier = Tier::nvme, ++states;
+    add(StateId::swap_buffers, Category::staging, ty.state, offload::pool_numel(swap, sh, states), false, {});
+    out.back().tier = Tier::host;
+  }
   return out;
 }
 
-StateStore::StateStore(std::vector<StateBuffer> list, MemoryTracker& mem) : list_(std::move(list)) {
+StateStore::StateStore(std::vector<StateBuffer> list, MemoryTracker& mem, const offload::SwapSpec& swap)
+    : list_(std::move(list)), swap_(swap) {
   index_.fill(-1);
   for (size_t i = 0; i < list_.size(); ++i) {
     const StateBuffer& b = list_[i];
     ZT_ASSERT(index_[size_t(b.id)] < 0);
     index_[size_t(b.id)] = int(i);
-    alloc_[size_t(b.id)] = mem.alloc(b.bytes(), b.tier, b.cat, b.name());
+    // The pool is read into with O_DIRECT: whole I/O blocks, aligned.
+    const size_t align = b.id == StateId::swap_buffers ? offload::kIoAlign : MemoryTracker::kAlign;
+    alloc_[size_t(b.id)] = mem.alloc(b.bytes(), b.tier, b.cat, b.name(), align);
+    if (b.tier != Tier::nvme) continue;
+    ZT_ASSERT(swap_.enabled());
+    if (!std::filesystem::is_directory(swap_.dir)) {
+      std::error_code ec;
+      std::filesystem::create_directories(swap_.dir, ec);
+      if (ec) fail_at(__FILE__, __LINE__, "create_directories(\"" + swap_.dir + "\"): " + ec.message());
+    }
+    const std::string tag = b.id == StateId::adam_m ? "adam_m" : b.id == StateId::adam_v ? "adam_v" : "master";
+    files_[size_t(b.id)] = std::make_unique<offload::SwapFile>(offload::swap_file_path(swap_.dir, swap_.rank, tag),
+                                                               b.bytes(), swap_.direct);
   }
 }
 

@@ -19,17 +19,22 @@
 //                                            the embedding's block-sized row chunks)
 //   rs_receive         2-3    (...)/N        communication slot: reduce-scatter results
 //   gathered_units     3      (prefetch + 1) x max(block, chunk)   communication slots: gathered units
+//   swap_buffers       1-3    B x S x sub-group          offload.optimizer nvme: the pipeline's pool
 //
 // Communication slots hold no fixed range (their contents change within a step); the persistent
 // buffers (parameters or parameter shard, moments, master weights) are the training state that a
-// TrainState captures and restores (train/state.h). The tiers host and nvme are for offload, not
-// used yet: everything lives in the backend's tier.
+// TrainState captures and restores (train/state.h). Everything lives in the backend's tier, except
+// with offload.optimizer "nvme" (docs/design.md §3.6): the moments and master weights are Tier::nvme,
+// one swap file each (no memory; get() gives nullptr, file() the file), and swap_buffers is the
+// host pool the optimizer streams them through.
 #pragma once
 #include <array>
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "model/layout.h"
+#include "offload/swap_file.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include "zero/partition.h"
@@ -38,7 +43,7 @@ namespace zt {
 
 enum class StateId : int {
   params = 0, grads, param_shard, grad_shard, adam_m, adam_v, master,
-  embedding_staging, bucket_staging, rs_receive, gathered_units, count
+  embedding_staging, bucket_staging, rs_receive, gathered_units, swap_buffers, count
 };
 constexpr size_t kNumStateIds = size_t(StateId::count);
 const char* state_name(StateId id);  // for tables and messages: "AdamW first moment", ...
@@ -81,13 +86,15 @@ StateTypes state_types_of() {
 }
 
 // The buffers a rank keeps for the partition's stage, in allocation order. Throws when a size does
-// not fit in 64 bits.
-std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Partition& part, const StateTypes& types);
+// not fit in 64 bits. An enabled `swap` (stages 1-3) moves the optimizer state to Tier::nvme.
+std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Partition& part, const StateTypes& types,
+                                          const offload::SwapSpec& swap = {});
 
-// Owns the buffers of one rank's list (zero-filled, tracked).
+// Owns the buffers of one rank's list (zero-filled, tracked); Tier::nvme buffers are swap files in
+// swap.dir (created here, removed with the store).
 class StateStore {
  public:
-  StateStore(std::vector<StateBuffer> list, MemoryTracker& mem);
+  StateStore(std::vector<StateBuffer> list, MemoryTracker& mem, const offload::SwapSpec& swap = {});
 
   bool has(StateId id) const { return index_[size_t(id)] >= 0; }
   const StateBuffer& info(StateId id) const {
@@ -103,11 +110,16 @@ class StateStore {
   }
   void* raw(StateId id) const { return has(id) ? alloc_[size_t(id)].data() : nullptr; }
   const std::vector<StateBuffer>& list() const { return list_; }
+  // The swap file of a Tier::nvme buffer, nullptr otherwise.
+  offload::SwapFile* file(StateId id) const { return files_[size_t(id)].get(); }
+  const offload::SwapSpec& swap() const { return swap_; }
 
  private:
   std::vector<StateBuffer> list_;
   std::array<int, kNumStateIds> index_;
   std::array<Allocation, kNumStateIds> alloc_;
+  offload::SwapSpec swap_;
+  std::array<std::unique_ptr<offload::SwapFile>, kNumStateIds> files_;
 };
 
 }  // namespace zt

@@ -83,6 +83,20 @@ expect token_train           'data.train: '"$inp/train_bad_token.bin"' holds tok
 mk shard "$inp/val_bad_token.bin" 2000 5 50257
 expect token_val             'data.val: '"$inp/val_bad_token.bin"' holds token id 50257 at token 5' "{$good_data}" "${small[@]}" \
   --set data.val="$inp/val_bad_token.bin"
+# offload.nvme_dir (docs/design.md §3.6): a directory that cannot take the swap files is refused
+# before anything is allocated or written. Root passes permission bits, so "unwritable" is /proc.
+nvme=("${small[@]}" --set zero.stage=1 --set offload.optimizer=nvme)
+: > "$inp/plain_file"
+expect nvme_not_a_dir        'offload.nvme_dir: "'"$inp/plain_file"'" is not a directory' "{$good_data}" "${nvme[@]}" \
+  --set offload.nvme_dir="$inp/plain_file"
+expect nvme_parent_not_dir   'offload.nvme_dir: "'"$inp/plain_file/swap"'" cannot be created: "'"$inp/plain_file"'" is not a directory' \
+  "{$good_data}" "${nvme[@]}" --set offload.nvme_dir="$inp/plain_file/swap"
+expect nvme_unwritable       'offload.nvme_dir: "/proc" is not writable: cannot create a file in "/proc"' "{$good_data}" \
+  "${nvme[@]}" --set offload.nvme_dir=/proc
+expect nvme_not_creatable    'offload.nvme_dir: "/proc/zt_swap/a" is not writable (nor creatable): cannot create a file in "/proc"' \
+  "{$good_data}" "${nvme[@]}" --set offload.nvme_dir=/proc/zt_swap/a
+ZT_NVME_FREE_BYTES=65536 expect nvme_too_small 'offload.nvme_dir: the swap files need 12.39 MiB (12.39 MiB per rank in 2 files x 1 rank(s) on this host, as ./train estimate reports) but "'"$inp"'" has 64.00 KiB free (ZT_NVME_FREE_BYTES)' \
+  "{$good_data}" "${nvme[@]}" --set offload.nvme_dir="$inp/swap"
 mk junk "$inp/junk.bin" 4096
 expect val_not_a_shard       'data.val: data file '"$inp/junk.bin"': bad magic' "{$good_data}" "${small[@]}" \
   --set data.val="$inp/junk.bin"

@@ -20,9 +20,10 @@ ALLOWED = {
     "comm":    {"comm", "runtime"},                           # knows no ZeRO, model or loop
     "data":    {"data", "runtime"},
     "plan":    {"plan", "runtime"},                           # plain data
-    "zero":    {"zero", "comm", "model", "backend", "kernels", "plan", "runtime"},  # no loop
-    "checkpoint": {"checkpoint", "zero", "comm", "model", "backend", "kernels", "plan", "runtime"},  # files, no loop
-    "train":   {"train", "checkpoint", "zero", "comm", "model", "backend", "kernels", "plan", "data", "runtime"},
+    "offload": {"offload", "runtime"},                        # swap files and their I/O: no ZeRO, model or plan
+    "zero":    {"zero", "offload", "comm", "model", "backend", "kernels", "plan", "runtime"},  # no loop
+    "checkpoint": {"checkpoint", "zero", "offload", "comm", "model", "backend", "kernels", "plan", "runtime"},  # files, no loop
+    "train":   {"train", "checkpoint", "zero", "offload", "comm", "model", "backend", "kernels", "plan", "data", "runtime"},
 }
 
 # Departures still present, each (file, included header): reported, not failed. Remove an entry

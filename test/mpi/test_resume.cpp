@@ -1,7 +1,9 @@
 // In-memory resume (docs/design.md §3.9): for every ZeRO stage, running steps 0-9 in one go and
 // running 0-4, rebuilding model, store, engine and loop from the step-5 TrainState and running
 // 5-9 give bit-identical losses and model state (parameters or parameter shard, AdamW moments) on
-// every rank. Run under mpirun at N = 1 and 3 (ctest: resume_np1, resume_np3).
+// every rank. Run under mpirun at N = 1 and 3 (ctest: resume_np1, resume_np3). Stages 1-3 again
+// with the optimizer state in swap files (offload.optimizer nvme, docs/design.md §3.6): the state
+// is captured from and restored into the files.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -9,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/comm.h"
@@ -20,7 +23,7 @@ namespace {
 
 zt::Comm* g_comm = nullptr;
 
-zt::Plan tiny_plan(int stage, const std::string& dir) {
+zt::Plan tiny_plan(int stage, bool nvme, const std::string& dir) {
   // A small model whose units divide by neither 3 nor 128; gradient accumulation 2, tiny buckets
   // (several per step) and a prefetch of 2 so every part of the engine carries state across steps.
   const std::vector<std::string> sets = {
@@ -31,6 +34,8 @@ zt::Plan tiny_plan(int stage, const std::string& dir) {
       "run.threads=1", "run.log=" + dir + "/metrics.jsonl", "device=cpu"};
   std::vector<std::string> ov;
   for (const std::string& s : sets) ov.push_back(s);
+  // Sub-groups of 2 KiB elements: several per shard, so the pipeline's every stage runs.
+  if (nvme) ov.insert(ov.end(), {"offload.optimizer=nvme", "offload.nvme_dir=" + dir + "/swap", "offload.subgroup_mb=0.008"});
   return zt::load_plan("plans/default.json", ov);
 }
 
@@ -39,14 +44,14 @@ std::string work_dir(const std::string& what) {
   return (std::filesystem::temp_directory_path() / ("zt_resume_" + std::to_string(g_comm->world()) + "_" + what)).string();
 }
 
-class Resume : public ::testing::TestWithParam<int> {};
+class Resume : public ::testing::TestWithParam<std::pair<int, bool>> {};  // stage, offload to nvme
 
 TEST_P(Resume, FromStepFiveIsBitIdentical) {
-  const int stage = GetParam();
+  const auto [stage, nvme] = GetParam();
   zt::Comm& comm = *g_comm;
-  const std::string d1 = work_dir("whole_s" + std::to_string(stage)), d2 = work_dir("half_s" + std::to_string(stage)),
-                    d3 = work_dir("rest_s" + std::to_string(stage));
-  const zt::Plan p1 = tiny_plan(stage, d1), p2 = tiny_plan(stage, d2), p3 = tiny_plan(stage, d3);
+  const std::string tag = "_s" + std::to_string(stage) + (nvme ? "_nvme" : "");
+  const std::string d1 = work_dir("whole" + tag), d2 = work_dir("half" + tag), d3 = work_dir("rest" + tag);
+  const zt::Plan p1 = tiny_plan(stage, nvme, d1), p2 = tiny_plan(stage, nvme, d2), p3 = tiny_plan(stage, nvme, d3);
 
   zt::TrainState whole_end, half_end, rest_end;
   zt::RunControl whole;
@@ -91,8 +96,13 @@ TEST_P(Resume, FromStepFiveIsBitIdentical) {
     for (const std::string& d : {d1, d2, d3}) std::filesystem::remove_all(d);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, Resume, ::testing::Values(0, 1, 2, 3),
-                         [](const ::testing::TestParamInfo<int>& i) { return "stage" + std::to_string(i.param); });
+INSTANTIATE_TEST_SUITE_P(Stages, Resume,
+                         ::testing::Values(std::pair{0, false}, std::pair{1, false}, std::pair{2, false},
+                                           std::pair{3, false}, std::pair{1, true}, std::pair{2, true},
+                                           std::pair{3, true}),
+                         [](const ::testing::TestParamInfo<std::pair<int, bool>>& i) {
+                           return "stage" + std::to_string(i.param.first) + (i.param.second ? "_nvme" : "");
+                         });
 
 }  // namespace
 

@@ -499,8 +499,45 @@ TEST(PlanCombinations, ParamOffloadNeedsStage3) {
 
 TEST(PlanCombinations, NvmeNeedsADirectory) {
   json j = base_with("offload", "optimizer", "nvme");
+  j["zero"]["stage"] = 2;
   j["offload"]["nvme_dir"] = "";
   EXPECT_EQ(plan_error(j), "plan: offload.nvme_dir: must be set when offload.optimizer is \"nvme\"");
+}
+
+// docs/design.md §3.6: what is offloaded is a rank's shard; values not built say so, and why.
+TEST(PlanCombinations, OffloadRefusalsGiveTheReason) {
+  struct Case {
+    std::vector<std::string> sets;
+    std::string expect;  // message prefix
+  };
+  const Case cases[] = {
+      {{"offload.optimizer=nvme"},
+       "plan: offload.optimizer: \"nvme\" requires zero.stage 1, 2 or 3: offload streams a rank's shard"},
+      {{"offload.optimizer=cpu", "device=cpu", "zero.stage=2"},
+       "plan: offload.optimizer: \"cpu\" changes nothing on the CPU backend, which already keeps everything in host "
+       "memory"},
+      {{"offload.params=cpu", "zero.stage=3"}, "plan: offload.params: \"cpu\" is not implemented yet (supported: \"none\""},
+      {{"offload.params=nvme", "zero.stage=3"}, "plan: offload.params: \"nvme\" is not implemented yet"},
+      {{"offload.optimizer=nvme", "zero.stage=1", "offload.buffer_count=1"},
+       "plan: offload.buffer_count: must be >= 2, got 1"},
+      {{"offload.optimizer=nvme", "zero.stage=1", "offload.subgroup_mb=0"}, "plan: offload.subgroup_mb: must be > 0"},
+      {{"offload.optimizer=nvme", "zero.stage=1", "offload.queue_depth=0"}, "plan: offload.queue_depth: must be >= 1"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.sets.front());
+    const std::string e = error_of([&] { zt::load_plan(kSrc + "/plans/base.json", c.sets, false); });
+    EXPECT_EQ(e.rfind(c.expect, 0), 0u) << e;
+  }
+  if (zt::device::built_with_cuda()) {
+    const std::string e = error_of(
+        [&] { zt::load_plan(kSrc + "/plans/base.json", {"offload.optimizer=cpu", "device=cuda", "zero.stage=1"}, false); });
+    EXPECT_EQ(e.rfind("plan: offload.optimizer: \"cpu\" is not implemented yet for the CUDA backend", 0), 0u) << e;
+  }
+  const zt::Plan p = zt::load_plan(kSrc + "/plans/base.json", {"offload.optimizer=nvme", "zero.stage=1"}, false);
+  EXPECT_EQ(p.offload.nvme_dir, "runs/swap");
+  EXPECT_EQ(p.offload.queue_depth, 32);
+  EXPECT_EQ(p.offload.buffer_count, 3);
+  EXPECT_EQ(p.offload.subgroup_mb, 4.0);
 }
 
 TEST(PlanCombinations, CheckpointingNeedsADirectory) {
@@ -518,13 +555,6 @@ TEST(PlanUnsupported, EveryUnsupportedOptionIsRejected) {
     std::string expect;             // message prefix
   };
   const Case cases[] = {
-      {{"offload.optimizer=cpu"}, "plan: offload.optimizer: \"cpu\" is not supported by this build yet (supported: \"none\")"},
-      {{"offload.optimizer=nvme"},
-       "plan: offload.optimizer: \"nvme\" is not supported by this build yet (supported: \"none\")"},
-      {{"offload.params=cpu", "zero.stage=3"},
-       "plan: offload.params: \"cpu\" is not supported by this build yet (supported: \"none\")"},
-      {{"offload.params=nvme", "zero.stage=3"},
-       "plan: offload.params: \"nvme\" is not supported by this build yet (supported: \"none\")"},
       {{"precision.compute=bf16", "precision.master_weights=false"},
        zt::device::built_with_cuda()
            ? "plan: precision.master_weights: false is not supported by this build yet (supported: true"

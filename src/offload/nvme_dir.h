@@ -1,0 +1,24 @@
+// The start-up check of offload.nvme_dir (docs/design.md §3.6, §3.8), before anything is
+// allocated or written: the directory exists or can be created (its nearest existing ancestor is a
+// writable directory), files can be created in it, it takes O_DIRECT, and its filesystem has room
+// for the swap files of every rank on this host. Each is one line naming offload.nvme_dir and the
+// fix. Creating the probe file is the only way to know (root passes every permission check, a
+// read-only mount or a full quota does not show in mode bits); it is removed at once.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace zt::offload {
+
+struct NvmeDir {
+  bool direct = true;   // false: the filesystem refused O_DIRECT (tmpfs); buffered I/O instead
+  uint64_t free_bytes = 0;
+  std::string free_source;  // "statvfs" or "ZT_NVME_FREE_BYTES"
+};
+
+// need_bytes: the swap files of every rank on this host. ZT_NVME_FREE_BYTES replaces the free
+// space statvfs reports (tests fake a small disk with it, as ZT_MEM_AVAILABLE_BYTES a small machine);
+// ZT_NVME_NO_DIRECT makes the directory refuse O_DIRECT (tests of the buffered fallback).
+NvmeDir check_nvme_dir(const std::string& dir, uint64_t need_bytes, const std::string& need_detail);
+
+}  // namespace zt::offload

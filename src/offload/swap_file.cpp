@@ -1,0 +1,91 @@
+#include "offload/swap_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "offload/unlink_list.h"
+#include "runtime/error.h"
+
+namespace zt::offload {
+
+namespace {
+constexpr size_t kBounce = 1 << 20;
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+std::unique_ptr<unsigned char, FreeDeleter> bounce_buffer() {
+  void* p = std::aligned_alloc(kIoAlign, kBounce);
+  ZT_CHECK_ERRNO(p != nullptr, "aligned_alloc of a " << kBounce << "-byte swap bounce buffer");
+  return std::unique_ptr<unsigned char, FreeDeleter>(static_cast<unsigned char*>(p));
+}
+}  // namespace
+
+std::string swap_file_path(const std::string& dir, int rank, const std::string& tag) {
+  return dir + "/zerotrain.r" + std::to_string(rank) + ".p" + std::to_string(getpid()) + "." + tag + ".swap";
+}
+
+SwapFile::SwapFile(std::string path, size_t bytes, bool direct) : path_(std::move(path)), bytes_(bytes) {
+  fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | (direct ? O_DIRECT : 0), 0600);
+  ZT_CHECK_ERRNO(fd_ >= 0, "open(\"" << path_ << "\", O_CREAT | O_EXCL" << (direct ? " | O_DIRECT" : "") << ")");
+  slot_ = register_for_unlink(path_);
+  // Reserve the blocks now: a disk that fills up later would fail a write in the middle of a step.
+  // Filesystems without fallocate get a sparse file (the start-up check counted the space).
+  const off_t n = off_t(file_bytes());
+  int rc = n > 0 ? posix_fallocate(fd_, 0, n) : 0;
+  if (rc == EOPNOTSUPP || rc == EINVAL) rc = ftruncate(fd_, n) == 0 ? 0 : errno;
+  if (rc != 0) {
+    errno = rc;
+    const int saved = errno;
+    close(fd_);
+    unlink(path_.c_str());
+    unregister_for_unlink(slot_);
+    errno = saved;
+    ZT_CHECK_ERRNO(false, "posix_fallocate(\"" << path_ << "\", " << n << " bytes)");
+  }
+}
+
+SwapFile::~SwapFile() {
+  // Unchecked on purpose: a destructor cannot report, and unlink fails with ENOENT when a signal
+  // handler removed the file first (the open descriptor kept it usable until here).
+  if (fd_ >= 0) close(fd_);
+  unlink(path_.c_str());
+  unregister_for_unlink(slot_);
+}
+
+void SwapFile::read_all(void* dst) const {
+  auto buf = bounce_buffer();
+  for (size_t off = 0; off < bytes_; off += kBounce) {
+    const size_t n = std::min(kBounce, bytes_ - off), len = io_round_up(n);
+    size_t got = 0;
+    while (got < len) {
+      const ssize_t r = pread(fd_, buf.get() + got, len - got, off_t(off + got));
+      ZT_CHECK_ERRNO(r > 0, "pread(\"" << path_ << "\", " << len - got << " bytes at " << off + got << ")");
+      got += size_t(r);
+    }
+    std::memcpy(static_cast<unsigned char*>(dst) + off, buf.get(), n);
+  }
+}
+
+void SwapFile::write_all(const void* src) {
+  auto buf = bounce_buffer();
+  for (size_t off = 0; off < bytes_; off += kBounce) {
+    const size_t n = std::min(kBounce, bytes_ - off), len = io_round_up(n);
+    std::memset(buf.get() + n, 0, len - n);  // the file's padding stays zero
+    std::memcpy(buf.get(), static_cast<const unsigned char*>(src) + off, n);
+    size_t put = 0;
+    while (put < len) {
+      const ssize_t r = pwrite(fd_, buf.get() + put, len - put, off_t(off + put));
+      ZT_CHECK_ERRNO(r > 0, "pwrite(\"" << path_ << "\", " << len - put << " bytes at " << off + put << ")");
+      put += size_t(r);
+    }
+  }
+}
+
+}  // namespace zt::offload

@@ -1,0 +1,72 @@
+#include "offload/swap_pipeline.h"
+
+#include <algorithm>
+
+#include "runtime/error.h"
+
+namespace zt::offload {
+
+namespace {
+// A sub-group never needs to be larger than the shard (rounded to whole I/O blocks).
+size_t subgroup_of(const SwapSpec& spec, size_t numel) {
+  return std::min(spec.subgroup_numel, io_round_up(numel * 4) / 4);
+}
+
+// Sets beyond the number of sub-groups would never be used.
+size_t sets_of(const SwapSpec& spec, size_t numel) {
+  const size_t sub = subgroup_of(spec, numel);
+  return std::max<size_t>(1, std::min(size_t(spec.buffer_count), (numel + sub - 1) / sub));
+}
+}  // namespace
+
+size_t pool_numel(const SwapSpec& spec, size_t numel, int states) {
+  return sets_of(spec, numel) * size_t(states) * subgroup_of(spec, numel);
+}
+
+SwapPipeline::SwapPipeline(std::vector<SwapFile*> files, size_t numel, float* pool, const SwapSpec& spec)
+    : files_(std::move(files)), numel_(numel), sub_(subgroup_of(spec, numel)), pool_(pool),
+      sets_(int(sets_of(spec, numel))), ahead_(size_t(spec.buffer_count) - 2), ring_(spec.queue_depth) {
+  ZT_ASSERT(!files_.empty() && spec.buffer_count >= 2 && sub_ > 0 && (sub_ * 4) % kIoAlign == 0);
+  ZT_ASSERT(reinterpret_cast<uintptr_t>(pool_) % kIoAlign == 0);
+  for (const SwapFile* f : files_) ZT_ASSERT(f->bytes() == numel_ * 4);
+}
+
+// Read tags are even, write tags odd: 2k and 2k + 1 for sub-group k.
+void SwapPipeline::transfer(size_t k, bool write) {
+  const size_t begin = k * sub_, n = std::min(sub_, numel_ - begin);
+  // Whole blocks: the last sub-group reaches into the file's zero padding (swap_file.h).
+  const size_t len = io_round_up(n * 4);
+  for (size_t s = 0; s < files_.size(); ++s) {
+    SwapFile& f = *files_[s];
+    if (write) ring_.write(f.fd(), buffer(k, s), len, begin * 4, int(2 * k + 1), f.path().c_str());
+    else ring_.read(f.fd(), buffer(k, s), len, begin * 4, int(2 * k), f.path().c_str());
+  }
+}
+
+void SwapPipeline::for_each_subgroup(const Update& update) {
+  const size_t G = subgroups(), B = size_t(sets_);
+  std::vector<float*> bufs(files_.size());
+  size_t next_read = 0;
+  try {
+    for (size_t k = 0; k < G; ++k) {
+      // Read ahead as far as the sets allow: k + B - 2 (one set is being updated, one written from).
+      // A set is free once the write of its previous tenant, j - B, is on disk.
+      for (; next_read < G && next_read <= k + ahead_; ++next_read) {
+        if (next_read >= B) ring_.wait(int(2 * (next_read - B) + 1));
+        transfer(next_read, false);
+      }
+      ring_.wait(int(2 * k));
+      for (size_t s = 0; s < files_.size(); ++s) bufs[s] = buffer(k, s);
+      update(k * sub_, std::min(sub_, numel_ - k * sub_), bufs.data());
+      transfer(k, true);
+    }
+    ring_.drain();
+  } catch (...) {
+    // No transfer may outlive the step: the pool is reused and the files may go. The first error
+    // is the one reported.
+    ring_.abandon();
+    throw;
+  }
+}
+
+}  // namespace zt::offload

@@ -1,0 +1,61 @@
+#include "train/offload_setup.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "offload/nvme_dir.h"
+#include "offload/uring.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
+#include "zero/estimate.h"
+#include "zero/swap_spec.h"
+
+namespace zt {
+
+namespace {
+// The swap files of one rank as `train estimate` lists them (Tier::nvme), padded to whole blocks,
+// and the host pool they are streamed through.
+uint64_t swap_file_bytes(const Plan& plan, int world, int* files, uint64_t* pool = nullptr) {
+  uint64_t total = 0;
+  *files = 0;
+  for (const auto& b : estimate_plan(plan, world).buffers) {
+    if (b["tier"] == "nvme") total += offload::io_round_up(b["bytes"].get<uint64_t>()), ++*files;
+    if (pool && b["category"] == "staging") *pool = b["bytes"].get<uint64_t>();
+  }
+  return total;
+}
+}  // namespace
+
+offload::SwapSpec prepare_offload(const Plan& plan, int world, int rank, int local_world, bool host_backend) {
+  if (plan.offload.optimizer != "nvme") return {};
+  ZT_REQUIRE(host_backend, "offload.optimizer: \"nvme\" is not implemented yet for the CUDA backend (its AdamW runs "
+                           "on the GPU); run it with device \"cpu\", or set offload.optimizer to \"none\"");
+  int files = 0;
+  const uint64_t per_rank = swap_file_bytes(plan, world, &files);
+  std::ostringstream detail;
+  detail << format_bytes(double(per_rank)) << " per rank in " << files << " files x " << local_world
+         << " rank(s) on this host, as ./train estimate reports";
+  const offload::NvmeDir d = offload::check_nvme_dir(plan.offload.nvme_dir, per_rank * uint64_t(local_world), detail.str());
+  return swap_spec_of(plan.offload, rank, d.direct);
+}
+
+std::string describe_offload(const offload::SwapSpec& spec, const Plan& plan, int world) {
+  if (!spec.enabled()) return "";
+  int files = 0;
+  uint64_t pool = 0;
+  const uint64_t per_rank = swap_file_bytes(plan, world, &files, &pool);
+  const offload::Uring probe(1);
+  std::ostringstream os;
+  os << "offload: optimizer state on disk, " << files << " swap files of " << format_bytes(double(per_rank) / files)
+     << " per rank in " << spec.dir << " (" << (spec.direct ? "O_DIRECT" : "buffered: the filesystem refused O_DIRECT")
+     << ", " << (probe.available() ? "io_uring" : "synchronous pread/pwrite: io_uring is not permitted here")
+     << "); sub-groups of " << format_bytes(double(spec.subgroup_numel) * 4) << " per state, " << spec.buffer_count
+     << " buffer sets, queue depth " << spec.queue_depth;
+  // Legal, but the run then keeps more host memory than it moved to disk.
+  if (pool >= per_rank)
+    os << "\nnote: the " << format_bytes(double(pool)) << " host pool is as large as the state it streams; lower "
+       << "offload.subgroup_mb, or offload only larger shards";
+  return os.str();
+}
+
+}  // namespace zt

@@ -1,0 +1,20 @@
+// offload.optimizer "nvme" at start-up (docs/design.md §3.6, §3.8): check offload.nvme_dir against
+// the swap files `train estimate` lists, before anything is allocated or written, and say how the
+// state will move.
+#pragma once
+#include <string>
+
+#include "offload/swap_file.h"
+#include "plan/plan.h"
+
+namespace zt {
+
+// The spec the store and optimizer run with (disabled without offload). Throws one line when
+// nvme_dir cannot take this host's swap files (local_world ranks share it), or when the backend
+// keeps its state off the host (host_backend false: the CPU AdamW cannot update device memory).
+offload::SwapSpec prepare_offload(const Plan& plan, int world, int rank, int local_world, bool host_backend);
+
+// One line for the start-up banner: where the state goes, how it is streamed.
+std::string describe_offload(const offload::SwapSpec& spec, const Plan& plan, int world);
+
+}  // namespace zt

@@ -1,0 +1,24 @@
+// The plan's `offload` section as the store and the optimizer take it (docs/design.md §3.6).
+#pragma once
+#include <algorithm>
+#include <cmath>
+
+#include "offload/swap_file.h"
+#include "plan/plan.h"
+
+namespace zt {
+
+// Disabled unless offload.optimizer is "nvme". direct: what the start-up check of nvme_dir found
+// (an estimate assumes O_DIRECT; the sizes do not depend on it).
+inline offload::SwapSpec swap_spec_of(const OffloadSection& o, int rank, bool direct = true) {
+  offload::SwapSpec s;
+  if (o.optimizer != "nvme") return s;
+  s.dir = o.nvme_dir, s.rank = rank, s.direct = direct;
+  s.queue_depth = unsigned(o.queue_depth), s.buffer_count = o.buffer_count;
+  // Whole I/O blocks: subgroup_mb rounded down to a multiple of 4 KiB, at least one block.
+  const double blocks = std::floor(o.subgroup_mb * 1048576.0 / double(offload::kIoAlign));
+  s.subgroup_numel = size_t(std::max(1.0, blocks)) * offload::kIoAlign / 4;
+  return s;
+}
+
+}  // namespace zt

@@ -1,0 +1,238 @@
+#!/usr/bin/python3
+"""offload.optimizer "nvme" (docs/design.md §3.6), end to end on the CPU backend.
+
+  parity    the zero_matrix model (test/mpi/zero_matrix.py), 20 steps, N in {1, 3} x stage 1-3:
+            with the AdamW moments in swap files (sub-groups of 2 I/O blocks, so every shard is
+            several sub-groups and the read / update / write pipeline runs full) the loss curve and
+            the final weights are BIT FOR BIT those of the same plan without offload (and once more
+            with buffered I/O, as on a filesystem without O_DIRECT). Tracked peak
+            memory equals `train estimate` in every tier (host and nvme), the estimate puts the
+            moments (2 x 4 bytes x the shard) in the nvme tier and none in host memory, and no
+            swap file is left afterwards.
+  rss       a model with ~52 MiB of moments (C 128, L 2, N 1, stage 1): the measured peak resident
+            memory (VmHWM) falls by at least 80% of the moments' bytes with offload.
+  cleanup   swap files exist while a run trains (one per rank per state, the estimate's size
+            padded to 4 KiB) and are gone after SIGTERM (N = 1, and N = 2 through mpirun, which
+            forwards it), after SIGINT, and after an error in the middle of a run (a diverged loss
+            at N = 1 and 3; a hung collective at N = 2, which ends in MPI_Abort); a missing
+            nvme_dir is created.
+
+About a minute on 2 cores.
+  /usr/bin/python3 test/mpi/offload_check.py [--train ./train] [--mpirun mpirun] [--only parity|rss|cleanup]
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zero_matrix as zm  # noqa: E402  (the model, plan overrides, environment and launcher)
+
+ROOT = zm.ROOT
+BLOCK = 4096
+SUBGROUP_MB = 2 * BLOCK / (1 << 20)  # two I/O blocks: 2048 elements per state per sub-group
+LARGE = ["--set", "model.n_embd=128", "--set", "model.n_head=4", "--set", "model.n_layer=2",
+         "--set", "model.seq_len=64", "--set", "run.steps=3", "--set", "run.final_weights="]
+
+
+def nvme_sets(swap_dir, subgroup_mb=SUBGROUP_MB):
+    return ["--set", "offload.optimizer=nvme", "--set", f"offload.nvme_dir={swap_dir}",
+            "--set", f"offload.subgroup_mb={subgroup_mb}"]
+
+
+def swap_files(d):
+    return sorted(f for f in os.listdir(d) if f.endswith(".swap")) if os.path.isdir(d) else []
+
+
+def cmd_for(train, mpirun, n, stage, work, extra):
+    launch = zm.launcher(mpirun, n) if n > 1 else []
+    return launch + [train, "plans/default.json"] + zm.plan_sets(stage, True, 1, work, 0.05) + extra
+
+
+def run(train, mpirun, n, stage, work, extra, timeout=300):
+    """A finished run: its step losses (as logged), summary, final weights' bytes and estimate."""
+    os.makedirs(work, exist_ok=True)
+    cmd = cmd_for(train, mpirun, n, stage, work, extra)
+    p = subprocess.run(cmd, cwd=ROOT, env=zm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    out = p.stdout.decode(errors="replace")
+    if p.returncode != 0:
+        raise AssertionError(f"exit {p.returncode}: {' '.join(cmd)}\n" + "\n".join(out.splitlines()[-12:]))
+    rows = [json.loads(l) for l in open(os.path.join(work, "metrics.jsonl"))]
+    final = os.path.join(work, "final.bin")
+    est = subprocess.run([train, "estimate", "plans/default.json", "--world", str(n), "--json"] + cmd[cmd.index(train) + 2:],
+                         cwd=ROOT, env=zm.env(), stdout=subprocess.PIPE, check=True, timeout=60)
+    return {"losses": [r["loss"] for r in rows if "loss" in r],
+            "summary": [r["summary"] for r in rows if "summary" in r][0],
+            "weights": open(final, "rb").read() if os.path.exists(final) else b"",
+            "estimate": json.loads(est.stdout), "output": out}
+
+
+def parity(args, tmp, fails):
+    for n in (1, 3):
+        for stage in (1, 2, 3):
+            name = f"N={n} stage {stage}"
+            swap = os.path.join(tmp, f"swap_{n}_{stage}")
+            ref = run(args.train, args.mpirun, n, stage, os.path.join(tmp, f"ref_{n}_{stage}"), [])
+            off = run(args.train, args.mpirun, n, stage, os.path.join(tmp, f"off_{n}_{stage}"), nvme_sets(swap))
+            errs = []
+            if len(off["losses"]) != zm.STEPS or off["losses"] != ref["losses"]:
+                errs.append(f"losses differ: {off['losses'][:3]}... vs {ref['losses'][:3]}...")
+            if not ref["weights"] or off["weights"] != ref["weights"]:
+                errs.append("final weights differ (or are missing)")
+            peak, est = off["summary"]["peak_memory_bytes"], off["estimate"]["memory"]
+            if peak != est:
+                errs.append(f"tracked peak {peak} != estimate {est}")
+            shard_bytes = ref["estimate"]["memory"]["host"]["optimizer"]
+            if est.get("nvme", {}).get("optimizer") != shard_bytes or "optimizer" in est["host"]:
+                errs.append(f"estimate does not put the {shard_bytes} moment bytes in the nvme tier: {est}")
+            if "O_DIRECT" not in off["output"]:
+                errs.append("the start-up banner does not say the swap files use O_DIRECT")
+            if swap_files(swap):
+                errs.append(f"swap files left behind: {swap_files(swap)}")
+            print(("FAIL " if errs else "ok   ") + f"parity {name}: {len(off['losses'])} losses and final weights "
+                  f"bit for bit, tracked = estimate {sorted(est)}" + "".join("\n     " + e for e in errs))
+            fails += [f"parity {name}: {e}" for e in errs]
+
+
+def buffered(args, tmp, fails):
+    """A filesystem without O_DIRECT (acted out with ZT_NVME_NO_DIRECT): buffered I/O, said at start,
+    the same numbers."""
+    ref = run(args.train, args.mpirun, 1, 2, os.path.join(tmp, "buf_ref"), [])
+    os.environ["ZT_NVME_NO_DIRECT"] = "1"
+    try:
+        off = run(args.train, args.mpirun, 1, 2, os.path.join(tmp, "buf_off"), nvme_sets(os.path.join(tmp, "buf_swap")))
+    finally:
+        del os.environ["ZT_NVME_NO_DIRECT"]
+    ok = "buffered: the filesystem refused O_DIRECT" in off["output"] and off["losses"] == ref["losses"] and \
+        off["weights"] == ref["weights"]
+    print(("ok   " if ok else "FAIL ") + "buffered fallback (no O_DIRECT): said at start, bit for bit at N=1 stage 2")
+    if not ok:
+        fails.append("buffered fallback")
+
+
+def rss(args, tmp, fails):
+    ref = run(args.train, args.mpirun, 1, 1, os.path.join(tmp, "rss_ref"), LARGE)
+    off = run(args.train, args.mpirun, 1, 1, os.path.join(tmp, "rss_off"), LARGE + nvme_sets(os.path.join(tmp, "rss_swap"), 1))
+    moments = ref["estimate"]["memory"]["host"]["optimizer"]
+    fell = ref["summary"]["peak_rss_bytes"] - off["summary"]["peak_rss_bytes"]
+    ok = fell >= 0.8 * moments and moments >= 40 << 20
+    MiB = 1 << 20
+    print(("ok   " if ok else "FAIL ") + f"rss: VmHWM {ref['summary']['peak_rss_bytes'] / MiB:.1f} -> "
+          f"{off['summary']['peak_rss_bytes'] / MiB:.1f} MiB, fell {fell / MiB:.1f} MiB = {fell / moments:.0%} of the "
+          f"{moments / MiB:.1f} MiB of moments (need >= 80%)")
+    if not ok:
+        fails.append("rss: peak resident memory did not fall by 80% of the moments")
+
+
+def start(args, n, work, swap, extra):
+    os.makedirs(work, exist_ok=True)
+    cmd = cmd_for(args.train, args.mpirun, n, 2, work, nvme_sets(swap) + extra)
+    return subprocess.Popen(cmd, cwd=ROOT, env=zm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def wait_gone(swap, seconds=10):
+    t0 = time.monotonic()
+    while swap_files(swap) and time.monotonic() - t0 < seconds:
+        time.sleep(0.1)
+    return swap_files(swap)
+
+
+def killed(args, tmp, n, sig, fails):
+    name = f"{signal.Signals(sig).name} at N={n}"
+    work, swap = os.path.join(tmp, f"sig_{n}_{sig}"), os.path.join(tmp, f"sig_{n}_{sig}", "new", "swap")
+    est = run_estimate(args, n, work, swap)
+    want = [b["bytes"] for b in est["buffers"] if b["tier"] == "nvme"]
+    p = start(args, n, work, swap, ["--set", "run.steps=100000"])
+    t0, seen = time.monotonic(), []
+    while time.monotonic() - t0 < 60 and p.poll() is None:
+        seen = swap_files(swap)
+        if len(seen) == 2 * n:
+            break
+        time.sleep(0.05)
+    sizes = sorted(os.path.getsize(os.path.join(swap, f)) for f in seen)
+    padded = sorted((b + BLOCK - 1) // BLOCK * BLOCK for b in want * n)
+    os.kill(p.pid, sig)
+    try:
+        out = p.communicate(timeout=60)[0].decode(errors="replace")
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out = p.communicate()[0].decode(errors="replace")
+    left = wait_gone(swap)
+    errs = []
+    if len(seen) != 2 * n or sizes != padded:
+        errs.append(f"during the run: {seen} of sizes {sizes}, expected {2 * n} files of {padded}")
+    if p.returncode == 0:
+        errs.append("exit code 0")
+    if left:
+        errs.append(f"left behind: {left}")
+    print(("FAIL " if errs else "ok   ") + f"cleanup {name}: {len(seen)} swap files during the run "
+          f"({sizes[0] if sizes else 0} bytes each), {len(left)} after (exit {p.returncode})" +
+          "".join("\n     " + e for e in errs) + ("\n" + out[-800:] if errs else ""))
+    fails += [f"cleanup {name}: {e}" for e in errs]
+
+
+def run_estimate(args, n, work, swap):
+    sets = zm.plan_sets(2, True, 1, work, 0.05) + nvme_sets(swap)
+    p = subprocess.run([args.train, "estimate", "plans/default.json", "--world", str(n), "--json"] + sets, cwd=ROOT,
+                       env=zm.env(), stdout=subprocess.PIPE, check=True, timeout=60)
+    return json.loads(p.stdout)
+
+
+def failed_mid_run(args, tmp, n, what, sets, expect, fails):
+    """A run that fails in the middle: every rank's swap files are gone afterwards."""
+    work = os.path.join(tmp, f"err_{n}_{what.split()[0]}")
+    swap = os.path.join(work, "swap")
+    p = start(args, n, work, swap, sets)
+    out = p.communicate(timeout=120)[0].decode(errors="replace")
+    left = wait_gone(swap)
+    errs = []
+    if p.returncode == 0 or expect not in out:
+        errs.append(f"expected '{expect}' and a non-zero exit, got exit {p.returncode}")
+    if left:
+        errs.append(f"left behind: {left}")
+    print(("FAIL " if errs else "ok   ") + f"cleanup after {what} at N={n}: exit {p.returncode}, no swap files left" +
+          "".join("\n     " + e for e in errs) + ("\n" + out[-800:] if errs else ""))
+    fails += [f"cleanup {what} N={n}: {e}" for e in errs]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--train", default=os.path.join(ROOT, "train"))
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--only", choices=["parity", "rss", "cleanup"])
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="zt_offload_", dir=os.path.join(ROOT, "build") if os.path.isdir(
+        os.path.join(ROOT, "build")) else None)  # on the disk, not a tmpfs /tmp
+    fails = []
+    try:
+        if args.only in (None, "parity"):
+            parity(args, tmp, fails)
+            buffered(args, tmp, fails)
+        if args.only in (None, "rss"):
+            rss(args, tmp, fails)
+        if args.only in (None, "cleanup"):
+            for n, sig in ((1, signal.SIGTERM), (2, signal.SIGTERM), (1, signal.SIGINT)):
+                killed(args, tmp, n, sig, fails)
+            for n in (1, 3):  # every rank throws
+                failed_mid_run(args, tmp, n, "a diverged loss", ["--set", "optim.lr=1e30"], "diverged", fails)
+            # One rank skips a collective at step 2: the other times out and MPI_Abort ends the job.
+            failed_mid_run(args, tmp, 2, "a hung collective", ["--set", "comm.timeout_s=2", "--set", "comm.fault_skip_rank=1",
+                                                               "--set", "comm.fault_skip_step=2"], "did not complete within", fails)
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if fails:
+        print(f"offload_check: {len(fails)} failure(s)")
+        sys.exit(1)
+    print("offload_check passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+// The offload layer (src/offload, docs/design.md §3.6) on its own: the sub-group pipeline visits
+// every element once, in order, with the state that is on disk, and writes back what the update
+// left; the store lists and allocates offloaded state as swap files and counts it in the nvme tier.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/layout.h"
+#include "offload/nvme_dir.h"
+#include "offload/swap_pipeline.h"
+#include "temp_dir_test.h"
+#include "zero/partition.h"
+#include "zero/store.h"
+
+namespace zt {
+namespace {
+
+class Offload : public TempDirTest {
+ protected:
+  Offload() : TempDirTest("zt_offload") {}
+  // O_DIRECT where this directory's filesystem takes it, as a run decides.
+  bool direct() const { return offload::check_nvme_dir(dir_.string(), 0, "test").direct; }
+  size_t swap_files() const {
+    size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir_)) n += e.path().extension() == ".swap";
+    return n;
+  }
+};
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+
+TEST_F(Offload, PipelineUpdatesEveryElementOnceInOrder) {
+  const size_t numel = 10000;  // neither a multiple of the sub-group nor of an I/O block
+  for (int sets : {2, 3, 4}) {
+    SCOPED_TRACE("buffer_count " + std::to_string(sets));
+    offload::SwapSpec spec;
+    spec.dir = dir_.string(), spec.buffer_count = sets, spec.queue_depth = 4, spec.subgroup_numel = 2048;
+    offload::SwapFile m(offload::swap_file_path(spec.dir, sets, "m"), numel * 4, direct());
+    offload::SwapFile v(offload::swap_file_path(spec.dir, sets, "v"), numel * 4, direct());
+    std::vector<float> mv(numel), vv(numel);
+    for (size_t i = 0; i < numel; ++i) mv[i] = float(i), vv[i] = -float(i);
+    m.write_all(mv.data());
+    v.write_all(vv.data());
+    std::unique_ptr<float, FreeDeleter> pool(
+        static_cast<float*>(std::aligned_alloc(offload::kIoAlign, offload::pool_numel(spec, numel, 2) * 4)));
+    offload::SwapPipeline pipe({&m, &v}, numel, pool.get(), spec);
+    EXPECT_EQ(pipe.subgroups(), 5u);
+    EXPECT_EQ(offload::pool_numel(spec, numel, 2), size_t(sets) * 2 * 2048);
+    for (int pass = 0; pass < 2; ++pass) {
+      size_t next = 0;
+      bool seen_right = true;
+      pipe.for_each_subgroup([&](size_t begin, size_t n, float* const* b) {
+        EXPECT_EQ(begin, next);
+        next = begin + n;
+        for (size_t j = 0; j < n; ++j) {
+          const float i = float(begin + j);
+          seen_right &= b[0][j] == i * float(1 << pass) && b[1][j] == -i + float(pass);
+          b[0][j] *= 2;
+          b[1][j] += 1;
+        }
+      });
+      EXPECT_EQ(next, numel);
+      EXPECT_TRUE(seen_right) << "pass " << pass << ": a sub-group did not hold what the last pass wrote";
+    }
+    m.read_all(mv.data());
+    v.read_all(vv.data());
+    for (size_t i = 0; i < numel; i += 997) {
+      EXPECT_EQ(mv[i], 4.0f * float(i));
+      EXPECT_EQ(vv[i], 2.0f - float(i));
+    }
+  }
+  EXPECT_EQ(swap_files(), 0u) << "swap files outlived their SwapFile";
+}
+
+// A shard of fewer sub-groups than buffer sets takes only the sets it uses, and runs the same.
+TEST_F(Offload, PipelineOnAShardSmallerThanItsSets) {
+  offload::SwapSpec spec;
+  spec.dir = dir_.string(), spec.buffer_count = 4, spec.subgroup_numel = 2048;
+  for (size_t numel : {size_t(5), size_t(3000)}) {
+    const size_t groups = (numel + 2047) / 2048;
+    EXPECT_EQ(offload::pool_numel(spec, numel, 1), groups * std::min<size_t>(2048, (numel * 4 + 4095) / 4096 * 1024));
+    offload::SwapFile m(offload::swap_file_path(spec.dir, int(numel), "m"), numel * 4, direct());
+    std::unique_ptr<float, FreeDeleter> pool(
+        static_cast<float*>(std::aligned_alloc(offload::kIoAlign, offload::pool_numel(spec, numel, 1) * 4)));
+    offload::SwapPipeline pipe({&m}, numel, pool.get(), spec);
+    for (int pass = 0; pass < 3; ++pass)
+      pipe.for_each_subgroup([&](size_t begin, size_t n, float* const* b) {
+        for (size_t j = 0; j < n; ++j) b[0][j] += float(begin + j);
+      });
+    std::vector<float> out(numel);
+    m.read_all(out.data());
+    EXPECT_EQ(out[numel - 1], 3.0f * float(numel - 1));
+  }
+}
+
+// A failed transfer is one error naming the file and the operation, and leaves nothing in flight.
+TEST_F(Offload, UringReportsAFailedTransfer) {
+  const int fd = open(path("write_only").c_str(), O_CREAT | O_WRONLY, 0600);
+  ASSERT_GE(fd, 0);
+  std::vector<char> buf(8192);
+  offload::Uring ring(4);
+  std::string msg;
+  try {
+    ring.read(fd, buf.data(), buf.size(), 0, 0, "a write-only file");
+    ring.wait(0);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("read of a write-only file"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Bad file descriptor"), std::string::npos) << msg;
+  ring.drain();  // returns: the failed piece is not counted as in flight
+  ring.write(fd, buf.data(), buf.size(), 0, 1, "a write-only file");
+  ring.wait(1);
+  close(fd);
+}
+
+TEST_F(Offload, StoreKeepsOffloadedStateInSwapFiles) {
+  const GPTConfig cfg = GPTConfig::make(2, 2, 34, 16, 301);
+  const ParamLayout layout(cfg, zero_pad_multiple(3));
+  ZeroConfig zc;
+  zc.stage = 2; zc.world = 3; zc.rank = 1;
+  const Partition part(layout, zc);
+  offload::SwapSpec spec;
+  spec.dir = (dir_ / "new" / "swap").string(), spec.rank = 1, spec.direct = direct(), spec.subgroup_numel = 1024;
+  const auto list = list_model_state(layout, part, StateTypes{}, spec);
+  size_t nvme = 0, pool = 0;
+  for (const StateBuffer& b : list) {
+    EXPECT_EQ(b.tier, b.cat == Category::optimizer ? Tier::nvme : Tier::host) << b.name();
+    if (b.tier == Tier::nvme) nvme += b.bytes();
+    if (b.id == StateId::swap_buffers) pool = b.bytes();
+  }
+  EXPECT_EQ(nvme, 2 * 4 * part.shard_total());
+  // buffer_count 3 sets (fewer if the shard has fewer sub-groups) x 2 states x a sub-group (1024 elements, or
+  // the shard in whole blocks if smaller).
+  const size_t sub = std::min<size_t>(1024, (part.shard_total() * 4 + 4095) / 4096 * 1024);
+  const size_t sets = std::min<size_t>(3, (part.shard_total() + sub - 1) / sub);
+  EXPECT_EQ(pool, sets * 2 * sub * 4);
+  MemoryTracker mem;
+  {
+    StateStore store(list, mem, spec);
+    EXPECT_EQ(store.get<float>(StateId::adam_m), nullptr);
+    ASSERT_NE(store.file(StateId::adam_v), nullptr);
+    struct stat st {};
+    ASSERT_EQ(stat(store.file(StateId::adam_v)->path().c_str(), &st), 0);
+    EXPECT_EQ(size_t(st.st_size), offload::io_round_up(4 * part.shard_total()));
+    EXPECT_EQ(mem.current(Tier::nvme, Category::optimizer), nvme);
+    EXPECT_EQ(mem.current(Tier::host, Category::staging), pool);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(store.raw(StateId::swap_buffers)) % offload::kIoAlign, 0u);
+  }
+  EXPECT_EQ(mem.current_total(Tier::nvme), 0u);
+  EXPECT_TRUE(std::filesystem::is_empty(spec.dir)) << "the store's swap files were not removed";
+}
+
+}  // namespace
+}  // namespace zt
