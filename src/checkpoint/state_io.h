@@ -2,18 +2,40 @@
 // persistent buffers (parameters or their shard, AdamW moments, master weights) with the global
 // ranges each holds, and the backend's copy functions (device memory crosses through Ops::d2h/h2d).
 #pragma once
+#include <utility>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "offload/swap_file.h"
 #include "model/gpt.h"
 #include "zero/store.h"
 
 namespace zt::ckpt {
 
-inline std::vector<Buffer> persistent_buffers(const StateStore& store) {
-  std::vector<Buffer> out;
-  for (const StateBuffer& b : store.list())
-    if (b.persistent) out.push_back(Buffer{kind_of(b.id), b.dtype, store.raw(b.id), b.holds});
+// The store's persistent buffers as checkpoint buffers. Offloaded ones (Tier::nvme, docs/design.md
+// §3.6) have no memory of their own: they are staged through host memory for the save or the load,
+// one host copy of the rank's offloaded state while the checkpoint runs (offload runs on the CPU
+// backend only, so the staged copies never need a device copy function).
+struct StoreBuffers {
+  std::vector<Buffer> list;
+  std::vector<std::pair<offload::SwapFile*, std::vector<char>>> staged;
+  void write_back() {
+    for (auto& [file, bytes] : staged) file->write_all(bytes.data());
+  }
+};
+
+inline StoreBuffers persistent_buffers(const StateStore& store, bool read_swapped) {
+  StoreBuffers out;
+  for (const StateBuffer& b : store.list()) {
+    if (!b.persistent) continue;
+    void* base = store.raw(b.id);
+    if (offload::SwapFile* f = store.file(b.id)) {
+      out.staged.emplace_back(f, std::vector<char>(b.bytes()));
+      if (read_swapped) f->read_all(out.staged.back().second.data());
+      base = out.staged.back().second.data();
+    }
+    out.list.push_back(Buffer{kind_of(b.id), b.dtype, base, b.holds});
+  }
   return out;
 }
 
@@ -26,7 +48,9 @@ constexpr CopyFn h2d_of() { return Ops::tier == Tier::host ? nullptr : &Ops::h2d
 template <class Ops>
 Transfer save_store(Comm& comm, const CheckpointSection& c, const Meta& meta, const ParamLayout& layout,
                     const StateStore& store, const Progress& progress = {}) {
-  return save(comm, c.dir, c.keep, meta, layout, persistent_buffers(store), d2h_of<Ops>(), progress);
+  const StoreBuffers b = persistent_buffers(store, /*read_swapped=*/true);
+  ZT_ASSERT(b.staged.empty() || Ops::tier == Tier::host);
+  return save(comm, c.dir, c.keep, meta, layout, b.list, d2h_of<Ops>(), progress);
 }
 
 // fp32 -> the backend's bf16 parameters (GPT::upload rounds to nearest even), or nullptr.
@@ -41,7 +65,11 @@ constexpr ToBf16Fn to_bf16_of() {
 template <class Ops>
 Transfer load_store(const std::string& step_dir, const Plan& plan, int world, const ParamLayout& layout,
                     StateStore& store, Meta& got) {
-  return load(step_dir, plan, world, layout, persistent_buffers(store), h2d_of<Ops>(), to_bf16_of<Ops>(), got);
+  StoreBuffers b = persistent_buffers(store, /*read_swapped=*/false);
+  ZT_ASSERT(b.staged.empty() || Ops::tier == Tier::host);
+  const Transfer t = load(step_dir, plan, world, layout, b.list, h2d_of<Ops>(), to_bf16_of<Ops>(), got);
+  b.write_back();
+  return t;
 }
 
 }  // namespace zt::ckpt

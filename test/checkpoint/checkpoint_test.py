@@ -132,6 +132,20 @@ def part_resume(tmp):
                   f"world {world} stage {stage}: resumed losses of steps 10-19 equal the uninterrupted run's bit for bit")
             check(same_bytes(os.path.join(a, "final.bin"), os.path.join(b, "final.bin")),
                   f"world {world} stage {stage}: final weights identical bit for bit")
+    # Optimizer state offloaded to swap files (docs/design.md §3.6) is saved and loaded like any other:
+    # a run with offload saves, and runs with and without offload continue it bit for bit.
+    for world, stage in ((1, 1), (3, 3)):
+        a = os.path.join(tmp, f"oa{world}{stage}")
+        swap = {"offload__optimizer": "nvme", "offload__nvme_dir": os.path.join(tmp, "swap")}
+        run(world, sets(a, stage, checkpoint__dir=os.path.join(a, "ckpt"), checkpoint__every=10, **swap))
+        for name, extra in (("with offload", swap), ("without offload", {})):
+            b = os.path.join(tmp, f"ob{world}{stage}{len(extra)}")
+            run(world, sets(b, stage, checkpoint__resume=os.path.join(a, "ckpt", "step_00000010"), **extra))
+            la, lb = losses(a), losses(b)
+            check(sorted(lb) == list(range(10, 20)) and all(la[s] == lb[s] for s in lb),
+                  f"world {world} stage {stage}: offloaded run's checkpoint resumed {name}: losses bit for bit")
+            check(same_bytes(os.path.join(a, "final.bin"), os.path.join(b, "final.bin")),
+                  f"world {world} stage {stage}: offloaded run's checkpoint resumed {name}: final weights bit for bit")
 
 
 def part_reshard(tmp):
