@@ -41,9 +41,15 @@
 
 #include "comm/coll_log.h"
 #include "comm/comm.h"
+#include "comm/mpi_thread.h"
 
 namespace zt {
 namespace {
+
+using mpi_thread::CommThread;
+using mpi_thread::Job;
+using mpi_thread::comm_poll_us;
+using mpi_thread::comm_thread_wanted;
 
 // Process-wide MPI lifetime: initialised by the first make_mpi_comm (unless someone else did),
 // finalised at exit (atexit) only if we initialised it, after an exit barrier with a timeout.
@@ -110,135 +116,6 @@ void finalize_at_exit() {
 }
 
 bool g_thread_multiple = false;  // MPI provides MPI_THREAD_MULTIPLE (the comm thread needs it)
-
-bool comm_thread_wanted() {
-  const char* e = std::getenv("ZT_COMM_THREAD");
-  return !(e && std::strcmp(e, "0") == 0);
-}
-
-unsigned comm_poll_us() {
-  const char* e = std::getenv("ZT_COMM_POLL_US");
-  if (!e || !*e) return 50;
-  const long v = std::strtol(e, nullptr, 10);
-  return v < 0 ? 0 : v > 100000 ? 100000 : unsigned(v);
-}
-
-// One collective handed to the comm thread. `start` issues the MPI_I* call (returns an MPI error
-// code); the thread then owns the request until `done`.
-struct Job {
-  std::function<int(MPI_Request*)> start;
-  MPI_Request req = MPI_REQUEST_NULL;
-  float* move_dst = nullptr;  // in-place reduce_scatter: copy the result to its slot when done
-  const float* move_src = nullptr;
-  size_t move_n = 0;
-  std::atomic<bool> done{false};
-  std::chrono::steady_clock::time_point t_done;  // written before done is set
-  int err = MPI_SUCCESS;  // written before done is set
-};
-
-// The comm thread of one MpiComm: starts jobs in FIFO order and progresses every started one.
-class CommThread {
- public:
-  static std::shared_ptr<CommThread> launch(unsigned poll_us) {
-    auto t = std::shared_ptr<CommThread>(new CommThread(poll_us));
-    t->thread_ = std::thread([t] { t->run(); });  // the thread keeps its state alive (detach on a stuck exit)
-    return t;
-  }
-  void submit(std::shared_ptr<Job> j) {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      queue_.push_back(std::move(j));
-    }
-    cv_.notify_one();
-  }
-  // Ends the thread once nothing is in flight (joins); with collectives still in flight (a timed-out
-  // one), leaves it polling them (detached): the process is about to abort the job.
-  void shutdown() {
-    std::unique_lock<std::mutex> g(mu_);
-    if (!thread_.joinable()) return;
-    stop_ = true;
-    cv_.notify_one();
-    if (busy_) {
-      g.unlock();
-      thread_.detach();
-      return;
-    }
-    g.unlock();
-    thread_.join();
-  }
-
- private:
-  explicit CommThread(unsigned poll_us) : poll_us_(poll_us) {}
-  void run() {
-    std::vector<std::shared_ptr<Job>> active;
-    std::vector<MPI_Request> reqs;
-    std::vector<int> idx;
-    std::vector<MPI_Status> st;
-    for (;;) {
-      {
-        std::unique_lock<std::mutex> g(mu_);
-        busy_ = !active.empty() || !queue_.empty();
-        if (active.empty()) {
-          cv_.wait(g, [&] { return stop_ || !queue_.empty(); });
-          if (queue_.empty()) return;  // stop_ and nothing to do
-          busy_ = true;
-        }
-        while (!queue_.empty()) {
-          std::shared_ptr<Job> j = std::move(queue_.front());
-          queue_.pop_front();
-          const int rc = j->start(&j->req);
-          if (rc != MPI_SUCCESS) {
-            j->err = rc;
-            j->done.store(true, std::memory_order_release);
-          } else {
-            active.push_back(std::move(j));
-          }
-        }
-      }
-      if (active.empty()) continue;
-      const int n = int(active.size());
-      reqs.resize(n);
-      idx.resize(n);
-      st.resize(n);
-      for (int i = 0; i < n; ++i) reqs[i] = active[i]->req;
-      int out = 0;
-      const int rc = MPI_Testsome(n, reqs.data(), &out, idx.data(), st.data());
-      if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
-        for (auto& j : active) {  // a broken library state: fail everything in flight
-          j->err = rc;
-          j->done.store(true, std::memory_order_release);
-        }
-        active.clear();
-        continue;
-      }
-      if (out != MPI_UNDEFINED && out > 0) {
-        for (int k = 0; k < out; ++k) {
-          Job& j = *active[idx[k]];
-          if (rc == MPI_ERR_IN_STATUS && st[k].MPI_ERROR != MPI_SUCCESS) j.err = st[k].MPI_ERROR;
-          else if (j.move_n) std::memmove(j.move_dst, j.move_src, 4 * j.move_n);
-          j.req = MPI_REQUEST_NULL;
-          j.t_done = std::chrono::steady_clock::now();
-          j.done.store(true, std::memory_order_release);
-        }
-        active.erase(std::remove_if(active.begin(), active.end(), [](const std::shared_ptr<Job>& j) {
-                       return j->done.load(std::memory_order_relaxed);
-                     }),
-                     active.end());
-        continue;  // something completed: look again at once
-      }
-      if (poll_us_) usleep(poll_us_);
-      else sched_yield();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<Job>> queue_;
-  bool stop_ = false;
-  bool busy_ = false;  // collectives queued or in flight
-  unsigned poll_us_;
-  std::thread thread_;
-};
 
 std::mutex g_threads_mu;
 std::vector<std::shared_ptr<CommThread>> g_threads;  // live comm threads, stopped before MPI_Finalize

@@ -497,31 +497,6 @@ class Trainer {
 
 }  // namespace
 
-std::string next_memory_step(const Plan& plan, int world) {
-  std::ostringstream os;
-  const int mb = plan.batch.micro_batch, ga = plan.batch.grad_accum;
-  // The smallest factor f of micro_batch: the smallest step down that keeps micro_batch x
-  // grad_accum, and so tokens per step, exact (3 -> 1 needs grad_accum x 3, not x 2).
-  int f = 2;
-  while (mb > 1 && mb % f != 0) ++f;
-  if (mb > 1 && f == 2)
-    os << "halve batch.micro_batch (" << mb << " -> " << mb / 2 << ") and double batch.grad_accum (" << ga << " -> "
-       << ga * 2 << "): same tokens per step, half the activations";
-  else if (mb > 1)
-    os << "lower batch.micro_batch (" << mb << " -> " << mb / f << ") and raise batch.grad_accum (" << ga << " -> "
-       << ga * f << ") by the same factor " << f << ": same tokens per step, 1/" << f << " of the activations";
-  else if (plan.recompute.policy == "none")
-    os << "set recompute.policy to \"selective\": LayerNorm and GELU outputs recomputed in backward, fewer activations";
-  else if (plan.recompute.policy != "block" || plan.recompute.every > 1)
-    os << "set recompute.policy to \"block\" (recompute.every 1): only each block's input kept, its forward rerun "
-          "in backward";
-  else if (world > 1 && plan.zero.stage < 3)
-    os << "raise zero.stage to " << plan.zero.stage + 1 << " to shard more model state across the " << world << " ranks";
-  else
-    os << "shorten model.seq_len or use a smaller model: micro_batch 1 does not fit";
-  return os.str();
-}
-
 namespace {
 
 template <class Ops>
@@ -534,58 +509,7 @@ TrainResult run_trainer(const Plan& plan, Comm& comm, const RunControl& ctl) {
   }
 }
 
-// device "auto" is the GPU when this build has the CUDA backend and one is visible.
-std::string resolve_device(const Plan& plan) {
-  if (plan.device != "auto") return plan.device;
-  return device::available() ? "cuda" : "cpu";
-}
-
-// What backend b cannot run (runtime/support.h) is refused here, on any machine.
-void check_backend_limits(const support::Backend& b, const Plan& plan, int world) {
-  const std::string on = " on device \"" + b.device + "\"";
-  ZT_REQUIRE(b.built, "device: \"" << b.device << "\" but this build has no " << b.library << " backend");
-  ZT_REQUIRE(b.max_world == 0 || world <= b.max_world,
-             "device: \"" << b.device << "\" with " << world << " ranks is not supported by this build yet (supported: "
-                          << b.world_note << ")");
-  ZT_REQUIRE(std::find(b.zero_stages.begin(), b.zero_stages.end(), plan.zero.stage) != b.zero_stages.end(),
-             "zero.stage: " << plan.zero.stage << on << " is not supported by this build yet (supported: "
-                            << support::join(b.zero_stages) << b.stage_note << ")");
-  const int C = plan.model.n_embd, hs = C / plan.model.n_head;
-  ZT_REQUIRE(C % b.n_embd_multiple == 0,
-             "model.n_embd: " << C << " must be a multiple of " << b.n_embd_multiple << on << " (" << b.n_embd_note << ")");
-  ZT_REQUIRE(b.head_sizes.empty() || std::find(b.head_sizes.begin(), b.head_sizes.end(), hs) != b.head_sizes.end(),
-             "model: head size n_embd/n_head = " << hs << " is not supported by the " << b.library
-                                                 << " attention kernels (supported: " << support::join(b.head_sizes) << ")");
-  const int64_t TC = int64_t(plan.model.seq_len) * C, BNH = int64_t(plan.batch.micro_batch) * plan.model.n_head;
-  ZT_REQUIRE(b.max_seq_x_embd == 0 || TC <= b.max_seq_x_embd,
-             "model: seq_len x n_embd = " << TC << on << " is more than its kernels index in 32 bits (at most "
-                                          << b.max_seq_x_embd << ")");
-  ZT_REQUIRE(b.max_batch_x_heads == 0 || BNH <= b.max_batch_x_heads,
-             "batch.micro_batch: micro_batch x model.n_head = " << BNH << on
-                                                                << " is more than its kernels index in 32 bits (at most "
-                                                                << b.max_batch_x_heads << ")");
-}
-
 }  // namespace
-
-std::string choose_backend(const Plan& plan, int world) {
-  const std::string dev = resolve_device(plan);
-  if (dev == "cpu") {
-    // Only "auto" gets here with bf16 (the plan refuses it with device "cpu"): training in fp32
-    // instead would silently be another run than the one asked for.
-    ZT_REQUIRE(plan.precision.compute != "bf16",
-               "precision.compute: \"bf16\" needs a GPU, and device \"auto\" found none (it would train in fp32 on "
-               "the CPU); set precision.compute to \"auto\" or \"fp32\", or run where nvidia-smi lists a GPU");
-    check_backend_limits(support::backend("cpu-fp32"), plan, world);
-    return "cpu-fp32";
-  }
-  // What the CUDA path cannot run is refused first, on any machine; then whether a GPU is there.
-  const std::string name = plan.precision.compute == "fp32" ? "cuda-fp32" : "cuda-bf16";
-  check_backend_limits(support::backend(name), plan, world);
-  ZT_REQUIRE(device::available(), "device: \"cuda\" but no CUDA device is visible (check nvidia-smi and "
-                                  "CUDA_VISIBLE_DEVICES), or set device to \"cpu\"");
-  return name;
-}
 
 TrainResult train(const Plan& plan, Comm& comm, const RunControl& ctl) {
   const std::string backend = choose_backend(plan, comm.world());
