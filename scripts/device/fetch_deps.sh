@@ -264,7 +264,7 @@ if [ "$DATA" = 1 ]; then
 fi
 
 # ---- 6. sizes: what a device call carries -------------------------------------------------------------
-bytes() { du -sb "$1" 2>/dev/null | cut -f1; }
+bytes() { du -sb "$1" 2>/dev/null | cut -f1 || true; }  # empty for a missing path (set -e, pipefail)
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
 repo_bytes=0
 if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
