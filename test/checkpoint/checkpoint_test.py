@@ -214,6 +214,15 @@ def part_files(tmp):
         same = all(np.array_equal(f[n.replace(".", "/")][...], final[n]) for n in final)
     check(same and sorted(os.listdir(ck)) == ["latest", "step_00000015", "step_00000020"]
           and "resuming at step 15" in p.stdout, "step 20 saved again over itself: complete, same weights, nothing left over")
+    # A fresh run (resume "none") into a directory holding another run's checkpoints: refused before
+    # training, nothing in the directory changed.
+    before = {d: os.stat(os.path.join(ck, d)).st_mtime_ns for d in os.listdir(ck)}
+    bad = run(1, sets(os.path.join(tmp, "fresh"), 0, checkpoint__dir=ck, checkpoint__every=5), expect_ok=False)
+    err = [l for l in bad.stderr.splitlines() if l.startswith("error")]
+    check(bad.returncode != 0 and len(err) == 1 and "already holds checkpoints" in err[0]
+          and {d: os.stat(os.path.join(ck, d)).st_mtime_ns for d in os.listdir(ck)} == before
+          and not os.path.exists(os.path.join(tmp, "fresh", "metrics.jsonl")),
+          "a fresh run into another run's checkpoint.dir is refused, nothing written: " + " ".join(err)[:200])
     # Export: hdf5 and llmc, from the checkpoint.dir (its latest).
     for fmt, name in (("hdf5", "export.h5"), ("llmc", "export.bin")):
         q = subprocess.run([ARGS.train, "export", ck, "--format", fmt, "--out", os.path.join(tmp, name)],
