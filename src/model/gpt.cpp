@@ -338,6 +338,9 @@ void GPT<Ops>::backward() {
                          cfg_.Vp);
     hooks_->after_backward(e);
   }
+  // Deferred lookup: the LM-head part of the embedding's gradient now, so that the engine reduces
+  // it while the blocks' backward runs (dlogits and lnf are final from here).
+  if (defer_lookup_) embedding_grads(false);
 
   const int F = layout_.final_unit();
   hooks_->before_backward(F);
@@ -361,15 +364,26 @@ void GPT<Ops>::backward() {
     hooks_->grads_ready(u);
   }
 
-  // The embedding's gradients, unit by unit: LM-head part dW_rows += dlogits[:, rows]^T @ lnf, then
-  // the lookup's rows (and wpe's gradient in its unit). The same order of sums as one unit.
-  for (int e = E - 1; e >= 0; --e) {
+  // The embedding's gradients last (LM-head and lookup parts together), or with a deferred lookup
+  // only its lookup part, which the engine adds (UnitHooks::embedding_lookup_deferred).
+  if (defer_lookup_) hooks_->embedding_lookup_deferred();
+  else embedding_grads(true);
+}
+
+template <class Ops>
+void GPT<Ops>::embedding_grads(bool with_lookup) {
+  // Unit by unit: LM-head part dW_rows += dlogits[:, rows]^T @ lnf, then the lookup's rows (and
+  // wpe's gradient in its unit). The same order of sums as one unit.
+  const int B = last_B_, Tn = last_T_, C = cfg_.C, N = B * Tn;
+  void* scratch = scratch_.data();
+  for (int e = layout_.embedding_units() - 1; e >= 0; --e) {
     const VocabRows r = layout_.vocab_rows(e);
     hooks_->before_grads(e);
     Ops::matmul_backward(nullptr, wte_grad_rows(e), nullptr, acts_.logits + r.row0, acts_.lnf, nullptr, N, C, r.rows,
                          scratch, cfg_.Vp);
-    Ops::encoder_backward(wte_grad_rows(e), e == layout_.wpe_unit() ? grad(ParamId::wpe) : nullptr, gs_.dresidual,
-                          acts_.inputs, B, Tn, C, r.row0, r.rows, scratch);
+    if (with_lookup)
+      Ops::encoder_backward(wte_grad_rows(e), e == layout_.wpe_unit() ? grad(ParamId::wpe) : nullptr, gs_.dresidual,
+                            acts_.inputs, B, Tn, C, r.row0, r.rows, scratch);
     hooks_->grads_ready(e);
   }
 }

@@ -28,7 +28,10 @@ namespace zt {
 // the parameter hooks when both apply: final norm and blocks as they run; the embedding's last,
 // E-1..0, each unit's LM-head part (dlogits^T lnf) and lookup part together, reading no parameters
 // (so a stage-3 engine gathers nothing for them, and no embedding gradient is held through the
-// whole backward).
+// whole backward). With set_defer_lookup_grads(true) (one embedding unit only) the embedding's
+// gradients are written right after the LM head's input gradient instead, the LM-head part only,
+// and at the end of backward embedding_lookup_deferred() hands the lookup part to the engine
+// (lookup_grad_out(), lookup_inputs()): it can reduce the large LM-head part while backward runs.
 struct UnitHooks {
   virtual ~UnitHooks() = default;
   virtual void before_forward(int unit) {}
@@ -39,6 +42,9 @@ struct UnitHooks {
   virtual void before_grads(int unit) {}
   // The unit's gradients are complete for this backward pass.
   virtual void grads_ready(int unit) {}
+  // Deferred lookup (set_defer_lookup_grads): the lookup part of the embedding's gradient is for
+  // the engine to add, from lookup_grad_out() and lookup_inputs(), valid until the next forward.
+  virtual void embedding_lookup_deferred() {}
 };
 
 template <class Ops>
@@ -77,6 +83,18 @@ class GPT {
   void set_unit_params(int u, T* p) { unit_param_[size_t(u)] = p; }
   void set_unit_grads(int u, T* g) { unit_grad_[size_t(u)] = g; }
   void set_hooks(UnitHooks* h) { hooks_ = h ? h : &no_hooks_; }
+  // See UnitHooks: the next backward() writes the embedding's LM-head gradient first and leaves
+  // the lookup part to embedding_lookup_deferred(). One embedding unit only.
+  void set_defer_lookup_grads(bool d) {
+    ZT_ASSERT(!d || layout_.embedding_units() == 1);
+    defer_lookup_ = d;
+  }
+  // The lookup gradient's inputs after a deferred backward, in the backend's memory: the gradient
+  // of the embedding's output (B, Tn, C) and the token ids (B, Tn) of the last forward.
+  const T* lookup_grad_out() const { return gs_.dresidual; }
+  const int* lookup_inputs() const { return acts_.inputs; }
+  int last_batch() const { return last_B_; }
+  int last_seq_len() const { return last_T_; }
 
   // GPT-2 initialisation: N(0, 0.02) for weights and embeddings, residual projections scaled by
   // 1/sqrt(2L), zero biases, unit LayerNorm gains. Counter-based RNG: element i of tensor k gets
@@ -184,6 +202,9 @@ class GPT {
   void block_forward_inner(int l, const BlockActs& a, const T* x, int B, int Tn);
   void block_recompute(int l, const BlockActs& a, const T* x, int B, int Tn);
   void block_backward(int l, const BlockActs& a, const T* x, int B, int Tn);
+  // The embedding's gradients, unit by unit, between before_grads(e) and grads_ready(e): the
+  // LM-head part dW_rows += dlogits[:, rows]^T @ lnf, then (with_lookup) the lookup's rows and wpe.
+  void embedding_grads(bool with_lookup);
 
   GPTConfig cfg_;
   Recompute rc_;
@@ -191,6 +212,7 @@ class GPT {
   int B_, T_;
   Allocation params_, grads_, act_mem_, grad_act_mem_, scratch_;
   int last_B_ = 0, last_T_ = 0;  // shape of the last forward, for backward()
+  bool defer_lookup_ = false;    // set_defer_lookup_grads
   std::vector<T*> unit_param_, unit_grad_;
   Activations acts_{};
   GradScratch gs_{};

@@ -150,7 +150,10 @@ class Trainer {
       if (tokenizer_ && ((run.sample_every > 0 && (step + 1) % run.sample_every == 0) || last)) sample(step);
       const int every = plan_.checkpoint.every;
       const std::string stop = plan_.checkpoint.dir.empty() ? "" : StopSignals::agree(comm_);
-      if ((every > 0 && ((step + 1) % every == 0 || last)) || !stop.empty()) save_checkpoint();
+      if ((every > 0 && ((step + 1) % every == 0 || last)) || !stop.empty()) {
+        engine_->params_ready();  // the parameter all-gather of stages 1-2 may still be in flight
+        save_checkpoint();
+      }
       if (!stop.empty()) {
         res.stopped = true;
         if (root_) std::printf("stopped by %s after step %d (checkpoint saved; checkpoint.resume \"auto\" continues)\n",
@@ -158,6 +161,7 @@ class Trainer {
         break;
       }
     }
+    engine_->params_ready();  // nothing in flight past the loop (stages 1-2 all-gather)
     if (!plan_.run.final_weights.empty() && res.steps == run.steps) save_final_weights();
     if (tracer_) {
       comm_.set_tracer(nullptr);
@@ -242,6 +246,7 @@ class Trainer {
     zc.stage = stage; zc.world = world; zc.rank = comm_.rank(); zc.overlap = plan_.zero.overlap_comm;
     zc.bucket_mb = plan_.zero.bucket_mb; zc.prefetch_units = plan_.zero.prefetch_units;
     zc.grad_accum = plan_.batch.grad_accum; zc.elem_bytes = sizeof(T);
+    zc.micro_tokens = size_t(B) * size_t(Tn); zc.host = Ops::tier == Tier::host;
     partition_ = std::make_unique<Partition>(model_->layout(), zc);
     store_ = std::make_unique<StateStore>(list_model_state(model_->layout(), *partition_, state_types_of<Ops>(), swap_),
                                           mem_, swap_);

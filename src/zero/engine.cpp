@@ -99,6 +99,7 @@ double ZeroEngine<Ops>::grad_norm() {
 template <class Ops>
 void ZeroEngine<Ops>::begin_pass(int micro, bool with_backward) {
   micro_ = micro;
+  model_.set_defer_lookup_grads(with_backward && reducer_.defer_lookup(micro));
   reducer_.begin_pass(micro);
   gatherer_.begin_pass(with_backward);
 }
@@ -115,15 +116,20 @@ void ZeroEngine<Ops>::optimizer_step(double lr, double grad_scale) {
   const double t1 = Tracer::now_us();
   tr_->complete("adamw", Tracer::kOptimizer, t0, t1 - t0, "\"steps_taken\":" + std::to_string(optimizer_.steps_taken()));
   gatherer_.after_optimizer_step();
-  if (rules_.gather_params) tr_->complete("parameter all-gather", Tracer::kOptimizer, t1, Tracer::now_us() - t1);
+  if (rules_.gather_params)  // with overlap only started here (waited in the next forward)
+    tr_->complete("parameter all-gather", Tracer::kOptimizer, t1, Tracer::now_us() - t1);
 }
 
 // ---- hooks: stage 3 gathers around each use; the others progress what is in flight ----------
 
 template <class Ops>
 void ZeroEngine<Ops>::gather_or_progress(int u) {
-  if (rules_.gather_units) gatherer_.use(u);
-  else comm_.test(CommHandle{});
+  if (rules_.gather_units) {
+    gatherer_.use(u);
+    return;
+  }
+  if (gatherer_.params_pending()) gatherer_.wait_unit(u);  // stages 1-2: the last step's all-gather
+  comm_.test(CommHandle{});
 }
 
 // Traced spans start after the hook's own work (a gather's wait, a staging slot's completion) and
@@ -163,6 +169,13 @@ void ZeroEngine<Ops>::grads_ready(int u) {
   if (grads_span_ && tr_) backward_span(u);
   grads_span_ = false;
   reducer_.grads_ready(u);
+}
+
+template <class Ops>
+void ZeroEngine<Ops>::embedding_lookup_deferred() {
+  const double t0 = tr_ ? Tracer::now_us() : 0;
+  reducer_.lookup_deferred();
+  if (tr_) tr_->complete("embedding lookup gradient", Tracer::kCompute, t0, Tracer::now_us() - t0);
 }
 
 template <class Ops>

@@ -15,7 +15,8 @@
 //   stage 0  fwd ─> bwd ──┬─ bucket k ready ─> all-reduce(k) ───┐            (last micro-step only)
 //                         └─ ... ──────────────────────────────> wait all ─> AdamW(full) on every rank
 //   stage 1  fwd ─> bwd ──┬─ bucket k ready ─> RS(k) into my gradient shard   (last micro-step only)
-//                         └─ ... ─> wait all ─> AdamW(my shard) ─> AG(params, per unit)
+//                         └─ ... ─> wait all ─> AdamW(my shard) ─> AG(params, per unit): with
+//            overlap, waited unit by unit in the next forward, prefetch_units + 1 in flight
 //   stage 2  every micro-step: bucket k ready ─> RS(k) from a staging slot ─> += my gradient shard;
 //            a full gradient buffer never exists; then AdamW(my shard) ─> AG(params)
 //   stage 3  per unit: AG(u + 1 .. u + prefetch) in flight while u computes; release u after use;
@@ -69,7 +70,11 @@ class ZeroEngine : public UnitHooks {
   // After the last micro-step's backward: completes all gradient communication.
   void finish_gradients();
   double grad_norm();
+  // Stages 1-2 with overlap: the parameter all-gather it starts runs under the next forward
+  // (each unit waited before its first use); params_ready() waits for all of it, before anything
+  // else reads the parameters (checkpoint, captured state, end of run; save_llmc waits itself).
   void optimizer_step(double lr, double grad_scale);
+  void params_ready() { gatherer_.wait_all(); }
   ShardedOptimizer<Ops>& optimizer() { return optimizer_; }
 
   // run.trace (README "Timeline traces"): forward / backward per unit on the compute track, the
@@ -87,6 +92,7 @@ class ZeroEngine : public UnitHooks {
   void after_backward(int u) override;
   void before_grads(int u) override;
   void grads_ready(int u) override;
+  void embedding_lookup_deferred() override;
 
  private:
   GPT<Ops>& model_;

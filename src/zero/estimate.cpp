@@ -33,6 +33,7 @@ Estimate estimate_plan(const Plan& plan, int world) {
   zc.stage = plan.zero.stage; zc.world = world; zc.rank = 0; zc.overlap = plan.zero.overlap_comm;
   zc.bucket_mb = plan.zero.bucket_mb; zc.prefetch_units = plan.zero.prefetch_units;
   zc.grad_accum = plan.batch.grad_accum; zc.elem_bytes = sizeof(Ops::T);
+  zc.micro_tokens = size_t(plan.batch.micro_batch) * size_t(m.seq_len); zc.host = true;
   const Partition part(layout, zc);
 
   Estimate e;

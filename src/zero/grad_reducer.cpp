@@ -1,6 +1,8 @@
 #include "zero/grad_reducer.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 #include "backend/ops_cpu.h"
 #if ZT_HAVE_CUDA
@@ -13,6 +15,7 @@ namespace zt {
 template <class Ops>
 GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm)
     : model_(model), layout_(model.layout()), part_(part), store_(store), comm_(comm), rules_(part.rules()) {
+  exchange_ = store.get<T>(StateId::lookup_exchange);
   if (!rules_.staged_grads) return;
   // Carve the staging and receive buffers into slots: bucket slots first, the embedding's last.
   const size_t slot = part.staging_slot_numel(), N = size_t(part.config().world);
@@ -131,9 +134,78 @@ void GradReducer<Ops>::complete(StagingSlot& s) {
 }
 
 template <class Ops>
+bool GradReducer<Ops>::defer_lookup(int micro) const {
+  return part_.lookup_numel() > 0 && (rules_.staged_grads || micro == part_.config().grad_accum - 1);
+}
+
+template <class Ops>
+void GradReducer<Ops>::lookup_deferred() {
+  if constexpr (Ops::tier == Tier::host) {
+    const int C = layout_.config().C;
+    const size_t slice = part_.lookup_numel(), max_tokens = slice / size_t(C + 1);
+    lookup_B_ = model_.last_batch();
+    lookup_T_ = model_.last_seq_len();
+    const size_t n = size_t(lookup_B_) * size_t(lookup_T_);
+    ZT_ASSERT(n <= max_tokens && exchange_);
+    // My slice: the gradient of the embedding's output, then the token ids as int32 bits (an
+    // all-gather only moves bytes); positions past this micro-step's are marked -1.
+    T* mine = exchange_ + size_t(part_.config().rank) * slice;
+    std::memcpy(mine, model_.lookup_grad_out(), n * size_t(C) * sizeof(T));
+    int32_t* ids = reinterpret_cast<int32_t*>(mine + max_tokens * size_t(C));
+    std::memcpy(ids, model_.lookup_inputs(), n * sizeof(int32_t));
+    for (size_t i = n; i < max_tokens; ++i) ids[i] = -1;
+    CommHandle h = comm_.all_gather(comm_ptr(mine), comm_ptr(exchange_), slice);
+    comm_.wait(h);
+    if (rules_.full_grads) {  // stages 0-1: added once the embedding's reduction is done (finish)
+      lookup_pending_ = true;
+      return;
+    }
+    // Stage 2: the embedding's reduce-scatter (started at the top of backward) into my shard first.
+    complete(s0_);
+    add_lookup(store_.get<T>(StateId::grad_shard) + part_.unit_shard_flat(0), part_.unit_shard_begin(0),
+               part_.unit_shard_begin(0) + part_.unit_shard_numel(0));
+  } else {
+    ZT_ASSERT(false);  // Partition::lookup_numel() is 0 for device backends
+  }
+}
+
+template <class Ops>
+void GradReducer<Ops>::add_lookup(T* dst, size_t lo, size_t hi) const {
+  if constexpr (Ops::tier == Tier::host) {
+    const size_t C = size_t(layout_.config().C), slice = part_.lookup_numel(), max_tokens = slice / (C + 1);
+    const size_t wpe = layout_.slot(ParamId::wpe).offset - layout_.units()[0].offset;  // within the unit
+    const size_t n = size_t(lookup_B_) * size_t(lookup_T_);
+    auto add_row = [&](size_t at, const T* g) {  // unit elements [at, at + C) += g, clipped to [lo, hi)
+      const size_t a = std::max(at, lo), b = std::min(at + C, hi);
+      for (size_t x = a; x < b; ++x) dst[x - lo] += g[x - at];
+    };
+    for (int r = 0; r < part_.config().world; ++r) {
+      const T* slice_r = exchange_ + size_t(r) * slice;
+      const int32_t* ids = reinterpret_cast<const int32_t*>(slice_r + max_tokens * C);
+      for (size_t i = 0; i < n; ++i) {
+        if (ids[i] < 0) continue;
+        const T* g = slice_r + i * C;
+        add_row(size_t(ids[i]) * C, g);                          // wte[token]
+        add_row(wpe + (i % size_t(lookup_T_)) * C, g);           // wpe[position]
+      }
+    }
+  } else {
+    (void)dst, (void)lo, (void)hi;
+    ZT_ASSERT(false);
+  }
+}
+
+template <class Ops>
 void GradReducer<Ops>::finish() {
   if (!rules_.staged_grads) {
     comm_.wait_all(inflight_);
+    if (lookup_pending_) {
+      lookup_pending_ = false;
+      if (!rules_.optimizer_sharded) add_lookup(store_.get<T>(StateId::grads) + layout_.units()[0].offset, 0, part_.unit_padded(0));
+      else
+        add_lookup(store_.get<T>(StateId::grad_shard) + part_.unit_shard_flat(0), part_.unit_shard_begin(0),
+                   part_.unit_shard_begin(0) + part_.unit_shard_numel(0));
+    }
     return;
   }
   for (StagingSlot& s : slots_) complete(s);

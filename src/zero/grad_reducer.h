@@ -11,6 +11,14 @@
 //
 // The naive path (zero.overlap_comm false) waits on each collective where it starts, beside the
 // overlapped one; Partition makes every unit its own bucket there.
+//
+// Deferred lookup (Partition::lookup_numel() > 0: stages 0-2, N > 1, CPU backend; stages 0-1 on
+// the last micro-step only, the others accumulate locally): the model writes the embedding's
+// LM-head gradient first, so its bucket is reduced while the blocks' backward runs, and leaves the
+// lookup part to lookup_deferred(): every rank's output gradient and token ids are all-gathered
+// (a few MB, against the embedding's hundreds) and each rank adds every rank's lookup rows (and
+// wpe) to the reduced embedding gradient, or to its shard of it, in rank order: the same sums on
+// every rank.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -35,6 +43,8 @@ class GradReducer {
   void before_grads(int u);           // stages 2-3: the unit's gradients go to a staging slot
   void grads_ready(int u);            // fires the bucket whose last unit u is
   void finish();                      // every gradient collective done, shards complete
+  bool defer_lookup(int micro) const;  // this micro-step's backward defers the lookup gradient
+  void lookup_deferred();             // the model's UnitHooks::embedding_lookup_deferred
   void set_tracer(Tracer* t) { tr_ = t; }  // tags each collective with its bucket and unit
 
  private:
@@ -46,6 +56,9 @@ class GradReducer {
     std::vector<CommHandle> hs;
   };
   void launch(int b);
+  // Adds every rank's lookup gradient (all-gathered in exchange_) to dst, which holds elements
+  // [lo, hi) of the embedding unit (all of it, or my shard).
+  void add_lookup(T* dst, size_t lo, size_t hi) const;
   void complete(StagingSlot& s);
   StagingSlot* take_slot();
 
@@ -57,6 +70,9 @@ class GradReducer {
   StageRules rules_;
   int micro_ = 0;
   std::vector<CommHandle> inflight_;  // stages 0-1
+  T* exchange_ = nullptr;             // (N, lookup_numel): per rank (B, T, C) gradient, then (B, T) token ids
+  int lookup_B_ = 0, lookup_T_ = 0;   // shape of the exchanged micro-step
+  bool lookup_pending_ = false;       // stages 0-1: gathered, to add in finish()
 
   std::vector<StagingSlot> slots_;
   StagingSlot s0_;  // a one-unit embedding's own (buf nullptr when the embedding is split)

@@ -123,23 +123,58 @@ void ParamGatherer<Ops>::release(int u) {
 }
 
 template <class Ops>
+void ParamGatherer<Ops>::issue_params(int upto) {
+  T* params = store_.get<T>(StateId::params);
+  for (; next_issue_ < std::min(upto, int(ag_.size())); ++next_issue_) {
+    const int u = next_issue_;
+    T* full = params + layout_.units()[size_t(u)].offset;
+    if (tr_) tr_->tag_next("unit", u);
+    ag_[size_t(u)] = comm_.all_gather(comm_ptr(full + part_.unit_shard_begin(u)), comm_ptr(full), part_.unit_shard_numel(u));
+  }
+}
+
+template <class Ops>
 void ParamGatherer<Ops>::after_optimizer_step() {
   if (!rules_.gather_params) return;
   // Everyone updated its shard of the full parameters in place; all-gather them back.
-  T* params = store_.get<T>(StateId::params);
-  std::vector<CommHandle> hs;
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    T* full = params + layout_.units()[size_t(u)].offset;
-    if (tr_) tr_->tag_next("unit", u);
-    hs.push_back(comm_.all_gather(comm_ptr(full + part_.unit_shard_begin(u)), comm_ptr(full), part_.unit_shard_numel(u)));
-    if (!part_.config().overlap) comm_.wait_all(hs);
+  ZT_ASSERT(!params_pending());
+  const int U = layout_.num_units();
+  ag_.assign(size_t(U), CommHandle{});
+  next_issue_ = next_wait_ = 0;
+  if (!part_.config().overlap) {  // the naive path: one gather at a time, waited on the spot
+    for (int u = 0; u < U; ++u) {
+      issue_params(u + 1);
+      comm_.wait(ag_[size_t(u)]);
+    }
+    next_wait_ = U;
+    return;
   }
-  comm_.wait_all(hs);
+  issue_params(part_.config().prefetch_units + 1);  // the rest start as forward waits for these
+}
+
+template <class Ops>
+void ParamGatherer<Ops>::wait_unit(int u) {
+  if (u < next_wait_) return;  // already complete (or nothing pending)
+  const int window = part_.config().prefetch_units + 1;
+  while (next_wait_ <= u) {
+    issue_params(std::max(next_wait_ + window, u + 1));
+    comm_.wait(ag_[size_t(next_wait_)]);
+    ++next_wait_;
+  }
+  issue_params(next_wait_ + window);  // keep the link busy while unit u computes
+}
+
+template <class Ops>
+void ParamGatherer<Ops>::wait_all() {
+  if (params_pending()) wait_unit(int(ag_.size()) - 1);
 }
 
 template <class Ops>
 const typename ParamGatherer<Ops>::T* ParamGatherer<Ops>::whole_unit(int u) {
-  if (rules_.full_params) return store_.get<T>(StateId::params) + layout_.units()[size_t(u)].offset;
+  if (rules_.full_params) {
+    wait_all();
+    return store_.get<T>(StateId::params) + layout_.units()[size_t(u)].offset;
+  }
   ZT_ASSERT(slots_[0].unit < 0);  // between passes every slot is free
   CommHandle h = gather(u, slots_[0].buf);
   comm_.wait(h);

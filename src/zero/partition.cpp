@@ -31,6 +31,10 @@ Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) 
   }
   total_ = layout.total();
   embedding_units_ = layout.embedding_units();
+  const size_t per_rank = checked_mul(zc.micro_tokens, size_t(layout.config().C) + 1, "zero: lookup exchange");
+  if (zc.world > 1 && zc.stage <= 2 && zc.host && embedding_units_ == 1 &&
+      checked_mul(per_rank, size_t(zc.world), "zero: lookup exchange") <= unit_padded_[0])
+    lookup_numel_ = per_rank;
 
   // Buckets in backward order: blocks and final norm by bucket_mb, then the embedding's units. A
   // bucket past 2^63 bytes (zero.bucket_mb is any positive number) would not convert to size_t: it
@@ -93,10 +97,12 @@ uint64_t Partition::bytes_per_step() const {
   const std::string what = "zero: bytes sent per step";
   auto mul = [&](uint64_t a, uint64_t b) { return checked_mul(a, b, what); };
   const uint64_t one_pass = mul(mul(psi / N, N - 1), e);  // one reduce-scatter or all-gather of everything
+  const uint64_t lookup = mul(mul(lookup_numel_, N - 1), e);  // one all-gather of the lookup slices
   switch (zc_.stage) {
-    case 0: return mul(2, one_pass);                    // all-reduce = reduce-scatter + all-gather
-    case 1: return mul(2, one_pass);                    // reduce-scatter once, all-gather params
-    case 2: return mul(checked_add(A, 1, what), one_pass);  // reduce-scatter every micro-step, all-gather params
+    case 0: return checked_add(mul(2, one_pass), lookup, what);  // all-reduce = reduce-scatter + all-gather
+    case 1: return checked_add(mul(2, one_pass), lookup, what);  // reduce-scatter once, all-gather params
+    case 2:  // reduce-scatter every micro-step, all-gather params
+      return checked_add(mul(checked_add(A, 1, what), one_pass), mul(A, lookup), what);
     default:  // per micro-step: gather fwd + bwd, RS; the LM head's chunks gathered once more
       return mul(A, checked_add(mul(3, one_pass), mul(mul(again / N, N - 1), e), what));
   }
@@ -123,6 +129,9 @@ std::string Partition::bytes_formula() const {
       os << "A x (gather 2Ψ + LM head's embedding units again " << embedding_gathered_again()
          << " + reduce-scatter Ψ)(N-1)/N";
   }
+  if (lookup_numel_)
+    os << (zc_.stage == 2 ? " + A x " : " + ") << "all-gather of the embedding's lookup gradient " << lookup_numel_
+       << "(N-1)";
   os << " elements x " << zc_.elem_bytes << " bytes";
   (void)psi; (void)N;
   return os.str();

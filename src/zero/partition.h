@@ -61,6 +61,10 @@ struct ZeroConfig {
   int prefetch_units = 1;
   int grad_accum = 1;
   size_t elem_bytes = 4;  // bytes of one parameter / gradient element (fp32 on the CPU backend)
+  // Tokens of one micro-step (micro_batch x seq_len) and whether the backend keeps its buffers in
+  // host memory: together they decide the deferred embedding lookup gradient (lookup_numel()).
+  size_t micro_tokens = 0;
+  bool host = true;
 };
 
 // What a stage does, as data (docs/design.md §3.3): the engine's parts read these flags instead of
@@ -109,6 +113,14 @@ class Partition {
   // Stage 3: elements gathered per micro-step beyond 2Ψ: every embedding unit but the last
   // (Pe - Pl in docs/zero.md; 0 for a one-unit embedding).
   size_t embedding_gathered_again() const;
+  // Stages 0-2 with N > 1 on the CPU backend (docs/design.md §3.4, "the embedding's gradient"):
+  // the wte gradient's LM-head part is reduced from the start of backward, its lookup part (rows
+  // of the batch's tokens, and wpe) after every rank's output gradient and tokens are all-gathered
+  // at the end: per rank micro_tokens x (C + 1) elements (the token ids ride as the int32 bits of
+  // one more float per position). 0 = off (stage 3; one rank; a device backend; or when N such
+  // slices would be larger than the embedding P0, where reducing the embedding whole is cheaper).
+  size_t lookup_numel() const { return lookup_numel_; }
+  size_t lookup_exchange_numel() const { return lookup_numel_ * size_t(zc_.world); }  // X: all ranks' slices
   // Bytes this rank sends per optimizer step under the Comm byte model (comm.h).
   uint64_t bytes_per_step() const;
   // The same, spelled as a formula with its numbers, for `train estimate`.
@@ -118,6 +130,7 @@ class Partition {
   ZeroConfig zc_;
   size_t total_ = 0;
   int embedding_units_ = 1;
+  size_t lookup_numel_ = 0;
   std::vector<size_t> unit_padded_, shard_flat_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;

@@ -23,6 +23,7 @@ const char* state_name(StateId id) {
     case StateId::rs_receive: return "reduce-scatter receive";
     case StateId::gathered_units: return "gathered units";
     case StateId::swap_buffers: return "optimizer swap buffers";
+    case StateId::lookup_exchange: return "embedding lookup gradient exchange";
     case StateId::count: break;
   }
   ZT_ASSERT(false);
@@ -85,6 +86,8 @@ std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Parti
     add(StateId::bucket_staging, Category::comm, ty.param, staging, false, {});
     add(StateId::rs_receive, Category::comm, ty.param, checked_add(staging / N, p0 / N, kStateSize), false, {});
   }
+  if (part.lookup_exchange_numel() > 0)
+    add(StateId::lookup_exchange, Category::comm, ty.param, part.lookup_exchange_numel(), false, {});
   if (s == 3)
     add(StateId::gathered_units, Category::comm, ty.param, part.gather_slots_numel(), false, {});
   if (swap.enabled()) {

@@ -43,7 +43,7 @@ namespace zt {
 
 enum class StateId : int {
   params = 0, grads, param_shard, grad_shard, adam_m, adam_v, master,
-  embedding_staging, bucket_staging, rs_receive, gathered_units, swap_buffers, count
+  embedding_staging, bucket_staging, rs_receive, gathered_units, swap_buffers, lookup_exchange, count
 };
 constexpr size_t kNumStateIds = size_t(StateId::count);
 const char* state_name(StateId id);  // for tables and messages: "AdamW first moment", ...

@@ -19,7 +19,8 @@ slots hold the same bucket at once, the case that once crashed the engine):
 and the summary line of the metrics JSONL must count exactly what theory says:
 
   * bytes_sent_per_step (and every step's comm_bytes) == an independent formula (comm.h byte
-    model, partition.h stage table): stages 0, 1: 2(N-1)4Ψ/N; stage 2: (A+1)(N-1)4Ψ/N;
+    model, partition.h stage table): stages 0, 1: 2(N-1)4Ψ/N + (N-1)4X/N; stage 2:
+    (A+1)(N-1)4Ψ/N + A(N-1)4X/N (X = N*B*T*(C+1), the deferred lookup gradient's all-gather);
     stage 3: A(N-1)4(3Ψ + Pe - Pl)/N; N = 1: 0. Ψ = Σ_units numel rounded up to lcm(N,128); at
     stage 3 the embedding is block-sized row chunks (layout_rules.py), Pe all of them padded, Pl
     the last. Also == `train estimate`'s bytes_per_step and the binary's own theory.
@@ -156,15 +157,29 @@ def psi(n_ranks, stage=0):
     return sum(padded), sum(padded[:E - 1])
 
 
+def lookup_exchange(n_ranks, stage):
+    """X of docs/zero.md: stages 0-2 with N > 1 all-gather every rank's embedding output gradient
+    (B, T, C) and token ids (B, T) for the lookup part of the embedding's gradient, N*B*T*(C+1)
+    elements, unless that exceeds the padded embedding P0 (then 0: reduced whole)."""
+    if n_ranks == 1 or stage == 3:
+        return 0
+    m = pad_multiple(n_ranks)
+    p0 = (unit_sizes()[0] + m - 1) // m * m
+    x = n_ranks * B * T * (C + 1)
+    return x if x <= p0 else 0
+
+
 def theory_bytes(n_ranks, stage, accum):
     if n_ranks == 1:
         return 0
     P, again = psi(n_ranks, stage)
     N, A, e = n_ranks, accum, 4
+    X = lookup_exchange(n_ranks, stage)
+    assert stage == 3 or X == N * 2 * 31 * 36, X  # spelled out: on for this model at stages 0-2
     if stage in (0, 1):
-        return 2 * (N - 1) * e * P // N
+        return 2 * (N - 1) * e * P // N + (N - 1) * e * X // N
     if stage == 2:
-        return (A + 1) * (N - 1) * e * P // N
+        return (A + 1) * (N - 1) * e * P // N + A * (N - 1) * e * X // N
     return A * (N - 1) * e * (3 * P + again) // N
 
 
