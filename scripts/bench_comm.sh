@@ -2,8 +2,8 @@
 # Communication benchmark of the ZeRO engine on the CPU backend: 2 ranks under mpirun, one thread
 # each, every stage with overlap_comm on and off. A benchmark, not a test: it prints a table.
 #
-#   scripts/bench_comm.sh [--model gpt2-124m|small|mh] [--steps N] [--warmup N] [--np N] [--train PATH]
-#                         [--hosts H --rate RATE]
+#   scripts/bench_comm.sh [--model gpt2-124m|small|mh|ovl] [--steps N] [--warmup N] [--np N] [--train PATH]
+#                         [--hosts H --rate RATE] [--repeat R]
 #
 # --hosts H: multi-host mode. H hosts in network namespaces (scripts/cluster, root), one rank each
 # (--np is ignored), Open MPI's TCP transport between them, every host's egress limited to RATE
@@ -15,18 +15,26 @@
 #               blocking helpers included) -- the communication that was NOT hidden
 #   bytes/step  model-state bytes rank 0 sent per step under the ring byte model (comm.h)
 #   hidden      1 - wait_on / wait_off for the stage: with overlap off every collective is started
-#               and waited on the spot, so wait_off is (about) all of the communication time
+#               and waited on the spot, so wait_off is (about) all of the communication time, and
+#               hidden is the fraction of it that no longer shows up as waiting
+#   compute     (overlap off rows) step ms - wait ms: the step without its communication; with
+#               comm/compute = wait_off / compute, how much there is to hide behind how much
+# --repeat R runs every configuration R times (on and off alternating) and takes the medians over
+# all their timed steps: on a shared machine one slow run then moves the table less.
 # Models: gpt2-124m = L12 H12 C768 at seq_len 64, micro_batch 1 (default; ~2.4 GB per rank);
 #         small     = L4 H4 C256 at seq_len 64, micro_batch 2;
 #         mh        = L6 H6 C384 at seq_len 64, micro_batch 2 (~30M parameters: 120 MB sent per
-#                     step at stages 0-1 with 2 ranks; the multi-host default).
+#                     step at stages 0-1 with 2 ranks; issue 14's model);
+#         ovl       = the same model at seq_len 128, micro_batch 8 (the multi-host default): 8x
+#                     the tokens, so compute is a few times the 1 Gbit/s link's ~2 s per step
+#                     (compute grows with B*T, bytes with the parameters): something to hide.
 # Ranks share the machine's cores: on a 2-core machine each rank has one core, and the MPI
 # progress of a non-blocking collective competes with compute (Open MPI progresses only inside
 # MPI calls, see src/zero/engine.h).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-MODEL=; STEPS=8; WARM=2; NP=2; TRAIN=./train; MPIEXEC=${MPIEXEC:-mpirun}; HOSTS=0; RATE=1gbit
+MODEL=; STEPS=8; WARM=2; NP=2; TRAIN=./train; MPIEXEC=${MPIEXEC:-mpirun}; HOSTS=0; RATE=1gbit; REPEAT=1
 while [ $# -gt 0 ]; do
   case $1 in
     --model) MODEL=$2; shift 2 ;;
@@ -36,15 +44,17 @@ while [ $# -gt 0 ]; do
     --train) TRAIN=$2; shift 2 ;;
     --hosts) HOSTS=$2; shift 2 ;;
     --rate) RATE=$2; shift 2 ;;
-    *) echo "usage: $0 [--model gpt2-124m|small|mh] [--steps N] [--warmup N] [--np N] [--train PATH] [--hosts H --rate RATE]" >&2; exit 2 ;;
+    --repeat) REPEAT=$2; shift 2 ;;
+    *) echo "usage: $0 [--model gpt2-124m|small|mh|ovl] [--steps N] [--warmup N] [--np N] [--train PATH] [--hosts H --rate RATE] [--repeat R]" >&2; exit 2 ;;
   esac
 done
-[ -n "$MODEL" ] || { [ "$HOSTS" -gt 0 ] && MODEL=mh || MODEL=gpt2-124m; }
+[ -n "$MODEL" ] || { [ "$HOSTS" -gt 0 ] && MODEL=ovl || MODEL=gpt2-124m; }
 case $MODEL in
   mh) L=6 NH=6 C=384 T=64 B=2 ;;
+  ovl) L=6 NH=6 C=384 T=128 B=8 ;;
   gpt2-124m) L=12 NH=12 C=768 T=64 B=1 ;;
   small) L=4 NH=4 C=256 T=64 B=2 ;;
-  *) echo "bench_comm: unknown --model $MODEL (gpt2-124m or small)" >&2; exit 2 ;;
+  *) echo "bench_comm: unknown --model $MODEL (gpt2-124m, small, mh or ovl)" >&2; exit 2 ;;
 esac
 PY=/usr/bin/python3
 [ -x "$TRAIN" ] || { echo "bench_comm: $TRAIN missing; build first (make)" >&2; exit 1; }
@@ -57,6 +67,7 @@ if [ "$HOSTS" -gt 0 ]; then
   export ZT_CLUSTER=ztb$$
   NP=$HOSTS
   trap 'scripts/cluster down; rm -rf "$out"' EXIT
+  trap 'exit 130' INT TERM  # through the EXIT trap: the namespaces go whatever ends the run
   scripts/cluster up "$HOSTS" >/dev/null
   [ "$RATE" = off ] || scripts/cluster shape "$RATE"
   hl=$(scripts/cluster hosts | sed 's/$/:1/' | paste -sd,)
@@ -64,36 +75,42 @@ if [ "$HOSTS" -gt 0 ]; then
   WHERE="$HOSTS hosts x 1 rank x 1 thread, TCP, link $RATE (tc tbf)"
 fi
 
-echo "bench_comm: $MODEL (L=$L NH=$NH C=$C T=$T B=$B), $WHERE, $STEPS timed steps after $WARM warm-up" >&2
+echo "bench_comm: $MODEL (L=$L NH=$NH C=$C T=$T B=$B), $WHERE, $STEPS timed steps after $WARM warm-up, x$REPEAT" >&2
 for stage in 0 1 2 3; do
-  for ov in true false; do
-    name="s${stage}_${ov}"
-    echo "== stage $stage, overlap_comm $ov" >&2
-    t0=$(date +%s)
-    "${LAUNCH[@]}" "$TRAIN" plans/default.json \
-      --set model.n_layer=$L --set model.n_head=$NH --set model.n_embd=$C --set model.seq_len=$T \
-      --set batch.micro_batch=$B --set batch.grad_accum=1 --set run.steps=$((STEPS + WARM)) \
-      --set 'data.train=data/sample/train_*.bin' --set data.val=data/sample/val.bin --set data.tokenizer= \
-      --set run.eval_every=0 --set run.eval_batches=1 --set run.sample_every=0 --set run.threads=1 \
-      --set zero.stage=$stage --set zero.overlap_comm=$ov --set run.log="$out/$name/metrics.jsonl" \
-      > "$out/$name.log" 2>&1 || { tail -30 "$out/$name.log" >&2; exit 1; }
-    echo "   $(( $(date +%s) - t0 )) s" >&2
+  for rep in $(seq 1 "$REPEAT"); do
+    for ov in true false; do
+      name="s${stage}_${ov}_$rep"
+      echo "== stage $stage, overlap_comm $ov (run $rep)" >&2
+      t0=$(date +%s)
+      "${LAUNCH[@]}" "$TRAIN" plans/default.json \
+        --set model.n_layer=$L --set model.n_head=$NH --set model.n_embd=$C --set model.seq_len=$T \
+        --set batch.micro_batch=$B --set batch.grad_accum=1 --set run.steps=$((STEPS + WARM)) \
+        --set 'data.train=data/sample/train_*.bin' --set data.val=data/sample/val.bin --set data.tokenizer= \
+        --set run.eval_every=0 --set run.eval_batches=1 --set run.sample_every=0 --set run.threads=1 \
+        --set zero.stage=$stage --set zero.overlap_comm=$ov --set run.log="$out/$name/metrics.jsonl" \
+        > "$out/$name.log" 2>&1 || { tail -30 "$out/$name.log" >&2; exit 1; }
+      echo "   $(( $(date +%s) - t0 )) s" >&2
+    done
   done
 done
 
-$PY - "$out" "$WARM" "$WHERE" "$MODEL" <<'PY'
+$PY - "$out" "$WARM" "$WHERE" "$MODEL" "$REPEAT" <<'PY'
 import json, statistics, sys
-out, warm, where, model = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-def load(name):
-    rows = [json.loads(l) for l in open(f"{out}/{name}/metrics.jsonl")]
-    steps = [r for r in rows if "ms" in r][warm:]
+out, warm, where, model, repeat = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+def load(stage, ov):
+    steps = []
+    for rep in range(1, repeat + 1):
+        rows = [json.loads(l) for l in open(f"{out}/s{stage}_{ov}_{rep}/metrics.jsonl")]
+        steps += [r for r in rows if "ms" in r][warm:]
     return (statistics.median(r["ms"] for r in steps), statistics.median(r["comm_wait_ms"] for r in steps),
             steps[-1]["comm_bytes"])
-print(f"\ncommunication benchmark: {model}, {where}, medians over the timed steps\n")
-print(f"{'stage':>5} {'overlap':>7} {'step ms':>9} {'wait ms':>9} {'wait %':>7} {'MiB/step':>9} {'hidden':>7}")
+print(f"\ncommunication benchmark: {model}, {where}, medians over the timed steps of {repeat} run(s) each\n")
+print(f"{'stage':>5} {'overlap':>7} {'step ms':>9} {'wait ms':>9} {'wait %':>7} {'MiB/step':>9} {'hidden':>7} "
+      f"{'compute':>8} {'comm/compute':>12}")
 for s in range(4):
-    on, off = load(f"s{s}_true"), load(f"s{s}_false")
+    on, off = load(s, "true"), load(s, "false")
     for ov, (ms, wait, b) in (("on", on), ("off", off)):
         hidden = f"{1 - on[1] / off[1]:7.0%}" if ov == "on" and off[1] > 0 else f"{'':>7}"
-        print(f"{s:>5} {ov:>7} {ms:9.1f} {wait:9.1f} {wait / ms:7.0%} {b / 2**20:9.1f} {hidden}")
+        extra = f"{ms - wait:8.0f} {wait / (ms - wait):12.2f}" if ov == "off" else ""
+        print(f"{s:>5} {ov:>7} {ms:9.1f} {wait:9.1f} {wait / ms:7.0%} {b / 2**20:9.1f} {hidden} {extra}")
 PY

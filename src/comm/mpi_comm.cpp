@@ -49,6 +49,7 @@ namespace {
 using mpi_thread::CommThread;
 using mpi_thread::Job;
 using mpi_thread::comm_poll_us;
+using mpi_thread::comm_inflight;
 using mpi_thread::comm_thread_wanted;
 
 // Process-wide MPI lifetime: initialised by the first make_mpi_comm (unless someone else did),
@@ -198,7 +199,7 @@ class MpiComm final : public Comm {
     ZT_CHECK_MPI(MPI_Comm_free(&node));
     gather_u64_.resize(world_);
     if (world_ > 1 && g_thread_multiple && comm_thread_wanted()) {
-      thread_ = CommThread::launch(comm_poll_us());
+      thread_ = CommThread::launch(comm_poll_us(), comm_inflight());
       std::lock_guard<std::mutex> g(g_threads_mu);
       g_threads.push_back(thread_);
     }
@@ -300,6 +301,12 @@ class MpiComm final : public Comm {
 
   void wait(CommHandle h) override {
     if (!h.valid() || !is_pending(h.seq)) return;
+    if (thread_)  // a collective still queued behind the in-flight limit starts now (mpi_thread.h)
+      for (const Pending& p : pending_)
+        if (p.seq == h.seq) {
+          thread_->promote(p.job);
+          break;
+        }
     log_.note_wait(h.seq);
     log_.wait_polling([&] { progress(); }, [&] { return !is_pending(h.seq); }, [&] { timeout(h.seq); }, 50);
   }

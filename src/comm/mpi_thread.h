@@ -3,6 +3,15 @@
 // in issue order (every rank starts them in the same order) and polls MPI_Testsome while any is in
 // flight, because Open MPI advances a non-blocking collective over TCP only inside MPI calls.
 // Completion is an atomic flag the caller reads without calling MPI. Included by mpi_comm.cpp only.
+//
+// Like a stream, it does not start everything at once: at most ZT_COMM_INFLIGHT collectives
+// (default 2) started in issue order are in flight, the next starting as one completes. Started
+// together, collectives share the link and the one needed first finishes last (the parameter
+// all-gathers of stages 1-2 are all issued after the optimizer step, forward needs them one by
+// one). A collective that someone waits for starts at once, ahead of the queue (promote): the
+// small ones forward blocks on (the lookup exchange, scalar reductions) do not queue behind bulk
+// transfers. No deadlock: each collective has a communicator of its own (mpi_comm.cpp), and on
+// every rank the earliest incomplete collective is started (all before it in the queue are done).
 #pragma once
 #include "comm/mpi_check.h"  // first: includes <mpi.h> without the C++ bindings
 
@@ -38,6 +47,15 @@ inline unsigned comm_poll_us() {
   return v < 0 ? 0 : v > 100000 ? 100000 : unsigned(v);
 }
 
+// ZT_COMM_INFLIGHT: collectives started in issue order that may be in flight at once (default 2,
+// 0 = no limit: every collective starts as soon as it is issued).
+inline unsigned comm_inflight() {
+  const char* e = std::getenv("ZT_COMM_INFLIGHT");
+  if (!e || !*e) return 2;
+  const long v = std::strtol(e, nullptr, 10);
+  return v < 0 ? 0 : v > 1024 ? 1024 : unsigned(v);
+}
+
 // One collective handed to the comm thread. `start` issues the MPI_I* call (returns an MPI error
 // code); the thread then owns the request until `done`.
 struct Job {
@@ -46,6 +64,8 @@ struct Job {
   float* move_dst = nullptr;  // in-place reduce_scatter: copy the result to its slot when done
   const float* move_src = nullptr;
   size_t move_n = 0;
+  std::atomic<bool> urgent{false};  // someone waits for it: start it now, past the in-flight limit
+  bool queued_start = false;        // started in issue order (counts against the limit)
   std::atomic<bool> done{false};
   std::chrono::steady_clock::time_point t_done;  // written before done is set
   int err = MPI_SUCCESS;  // written before done is set
@@ -54,8 +74,8 @@ struct Job {
 // The comm thread of one MpiComm: starts jobs in FIFO order and progresses every started one.
 class CommThread {
  public:
-  static std::shared_ptr<CommThread> launch(unsigned poll_us) {
-    auto t = std::shared_ptr<CommThread>(new CommThread(poll_us));
+  static std::shared_ptr<CommThread> launch(unsigned poll_us, unsigned max_inflight) {
+    auto t = std::shared_ptr<CommThread>(new CommThread(poll_us, max_inflight));
     t->thread_ = std::thread([t] { t->run(); });  // the thread keeps its state alive (detach on a stuck exit)
     return t;
   }
@@ -64,6 +84,12 @@ class CommThread {
       std::lock_guard<std::mutex> g(mu_);
       queue_.push_back(std::move(j));
     }
+    cv_.notify_one();
+  }
+  // The caller waits for j: start it now if it has not started (a no-op once it has).
+  void promote(const std::shared_ptr<Job>& j) {
+    if (j->urgent.exchange(true)) return;
+    std::lock_guard<std::mutex> g(mu_);  // the thread looks at the queue under the lock
     cv_.notify_one();
   }
   // Ends the thread once nothing is in flight (joins); with collectives still in flight (a timed-out
@@ -83,7 +109,7 @@ class CommThread {
   }
 
  private:
-  explicit CommThread(unsigned poll_us) : poll_us_(poll_us) {}
+  CommThread(unsigned poll_us, unsigned max_inflight) : poll_us_(poll_us), max_inflight_(max_inflight) {}
   void run() {
     std::vector<std::shared_ptr<Job>> active;
     std::vector<MPI_Request> reqs;
@@ -98,13 +124,21 @@ class CommThread {
           if (queue_.empty()) return;  // stop_ and nothing to do
           busy_ = true;
         }
-        while (!queue_.empty()) {
-          std::shared_ptr<Job> j = std::move(queue_.front());
-          queue_.pop_front();
+        // In issue order while under the limit; past it, only those someone waits for.
+        for (auto it = queue_.begin(); it != queue_.end();) {
+          const bool urgent = (*it)->urgent.load(std::memory_order_acquire);
+          if (!urgent && max_inflight_ && in_order_ >= max_inflight_) {
+            ++it;
+            continue;
+          }
+          std::shared_ptr<Job> j = std::move(*it);
+          it = queue_.erase(it);
+          j->queued_start = !urgent;
+          in_order_ += !urgent;
           const int rc = j->start(&j->req);
           if (rc != MPI_SUCCESS) {
             j->err = rc;
-            j->done.store(true, std::memory_order_release);
+            finish(*j);
           } else {
             active.push_back(std::move(j));
           }
@@ -121,7 +155,7 @@ class CommThread {
       if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
         for (auto& j : active) {  // a broken library state: fail everything in flight
           j->err = rc;
-          j->done.store(true, std::memory_order_release);
+          finish(*j);
         }
         active.clear();
         continue;
@@ -133,7 +167,7 @@ class CommThread {
           else if (j.move_n) std::memmove(j.move_dst, j.move_src, 4 * j.move_n);
           j.req = MPI_REQUEST_NULL;
           j.t_done = std::chrono::steady_clock::now();
-          j.done.store(true, std::memory_order_release);
+          finish(j);
         }
         active.erase(std::remove_if(active.begin(), active.end(), [](const std::shared_ptr<Job>& j) {
                        return j->done.load(std::memory_order_relaxed);
@@ -146,12 +180,19 @@ class CommThread {
     }
   }
 
+  void finish(Job& j) {  // on the thread only
+    if (j.queued_start) --in_order_;
+    j.done.store(true, std::memory_order_release);
+  }
+
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stop_ = false;
   bool busy_ = false;  // collectives queued or in flight
   unsigned poll_us_;
+  unsigned max_inflight_;   // ZT_COMM_INFLIGHT
+  unsigned in_order_ = 0;   // started in issue order and not done (thread only)
   std::thread thread_;
 };
 

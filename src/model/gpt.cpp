@@ -281,6 +281,11 @@ double GPT<Ops>::forward(const int* host_inputs, const int* host_targets, int B,
   for (int e = E - 1; e >= 0; --e) {
     const VocabRows r = layout_.vocab_rows(e);
     hooks_->before_forward(e);
+    if (lookup_given_) {  // the engine wrote the embedding's output (lookup_given)
+      lookup_given_ = false;
+      hooks_->after_forward(e);
+      continue;
+    }
     Ops::encoder_forward(acts_.encoded, inputs, wte_rows(e), e == layout_.wpe_unit() ? param(ParamId::wpe) : nullptr, B,
                          Tn, C, r.row0, r.rows);
     hooks_->after_forward(e);

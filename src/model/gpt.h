@@ -93,6 +93,14 @@ class GPT {
   // of the embedding's output (B, Tn, C) and the token ids (B, Tn) of the last forward.
   const T* lookup_grad_out() const { return gs_.dresidual; }
   const int* lookup_inputs() const { return acts_.inputs; }
+  // The lookup's output (B, Tn, C): an engine that assembles the embedding's output from sharded
+  // parameters writes it in its before_forward hook of the lookup and calls lookup_given(), and
+  // this forward's lookup reads no parameters. One embedding unit only.
+  T* lookup_output() { return acts_.encoded; }
+  void lookup_given() {
+    ZT_ASSERT(layout_.embedding_units() == 1);
+    lookup_given_ = true;
+  }
   int last_batch() const { return last_B_; }
   int last_seq_len() const { return last_T_; }
 
@@ -213,6 +221,7 @@ class GPT {
   Allocation params_, grads_, act_mem_, grad_act_mem_, scratch_;
   int last_B_ = 0, last_T_ = 0;  // shape of the last forward, for backward()
   bool defer_lookup_ = false;    // set_defer_lookup_grads
+  bool lookup_given_ = false;    // lookup_given(): skip the next lookup
   std::vector<T*> unit_param_, unit_grad_;
   Activations acts_{};
   GradScratch gs_{};

@@ -100,6 +100,11 @@ template <class Ops>
 void ZeroEngine<Ops>::begin_pass(int micro, bool with_backward) {
   micro_ = micro;
   model_.set_defer_lookup_grads(with_backward && reducer_.defer_lookup(micro));
+  // Stages 1-2: the first micro-step of every optimizer step looks its rows up from the shards, so
+  // the embedding's all-gather (still in flight from the last step) is needed only at the LM head.
+  // Every step, the first one too, so that every step sends the same bytes.
+  lookup_pass_ = with_backward && micro == 0 && rules_.gather_params && part_.lookup_numel() > 0;
+  lookup_done_ = false;
   reducer_.begin_pass(micro);
   gatherer_.begin_pass(with_backward);
 }
@@ -136,7 +141,14 @@ void ZeroEngine<Ops>::gather_or_progress(int u) {
 // end before the next hook's: they are the unit's compute.
 template <class Ops>
 void ZeroEngine<Ops>::before_forward(int u) {
-  gather_or_progress(u);
+  if (u == 0 && lookup_pass_ && !lookup_done_) {
+    lookup_done_ = true;
+    gatherer_.lookup_rows(model_.lookup_inputs(), model_.last_batch(), model_.last_seq_len(), model_.lookup_output());
+    model_.lookup_given();
+    comm_.test(CommHandle{});
+  } else {
+    gather_or_progress(u);
+  }
   if (tr_) span_t0_ = Tracer::now_us();
 }
 

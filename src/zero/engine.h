@@ -109,6 +109,8 @@ class ZeroEngine : public UnitHooks {
   bool in_backward_span_ = false, grads_span_ = false;
   double span_t0_ = 0;  // start of the unit's forward / backward (after its gather)
   int micro_ = 0;
+  bool lookup_pass_ = false;  // this pass's lookup goes through ParamGatherer::lookup_rows
+  bool lookup_done_ = false;
 };
 
 }  // namespace zt

@@ -1,6 +1,8 @@
 #include "zero/param_gatherer.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 #include "backend/ops_cpu.h"
 #if ZT_HAVE_CUDA
@@ -123,50 +125,80 @@ void ParamGatherer<Ops>::release(int u) {
 }
 
 template <class Ops>
-void ParamGatherer<Ops>::issue_params(int upto) {
+void ParamGatherer<Ops>::after_optimizer_step() {
+  if (!rules_.gather_params) return;
+  // Everyone updated its shard of the full parameters in place; all-gather them back, unit by
+  // unit in forward's order (the comm thread starts them in that order, a few at a time,
+  // comm/mpi_thread.h; the embedding first: the largest, and with lookup_rows needed last).
+  ZT_ASSERT(!params_pending());
+  const int U = layout_.num_units();
   T* params = store_.get<T>(StateId::params);
-  for (; next_issue_ < std::min(upto, int(ag_.size())); ++next_issue_) {
-    const int u = next_issue_;
+  ag_.assign(size_t(U), CommHandle{});
+  for (int u = 0; u < U; ++u) {
     T* full = params + layout_.units()[size_t(u)].offset;
     if (tr_) tr_->tag_next("unit", u);
     ag_[size_t(u)] = comm_.all_gather(comm_ptr(full + part_.unit_shard_begin(u)), comm_ptr(full), part_.unit_shard_numel(u));
+    if (!part_.config().overlap) comm_.wait(ag_[size_t(u)]);  // the naive path: waited on the spot
   }
-}
-
-template <class Ops>
-void ParamGatherer<Ops>::after_optimizer_step() {
-  if (!rules_.gather_params) return;
-  // Everyone updated its shard of the full parameters in place; all-gather them back.
-  ZT_ASSERT(!params_pending());
-  const int U = layout_.num_units();
-  ag_.assign(size_t(U), CommHandle{});
-  next_issue_ = next_wait_ = 0;
-  if (!part_.config().overlap) {  // the naive path: one gather at a time, waited on the spot
-    for (int u = 0; u < U; ++u) {
-      issue_params(u + 1);
-      comm_.wait(ag_[size_t(u)]);
-    }
-    next_wait_ = U;
-    return;
-  }
-  issue_params(part_.config().prefetch_units + 1);  // the rest start as forward waits for these
+  pending_ = part_.config().overlap ? U : 0;
+  if (!pending_) ag_.clear();
 }
 
 template <class Ops>
 void ParamGatherer<Ops>::wait_unit(int u) {
-  if (u < next_wait_) return;  // already complete (or nothing pending)
-  const int window = part_.config().prefetch_units + 1;
-  while (next_wait_ <= u) {
-    issue_params(std::max(next_wait_ + window, u + 1));
-    comm_.wait(ag_[size_t(next_wait_)]);
-    ++next_wait_;
-  }
-  issue_params(next_wait_ + window);  // keep the link busy while unit u computes
+  if (!params_pending() || !ag_[size_t(u)].valid()) return;  // nothing in flight for u
+  comm_.wait(ag_[size_t(u)]);
+  ag_[size_t(u)] = CommHandle{};
+  --pending_;
 }
 
 template <class Ops>
 void ParamGatherer<Ops>::wait_all() {
-  if (params_pending()) wait_unit(int(ag_.size()) - 1);
+  for (int u = 0; params_pending() && u < int(ag_.size()); ++u) wait_unit(u);
+}
+
+template <class Ops>
+void ParamGatherer<Ops>::lookup_rows(const int* tokens, int B, int Tn, T* encoded) {
+  if constexpr (Ops::tier == Tier::host) {
+    const size_t C = size_t(layout_.config().C), slice = part_.lookup_numel(), max_tokens = slice / (C + 1);
+    const size_t N = size_t(part_.config().world), rank = size_t(part_.config().rank), n = size_t(B) * size_t(Tn);
+    ZT_ASSERT(n <= max_tokens);
+    T* rows = store_.get<T>(StateId::lookup_exchange);  // (N, max_tokens, C), then (N, max_tokens) ids
+    int32_t* ids = reinterpret_cast<int32_t*>(rows + N * max_tokens * C);
+    int32_t* mine = ids + rank * max_tokens;
+    std::memcpy(mine, tokens, n * sizeof(int32_t));
+    for (size_t i = n; i < max_tokens; ++i) mine[i] = -1;
+    // Every rank's token ids (an all-gather only moves bytes: int32 in float slots).
+    CommHandle h = comm_.all_gather(comm_ptr(reinterpret_cast<T*>(mine)), comm_ptr(reinterpret_cast<T*>(ids)), max_tokens);
+    comm_.wait(h);
+    // Each rank writes, for every rank's positions, the parts of wte[token] and wpe[t] in its own
+    // (updated) shard, zero elsewhere; the reduce-scatter's sum is then exactly encoder_forward's
+    // wte + wpe (each element has one owner; adding zeros is exact).
+    const T* P = store_.get<T>(StateId::params) + layout_.units()[0].offset;
+    const size_t lo = part_.unit_shard_begin(0), hi = lo + part_.unit_shard_numel(0);
+    const size_t wpe = layout_.slot(ParamId::wpe).offset - layout_.units()[0].offset;
+    for (size_t r = 0; r < N; ++r)
+      for (size_t i = 0; i < max_tokens; ++i) {
+        T* out = rows + (r * max_tokens + i) * C;
+        const int32_t tk = ids[r * max_tokens + i];
+        if (tk < 0) {
+          std::memset(out, 0, C * sizeof(T));
+          continue;
+        }
+        const size_t w = size_t(tk) * C, p = wpe + (i % size_t(Tn)) * C;
+        for (size_t c = 0; c < C; ++c) {
+          const bool ow = w + c >= lo && w + c < hi, op = p + c >= lo && p + c < hi;
+          out[c] = ow && op ? P[w + c] + P[p + c] : ow ? P[w + c] : op ? P[p + c] : T(0);
+        }
+      }
+    T* recv = rows + rank * max_tokens * C;
+    h = comm_.reduce_scatter(comm_ptr(rows), comm_ptr(recv), max_tokens * C);
+    comm_.wait(h);
+    std::memcpy(encoded, recv, n * C * sizeof(T));
+  } else {
+    (void)tokens, (void)B, (void)Tn, (void)encoded;
+    ZT_ASSERT(false);  // Partition::lookup_numel() is 0 for device backends
+  }
 }
 
 template <class Ops>

@@ -1,12 +1,15 @@
 // Parameter gathering (docs/design.md §3.4): every all-gather of parameters.
 //
 //   stages 1-2  after_optimizer_step(): each rank updated its shard of the full parameters in
-//               place; all-gather them back, unit by unit. With overlap the gathers are not waited
-//               there: they run under the next forward (docs/design.md §3.4), in the order it uses
-//               the units, at most prefetch_units + 1 in flight (started together they would share
-//               the link, and the unit forward needs first would finish last); wait_unit(u) before
-//               unit u's first use waits for it and starts the next; wait_all() before anything
-//               else reads the parameters (checkpoint, export, end of run).
+//               place; all-gather them back, unit by unit. With overlap they are not waited
+//               there: they run under the next forward (docs/design.md §3.4), each waited by
+//               wait_unit(u) before unit u's first use (the comm thread starts them in issue order,
+//               a few at a time, so the one forward needs first is not slowed by the others);
+//               wait_all() before anything else reads the parameters (checkpoint, export, end of
+//               run). lookup_rows(): the forward's lookup without the whole embedding
+//               (Partition::lookup_numel() > 0): the rows of the batch's tokens and wpe from every
+//               rank's shard through one reduce-scatter, so that the embedding's gather is needed
+//               only at the LM head, after the blocks.
 //   stage 3     units are gathered before use and released after. begin_pass() writes the
 //               schedule of parameter uses for the pass (UnitHooks' order: forward E-1..0 (lookup),
 //               blocks, final norm, 0..E-1 (LM head); backward E-1..0 (LM head), final norm, blocks
@@ -42,9 +45,12 @@ class ParamGatherer {
   void use(int u);                      // stage 3: unit u's parameters present for the next use
   void release(int u);                  // stage 3: after that use
   void after_optimizer_step();          // stages 1-2: all-gather the updated shards
-  bool params_pending() const { return next_wait_ < int(ag_.size()); }  // stages 1-2, overlap
-  void wait_unit(int u);                // stages 1-2: unit u's gather (and those before it) complete
+  bool params_pending() const { return pending_ > 0; }  // stages 1-2, overlap
+  void wait_unit(int u);                // stages 1-2: unit u's gather complete
   void wait_all();                      // stages 1-2: every gather complete (no-op when none pending)
+  // Stages 1-2 with Partition::lookup_numel() > 0: encoded (B, Tn, C) = wte[tokens] + wpe[t] from
+  // the shards (tokens in the backend's memory), bit for bit the lookup's values. Collective.
+  void lookup_rows(const int* tokens, int B, int Tn, T* encoded);
   // Unit u's full parameters, valid until the next call (collective at stage 3: gathered into
   // the first slot, between passes).
   const T* whole_unit(int u);
@@ -77,11 +83,10 @@ class ParamGatherer {
   std::vector<int> sched_;
   int pos_ = 0;
   std::vector<GatherSlot> slots_;
-  // Stages 1-2 with overlap: the all-gather of each unit after the optimizer step, in unit order
-  // (the order forward uses them); [next_wait_, next_issue_) in flight, [next_issue_, U) not started.
+  // Stages 1-2 with overlap: the all-gather of each unit after the optimizer step (valid: not yet
+  // waited); pending_: how many.
   std::vector<CommHandle> ag_;
-  int next_issue_ = 0, next_wait_ = 0;
-  void issue_params(int upto);  // starts the gathers of units < upto not yet started
+  int pending_ = 0;
   int max_alive_ = 0;
   Tracer* tr_ = nullptr;
 };

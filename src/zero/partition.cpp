@@ -98,11 +98,12 @@ uint64_t Partition::bytes_per_step() const {
   auto mul = [&](uint64_t a, uint64_t b) { return checked_mul(a, b, what); };
   const uint64_t one_pass = mul(mul(psi / N, N - 1), e);  // one reduce-scatter or all-gather of everything
   const uint64_t lookup = mul(mul(lookup_numel_, N - 1), e);  // one all-gather of the lookup slices
+  // Stages 1-2 add the lookup's rows once per step (ParamGatherer::lookup_rows: the same bytes).
   switch (zc_.stage) {
     case 0: return checked_add(mul(2, one_pass), lookup, what);  // all-reduce = reduce-scatter + all-gather
-    case 1: return checked_add(mul(2, one_pass), lookup, what);  // reduce-scatter once, all-gather params
+    case 1: return mul(2, checked_add(one_pass, lookup, what));  // reduce-scatter once, all-gather params
     case 2:  // reduce-scatter every micro-step, all-gather params
-      return checked_add(mul(checked_add(A, 1, what), one_pass), mul(A, lookup), what);
+      return mul(checked_add(A, 1, what), checked_add(one_pass, lookup, what));
     default:  // per micro-step: gather fwd + bwd, RS; the LM head's chunks gathered once more
       return mul(A, checked_add(mul(3, one_pass), mul(mul(again / N, N - 1), e), what));
   }
@@ -129,9 +130,9 @@ std::string Partition::bytes_formula() const {
       os << "A x (gather 2Ψ + LM head's embedding units again " << embedding_gathered_again()
          << " + reduce-scatter Ψ)(N-1)/N";
   }
-  if (lookup_numel_)
-    os << (zc_.stage == 2 ? " + A x " : " + ") << "all-gather of the embedding's lookup gradient " << lookup_numel_
-       << "(N-1)";
+  if (lookup_numel_)  // X = N x lookup_numel
+    os << (zc_.stage == 0 ? " + " : zc_.stage == 1 ? " + 2 x " : " + (A+1) x ") << "embedding lookup exchange X(N-1)/N, X = "
+       << lookup_exchange_numel();
   os << " elements x " << zc_.elem_bytes << " bytes";
   (void)psi; (void)N;
   return os.str();

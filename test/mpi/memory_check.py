@@ -11,7 +11,9 @@ GPT-2 activation shapes, independently of the code:
   params      stage 0-2: 4Ψ                  stage 3: 4Ψ/N
   grads       stage 0: 4Ψ    stage 1: 4(Ψ + Ψ/N) (full + reduced shard)    stage 2-3: 4Ψ/N
   optimizer   AdamW m + v, fp32: stage 0: 2·4Ψ    stage 1-3: 2·4Ψ/N
-  comm        stage 0-1: none
+  comm        stage 0-2 with N > 1: the embedding's lookup exchange X = N·B·T·(C+1) (every rank's
+              embedding-output gradient and token ids; 0 when X > P_0)
+              stage 0-1: nothing else
               stage 2: embedding gradient staging P_0 + S staging slots of the largest bucket
                        (2 with overlap, else 1) + reduce-scatter receive (slots·bucket + P_0)/N
               stage 3: the embedding in block-sized row chunks (test/mpi/layout_rules.py), so no
@@ -172,6 +174,10 @@ def expected(m, world, stage, overlap):
            "grads": e * {0: psi, 1: psi + psi // N}.get(stage, psi // N),
            "optimizer": 2 * e * (psi if stage == 0 else psi // N),
            "activations": activation_bytes(m)}
+    P0 = units[0] if E == 1 else 0
+    X = N * m["B"] * m["T"] * (m["C"] + 1) if N > 1 and stage <= 2 else 0
+    if X and X <= P0:
+        out["comm"] = e * X
     if stage >= 2:
         slots = 2 if overlap else 1
         # A one-unit embedding has a staging slot of its own (P0); stage 3's chunks use the others.
@@ -180,7 +186,7 @@ def expected(m, world, stage, overlap):
         comm = p0 + slots * slot + (slots * slot) // N + p0 // N
         if stage == 3:  # one slot fits any unit, the others any unit but a one-unit embedding
             comm += max(units) + (PREFETCH if overlap else 0) * max(units[1:] if E == 1 else units)
-        out["comm"] = e * comm
+        out["comm"] = out.get("comm", 0) + e * comm
     return out
 
 

@@ -19,8 +19,9 @@ slots hold the same bucket at once, the case that once crashed the engine):
 and the summary line of the metrics JSONL must count exactly what theory says:
 
   * bytes_sent_per_step (and every step's comm_bytes) == an independent formula (comm.h byte
-    model, partition.h stage table): stages 0, 1: 2(N-1)4Ψ/N + (N-1)4X/N; stage 2:
-    (A+1)(N-1)4Ψ/N + A(N-1)4X/N (X = N*B*T*(C+1), the deferred lookup gradient's all-gather);
+    model, partition.h stage table): stage 0: 2(N-1)4Ψ/N + (N-1)4X/N; stage 1: 2(N-1)4(Ψ+X)/N;
+    stage 2: (A+1)(N-1)4(Ψ+X)/N (X = N*B*T*(C+1): the embedding's lookup gradient all-gathered
+    every reduction, and at stages 1-2 its rows reduce-scattered once per step);
     stage 3: A(N-1)4(3Ψ + Pe - Pl)/N; N = 1: 0. Ψ = Σ_units numel rounded up to lcm(N,128); at
     stage 3 the embedding is block-sized row chunks (layout_rules.py), Pe all of them padded, Pl
     the last. Also == `train estimate`'s bytes_per_step and the binary's own theory.
@@ -176,10 +177,12 @@ def theory_bytes(n_ranks, stage, accum):
     N, A, e = n_ranks, accum, 4
     X = lookup_exchange(n_ranks, stage)
     assert stage == 3 or X == N * 2 * 31 * 36, X  # spelled out: on for this model at stages 0-2
-    if stage in (0, 1):
+    if stage == 0:
         return 2 * (N - 1) * e * P // N + (N - 1) * e * X // N
+    if stage == 1:
+        return 2 * (N - 1) * e * (P + X) // N
     if stage == 2:
-        return (A + 1) * (N - 1) * e * P // N + A * (N - 1) * e * X // N
+        return (A + 1) * (N - 1) * e * (P + X) // N
     return A * (N - 1) * e * (3 * P + again) // N
 
 

@@ -3,7 +3,7 @@
 
 The formulas are read from the document itself (the tables between `<!-- formulas: ... -->` and
 `<!-- end formulas -->`, plus the activation formula), so the document cannot drift from the code
-without this test failing. The symbols they use (Ψ, P0, Pe, Pl, Pmax, Pblk, Bk, S, G) are computed
+without this test failing. The symbols they use (Ψ, P0, Pe, Pl, Pmax, Pblk, Bk, S, G, X) are computed
 here from the layout rules written out independently of the C++ code (test/mpi/layout_rules.py:
 units: embedding (Vp+T)·C, at stage 3 in block-sized row chunks, blocks 12C²+13C, final norm 2C,
 each padded to lcm(N, 128); buckets: blocks and final norm from the final norm down, closed once
@@ -62,7 +62,7 @@ def paper_rows():
 
         def py(f):
             f = f.strip().replace("Ψ₀", "P0").replace("Ψ", "psi")
-            f = re.sub(r"(\d)(psi|P0|Pe|Pl|\()", r"\1*\2", f)
+            f = re.sub(r"(\d)(psi|P0|Pe|Pl|X|\()", r"\1*\2", f)
             f = re.sub(r"\)(psi|P0|Pe|Pl|\()", r")*\1", f)
             return re.sub(r"A\(", "A*(", f)
 
@@ -88,10 +88,14 @@ def symbols(m, N, stage, overlap, bucket_mb, prefetch, A):
     if E > 1:  # each chunk a bucket of its own, staged like the others
         buckets += padded[:E]
     one = E == 1  # a one-unit embedding: staged in a slot of its own, gathered into slot 0 only
+    # The embedding's lookup exchange (stages 0-2, N > 1): every rank's (B, T, C) output gradient
+    # and (B, T) token ids, unless that is larger than the embedding itself.
+    X = N * m["B"] * T * (C + 1)
+    X = X if N > 1 and stage <= 2 and one and X <= padded[0] else 0
     return {"N": N, "A": A, "e": 4, "psi": sum(padded), "P0": padded[0] if one else 0, "Pe": sum(padded[:E]),
             "Pl": padded[E - 1], "Pmax": max(padded), "Pblk": max(padded[1:] if one else padded),
             "Bk": max(buckets), "S": 2 if overlap else 1,
-            "G": prefetch + 1 if overlap else 1, "B": m["B"], "T": T, "C": C, "NH": m["NH"], "L": m["L"], "Vp": Vp}
+            "G": prefetch + 1 if overlap else 1, "X": X, "B": m["B"], "T": T, "C": C, "NH": m["NH"], "L": m["L"], "Vp": Vp}
 
 
 def evaluate(expr, env):
