@@ -515,7 +515,7 @@ def main():
                       f"{m['w']:9.2e} {m['t']:10.2e} {m['bytes']:11d} {'ok' if m['bytes_ok'] else 'BAD':>5} "
                       f"{'ok' if m['mem_ok'] else 'BAD':>4} {res['seconds']:5.1f}{kind}", flush=True)
 
-    # ZeRO-3 / ZeRO-0 traffic: theory A(3Ψ + Pe - Pl)/(2Ψ).
+    # ZeRO-3 / ZeRO-0 traffic: theory A(3Ψ + Pe - Pl)/(2Ψ + X).
     print("\nZeRO-3 / ZeRO-0 bytes per step (overlap on):")
     for n in worlds:
         if n == 1:
@@ -525,9 +525,10 @@ def main():
             if not b0 or b3 is None:
                 continue
             P, again = psi(n, 3)
-            want = a * (3 * P + again) / (2 * P)
+            X = lookup_exchange(n, 0)  # ZeRO-0 also sends the embedding's lookup exchange
+            want = a * (3 * P + again) / (2 * P + X)
             ok = abs(b3 / b0 - want) < 1e-12 * want
-            print(f"  N={n} A={a}: {b3 / b0:.6f} (theory A(3Ψ+Pe-Pl)/2Ψ = {want:.6f}, Ψ={P}, Pe-Pl={again}) "
+            print(f"  N={n} A={a}: {b3 / b0:.6f} (theory A(3Ψ+Pe-Pl)/(2Ψ+X) = {want:.6f}, Ψ={P}, Pe-Pl={again}, X={X}) "
                   f"{'ok' if ok else 'BAD'}")
             if not ok:
                 failures.append(f"N={n} A={a}: ZeRO-3/ZeRO-0 byte ratio {b3 / b0} != {want}")
