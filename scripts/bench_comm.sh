@@ -3,7 +3,7 @@
 # each, every stage with overlap_comm on and off. A benchmark, not a test: it prints a table.
 #
 #   scripts/bench_comm.sh [--model gpt2-124m|small|mh|ovl] [--steps N] [--warmup N] [--np N] [--train PATH]
-#                         [--hosts H --rate RATE] [--repeat R]
+#                         [--hosts H --rate RATE] [--repeat R] [--trace]
 #
 # --hosts H: multi-host mode. H hosts in network namespaces (scripts/cluster, root), one rank each
 # (--np is ignored), Open MPI's TCP transport between them, every host's egress limited to RATE
@@ -19,6 +19,9 @@
 #               hidden is the fraction of it that no longer shows up as waiting
 #   compute     (overlap off rows) step ms - wait ms: the step without its communication; with
 #               comm/compute = wait_off / compute, how much there is to hide behind how much
+# --trace: the overlap-on runs also write a timeline trace (run.trace), and after the table rank
+# 0's remaining wait is broken down by the collective it waited for (op, unit or bucket, bytes),
+# per timed step: where the communication that is not hidden comes from.
 # --repeat R runs every configuration R times (on and off alternating) and takes the medians over
 # all their timed steps: on a shared machine one slow run then moves the table less.
 # Models: gpt2-124m = L12 H12 C768 at seq_len 64, micro_batch 1 (default; ~2.4 GB per rank);
@@ -34,7 +37,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-MODEL=; STEPS=8; WARM=2; NP=2; TRAIN=./train; MPIEXEC=${MPIEXEC:-mpirun}; HOSTS=0; RATE=1gbit; REPEAT=1
+MODEL=; STEPS=8; WARM=2; NP=2; TRAIN=./train; MPIEXEC=${MPIEXEC:-mpirun}; HOSTS=0; RATE=1gbit; REPEAT=1; TRACE=0
 while [ $# -gt 0 ]; do
   case $1 in
     --model) MODEL=$2; shift 2 ;;
@@ -45,7 +48,8 @@ while [ $# -gt 0 ]; do
     --hosts) HOSTS=$2; shift 2 ;;
     --rate) RATE=$2; shift 2 ;;
     --repeat) REPEAT=$2; shift 2 ;;
-    *) echo "usage: $0 [--model gpt2-124m|small|mh|ovl] [--steps N] [--warmup N] [--np N] [--train PATH] [--hosts H --rate RATE] [--repeat R]" >&2; exit 2 ;;
+    --trace) TRACE=1; shift ;;
+    *) echo "usage: $0 [--model gpt2-124m|small|mh|ovl] [--steps N] [--warmup N] [--np N] [--train PATH] [--hosts H --rate RATE] [--repeat R] [--trace]" >&2; exit 2 ;;
   esac
 done
 [ -n "$MODEL" ] || { [ "$HOSTS" -gt 0 ] && MODEL=ovl || MODEL=gpt2-124m; }
@@ -82,7 +86,8 @@ for stage in 0 1 2 3; do
       name="s${stage}_${ov}_$rep"
       echo "== stage $stage, overlap_comm $ov (run $rep)" >&2
       t0=$(date +%s)
-      "${LAUNCH[@]}" "$TRAIN" plans/default.json \
+      tr=(); [ "$TRACE" = 1 ] && [ "$ov" = true ] && tr=(--set run.trace="$out/$name/trace.json")
+      "${LAUNCH[@]}" "$TRAIN" plans/default.json "${tr[@]}" \
         --set model.n_layer=$L --set model.n_head=$NH --set model.n_embd=$C --set model.seq_len=$T \
         --set batch.micro_batch=$B --set batch.grad_accum=1 --set run.steps=$((STEPS + WARM)) \
         --set 'data.train=data/sample/train_*.bin' --set data.val=data/sample/val.bin --set data.tokenizer= \
@@ -94,9 +99,9 @@ for stage in 0 1 2 3; do
   done
 done
 
-$PY - "$out" "$WARM" "$WHERE" "$MODEL" "$REPEAT" <<'PY'
-import json, statistics, sys
-out, warm, where, model, repeat = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+$PY - "$out" "$WARM" "$WHERE" "$MODEL" "$REPEAT" "$TRACE" <<'PY'
+import collections, json, os, statistics, sys
+out, warm, where, model, repeat, trace = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6] == "1"
 def load(stage, ov):
     steps = []
     for rep in range(1, repeat + 1):
@@ -113,4 +118,30 @@ for s in range(4):
         hidden = f"{1 - on[1] / off[1]:7.0%}" if ov == "on" and off[1] > 0 else f"{'':>7}"
         extra = f"{ms - wait:8.0f} {wait / (ms - wait):12.2f}" if ov == "off" else ""
         print(f"{s:>5} {ov:>7} {ms:9.1f} {wait:9.1f} {wait / ms:7.0%} {b / 2**20:9.1f} {hidden} {extra}")
+if trace:
+    print("\nwhere rank 0 still waits, overlap on (ms per timed step, by the collective waited for):")
+    for s in range(4):
+        per, n_steps = collections.Counter(), 0
+        for rep in range(1, repeat + 1):
+            path = f"{out}/s{s}_true_{rep}/trace.rank0.json"
+            if not os.path.exists(path):
+                continue
+            text = open(path).read().rstrip().rstrip(",")
+            ev = json.loads(text if text.endswith("]") else text + "]")
+            steps = [e for e in ev if e.get("ph") == "X" and e.get("name", "").startswith("step ")]
+            steps = sorted(steps, key=lambda e: e["ts"])[warm:]
+            n_steps += len(steps)
+            colls = {e["args"]["seq"]: e for e in ev if e.get("ph") == "X" and "bytes" in e.get("args", {})}
+            for w in ev:
+                if w.get("ph") != "X" or not w.get("name", "").startswith("wait #"):
+                    continue
+                if not any(st["ts"] <= w["ts"] <= st["ts"] + st["dur"] for st in steps):
+                    continue
+                c = colls.get(w["args"]["seq"], {})
+                a = c.get("args", {})
+                tag = ",".join(f"{k} {a[k]}" for k in ("unit", "bucket") if k in a)
+                per[f"{c.get('name', '?')} {a.get('bytes', 0) / 2**20:.1f} MiB" + (f" ({tag})" if tag else "")] += w["dur"] / 1e3
+        if n_steps:
+            top = ", ".join(f"{k}: {v / n_steps:.0f}" for k, v in per.most_common(6))
+            print(f"  stage {s}: {sum(per.values()) / n_steps:.0f} ms: {top}")
 PY
