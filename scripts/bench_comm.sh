@@ -3,7 +3,7 @@
 # each, every stage with overlap_comm on and off. A benchmark, not a test: it prints a table.
 #
 #   scripts/bench_comm.sh [--model gpt2-124m|small|mh|ovl] [--steps N] [--warmup N] [--np N] [--train PATH]
-#                         [--hosts H --rate RATE] [--repeat R] [--trace]
+#                         [--hosts H --rate RATE] [--repeat R] [--trace] [--stages "0 1 2 3"]
 #
 # --hosts H: multi-host mode. H hosts in network namespaces (scripts/cluster, root), one rank each
 # (--np is ignored), Open MPI's TCP transport between them, every host's egress limited to RATE
@@ -37,7 +37,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-MODEL=; STEPS=8; WARM=2; NP=2; TRAIN=./train; MPIEXEC=${MPIEXEC:-mpirun}; HOSTS=0; RATE=1gbit; REPEAT=1; TRACE=0
+MODEL=; STEPS=8; WARM=2; NP=2; TRAIN=./train; MPIEXEC=${MPIEXEC:-mpirun}; HOSTS=0; RATE=1gbit; REPEAT=1; TRACE=0; STAGES="0 1 2 3"
 while [ $# -gt 0 ]; do
   case $1 in
     --model) MODEL=$2; shift 2 ;;
@@ -49,7 +49,8 @@ while [ $# -gt 0 ]; do
     --rate) RATE=$2; shift 2 ;;
     --repeat) REPEAT=$2; shift 2 ;;
     --trace) TRACE=1; shift ;;
-    *) echo "usage: $0 [--model gpt2-124m|small|mh|ovl] [--steps N] [--warmup N] [--np N] [--train PATH] [--hosts H --rate RATE] [--repeat R] [--trace]" >&2; exit 2 ;;
+    --stages) STAGES=$2; shift 2 ;;
+    *) echo "usage: $0 [--model gpt2-124m|small|mh|ovl] [--steps N] [--warmup N] [--np N] [--train PATH] [--hosts H --rate RATE] [--repeat R] [--trace] [--stages \"0 1 2 3\"]" >&2; exit 2 ;;
   esac
 done
 [ -n "$MODEL" ] || { [ "$HOSTS" -gt 0 ] && MODEL=ovl || MODEL=gpt2-124m; }
@@ -64,13 +65,15 @@ PY=/usr/bin/python3
 [ -x "$TRAIN" ] || { echo "bench_comm: $TRAIN missing; build first (make)" >&2; exit 1; }
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OMP_NUM_THREADS=1
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT  # BENCH_KEEP=DIR: the runs' logs, metrics and traces are copied there
+keep() { [ -z "${BENCH_KEEP:-}" ] || cp -r "$out/." "$BENCH_KEEP/"; rm -rf "$out"; }
+trap keep EXIT
 LAUNCH=("$MPIEXEC" --oversubscribe -np "$NP")
 WHERE="$NP ranks x 1 thread"
 if [ "$HOSTS" -gt 0 ]; then
   export ZT_CLUSTER=ztb$$
   NP=$HOSTS
-  trap 'scripts/cluster down; rm -rf "$out"' EXIT
+  trap 'scripts/cluster down; keep' EXIT
   trap 'exit 130' INT TERM  # through the EXIT trap: the namespaces go whatever ends the run
   scripts/cluster up "$HOSTS" >/dev/null
   [ "$RATE" = off ] || scripts/cluster shape "$RATE"
@@ -80,7 +83,7 @@ if [ "$HOSTS" -gt 0 ]; then
 fi
 
 echo "bench_comm: $MODEL (L=$L NH=$NH C=$C T=$T B=$B), $WHERE, $STEPS timed steps after $WARM warm-up, x$REPEAT" >&2
-for stage in 0 1 2 3; do
+for stage in $STAGES; do
   for rep in $(seq 1 "$REPEAT"); do
     for ov in true false; do
       name="s${stage}_${ov}_$rep"
@@ -99,9 +102,10 @@ for stage in 0 1 2 3; do
   done
 done
 
-$PY - "$out" "$WARM" "$WHERE" "$MODEL" "$REPEAT" "$TRACE" <<'PY'
+$PY - "$out" "$WARM" "$WHERE" "$MODEL" "$REPEAT" "$TRACE" "$STAGES" <<'PY'
 import collections, json, os, statistics, sys
 out, warm, where, model, repeat, trace = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6] == "1"
+stages = [int(x) for x in sys.argv[7].split()]
 def load(stage, ov):
     steps = []
     for rep in range(1, repeat + 1):
@@ -112,7 +116,7 @@ def load(stage, ov):
 print(f"\ncommunication benchmark: {model}, {where}, medians over the timed steps of {repeat} run(s) each\n")
 print(f"{'stage':>5} {'overlap':>7} {'step ms':>9} {'wait ms':>9} {'wait %':>7} {'MiB/step':>9} {'hidden':>7} "
       f"{'compute':>8} {'comm/compute':>12}")
-for s in range(4):
+for s in stages:
     on, off = load(s, "true"), load(s, "false")
     for ov, (ms, wait, b) in (("on", on), ("off", off)):
         hidden = f"{1 - on[1] / off[1]:7.0%}" if ov == "on" and off[1] > 0 else f"{'':>7}"
@@ -120,14 +124,13 @@ for s in range(4):
         print(f"{s:>5} {ov:>7} {ms:9.1f} {wait:9.1f} {wait / ms:7.0%} {b / 2**20:9.1f} {hidden} {extra}")
 if trace:
     print("\nwhere rank 0 still waits, overlap on (ms per timed step, by the collective waited for):")
-    for s in range(4):
+    for s in stages:
         per, n_steps = collections.Counter(), 0
         for rep in range(1, repeat + 1):
             path = f"{out}/s{s}_true_{rep}/trace.rank0.json"
             if not os.path.exists(path):
                 continue
-            text = open(path).read().rstrip().rstrip(",")
-            ev = json.loads(text if text.endswith("]") else text + "]")
+            ev = json.load(open(path))["traceEvents"]
             steps = [e for e in ev if e.get("ph") == "X" and e.get("name", "").startswith("step ")]
             steps = sorted(steps, key=lambda e: e["ts"])[warm:]
             n_steps += len(steps)
