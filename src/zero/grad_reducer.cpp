@@ -154,6 +154,7 @@ void GradReducer<Ops>::lookup_deferred() {
     int32_t* ids = reinterpret_cast<int32_t*>(mine + max_tokens * size_t(C));
     std::memcpy(ids, model_.lookup_inputs(), n * sizeof(int32_t));
     for (size_t i = n; i < max_tokens; ++i) ids[i] = -1;
+    if (tr_) tr_->tag_next("lookup", 1);
     CommHandle h = comm_.all_gather(comm_ptr(mine), comm_ptr(exchange_), slice);
     comm_.wait(h);
     if (rules_.full_grads) {  // stages 0-1: added once the embedding's reduction is done (finish)

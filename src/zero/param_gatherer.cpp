@@ -169,6 +169,7 @@ void ParamGatherer<Ops>::lookup_rows(const int* tokens, int B, int Tn, T* encode
     std::memcpy(mine, tokens, n * sizeof(int32_t));
     for (size_t i = n; i < max_tokens; ++i) mine[i] = -1;
     // Every rank's token ids (an all-gather only moves bytes: int32 in float slots).
+    if (tr_) tr_->tag_next("lookup", 1);
     CommHandle h = comm_.all_gather(comm_ptr(reinterpret_cast<T*>(mine)), comm_ptr(reinterpret_cast<T*>(ids)), max_tokens);
     comm_.wait(h);
     // Each rank writes, for every rank's positions, the parts of wte[token] and wpe[t] in its own
@@ -192,6 +193,7 @@ void ParamGatherer<Ops>::lookup_rows(const int* tokens, int B, int Tn, T* encode
         }
       }
     T* recv = rows + rank * max_tokens * C;
+    if (tr_) tr_->tag_next("lookup", 1);
     h = comm_.reduce_scatter(comm_ptr(rows), comm_ptr(recv), max_tokens * C);
     comm_.wait(h);
     std::memcpy(encoded, recv, n * C * sizeof(T));

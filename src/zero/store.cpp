@@ -23,7 +23,7 @@ const char* state_name(StateId id) {
     case StateId::rs_receive: return "reduce-scatter receive";
     case StateId::gathered_units: return "gathered units";
     case StateId::swap_buffers: return "optimizer swap buffers";
-    case StateId::lookup_exchange: return "embedding lookup gradient exchange";
+    case StateId::lookup_exchange: return "embedding lookup exchange";
     case StateId::count: break;
   }
   ZT_ASSERT(false);
