@@ -148,9 +148,15 @@ void check_supported_by_this_build(const Plan& p) {
   auto in = [](const std::vector<std::string>& v, const std::string& x) {
     return std::find(v.begin(), v.end(), x) != v.end();
   };
+  if (p.offload.params == "cpu" && !in(f.offload, "cpu"))
+    // As for the optimizer: nothing to move on the CPU backend; not built for the CUDA backend.
+    bad("offload.params", std::string("\"cpu\" ") +
+                              (p.device == "cuda" ? "is not implemented yet for the CUDA backend"
+                                                  : "changes nothing on the CPU backend, which already keeps everything "
+                                                    "in host memory") +
+                              "; use \"nvme\" to move the parameter shard to disk (zero.stage 3), or \"none\"");
   if (!in(f.offload, p.offload.params))
-    bad("offload.params", json(p.offload.params).dump() + " is not implemented yet (supported: " + quoted(f.offload) +
-                              "; offload.optimizer \"nvme\" moves the optimizer state)");
+    unsupported("offload.params", json(p.offload.params).dump(), quoted(f.offload));
   if (p.offload.optimizer == "cpu" && !in(f.offload_optimizer, "cpu")) {
     // Without a GPU there is nothing to offload to host memory; with one it is still to be built.
     const std::string cpu = "changes nothing on the CPU backend, which already keeps everything in host memory";

@@ -51,7 +51,7 @@ bool precision_built(const std::string& precision) {
 const Features& features() {
   static const Features f = [] {
     Features x;
-    x.offload = {"none"};
+    x.offload = {"none", "nvme"};
     x.checkpoint_saving = true;
     x.checkpoint_resume = true;
     x.master_weights_off = false;
@@ -77,8 +77,8 @@ std::string help() {
     if (b.n_embd_multiple > 1) os << ", n_embd a multiple of " << b.n_embd_multiple;
     os << "\n";
   }
-  os << "Offload: offload.optimizer \"nvme\" (zero.stage 1-3, CPU backend); parameter offload is not available in\n"
-        "this build yet (plans asking for it are rejected).";
+  os << "Offload: offload.optimizer \"nvme\" (zero.stage 1-3, CPU backend); offload.params \"nvme\" (zero.stage 3,\n"
+        "CPU backend: the parameter and gradient shards in swap files).";
   return os.str();
 }
 

@@ -1,5 +1,6 @@
 #include "zero/engine.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "backend/ops_cpu.h"
@@ -44,7 +45,21 @@ void ZeroEngine<Ops>::init_parameters(uint64_t seed, const std::string& llmc_pat
     const StateBuffer& shard = store_.info(StateId::param_shard);
     T* dst = store_.get<T>(StateId::param_shard);
     using M = typename Ops::M;
-    if (llmc_path.empty()) {
+    offload::SwapFile* file = store_.file(StateId::param_shard);  // offload.params nvme: write the file
+    if (file && llmc_path.empty()) {
+      // In pieces: the values depend only on (seed, tensor, element), and a tensor range of the
+      // largest model would otherwise be a transient of its own (wte: V x C).
+      constexpr size_t kPiece = size_t(1) << 22;
+      size_t largest = 0;
+      for (const TensorRange& r : shard.holds) largest = std::max(largest, r.count);
+      std::vector<M> host(std::min(kPiece, largest));
+      for (const TensorRange& r : shard.holds)
+        for (size_t i = 0; i < r.count; i += kPiece) {
+          const size_t n = std::min(kPiece, r.count - i);
+          model_.init_gpt2_values(seed, r.tensor, r.offset + i, n, host.data());
+          file->write_at(host.data(), n * sizeof(M), (r.at + i) * sizeof(T));
+        }
+    } else if (llmc_path.empty()) {
       std::vector<M> host;
       for (const TensorRange& r : shard.holds) {
         host.resize(r.count);
@@ -53,8 +68,11 @@ void ZeroEngine<Ops>::init_parameters(uint64_t seed, const std::string& llmc_pat
       }
     } else {
       model_.read_llmc(llmc_path, [&](int k, const M* values) {
-        for (const TensorRange& r : shard.holds)
-          if (r.tensor == k) GPT<Ops>::upload(dst + r.at, values + r.offset, r.count);
+        for (const TensorRange& r : shard.holds) {
+          if (r.tensor != k) continue;
+          if (file) file->write_at(values + r.offset, r.count * sizeof(M), r.at * sizeof(T));
+          else GPT<Ops>::upload(dst + r.at, values + r.offset, r.count);
+        }
       });
     }
   }
@@ -91,7 +109,7 @@ void ZeroEngine<Ops>::finish_gradients() {
 template <class Ops>
 double ZeroEngine<Ops>::grad_norm() {
   const double t0 = tr_ ? Tracer::now_us() : 0;
-  const double norm = optimizer_.grad_norm();
+  const double norm = optimizer_.grad_norm(reducer_.unit_sum_squares());
   if (tr_) tr_->complete("grad norm", Tracer::kOptimizer, t0, Tracer::now_us() - t0);
   return norm;
 }

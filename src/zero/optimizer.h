@@ -8,6 +8,7 @@
 #pragma once
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "comm/comm.h"
 #include "model/layout.h"
@@ -31,8 +32,10 @@ class ShardedOptimizer {
   // Master = the owned parameters, widened (exact: every bf16 value is an fp32 value). A no-op
   // unless the store keeps master weights (mixed precision).
   void init_master();
-  // Global L2 norm of the reduced gradients (collective for stages 1-3).
-  double grad_norm();
+  // Global L2 norm of the reduced gradients (collective for stages 1-3). Stage 3 sums the squares
+  // unit by unit, in unit order; unit_ss, when given, holds those per-unit sums already (the
+  // gradient shard is in a swap file, and the reducer summed each unit as it completed it).
+  double grad_norm(const std::vector<double>* unit_ss = nullptr);
   // One AdamW step on the owned slices; `steps_taken` (AdamW's t) counts from the TrainState.
   void step(double lr, double grad_scale);
   int steps_taken() const { return steps_taken_; }
@@ -56,7 +59,8 @@ class ShardedOptimizer {
   StageRules rules_;
   int steps_taken_ = 0;
   std::unique_ptr<offload::SwapPipeline> swap_;
-  bool swap_master_ = false;  // the pipeline's third state is the master weights
+  // Index in the pipeline's buffers of each swapped state, -1 where the state is in memory.
+  int at_m_ = -1, at_v_ = -1, at_master_ = -1, at_param_ = -1, at_grad_ = -1;
 };
 
 }  // namespace zt

@@ -23,6 +23,7 @@ const char* state_name(StateId id) {
     case StateId::rs_receive: return "reduce-scatter receive";
     case StateId::gathered_units: return "gathered units";
     case StateId::swap_buffers: return "optimizer swap buffers";
+    case StateId::param_io: return "parameter and gradient read buffers";
     case StateId::count: break;
   }
   ZT_ASSERT(false);
@@ -58,6 +59,25 @@ std::vector<TensorRange> shard(const ParamLayout& layout, const Partition& part)
 }
 }  // namespace
 
+size_t param_read_numel(size_t shard_numel) {
+  // A shard starts anywhere in a block: the blocks it touches, plus one for the start's offset.
+  return (offload::io_round_up(shard_numel * 4) + offload::kIoAlign) / 4;
+}
+
+size_t param_io_offset(const Partition& part, size_t i) {
+  const size_t N = size_t(part.config().world);
+  size_t at = 0;
+  for (size_t k = 0; k < i && k < part.gather_slots(); ++k) at += param_read_numel(part.gather_slot_numel(k) / N);
+  return at;
+}
+
+size_t param_io_numel(const Partition& part) {
+  // The largest gradient shard completed at once: a bucket's, or a one-unit embedding's.
+  const size_t N = size_t(part.config().world);
+  const size_t grad = std::max(part.staging_slot_numel(), part.embedding_staging_numel()) / N;
+  return param_io_offset(part, part.gather_slots()) + param_read_numel(grad);
+}
+
 std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Partition& part, const StateTypes& ty,
                                           const offload::SwapSpec& swap) {
   const size_t psi = part.total(), sh = part.shard_total(), N = size_t(part.config().world);
@@ -88,14 +108,22 @@ std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Parti
   if (s == 3)
     add(StateId::gathered_units, Category::comm, ty.param, part.gather_slots_numel(), false, {});
   if (swap.enabled()) {
-    // Only a shard is swapped (the plan refuses stage 0): one flat range per state, streamed in
-    // sub-groups through a pool of buffer_count sets (offload/swap_pipeline.h).
-    ZT_ASSERT(s >= 1 && ty.state == DType::f32);
+    // Only a shard is swapped (the plan refuses stage 0, and parameters below stage 3): one flat
+    // range per state, streamed in sub-groups through a pool of buffer_count sets
+    // (offload/swap_pipeline.h).
+    ZT_ASSERT(s >= 1 && ty.state == DType::f32 && (!swap.params || s == 3));
     int states = 0;
-    for (StateBuffer& b : out)
-      if (b.cat == Category::optimizer || b.cat == Category::master) b.tier = Tier::nvme, ++states;
+    for (StateBuffer& b : out) {
+      const bool opt = b.cat == Category::optimizer || b.cat == Category::master;
+      const bool par = b.id == StateId::param_shard || b.id == StateId::grad_shard;
+      if ((swap.optimizer && opt) || (swap.params && par)) b.tier = Tier::nvme, ++states;
+    }
     add(StateId::swap_buffers, Category::staging, ty.state, offload::pool_numel(swap, sh, states), false, {});
     out.back().tier = Tier::host;
+    if (swap.params) {
+      add(StateId::param_io, Category::staging, ty.param, param_io_numel(part), false, {});
+      out.back().tier = Tier::host;
+    }
   }
   return out;
 }
@@ -108,7 +136,8 @@ StateStore::StateStore(std::vector<StateBuffer> list, MemoryTracker& mem, const 
     ZT_ASSERT(index_[size_t(b.id)] < 0);
     index_[size_t(b.id)] = int(i);
     // The pool is read into with O_DIRECT: whole I/O blocks, aligned.
-    const size_t align = b.id == StateId::swap_buffers ? offload::kIoAlign : MemoryTracker::kAlign;
+    const bool io = b.id == StateId::swap_buffers || b.id == StateId::param_io;
+    const size_t align = io ? offload::kIoAlign : MemoryTracker::kAlign;
     alloc_[size_t(b.id)] = mem.alloc(b.bytes(), b.tier, b.cat, b.name(), align);
     if (b.tier != Tier::nvme) continue;
     ZT_ASSERT(swap_.enabled());
@@ -117,7 +146,11 @@ StateStore::StateStore(std::vector<StateBuffer> list, MemoryTracker& mem, const 
       std::filesystem::create_directories(swap_.dir, ec);
       if (ec) fail_at(__FILE__, __LINE__, "create_directories(\"" + swap_.dir + "\"): " + ec.message());
     }
-    const std::string tag = b.id == StateId::adam_m ? "adam_m" : b.id == StateId::adam_v ? "adam_v" : "master";
+    const std::string tag = b.id == StateId::adam_m        ? "adam_m"
+                            : b.id == StateId::adam_v      ? "adam_v"
+                            : b.id == StateId::param_shard ? "param"
+                            : b.id == StateId::grad_shard  ? "grad"
+                                                           : "master";
     files_[size_t(b.id)] = std::make_unique<offload::SwapFile>(offload::swap_file_path(swap_.dir, swap_.rank, tag),
                                                                b.bytes(), swap_.direct);
   }

@@ -132,6 +132,7 @@ TEST_F(Offload, StoreKeepsOffloadedStateInSwapFiles) {
   const Partition part(layout, zc);
   offload::SwapSpec spec;
   spec.dir = (dir_ / "new" / "swap").string(), spec.rank = 1, spec.direct = direct(), spec.subgroup_numel = 1024;
+  spec.optimizer = true;
   const auto list = list_model_state(layout, part, StateTypes{}, spec);
   size_t nvme = 0, pool = 0;
   for (const StateBuffer& b : list) {
