@@ -516,8 +516,10 @@ TEST(PlanCombinations, OffloadRefusalsGiveTheReason) {
       {{"offload.optimizer=cpu", "device=cpu", "zero.stage=2"},
        "plan: offload.optimizer: \"cpu\" changes nothing on the CPU backend, which already keeps everything in host "
        "memory"},
-      {{"offload.params=cpu", "zero.stage=3"}, "plan: offload.params: \"cpu\" is not implemented yet (supported: \"none\""},
-      {{"offload.params=nvme", "zero.stage=3"}, "plan: offload.params: \"nvme\" is not implemented yet"},
+      {{"offload.params=cpu", "zero.stage=3", "device=cpu"},
+       "plan: offload.params: \"cpu\" changes nothing on the CPU backend, which already keeps everything in host memory"},
+      {{"offload.params=nvme", "zero.stage=2"},
+       "plan: offload.params: \"nvme\" requires zero.stage 3 (only sharded parameters can be offloaded), got zero.stage 2"},
       {{"offload.optimizer=nvme", "zero.stage=1", "offload.buffer_count=1"},
        "plan: offload.buffer_count: must be >= 2, got 1"},
       {{"offload.optimizer=nvme", "zero.stage=1", "offload.subgroup_mb=0"}, "plan: offload.subgroup_mb: must be > 0"},
@@ -589,7 +591,7 @@ TEST(PlanUnsupported, CudaDependsOnTheBuild) {
 
 TEST(PlanUnsupported, SupportedValuesPass) {
   zt::Plan p = zt::load_plan(kSrc + "/plans/base.json",
-                             {"zero.stage=3", "offload.optimizer=none", "offload.params=none", "checkpoint.every=0",
+                             {"zero.stage=3", "offload.optimizer=nvme", "offload.params=nvme", "checkpoint.every=0",
                               "checkpoint.resume=none", "precision.compute=fp32", "device=cpu"},
                              false);
   EXPECT_EQ(p.precision.compute, "fp32");
