@@ -79,7 +79,7 @@ add_test(NAME offload_check
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/mpi/offload_check.py --train $<TARGET_FILE:train>
                  --mpirun ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-set_tests_properties(offload_check PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+set_tests_properties(offload_check PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 set_tests_properties(zero_matrix PROPERTIES TIMEOUT 1200 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 set_tests_properties(memory_check PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 set_tests_properties(hang_train PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
