@@ -488,7 +488,7 @@ class Trainer {
   uint64_t bytes_per_step_ = 0;
   std::unique_ptr<MetricsLog> log_;
   RunOutputs outputs_;  // rank 0
-  offload::SwapSpec swap_;  // offload.optimizer "nvme" (train/offload_setup.h); disabled otherwise
+  offload::SwapSpec swap_;  // offload.optimizer / offload.params "nvme" (train/offload_setup.h); disabled otherwise
   bool decorate_ = false;
   std::string resume_from_;  // the checkpoint this run continues ("" = none)
   ckpt::Transfer loaded_;

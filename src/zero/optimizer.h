@@ -4,7 +4,8 @@
 // parameters are either the full buffer (stages 1-2: my shard of it, in place) or the parameter
 // shard (stage 3). Where a shard is updated: step() below. With the optimizer state in swap files
 // (offload.optimizer "nvme", docs/design.md §3.6) the same update runs over sub-groups of the flat
-// shard as offload::SwapPipeline reads, hands over and writes them back.
+// shard as offload::SwapPipeline reads, hands over and writes them back; with offload.params "nvme"
+// (stage 3) the parameter and gradient shards are streamed beside them (the gradients read only).
 #pragma once
 #include <memory>
 #include <type_traits>

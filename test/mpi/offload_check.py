@@ -151,6 +151,22 @@ def params_parity(args, tmp, fails):
                 fails += [f"params parity {name}: {e}" for e in errs]
 
 
+def headline_plan(args, fails):
+    """plans/largest_cpu_nvme.json (the README's 3B run, too long for a test): its estimate puts
+    model states of more than twice a 24 GiB machine on disk, and keeps the host part small."""
+    p = subprocess.run([args.train, "estimate", "plans/largest_cpu_nvme.json", "--json"], cwd=ROOT, env=zm.env(),
+                       stdout=subprocess.PIPE, check=True, timeout=60)
+    mem = json.loads(p.stdout)["memory"]
+    GiB = 1 << 30
+    states = sum(mem["nvme"].get(c, 0) for c in ("params", "grads", "optimizer"))
+    host = mem["host"]["total"]
+    ok = states >= 2 * 24 * GiB and host <= 6 * GiB and not any(c in mem["host"] for c in ("params", "grads", "optimizer"))
+    print(("ok   " if ok else "FAIL ") + f"plans/largest_cpu_nvme.json: {states / GiB:.2f} GiB of model states on disk "
+          f"(>= 2 x 24 GiB), {host / GiB:.2f} GiB on the host (<= 6 GiB)")
+    if not ok:
+        fails.append(f"largest_cpu_nvme estimate: {mem}")
+
+
 def params_rss(args, tmp, fails):
     """Both offloaded: VmHWM per rank falls by >= 80% of the model states. Two ranks, so the tied
     embedding is split into block-sized chunks (one rank keeps it one unit, and then its read buffer
@@ -304,6 +320,7 @@ def main():
             failed_mid_run(args, tmp, 2, "a hung collective", ["--set", "comm.timeout_s=2", "--set", "comm.fault_skip_rank=1",
                                                                "--set", "comm.fault_skip_step=2"], "did not complete within", fails)
         if args.only in (None, "params"):
+            headline_plan(args, fails)
             params_parity(args, tmp, fails)
         if args.only in (None, "prss"):
             params_rss(args, tmp, fails)
