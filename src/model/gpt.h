@@ -28,7 +28,10 @@ namespace zt {
 // the parameter hooks when both apply: final norm and blocks as they run; the embedding's last,
 // E-1..0, each unit's LM-head part (dlogits^T lnf) and lookup part together, reading no parameters
 // (so a stage-3 engine gathers nothing for them, and no embedding gradient is held through the
-// whole backward).
+// whole backward). Exception, a chunked classifier (Recompute::classifier_chunk, one embedding
+// unit only): the dlogits are not kept, so unit 0's LM-head part is written with its input
+// gradient, and before_grads(0) comes right after backward's before_backward(0); grads_ready(0)
+// stays at the end, after the lookup part.
 struct UnitHooks {
   virtual ~UnitHooks() = default;
   virtual void before_forward(int unit) {}
@@ -57,6 +60,8 @@ class GPT {
 
   // Bytes of activations (and activation gradients) the constructor allocates for (B, Tn) under rc.
   static size_t activation_bytes(const GPTConfig& cfg, int B, int Tn, const Recompute& rc = {});
+  // Positions per classifier chunk at (B, Tn) under rc (B*Tn: not chunked); resolves auto (-1).
+  static int classifier_rows(const GPTConfig& cfg, int B, int Tn, const Recompute& rc);
   // Matmul and attention FLOPs of one forward pass at (B, Tn), and those backward spends
   // recomputing forward work under rc (docs/design.md §3.11). Pointwise work is not counted.
   static double forward_flops(const GPTConfig& cfg, int B, int Tn);
@@ -112,7 +117,9 @@ class GPT {
   void zero_grad();
 
   // In the backend's memory (host pointers only for CpuOps):
-  const T* logits() const { return acts_.logits; }  // (B, Tn, Vp), stride Vp
+  // (B, Tn, Vp), stride Vp; with classifier chunks and no targets, rows logits_row0().. only.
+  const T* logits() const { return acts_.logits; }
+  int logits_row0() const { return logits_row0_; }
   const S* losses() const { return acts_.losses; }  // (B, Tn)
   // One row of logits (the first V entries) copied to the host, for sampling.
   std::vector<float> logits_row(int row) const;
@@ -163,7 +170,8 @@ class GPT {
     T* lnf;         // (B, T, C)
     S* lnf_mean;    // (B, T)
     S* lnf_rstd;    // (B, T)
-    T* logits;      // (B, T, Vp)   overwritten by dlogits when forward(write_dlogits)
+    T* logits;      // (P, Vp)   P = classifier chunk rows (B*T without chunks); whole: overwritten
+                    //           by dlogits when forward(write_dlogits); in chunks: backward's scratch
     S* losses;      // (B, T)
   };
   // Gradient scratch for one layer at a time (backward walks layers in reverse and reuses it).
@@ -191,6 +199,9 @@ class GPT {
   int B_, T_;
   Allocation params_, grads_, act_mem_, grad_act_mem_, scratch_;
   int last_B_ = 0, last_T_ = 0;  // shape of the last forward, for backward()
+  S last_dloss_ = S(0);          // dloss of the last forward(write_dlogits), for chunked dlogits
+  int cls_rows_ = 0;             // positions per classifier chunk (allocated B*T: whole)
+  int logits_row0_ = 0;          // position of the logits buffer's first row (sampling in chunks)
   std::vector<T*> unit_param_, unit_grad_;
   Activations acts_{};
   GradScratch gs_{};

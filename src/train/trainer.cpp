@@ -236,7 +236,8 @@ class Trainer {
     // gradients of its own: they are the store's (zero/store.h), pointed at by the engine.
     const int stage = plan_.zero.stage;
     model_ = std::make_unique<GPT<Ops>>(cfg_, B, Tn, mem_, zero_pad_multiple(world), false, false,
-                                        Recompute::from(plan_.recompute.policy, plan_.recompute.every),
+                                        Recompute::from(plan_.recompute.policy, plan_.recompute.every,
+                                                        zero_classifier_chunk(plan_.recompute.classifier_chunk, stage, world)),
                                         zero_embedding_rows(cfg_, stage, world));
     ZeroConfig zc;
     zc.stage = stage; zc.world = world; zc.rank = comm_.rank(); zc.overlap = plan_.zero.overlap_comm;

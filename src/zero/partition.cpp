@@ -18,6 +18,10 @@ int zero_embedding_rows(const GPTConfig& cfg, int stage, int world) {
   return stage == 3 && world > 1 ? ParamLayout::block_sized_rows(cfg, zero_pad_multiple(world)) : 0;
 }
 
+int zero_classifier_chunk(int classifier_chunk, int stage, int world) {
+  return stage == 3 && world > 1 ? 0 : classifier_chunk;
+}
+
 Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) {
   ZT_ASSERT(zc.world >= 1 && zc.rank >= 0 && zc.rank < zc.world);
   ZT_REQUIRE(layout.pad_multiple() % size_t(zc.world) == 0,

@@ -44,6 +44,10 @@ size_t zero_pad_multiple(int world);  // lcm(world, 128)
 // The layout's wte rows per embedding unit for a stage: block-sized chunks at stage 3 with more
 // than one rank, one unit (0) otherwise.
 int zero_embedding_rows(const GPTConfig& cfg, int stage, int world);
+// The plan's recompute.classifier_chunk as the model takes it: 0 (whole logits) where the embedding
+// is split (stage 3, world > 1): the chunked classifier needs the whole LM head in one unit
+// (docs/design.md §3.11).
+int zero_classifier_chunk(int classifier_chunk, int stage, int world);
 
 struct Bucket {
   std::vector<int> units;  // in backward order (descending unit index)
