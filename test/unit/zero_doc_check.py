@@ -119,7 +119,8 @@ def main():
             sets = {"model.n_layer": m["L"], "model.n_head": m["NH"], "model.n_embd": m["C"], "model.seq_len": m["T"],
                     "batch.micro_batch": m["B"], "batch.grad_accum": A, "zero.stage": stage,
                     "zero.overlap_comm": "true" if overlap else "false", "zero.bucket_mb": bucket_mb,
-                    "zero.prefetch_units": prefetch, "data.tokenizer": ""}
+                    "zero.prefetch_units": prefetch, "data.tokenizer": "",
+                    "recompute.classifier_chunk": 0}  # the formula's whole logits
             cmd = [args.train, "estimate", "plans/default.json", "--world", str(N), "--json"]
             for k, v in sets.items():
                 cmd += ["--set", f"{k}={v}"]
