@@ -131,7 +131,10 @@ std::vector<FieldSize> activation_sizes(const GPTConfig& cfg, int B, int Tn, con
     sizes.push_back({kept_layers(rc, cfg.L, f) < cfg.L ? product({BT, block_field_width(cfg, f)}) : 0, kBlockKind[f]});
   // Logits: one classifier chunk's rows (all B*T without chunks).
   const size_t rows = classifier_rows_for(cfg, B, Tn, rc, sizeof(T), sizeof(S));
-  sizes.insert(sizes.end(), {{LBTC, t}, {BTC, t}, {BT, s}, {BT, s}, {product({rows, Vp}), t}, {BT, s}});
+  // With chunks, the log-sum-exp and the running sum of exp per position (a split embedding's
+  // vocabulary chunks are folded in one after the other; unused with one unit, kept for one layout).
+  const size_t lse = rows < BT ? BT : 0;
+  sizes.insert(sizes.end(), {{LBTC, t}, {BTC, t}, {BT, s}, {BT, s}, {product({rows, Vp}), t}, {BT, s}, {lse, s}, {lse, s}});
   return sizes;
 }
 std::vector<FieldSize> grad_scratch_sizes(const GPTConfig& cfg, int B, int Tn) {
@@ -183,8 +186,6 @@ GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pa
               bool full_grads, const Recompute& rc, int embedding_rows)
     : cfg_(cfg), rc_(rc), layout_(cfg, pad_multiple, embedding_rows), B_(B), T_(Tn) {
   ZT_ASSERT(rc.every >= 1);
-  ZT_REQUIRE(rc.classifier_chunk == 0 || layout_.embedding_units() == 1,
-             "model: recompute.classifier_chunk needs a one-unit embedding (not stage 3 with several ranks)");
   cls_rows_ = int(classifier_rows_for(cfg, B, Tn, rc, sizeof(T), sizeof(S)));
   ZT_REQUIRE(cfg.C % cfg.NH == 0, "model: n_embd " << cfg.C << " is not divisible by n_head " << cfg.NH);
   ZT_REQUIRE(Tn <= cfg.maxT, "model: sequence length " << Tn << " exceeds the position table (" << cfg.maxT << ")");
@@ -203,7 +204,8 @@ GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pa
   for (void** f : block_fields(acts_.kept)) act_fields.push_back(f);
   for (void** f : block_fields(acts_.scratch)) act_fields.push_back(f);
   act_fields.insert(act_fields.end(), {(void**)&acts_.residual3, (void**)&acts_.lnf, (void**)&acts_.lnf_mean,
-                                       (void**)&acts_.lnf_rstd, (void**)&acts_.logits, (void**)&acts_.losses});
+                                       (void**)&acts_.lnf_rstd, (void**)&acts_.logits, (void**)&acts_.losses,
+                                       (void**)&acts_.lse, (void**)&acts_.lse_sum});
   void** grad_fields[] = {(void**)&gs_.dresidual, (void**)&gs_.dC, (void**)&gs_.d4C_a, (void**)&gs_.d4C_b,
                           (void**)&gs_.dqkv};
   auto carve = [&](void** const* fields, const std::vector<FieldSize>& sizes, Allocation& block, const char* name) {
@@ -333,7 +335,6 @@ double GPT<Ops>::forward(const int* host_inputs, const int* host_targets, int B,
   // chunk's logits for its dlogits (docs/design.md §3.11). Without targets (sampling) only the last
   // chunk's rows are computed: logits_row() reads the last position.
   const int P = std::min(cls_rows_, N);
-  ZT_ASSERT(P == N || E == 1);
   logits_row0_ = targets ? 0 : N - P;
   if (!targets || P == N) {
     for (int e = 0; e < E; ++e) {
@@ -345,7 +346,7 @@ double GPT<Ops>::forward(const int* host_inputs, const int* host_targets, int B,
     }
     if (!targets) return 0.0;
     Ops::softmax_xent(acts_.logits, acts_.losses, targets, dloss, N, cfg_.V, cfg_.Vp, write_dlogits);
-  } else {
+  } else if (E == 1) {
     hooks_->before_forward(0);
     for (int c0 = 0; c0 < N; c0 += P) {
       const int n = std::min(P, N - c0);
@@ -354,6 +355,22 @@ double GPT<Ops>::forward(const int* host_inputs, const int* host_targets, int B,
       Ops::softmax_xent(acts_.logits, acts_.losses + c0, targets + c0, dloss, n, cfg_.V, cfg_.Vp, false);
     }
     hooks_->after_forward(0);
+  } else {
+    // Vocabulary chunks outer (each gathered once), positions inner: an online log-sum-exp per
+    // position across the chunks; the target's logit waits in losses until the last.
+    for (int e = 0; e < E; ++e) {
+      const VocabRows r = layout_.vocab_rows(e);
+      hooks_->before_forward(e);
+      for (int c0 = 0; c0 < N; c0 += P) {
+        const int n = std::min(P, N - c0);
+        Ops::matmul_forward(acts_.logits, acts_.lnf + size_t(c0) * size_t(C), wte_rows(e), nullptr, n, C, r.rows,
+                            cfg_.Vp);
+        Ops::xent_chunk_partial(acts_.logits, cfg_.Vp, n, r.row0, r.rows, cfg_.V, targets + c0, acts_.lse + c0,
+                                acts_.lse_sum + c0, acts_.losses + c0, e == 0);
+      }
+      hooks_->after_forward(e);
+    }
+    Ops::xent_chunk_finish(acts_.losses, acts_.lse, acts_.lse_sum, acts_.losses, N);
   }
   last_dloss_ = write_dlogits ? dloss : S(0);
   std::vector<S> losses(static_cast<size_t>(N));
@@ -391,8 +408,7 @@ void GPT<Ops>::backward() {
                            scratch, cfg_.Vp);
       hooks_->after_backward(e);
     }
-  } else {
-    ZT_ASSERT(E == 1);
+  } else if (E == 1) {
     hooks_->before_backward(0);
     hooks_->before_grads(0);
     const int Vp = cfg_.Vp;
@@ -405,6 +421,15 @@ void GPT<Ops>::backward() {
                            n, C, Vp, scratch, Vp);
     }
     hooks_->after_backward(0);
+  } else {
+    // Split embedding: dlogits from the kept log-sum-exp, chunk by chunk; the input gradient
+    // here, the weight gradient at the end (after the blocks, with the unit gathered again).
+    for (int e = E - 1; e >= 0; --e) {
+      hooks_->before_backward(e);
+      for (int c0 = 0; c0 < N; c0 += P)
+        classifier_chunk_grad(e, c0, std::min(P, N - c0), gs_.dC + size_t(c0) * size_t(C), nullptr, scratch);
+      hooks_->after_backward(e);
+    }
   }
 
   const int F = layout_.final_unit();
@@ -437,11 +462,26 @@ void GPT<Ops>::backward() {
       hooks_->before_grads(e);
       Ops::matmul_backward(nullptr, wte_grad_rows(e), nullptr, acts_.logits + r.row0, acts_.lnf, nullptr, N, C, r.rows,
                            scratch, cfg_.Vp);
+    } else if (E > 1) {
+      hooks_->before_backward(e);  // the unit's parameters again: its logits are recomputed
+      hooks_->before_grads(e);
+      for (int c0 = 0; c0 < N; c0 += P) classifier_chunk_grad(e, c0, std::min(P, N - c0), nullptr, wte_grad_rows(e), scratch);
     }
     Ops::encoder_backward(wte_grad_rows(e), e == layout_.wpe_unit() ? grad(ParamId::wpe) : nullptr, gs_.dresidual,
                           acts_.inputs, B, Tn, C, r.row0, r.rows, scratch);
+    if (P < N && E > 1) hooks_->after_backward(e);
     hooks_->grads_ready(e);
   }
+}
+
+template <class Ops>
+void GPT<Ops>::classifier_chunk_grad(int e, int c0, int n, T* dlnf, T* dwte, void* scratch) {
+  const VocabRows r = layout_.vocab_rows(e);
+  const int C = cfg_.C, Vp = cfg_.Vp;
+  const T* lnf = acts_.lnf + size_t(c0) * size_t(C);
+  Ops::matmul_forward(acts_.logits, lnf, wte_rows(e), nullptr, n, C, r.rows, Vp);
+  Ops::xent_chunk_grad(acts_.logits, Vp, n, r.row0, r.rows, cfg_.V, acts_.targets + c0, acts_.lse + c0, last_dloss_);
+  Ops::matmul_backward(dlnf, dwte, nullptr, acts_.logits, lnf, dlnf ? wte_rows(e) : nullptr, n, C, r.rows, scratch, Vp);
 }
 
 template <class Ops>

@@ -28,10 +28,12 @@ namespace zt {
 // the parameter hooks when both apply: final norm and blocks as they run; the embedding's last,
 // E-1..0, each unit's LM-head part (dlogits^T lnf) and lookup part together, reading no parameters
 // (so a stage-3 engine gathers nothing for them, and no embedding gradient is held through the
-// whole backward). Exception, a chunked classifier (Recompute::classifier_chunk, one embedding
-// unit only): the dlogits are not kept, so unit 0's LM-head part is written with its input
-// gradient, and before_grads(0) comes right after backward's before_backward(0); grads_ready(0)
-// stays at the end, after the lookup part.
+// whole backward). Exception, a chunked classifier (Recompute::classifier_chunk): the dlogits are
+// not kept. With one embedding unit, unit 0's LM-head part is written with its input gradient, so
+// before_grads(0) comes right after backward's before_backward(0); grads_ready(0) stays at the end,
+// after the lookup part. With E units, each is used once more at the end: before_backward(e),
+// before_grads(e), its LM-head part (logits recomputed from its parameters) and lookup part,
+// after_backward(e), grads_ready(e) (classifier_regathers()).
 struct UnitHooks {
   virtual ~UnitHooks() = default;
   virtual void before_forward(int unit) {}
@@ -120,6 +122,9 @@ class GPT {
   // (B, Tn, Vp), stride Vp; with classifier chunks and no targets, rows logits_row0().. only.
   const T* logits() const { return acts_.logits; }
   int logits_row0() const { return logits_row0_; }
+  // Whether backward gathers the embedding's units once more for their gradients: a chunked
+  // classifier over a split embedding (UnitHooks; docs/design.md §3.11).
+  bool classifier_regathers() const { return cls_rows_ < B_ * T_ && layout_.embedding_units() > 1; }
   const S* losses() const { return acts_.losses; }  // (B, Tn)
   // One row of logits (the first V entries) copied to the host, for sampling.
   std::vector<float> logits_row(int row) const;
@@ -173,6 +178,8 @@ class GPT {
     T* logits;      // (P, Vp)   P = classifier chunk rows (B*T without chunks); whole: overwritten
                     //           by dlogits when forward(write_dlogits); in chunks: backward's scratch
     S* losses;      // (B, T)
+    S* lse;         // (B, T)   chunked only: log-sum-exp per position (running max in forward)
+    S* lse_sum;     // (B, T)   chunked only: running sum of exp across vocabulary chunks
   };
   // Gradient scratch for one layer at a time (backward walks layers in reverse and reuses it).
   struct GradScratch {
@@ -192,6 +199,10 @@ class GPT {
   void block_forward_inner(int l, const BlockActs& a, const T* x, int B, int Tn);
   void block_recompute(int l, const BlockActs& a, const T* x, int B, int Tn);
   void block_backward(int l, const BlockActs& a, const T* x, int B, int Tn);
+  // Split embedding, chunked classifier: positions [c0, c0 + n) of embedding unit e's logits,
+  // recomputed and turned into dlogits from the kept log-sum-exp; then dlnf += dlogits @ W_e
+  // and/or dwte += dlogits^T @ lnf (whichever is not null).
+  void classifier_chunk_grad(int e, int c0, int n, T* dlnf, T* dwte, void* scratch);
 
   GPTConfig cfg_;
   Recompute rc_;

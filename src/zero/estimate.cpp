@@ -33,6 +33,12 @@ Estimate estimate_plan(const Plan& plan, int world) {
   zc.stage = plan.zero.stage; zc.world = world; zc.rank = 0; zc.overlap = plan.zero.overlap_comm;
   zc.bucket_mb = plan.zero.bucket_mb; zc.prefetch_units = plan.zero.prefetch_units;
   zc.grad_accum = plan.batch.grad_accum; zc.elem_bytes = sizeof(Ops::T);
+  const int B = plan.batch.micro_batch;
+  const int chunk = plan.recompute.classifier_chunk;
+  const Recompute rc = Recompute::from(plan.recompute.policy, plan.recompute.every, chunk);
+  const int cls_rows = GPT<Ops>::classifier_rows(cfg, B, m.seq_len, rc);
+  // GPT::classifier_regathers() for this layout: chunks over a split embedding.
+  zc.classifier_regather = cls_rows < B * m.seq_len && layout.embedding_units() > 1;
   const Partition part(layout, zc);
 
   Estimate e;
@@ -50,10 +56,6 @@ Estimate estimate_plan(const Plan& plan, int world) {
     e.buffers.push_back({{"category", category_name(b.cat)}, {"name", b.name()}, {"tier", tier_name(b.tier)},
                          {"bytes", b.bytes()}});
   }
-  const int B = plan.batch.micro_batch;
-  const int chunk = zero_classifier_chunk(plan.recompute.classifier_chunk, plan.zero.stage, world);
-  const Recompute rc = Recompute::from(plan.recompute.policy, plan.recompute.every, chunk);
-  const int cls_rows = GPT<Ops>::classifier_rows(cfg, B, m.seq_len, rc);
   const size_t act = GPT<Ops>::activation_bytes(cfg, B, m.seq_len, rc);
   count(Ops::tier, Category::activations, act);
   e.buffers.push_back({{"category", "activations"}, {"name", "activations and activation gradients"},

@@ -18,10 +18,6 @@ int zero_embedding_rows(const GPTConfig& cfg, int stage, int world) {
   return stage == 3 && world > 1 ? ParamLayout::block_sized_rows(cfg, zero_pad_multiple(world)) : 0;
 }
 
-int zero_classifier_chunk(int classifier_chunk, int stage, int world) {
-  return stage == 3 && world > 1 ? 0 : classifier_chunk;
-}
-
 Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) {
   ZT_ASSERT(zc.world >= 1 && zc.rank >= 0 && zc.rank < zc.world);
   ZT_REQUIRE(layout.pad_multiple() % size_t(zc.world) == 0,
@@ -110,8 +106,11 @@ size_t Partition::embedding_gathered_again() const {
   // Forward gathers the embedding for the lookup and again for the LM head; backward's head
   // (units E-1..0) starts with the unit the forward head ended with, still gathered, and the
   // embedding's gradients need no parameters (model/gpt.h).
+  // A chunked classifier (zc_.classifier_regather) gathers every unit once more for its gradient.
   size_t n = 0;
   for (int u = 0; u + 1 < embedding_units_; ++u) n += unit_padded_[size_t(u)];
+  if (zc_.classifier_regather && zc_.stage == 3)
+    for (int u = 0; u < embedding_units_; ++u) n += unit_padded_[size_t(u)];
   return n;
 }
 

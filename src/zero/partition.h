@@ -44,10 +44,6 @@ size_t zero_pad_multiple(int world);  // lcm(world, 128)
 // The layout's wte rows per embedding unit for a stage: block-sized chunks at stage 3 with more
 // than one rank, one unit (0) otherwise.
 int zero_embedding_rows(const GPTConfig& cfg, int stage, int world);
-// The plan's recompute.classifier_chunk as the model takes it: 0 (whole logits) where the embedding
-// is split (stage 3, world > 1): the chunked classifier needs the whole LM head in one unit
-// (docs/design.md §3.11).
-int zero_classifier_chunk(int classifier_chunk, int stage, int world);
 
 struct Bucket {
   std::vector<int> units;  // in backward order (descending unit index)
@@ -65,6 +61,9 @@ struct ZeroConfig {
   int prefetch_units = 1;
   int grad_accum = 1;
   size_t elem_bytes = 4;  // bytes of one parameter / gradient element (fp32 on the CPU backend)
+  // Stage 3, split embedding, chunked classifier: backward gathers the embedding's units once
+  // more for their gradients (GPT::classifier_regathers, docs/design.md §3.11).
+  bool classifier_regather = false;
 };
 
 // What a stage does, as data (docs/design.md §3.3): the engine's parts read these flags instead of

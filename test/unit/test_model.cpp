@@ -336,4 +336,70 @@ TEST(Recompute, ClassifierChunksMatchWholeLogits) {
   }
 }
 
+// A chunked classifier over a split embedding (stage 3's layout, docs/design.md §3.11): vocabulary
+// chunks outer with an online log-sum-exp, positions inner; backward forms dlogits from the kept
+// log-sum-exp, takes dlnf at the start and each unit's weight gradient at the end, with the unit's
+// parameters used once more (hooks recorded). In double against the one-unit whole-logits model;
+// every policy with the same chunks equals none bit for bit.
+TEST(ModelChunks, SplitEmbeddingChunkedClassifierMatchesOneUnit) {
+  using Model = GPT<CpuOps<double>>;
+  const GPTConfig cfg = GPTConfig::make(2, 2, 16, 8, 2900);  // Vp 2944
+  const int B = 2, Tn = 8, N = B * Tn;
+  const int rows = ParamLayout::block_sized_rows(cfg, 128);
+  std::mt19937 rng(10);
+  std::vector<int> in(2 * N), tg(2 * N);
+  for (int i = 0; i < 2 * N; ++i) { in[size_t(i)] = int(rng() % cfg.V); tg[size_t(i)] = int(rng() % cfg.V); }
+  tg[3] = cfg.V - 1;  // a target in the last chunk
+  struct Record : UnitHooks {
+    std::vector<int> bwd;  // units of before_backward, in order
+    void before_backward(int u) override { bwd.push_back(u); }
+  };
+  auto run = [&](const Recompute& rc, int emb_rows, std::vector<double>& losses, Record* rec) {
+    MemoryTracker mem;
+    Model m(cfg, B, Tn, mem, 128, true, true, rc, emb_rows);
+    EXPECT_EQ(mem.current(Tier::host, Category::activations), Model::activation_bytes(cfg, B, Tn, rc));
+    if (rec) m.set_hooks(rec);
+    m.init_gpt2(3);
+    m.zero_grad();
+    for (int pass = 0; pass < 2; ++pass) {
+      losses.push_back(m.forward(in.data() + pass * N, tg.data() + pass * N, B, Tn, true, 1.0 / N));
+      m.backward();
+    }
+    return std::vector<double>(m.grads(), m.grads() + m.layout().total());
+  };
+  std::vector<double> l_ref;
+  const std::vector<double> g_ref = run(Recompute{}, 0, l_ref, nullptr);
+  for (int chunk : {5, 16 - 1, -1}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    const Recompute rc = Recompute::from("none", 1, chunk);
+    ASSERT_LT(Model::classifier_rows(cfg, B, Tn, rc), N);
+    std::vector<double> l;
+    Record rec;
+    const std::vector<double> g = run(rc, rows, l, &rec);
+    for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(l[i], l_ref[i], 1e-12 * l_ref[i]);
+    double max_g = 0, max_d = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      max_g = std::max(max_g, std::fabs(g_ref[i]));
+      max_d = std::max(max_d, std::fabs(g[i] - g_ref[i]));
+    }
+    EXPECT_LE(max_d, 1e-12 * max_g);
+    // Backward per pass: E-1..0 (head), final norm, blocks, then E-1..0 again (their gradients).
+    const int E = ParamLayout(cfg, 128, rows).embedding_units();
+    ASSERT_GT(E, 3);
+    std::vector<int> want;
+    for (int u = E - 1; u >= 0; --u) want.push_back(u);
+    for (int u = E + cfg.L; u >= E; --u) want.push_back(u);
+    for (int u = E - 1; u >= 0; --u) want.push_back(u);
+    want.insert(want.end(), want.begin(), want.end());
+    EXPECT_EQ(rec.bwd, want);
+    for (const auto& [name, every] : std::vector<std::pair<std::string, int>>{{"selective", 1}, {"block", 1}}) {
+      SCOPED_TRACE(name);
+      std::vector<double> lp;
+      EXPECT_TRUE(run(Recompute::from(name, every, chunk), rows, lp, nullptr) == g);
+      EXPECT_EQ(lp, l);
+    }
+  }
+}
+
 }  // namespace zt
+
