@@ -35,11 +35,12 @@ POLICIES = [("selective", 1), ("block", 1), ("block", 2)]
 CONFIGS = [(1, 0, 1), (3, 3, 2)]  # (ranks, stage, grad_accum)
 # Classifier chunks (recompute.classifier_chunk, docs/design.md §3.11): 0 = whole logits, 37 positions
 # (divides neither T = 31 nor B*T), -1 = the default (auto). Every policy runs with each; the bit
-# comparison is against none with the same chunk. Chunked none against whole none: the same forward
-# (each row's logits and loss are the same arithmetic), so step 1's loss is equal; the head's weight
-# gradient is summed chunk by chunk (another order), so later steps agree to zero_matrix's
-# tolerances. At N = 3 stage 3 the embedding is split and the classifier stays whole (the chunk is
-# ignored), so there chunked runs equal whole runs bit for bit.
+# comparison is against none with the same chunk. Chunked none against whole none at N = 1: the
+# same forward (each row's logits and loss are the same arithmetic), so step 1's loss is equal; the
+# head's weight gradient is summed chunk by chunk (another order), so later steps agree to
+# zero_matrix's tolerances. At N = 3 stage 3 the embedding is split: the log-sum-exp is folded over
+# its vocabulary chunks (another rounding), so tolerances from step 1, and bytes per step include
+# the embedding gathered once more for its gradient (zero_matrix.theory_bytes, regather).
 CHUNKS = [0, 37, -1]
 
 
@@ -61,11 +62,11 @@ def bitwise(res, ref):
     return errs
 
 
-def close(res, ref):
-    """Chunked against whole logits: step 1's loss equal, then zero_matrix's tolerances."""
+def close(res, ref, first_equal):
+    """Chunked against whole logits: step 1's loss equal (first_equal), then zero_matrix's tolerances."""
     errs = []
     a, b = [r["loss"] for r in res["steps"]], [r["loss"] for r in ref["steps"]]
-    if a[0] != b[0]:
+    if first_equal and a[0] != b[0]:
         errs.append(f"step 1 loss {a[0]!r} vs whole {b[0]!r} (same arithmetic per row)")
     worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
     if worst > zm.LOSS_TOL:
@@ -110,12 +111,10 @@ def main():
                 ref = whole
                 bits_vs = "whole"
                 errs, m = zm.check(res, whole, n, stage, accum, True)
-                if stage == 3 and n > 1:
-                    errs += bitwise(res, whole)
-                else:
-                    # Same configuration but the chunk, so zm.check asks for determinism (bits): the
-                    # head's weight gradient is summed in another order, so compare with tolerances.
-                    errs = [e for e in errs if not e.startswith("determinism")] + close(res, whole)
+                # Same configuration but the chunk, so zm.check asks N = 1 for determinism (bits):
+                # the head's weight gradient is summed in another order, so compare with tolerances
+                # (at stage 3 with N > 1 the log-sum-exp is folded over vocabulary chunks too).
+                errs = [e for e in errs if not e.startswith("determinism")] + close(res, whole, n == 1 or stage < 3)
             else:
                 ref = runs.get(("none", 1))
                 if ref is None:
