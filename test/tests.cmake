@@ -54,9 +54,10 @@ add_test(NAME memory_check
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/mpi/memory_check.py --train $<TARGET_FILE:train>
                  --mpirun ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-# recompute_check: every recompute policy against none at N = 1 stage 0 and N = 3 stage 3: losses,
-# grad norms and final weights bit for bit, bytes per step vs theory, tracked memory vs estimate;
-# about a minute.
+# recompute_check: every recompute policy against none at N = 1 stage 0 and N = 3 stage 3, whole
+# logits and classifier chunks of 37 positions: losses, grad norms and final weights bit for bit
+# (chunked against whole: tolerances), bytes per step vs theory, tracked memory vs estimate;
+# about two minutes.
 add_test(NAME recompute_check
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/mpi/recompute_check.py --train $<TARGET_FILE:train>
                  --mpirun ${MPIEXEC_EXECUTABLE}

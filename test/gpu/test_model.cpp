@@ -134,6 +134,13 @@ TEST(GpuModel, Fp32SplitEmbeddingMatchesCpu) { check_one_pass<CudaOps<float>>(1e
 // Classifier chunks of 50 positions (B*T = 231: four of 50 and one of 31) against the whole CPU model.
 TEST(GpuModel, Fp32ClassifierChunksMatchCpu) { check_one_pass<CudaOps<float>>(1e-5, 1e-4, 0.999999, 0, 50); }
 TEST(GpuModel, Bf16ClassifierChunksWithinTolerance) { check_one_pass<CudaOps<bf16>>(2e-2, 1e-1, 0.99, 0, 50); }
+// Both: three vocabulary chunks outer (online log-sum-exp: xent_chunk_* kernels), 50 positions inner.
+TEST(GpuModel, Fp32SplitEmbeddingClassifierChunksMatchCpu) {
+  check_one_pass<CudaOps<float>>(1e-5, 1e-4, 0.999999, 384, 50);
+}
+TEST(GpuModel, Bf16SplitEmbeddingClassifierChunksWithinTolerance) {
+  check_one_pass<CudaOps<bf16>>(2e-2, 1e-1, 0.99, 384, 50);
+}
 
 // Recompute policies on the GPU (docs/design.md §3.11): a recomputed block reruns the same
 // kernels on the same inputs, so `block` (every block, and every other one) must give the loss

@@ -20,15 +20,15 @@ GPT-2 activation shapes, independently of the code:
                        unit (a block); all × 4 bytes. Buckets: blocks in backward order (final norm,
                        blocks L-1..0), closed once they reach bucket_mb MiB (every unit alone
                        without overlap); each embedding unit is a bucket of its own.
-  activations 4 bytes × (B·T × (L·(17C + NH + 4) + 16C + 5) + P·Vp):
+  activations 4 bytes × (B·T × (L·(17C + NH + 4) + 16C + 5) + P·Vp [+ 2·B·T with chunks]):
               per layer ln1 C, ln1 mean+rstd 2, qkv 3C, attention output C, attention
               log-sum-exp NH, attention projection C, residual C, ln2 C, ln2 mean+rstd 2, fc 4C,
               gelu 4C, residual C  (17C + NH + 4); the fc projection C once (no layer keeps it);
               once: input and target ids 2, embedding output C, ln_f C + mean+rstd 2, losses 1;
               backward scratch: residual gradient C, C-sized gradient C, two 4C gradients, qkv
               gradient 3C (16C + 5 in all); logits: one classifier chunk, P positions × Vp (P =
-              B·T with whole logits; auto: ⌊B·T·(17C + NH + 4)/Vp⌋ clamped to [1, B·T]; whole at
-              stage 3 with N > 1). The tracker starts every field on 64 bytes; B·T is a multiple
+              B·T with whole logits; auto: ⌊B·T·(17C + NH + 4)/Vp⌋ clamped to [1, B·T]), and
+              with chunks a log-sum-exp and a running sum per position (2·B·T). The tracker starts every field on 64 bytes; B·T is a multiple
               of 16 here, so every field already is (asserted).
 
 checked for stages 0-3 at world 1 and 3 in `train estimate --json` (overlap on and off) and in the
@@ -46,7 +46,8 @@ checked in the estimate for every policy (world 1 stage 0, world 3 stage 3) and 
 1); for GPT-2 124M at B = 8, T = 1024 the block estimate is printed next to none's and must be at
 most one block's working set (W + the 13C backward gradient scratch) + the L + 1 block inputs
 (embedding output and L block outputs) + the classifier buffers (ln_f C + 2, losses 1) + the 2
-token ids, per token, + one classifier chunk's logits (auto: 2128 positions × Vp).
+token ids + the chunks' log-sum-exp and running sum 2, per token, + one classifier chunk's logits
+(auto: 2128 positions × Vp).
 
 Resident memory under recompute: a 12-layer model with a 256-token vocabulary (token shards written
 here, so the classifier does not dominate) runs one step with none, selective and block; block's
@@ -147,11 +148,11 @@ def buckets(units, overlap, E):
 
 
 def classifier_rows(m, chunk=-1, world=1, stage=0):
-    """Positions per classifier chunk (docs/design.md §3.11): B·T when whole (chunk 0, and at stage 3
-    with N > 1, where the embedding is split); auto (-1): as many rows of Vp logits as fit in one
-    block's activations (17C + NH + 4 per token, every field of a layer), at least 1."""
+    """Positions per classifier chunk (docs/design.md §3.11): B·T when whole (chunk 0); auto (-1):
+    as many rows of Vp logits as fit in one block's activations (17C + NH + 4 per token, every
+    field of a layer), at least 1. The same at every stage and world."""
     C, NH, BT, vp = m["C"], m["NH"], m["B"] * m["T"], m.get("VP", VP)
-    if chunk == 0 or (stage == 3 and world > 1):
+    if chunk == 0:
         return BT
     if chunk > 0:
         return min(chunk, BT)
@@ -166,7 +167,7 @@ def activation_bytes(m, policy="none", every=1, chunk=-1, world=1, stage=0):
     per_layer = 17 * C + NH + 4  # fc projection (C) is one layer of scratch, kept by no policy
     once = 2 + C + (C + 2) + 1 + (C + C + 4 * C + 4 * C + 3 * C)
     assert once == 15 * C + 5
-    logits = 4 * rows * vp
+    logits = 4 * rows * vp + (4 * 2 * BT if rows < BT else 0)  # + log-sum-exp and running sum
     work = per_layer  # one block's working set without its output, with its fc projection
     if policy == "selective":
         kept = 2 + 3 * C + C + NH + C + 2 + 4 * C + C
@@ -345,7 +346,7 @@ def check_recompute(train, mpirun, work, failures):
     # GPT-2 124M, B = 8, T = 1024: block against its bound (per token, 4 bytes each).
     C, L, NH, BT = GPT2["C"], GPT2["L"], GPT2["NH"], GPT2["B"] * GPT2["T"]
     rows = classifier_rows(GPT2)
-    bound = 4 * BT * ((17 * C + NH + 4) + 13 * C + (L + 1) * C + (C + 2) + 1 + 2) + 4 * rows * VP
+    bound = 4 * BT * ((17 * C + NH + 4) + 13 * C + (L + 1) * C + (C + 2) + 1 + 2 + 2) + 4 * rows * VP
     try:
         none, block = (estimate(train, GPT2, 1, 0, True, work, p)["activations"] for p in ("none", "block"))
         for p, got in (("none", none), ("block", block)):
