@@ -63,7 +63,10 @@ Estimate estimate_plan(const Plan& plan, int world) {
   // The policy's price next to the alternatives (docs/design.md §3.11): activation bytes of every
   // policy, and the forward FLOPs backward spends again (matmuls and attention, per micro-step).
   const double fwd = GPT<Ops>::forward_flops(cfg, B, m.seq_len);
-  const double extra = GPT<Ops>::recompute_flops(cfg, B, m.seq_len, rc);
+  // A split embedding's chunked classifier recomputes the logits twice in backward (input gradient
+  // first, each unit's weight gradient at the end; docs/design.md §3.11).
+  const double extra = GPT<Ops>::recompute_flops(cfg, B, m.seq_len, rc) +
+                       (zc.classifier_regather ? 2.0 * B * m.seq_len * cfg.C * cfg.Vp : 0.0);
   // Every policy with this plan's classifier chunk, and without chunks (whole logits).
   auto by_policy = [&](int c) {
     nlohmann::json j;
