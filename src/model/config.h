@@ -26,7 +26,8 @@ struct GPTConfig {
 // recomputed and the others keep everything.
 //
 // classifier_chunk: positions per chunk of the LM head + cross-entropy; 0 = all positions at once;
-// -1 = auto: as many as keep one chunk's logits within one block's activations (GPT::classifier_rows).
+// -1 = auto: as many as keep one chunk's logits within one block's activations, at least 256
+// (GPT::classifier_rows).
 // With chunks, the (B*T, Vp) logits never exist: forward keeps the losses only, backward recomputes
 // each chunk's logits to form its dlogits (docs/design.md §3.11). Only for a one-unit embedding.
 struct Recompute {

@@ -107,7 +107,10 @@ size_t product(std::initializer_list<size_t> xs) {
 }
 // Positions per classifier chunk for batches up to (B, Tn) (B*Tn: one chunk). Auto (-1): one
 // chunk's logits (rows x Vp elements of T) at most one block's activations (every BlockActs field
-// of one layer, B*Tn tokens), at least one row.
+// of one layer, B*Tn tokens), but at least kMinAutoRows: thinner chunks make the head's matmuls
+// and the loss's parallel loops so small that their overhead dominates (5-row chunks: 10x the CPU
+// time of a step, docs/design.md §3.11).
+constexpr size_t kMinAutoRows = 256;
 size_t classifier_rows_for(const GPTConfig& cfg, int B, int Tn, const Recompute& rc, size_t t_bytes, size_t s_bytes) {
   const size_t BT = product({size_t(B), size_t(Tn)});
   if (rc.classifier_chunk > 0) return std::min(BT, size_t(rc.classifier_chunk));
@@ -116,7 +119,7 @@ size_t classifier_rows_for(const GPTConfig& cfg, int B, int Tn, const Recompute&
   for (int f = 0; f < kFields; ++f)
     per_token += block_field_width(cfg, f) * (kBlockKind[f] == Elem::t ? t_bytes : s_bytes);
   const size_t rows = product({BT, per_token}) / product({size_t(cfg.Vp), t_bytes});
-  return std::clamp<size_t>(rows, 1, BT);
+  return std::clamp<size_t>(rows, std::min(BT, kMinAutoRows), BT);
 }
 template <class T, class S>
 std::vector<FieldSize> activation_sizes(const GPTConfig& cfg, int B, int Tn, const Recompute& rc) {

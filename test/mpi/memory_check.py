@@ -27,7 +27,7 @@ GPT-2 activation shapes, independently of the code:
               once: input and target ids 2, embedding output C, ln_f C + mean+rstd 2, losses 1;
               backward scratch: residual gradient C, C-sized gradient C, two 4C gradients, qkv
               gradient 3C (16C + 5 in all); logits: one classifier chunk, P positions × Vp (P =
-              B·T with whole logits; auto: ⌊B·T·(17C + NH + 4)/Vp⌋ clamped to [1, B·T]), and
+              B·T with whole logits; auto: ⌊B·T·(17C + NH + 4)/Vp⌋ clamped to [min(B·T, 256), B·T]), and
               with chunks a log-sum-exp and a running sum per position (2·B·T). The tracker starts every field on 64 bytes; B·T is a multiple
               of 16 here, so every field already is (asserted).
 
@@ -150,13 +150,13 @@ def buckets(units, overlap, E):
 def classifier_rows(m, chunk=-1, world=1, stage=0):
     """Positions per classifier chunk (docs/design.md §3.11): B·T when whole (chunk 0); auto (-1):
     as many rows of Vp logits as fit in one block's activations (17C + NH + 4 per token, every
-    field of a layer), at least 1. The same at every stage and world."""
+    field of a layer), at least min(B·T, 256). The same at every stage and world."""
     C, NH, BT, vp = m["C"], m["NH"], m["B"] * m["T"], m.get("VP", VP)
     if chunk == 0:
         return BT
     if chunk > 0:
         return min(chunk, BT)
-    return max(1, min(BT, BT * (17 * C + NH + 4) // vp))
+    return max(min(BT, 256), min(BT, BT * (17 * C + NH + 4) // vp))
 
 
 def activation_bytes(m, policy="none", every=1, chunk=-1, world=1, stage=0):

@@ -315,7 +315,7 @@ TEST(Recompute, ClassifierChunksMatchWholeLogits) {
     SCOPED_TRACE("chunk " + std::to_string(chunk));
     const Recompute rc = Recompute::from("none", 1, chunk);
     const int rows = Model::classifier_rows(cfg, B, Tn, rc);
-    EXPECT_EQ(rows, chunk > 0 ? std::min(chunk, N) : N);  // auto: one block (415 per token) > Vp 128: whole
+    EXPECT_EQ(rows, chunk > 0 ? std::min(chunk, N) : N);  // auto: at least 256 positions: whole
     if (rows < N) EXPECT_LT(Model::activation_bytes(cfg, B, Tn, rc), Model::activation_bytes(cfg, B, Tn, Recompute{}));
     const Out o = run(rc);
     EXPECT_EQ(o.losses, whole.losses);
@@ -369,7 +369,7 @@ TEST(ModelChunks, SplitEmbeddingChunkedClassifierMatchesOneUnit) {
   };
   std::vector<double> l_ref;
   const std::vector<double> g_ref = run(Recompute{}, 0, l_ref, nullptr);
-  for (int chunk : {5, 16 - 1, -1}) {
+  for (int chunk : {5, 16 - 1, 3}) {
     SCOPED_TRACE("chunk " + std::to_string(chunk));
     const Recompute rc = Recompute::from("none", 1, chunk);
     ASSERT_LT(Model::classifier_rows(cfg, B, Tn, rc), N);
