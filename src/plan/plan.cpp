@@ -341,6 +341,7 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
 
   p.recompute.policy = get_choice(r, "recompute.policy", {"none", "selective", "block"});
   p.recompute.every = get_int(r, "recompute.every", 1);
+  p.recompute.classifier_chunk = get_int(r, "recompute.classifier_chunk", -1);
   if (p.recompute.every != 1 && p.recompute.policy != "block")
     bad("recompute.every", "only applies to recompute.policy \"block\" (got policy \"" + p.recompute.policy +
                                "\" with every " + std::to_string(p.recompute.every) + ")");

@@ -236,12 +236,14 @@ class Trainer {
     // gradients of its own: they are the store's (zero/store.h), pointed at by the engine.
     const int stage = plan_.zero.stage;
     model_ = std::make_unique<GPT<Ops>>(cfg_, B, Tn, mem_, zero_pad_multiple(world), false, false,
-                                        Recompute::from(plan_.recompute.policy, plan_.recompute.every),
+                                        Recompute::from(plan_.recompute.policy, plan_.recompute.every,
+                                                        plan_.recompute.classifier_chunk),
                                         zero_embedding_rows(cfg_, stage, world));
     ZeroConfig zc;
     zc.stage = stage; zc.world = world; zc.rank = comm_.rank(); zc.overlap = plan_.zero.overlap_comm;
     zc.bucket_mb = plan_.zero.bucket_mb; zc.prefetch_units = plan_.zero.prefetch_units;
     zc.grad_accum = plan_.batch.grad_accum; zc.elem_bytes = sizeof(T);
+    zc.classifier_regather = model_->classifier_regathers();
     partition_ = std::make_unique<Partition>(model_->layout(), zc);
     store_ = std::make_unique<StateStore>(list_model_state(model_->layout(), *partition_, state_types_of<Ops>(), swap_),
                                           mem_, swap_);

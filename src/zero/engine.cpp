@@ -170,6 +170,8 @@ void ZeroEngine<Ops>::before_backward(int u) {
 template <class Ops>
 void ZeroEngine<Ops>::before_grads(int u) {
   reducer_.before_grads(u);
+  if (grads_opened_at_.size() <= size_t(u)) grads_opened_at_.resize(size_t(u) + 1, 0);
+  grads_opened_at_[size_t(u)] = spans_closed_;
   // Gradients written without parameters (the embedding's, last) are a backward span of their own.
   grads_span_ = !in_backward_span_;
   if (grads_span_) comm_.test(CommHandle{});
@@ -179,6 +181,11 @@ void ZeroEngine<Ops>::before_grads(int u) {
 template <class Ops>
 void ZeroEngine<Ops>::grads_ready(int u) {
   if (grads_span_ && tr_) backward_span(u);
+  if (!grads_span_ && !in_backward_span_ && tr_ && size_t(u) < grads_opened_at_.size() &&
+      spans_closed_ - grads_opened_at_[size_t(u)] > 1) {
+    span_t0_ = last_close_t_;
+    backward_span(u);
+  }
   grads_span_ = false;
   reducer_.grads_ready(u);
 }
@@ -193,6 +200,8 @@ template <class Ops>
 void ZeroEngine<Ops>::after_backward(int u) {
   if (tr_) backward_span(u);
   in_backward_span_ = false;
+  ++spans_closed_;
+  if (tr_) last_close_t_ = Tracer::now_us();
   if (rules_.gather_units) gatherer_.release(u);
 }
 

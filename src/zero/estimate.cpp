@@ -33,6 +33,12 @@ Estimate estimate_plan(const Plan& plan, int world) {
   zc.stage = plan.zero.stage; zc.world = world; zc.rank = 0; zc.overlap = plan.zero.overlap_comm;
   zc.bucket_mb = plan.zero.bucket_mb; zc.prefetch_units = plan.zero.prefetch_units;
   zc.grad_accum = plan.batch.grad_accum; zc.elem_bytes = sizeof(Ops::T);
+  const int B = plan.batch.micro_batch;
+  const int chunk = plan.recompute.classifier_chunk;
+  const Recompute rc = Recompute::from(plan.recompute.policy, plan.recompute.every, chunk);
+  const int cls_rows = GPT<Ops>::classifier_rows(cfg, B, m.seq_len, rc);
+  // GPT::classifier_regathers() for this layout: chunks over a split embedding.
+  zc.classifier_regather = cls_rows < B * m.seq_len && layout.embedding_units() > 1;
   const Partition part(layout, zc);
 
   Estimate e;
@@ -50,8 +56,6 @@ Estimate estimate_plan(const Plan& plan, int world) {
     e.buffers.push_back({{"category", category_name(b.cat)}, {"name", b.name()}, {"tier", tier_name(b.tier)},
                          {"bytes", b.bytes()}});
   }
-  const int B = plan.batch.micro_batch;
-  const Recompute rc = Recompute::from(plan.recompute.policy, plan.recompute.every);
   const size_t act = GPT<Ops>::activation_bytes(cfg, B, m.seq_len, rc);
   count(Ops::tier, Category::activations, act);
   e.buffers.push_back({{"category", "activations"}, {"name", "activations and activation gradients"},
@@ -59,12 +63,23 @@ Estimate estimate_plan(const Plan& plan, int world) {
   // The policy's price next to the alternatives (docs/design.md §3.11): activation bytes of every
   // policy, and the forward FLOPs backward spends again (matmuls and attention, per micro-step).
   const double fwd = GPT<Ops>::forward_flops(cfg, B, m.seq_len);
-  const double extra = GPT<Ops>::recompute_flops(cfg, B, m.seq_len, rc);
-  const size_t none = GPT<Ops>::activation_bytes(cfg, B, m.seq_len, Recompute::from("none", 1));
-  const size_t selective = GPT<Ops>::activation_bytes(cfg, B, m.seq_len, Recompute::from("selective", 1));
-  const size_t block = GPT<Ops>::activation_bytes(cfg, B, m.seq_len, Recompute::from("block", 1));
+  // A split embedding's chunked classifier recomputes the logits twice in backward (input gradient
+  // first, each unit's weight gradient at the end; docs/design.md §3.11).
+  const double extra = GPT<Ops>::recompute_flops(cfg, B, m.seq_len, rc) +
+                       (zc.classifier_regather ? 2.0 * B * m.seq_len * cfg.C * cfg.Vp : 0.0);
+  // Every policy with this plan's classifier chunk, and without chunks (whole logits).
+  auto by_policy = [&](int c) {
+    nlohmann::json j;
+    for (const char* p : {"none", "selective", "block"})
+      j[p] = GPT<Ops>::activation_bytes(cfg, B, m.seq_len, Recompute::from(p, 1, c));
+    return j;
+  };
+  const nlohmann::json acts_by = by_policy(chunk), acts_whole = by_policy(0);
+  const size_t none = acts_by["none"], selective = acts_by["selective"], block = acts_by["block"];
+  const size_t logits_bytes = size_t(cls_rows) * size_t(cfg.Vp) * sizeof(Ops::T);
   e.recompute = {{"policy", plan.recompute.policy}, {"every", plan.recompute.every}, {"activation_bytes", act},
-                 {"activation_bytes_by_policy", {{"none", none}, {"selective", selective}, {"block", block}}},
+                 {"classifier_chunk_rows", cls_rows}, {"classifier_chunk_logits_bytes", logits_bytes},
+                 {"activation_bytes_by_policy", acts_by}, {"activation_bytes_by_policy_whole_logits", acts_whole},
                  {"extra_forward_flops_per_micro_step", extra}, {"forward_flops_per_micro_step", fwd}};
 
   for (const auto& [tier, total] : totals) {
@@ -109,7 +124,14 @@ Estimate estimate_plan(const Plan& plan, int world) {
      << format_bytes(double(selective)) << ", block " << format_bytes(double(block)) << " (this plan: "
      << plan.recompute.policy;
   if (plan.recompute.policy == "block") os << ", every " << plan.recompute.every;
-  os << ")\nrecompute: " << std::fixed << std::setprecision(1) << extra / 1e9 << " GFLOP of forward again per micro-step ("
+  os << ")\nclassifier: ";
+  if (cls_rows < B * m.seq_len)
+    os << "chunks of " << cls_rows << " positions (" << format_bytes(double(logits_bytes)) << " of logits; whole: none "
+       << format_bytes(double(acts_whole["none"].get<size_t>())) << ", block "
+       << format_bytes(double(acts_whole["block"].get<size_t>())) << ")";
+  else
+    os << "whole (" << format_bytes(double(logits_bytes)) << " of logits)";
+  os << "\nrecompute: " << std::fixed << std::setprecision(1) << extra / 1e9 << " GFLOP of forward again per micro-step ("
      << 100.0 * extra / (3.0 * fwd) << "% of a step's ~3 x " << fwd / 1e9
      << " GFLOP forward; matmuls and attention, pointwise work not counted)\n";
   os << "\nsent per rank per optimizer step: " << format_bytes(double(e.bytes_per_step)) << " (" << e.bytes_per_step

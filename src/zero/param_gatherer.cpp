@@ -80,7 +80,8 @@ void ParamGatherer<Ops>::begin_pass(bool with_backward) {
   if (!rules_.gather_units) return;
   // The order in which the model reads units' parameters (UnitHooks, model/gpt.h): forward E-1..0
   // (lookup), blocks, final norm, 0..E-1 (LM head); backward E-1..0 (LM head), final norm, blocks
-  // in reverse. The embedding's gradients need no parameters, so nothing is gathered for them.
+  // in reverse. The embedding's gradients need no parameters, so nothing is gathered for them
+  // (unless the classifier is chunked, below).
   const int U = layout_.num_units(), E = layout_.embedding_units();
   sched_.clear();
   for (int u = E - 1; u >= 0; --u) sched_.push_back(u);
@@ -89,6 +90,10 @@ void ParamGatherer<Ops>::begin_pass(bool with_backward) {
   if (with_backward) {
     for (int u = E - 1; u >= 0; --u) sched_.push_back(u);
     for (int u = U - 1; u >= E; --u) sched_.push_back(u);
+    // A chunked classifier over a split embedding recomputes each unit's logits for its gradient
+    // (model/gpt.h): E-1..0 once more, at the end.
+    if (part_.config().classifier_regather)
+      for (int u = E - 1; u >= 0; --u) sched_.push_back(u);
   }
   pos_ = 0;
   for (GatherSlot& g : slots_) ZT_ASSERT(g.unit < 0);

@@ -61,6 +61,9 @@ struct ZeroConfig {
   int prefetch_units = 1;
   int grad_accum = 1;
   size_t elem_bytes = 4;  // bytes of one parameter / gradient element (fp32 on the CPU backend)
+  // Stage 3, split embedding, chunked classifier: backward gathers the embedding's units once
+  // more for their gradients (GPT::classifier_regathers, docs/design.md §3.11).
+  bool classifier_regather = false;
 };
 
 // What a stage does, as data (docs/design.md §3.3): the engine's parts read these flags instead of
