@@ -17,8 +17,10 @@ const std::vector<Backend>& backends() {
     cpu.zero_stages = {0, 1, 2, 3};
     Backend gpu;
     gpu.device = "cuda", gpu.library = "CUDA", gpu.built = cuda;
-    gpu.max_world = 1, gpu.world_note = "one rank on one GPU";
-    gpu.zero_stages = {0}, gpu.stage_note = " on one GPU; stages 1-3 shard across ranks";
+    // Several ranks (sharing a GPU or not): collectives host-staged through MPI (zero/staged_comm.h),
+    // tested under emulation only (test/emu).
+    gpu.max_world = 0, gpu.world_note = "any number of ranks under mpirun, collectives host-staged through MPI";
+    gpu.zero_stages = {0, 1, 2, 3};
     gpu.head_sizes = {16, 32, 64, 128};  // the attention kernels' template instances (kernels/attention_*.cu)
     gpu.n_embd_multiple = 8, gpu.n_embd_note = "128-bit loads";
     gpu.max_seq_x_embd = kInt32Max, gpu.max_batch_x_heads = kInt32Max;

@@ -25,6 +25,7 @@
 #include "checkpoint/state_io.h"
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
+#include "zero/staged_comm.h"
 #endif
 #include "runtime/device.h"
 #include "runtime/error.h"
@@ -245,7 +246,15 @@ class Trainer {
     partition_ = std::make_unique<Partition>(model_->layout(), zc);
     store_ = std::make_unique<StateStore>(list_model_state(model_->layout(), *partition_, state_types_of<Ops>(), swap_),
                                           mem_, swap_);
-    engine_ = std::make_unique<ZeroEngine<Ops>>(*model_, *partition_, *store_, comm_, plan_.optim);
+    // The CUDA backend's collectives go through pinned host mirrors (zero/staged_comm.h).
+    Comm* engine_comm = &comm_;
+#if ZT_HAVE_CUDA
+    if constexpr (Ops::tier == Tier::device) {
+      staged_comm_ = std::make_unique<StagedComm>(comm_, *store_, state_types_of<Ops>().param, stage);
+      engine_comm = staged_comm_.get();
+    }
+#endif
+    engine_ = std::make_unique<ZeroEngine<Ops>>(*model_, *partition_, *store_, *engine_comm, plan_.optim);
     // model.init is read here (into the allocated parameters); a damaged file is still refused
     // before anything is written. A run that starts from a TrainState takes its buffers instead.
     state_.seed = plan_.run.seed;
@@ -483,6 +492,7 @@ class Trainer {
   std::unique_ptr<GPT<Ops>> model_;
   std::unique_ptr<Partition> partition_;
   std::unique_ptr<StateStore> store_;
+  std::unique_ptr<Comm> staged_comm_;  // CUDA backend: the engine's comm over comm_ (before engine_: outlives it)
   std::unique_ptr<ZeroEngine<Ops>> engine_;
   std::unique_ptr<Tracer> tracer_;  // run.trace; null = off
   uint64_t bytes_per_step_ = 0;

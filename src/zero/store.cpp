@@ -23,6 +23,7 @@ const char* state_name(StateId id) {
     case StateId::rs_receive: return "reduce-scatter receive";
     case StateId::gathered_units: return "gathered units";
     case StateId::swap_buffers: return "optimizer swap buffers";
+    case StateId::host_staging: return "collective host staging";
     case StateId::count: break;
   }
   ZT_ASSERT(false);
@@ -55,6 +56,31 @@ std::vector<TensorRange> shard(const ParamLayout& layout, const Partition& part)
     }
   }
   return out;
+}
+}  // namespace
+
+std::vector<StateId> host_staged(int stage) {
+  switch (stage) {
+    case 0: return {StateId::grads};
+    case 1: return {StateId::params, StateId::grads, StateId::grad_shard};
+    case 2: return {StateId::params, StateId::embedding_staging, StateId::bucket_staging, StateId::rs_receive};
+    default: return {StateId::param_shard, StateId::embedding_staging, StateId::bucket_staging, StateId::rs_receive,
+                     StateId::gathered_units};
+  }
+}
+
+namespace {
+// CUDA backend, several ranks: the MPI comm sees host memory only, so every buffer a collective
+// touches gets a pinned fp32 mirror (bf16 is widened there and summed in fp32), carved in
+// host_staged() order from one allocation. A world of one sends nothing and needs none.
+void add_host_staging(std::vector<StateBuffer>& out, const Partition& part, const StateTypes& ty) {
+  if (ty.tier != Tier::device || part.config().world == 1) return;
+  size_t n = 0;
+  for (StateId id : host_staged(part.config().stage))
+    for (const StateBuffer& b : out)
+      if (b.id == id) n = checked_add(n, b.numel, "model: collective host staging (elements)");
+  out.push_back({StateId::host_staging, Category::comm, DType::f32, Tier::pinned, n, false, {}});
+  checked_mul(n, size_t(4), "model: bytes of the collective host staging");
 }
 }  // namespace
 
@@ -97,6 +123,7 @@ std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Parti
     add(StateId::swap_buffers, Category::staging, ty.state, offload::pool_numel(swap, sh, states), false, {});
     out.back().tier = Tier::host;
   }
+  add_host_staging(out, part, ty);
   return out;
 }
 

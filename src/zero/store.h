@@ -20,6 +20,9 @@
 //   rs_receive         2-3    (...)/N        communication slot: reduce-scatter results
 //   gathered_units     3      (prefetch + 1) x max(block, chunk)   communication slots: gathered units
 //   swap_buffers       1-3    B x S x sub-group          offload.optimizer nvme: the pipeline's pool
+//   host_staging       0-3    sum of the buffers collectives touch (fp32)   CUDA backend, world > 1:
+//                                            pinned host mirrors the MPI comm reads and writes
+//                                            (zero/staged_comm.h; host_staged() says which buffers)
 //
 // Communication slots hold no fixed range (their contents change within a step); the persistent
 // buffers (parameters or parameter shard, moments, master weights) are the training state that a
@@ -43,7 +46,7 @@ namespace zt {
 
 enum class StateId : int {
   params = 0, grads, param_shard, grad_shard, adam_m, adam_v, master,
-  embedding_staging, bucket_staging, rs_receive, gathered_units, swap_buffers, count
+  embedding_staging, bucket_staging, rs_receive, gathered_units, swap_buffers, host_staging, count
 };
 constexpr size_t kNumStateIds = size_t(StateId::count);
 const char* state_name(StateId id);  // for tables and messages: "AdamW first moment", ...
@@ -89,6 +92,12 @@ StateTypes state_types_of() {
 // not fit in 64 bits. An enabled `swap` (stages 1-3) moves the optimizer state to Tier::nvme.
 std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Partition& part, const StateTypes& types,
                                           const offload::SwapSpec& swap = {});
+
+// The device buffers whose collectives go through host memory on the CUDA backend (zero/staged_comm.h),
+// in the order host_staging mirrors them: stage 0 all-reduces gradients; stage 1 reduce-scatters
+// them into the gradient shard and all-gathers parameters; stage 2 reduce-scatters staging slots
+// into rs_receive and all-gathers parameters; stage 3 gathers the parameter shard into slots.
+std::vector<StateId> host_staged(int stage);
 
 // Owns the buffers of one rank's list (zero-filled, tracked); Tier::nvme buffers are swap files in
 // swap.dir (created here, removed with the store).
