@@ -57,7 +57,9 @@ const Features& features() {
     x.checkpoint_saving = true;
     x.checkpoint_resume = true;
     x.master_weights_off = false;
-    x.offload_optimizer = {"none", "nvme"};
+    // "cpu": the CUDA backend's AdamW on the host (the CPU backend has nothing to move; plan.cpp says so).
+    x.offload_optimizer = device::built_with_cuda() ? std::vector<std::string>{"none", "cpu", "nvme"}
+                                                    : std::vector<std::string>{"none", "nvme"};
     return x;
   }();
   return f;
@@ -79,8 +81,10 @@ std::string help() {
     if (b.n_embd_multiple > 1) os << ", n_embd a multiple of " << b.n_embd_multiple;
     os << "\n";
   }
-  os << "Offload: offload.optimizer \"nvme\" (zero.stage 1-3, CPU backend); parameter offload is not available in\n"
-        "this build yet (plans asking for it are rejected).";
+  os << "Offload: offload.optimizer \"nvme\" (zero.stage 1-3, both backends) and \"cpu\" (zero.stage 1-3, CUDA backend:\n"
+        "AdamW on the CPU from pinned host memory; no checkpoints yet); parameter offload is not available in this\n"
+        "build yet (plans asking for it are rejected). The CUDA backend's multi-rank and offload paths are tested\n"
+        "under emulation only.";
   return os.str();
 }
 

@@ -27,9 +27,17 @@ uint64_t swap_file_bytes(const Plan& plan, int world, int* files, uint64_t* pool
 }  // namespace
 
 offload::SwapSpec prepare_offload(const Plan& plan, int world, int rank, int local_world, bool host_backend) {
-  if (plan.offload.optimizer != "nvme") return {};
-  ZT_REQUIRE(host_backend, "offload.optimizer: \"nvme\" is not implemented yet for the CUDA backend (its AdamW runs "
-                           "on the GPU); run it with device \"cpu\", or set offload.optimizer to \"none\"");
+  if (plan.offload.optimizer == "none") return {};
+  // "cpu" reached the CPU backend only through device "auto" on a machine without a GPU.
+  ZT_REQUIRE(!host_backend || plan.offload.optimizer != "cpu",
+             "offload.optimizer: \"cpu\" changes nothing on the CPU backend (device \"auto\" found no GPU), which "
+             "already keeps everything in host memory; use \"nvme\" or \"none\"");
+  // The CUDA backend's host-side optimizer state is not written to or read from checkpoints yet.
+  ZT_REQUIRE(host_backend || plan.checkpoint.dir.empty(),
+             "offload.optimizer: \"" << plan.offload.optimizer
+                                     << "\" on the CUDA backend cannot save or resume checkpoints yet; leave "
+                                        "checkpoint.dir empty, or set offload.optimizer to \"none\"");
+  if (plan.offload.optimizer == "cpu") return {};
   int files = 0;
   const uint64_t per_rank = swap_file_bytes(plan, world, &files);
   std::ostringstream detail;

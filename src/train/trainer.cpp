@@ -25,6 +25,7 @@
 #include "checkpoint/state_io.h"
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
+#include "runtime/cuda_context.h"
 #include "zero/staged_comm.h"
 #endif
 #include "runtime/device.h"
@@ -244,8 +245,10 @@ class Trainer {
     zc.bucket_mb = plan_.zero.bucket_mb; zc.prefetch_units = plan_.zero.prefetch_units;
     zc.grad_accum = plan_.batch.grad_accum; zc.elem_bytes = sizeof(T);
     partition_ = std::make_unique<Partition>(model_->layout(), zc);
-    store_ = std::make_unique<StateStore>(list_model_state(model_->layout(), *partition_, state_types_of<Ops>(), swap_),
-                                          mem_, swap_);
+    StateTypes types = state_types_of<Ops>();
+    // The CUDA backend's AdamW on the host (offload.optimizer "cpu" / "nvme", zero/host_optimizer.cpp).
+    types.host_optimizer = Ops::tier == Tier::device && plan_.offload.optimizer != "none";
+    store_ = std::make_unique<StateStore>(list_model_state(model_->layout(), *partition_, types, swap_), mem_, swap_);
     // The CUDA backend's collectives go through pinned host mirrors (zero/staged_comm.h).
     Comm* engine_comm = &comm_;
 #if ZT_HAVE_CUDA
@@ -525,6 +528,11 @@ TrainResult train(const Plan& plan, Comm& comm, const RunControl& ctl) {
   const std::string backend = choose_backend(plan, comm.world());
   if (backend == "cpu-fp32") return run_trainer<CpuOps<float>>(plan, comm, ctl);
 #if ZT_HAVE_CUDA
+  // Ranks on one host take its GPUs in turn (local rank modulo the count): with fewer GPUs than
+  // ranks, several ranks share one (their collectives are host-staged, zero/staged_comm.h).
+  int gpus = 0;
+  ZT_CHECK_CUDA(cudaGetDeviceCount(&gpus));
+  cuda::Context::select(comm.local_rank() % std::max(1, gpus));
   if (backend == "cuda-fp32") return run_trainer<CudaOps<float>>(plan, comm, ctl);
   return run_trainer<CudaOps<bf16>>(plan, comm, ctl);
 #else

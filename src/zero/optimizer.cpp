@@ -15,13 +15,13 @@ template <class Ops>
 ShardedOptimizer<Ops>::ShardedOptimizer(const ParamLayout& layout, const Partition& part, StateStore& store, Comm& comm,
                                         const OptimSection& optim)
     : layout_(layout), part_(part), store_(store), comm_(comm), optim_(optim), rules_(part.rules()) {
+  host_ = store.has(StateId::host_params);  // the CUDA backend's AdamW on the host
   if (!store.file(StateId::adam_m)) return;
-  ZT_ASSERT(rules_.optimizer_sharded && Ops::tier == Tier::host);  // the CPU runs the update on host memory
+  ZT_ASSERT(rules_.optimizer_sharded && (Ops::tier == Tier::host || host_));  // the CPU runs the update on host memory
   std::vector<offload::SwapFile*> files{store.file(StateId::adam_m), store.file(StateId::adam_v)};
   if (store.file(StateId::master)) files.push_back(store.file(StateId::master)), swap_master_ = true;
-  // Initialising swapped master weights would need the parameters widened into the files: no
-  // backend that keeps master weights runs offload yet (the CUDA backend runs stage 0 only).
-  ZT_ASSERT(!swap_master_);
+  // Swapped master weights are initialised into their file by host_init_master (CUDA backend).
+  ZT_ASSERT(!swap_master_ || host_);
   swap_ = std::make_unique<offload::SwapPipeline>(files, part.shard_total(), store.get<M>(StateId::swap_buffers),
                                                   store.swap());
 }
@@ -49,6 +49,7 @@ typename ShardedOptimizer<Ops>::M* ShardedOptimizer<Ops>::state(StateId id, int 
 
 template <class Ops>
 void ShardedOptimizer<Ops>::init_master() {
+  if (host_) return host_init_master();
   if constexpr (kMixed) {
     for (int u = 0; u < layout_.num_units(); ++u) {
       const size_t n = rules_.optimizer_sharded ? part_.unit_shard_numel(u) : layout_.units()[size_t(u)].padded;
@@ -87,6 +88,7 @@ void ShardedOptimizer<Ops>::step_flat(size_t lo, size_t hi, size_t base, M* cons
 template <class Ops>
 void ShardedOptimizer<Ops>::step(double lr, double grad_scale) {
   ++steps_taken_;
+  if (host_) return host_step(lr, grad_scale);
   if (swap_) {
     swap_->for_each_subgroup([&](size_t begin, size_t n, M* const* bufs) {
       step_flat(begin, begin + n, begin, bufs, lr, grad_scale);

@@ -57,6 +57,15 @@ class ShardedOptimizer {
   int steps_taken_ = 0;
   std::unique_ptr<offload::SwapPipeline> swap_;
   bool swap_master_ = false;  // the pipeline's third state is the master weights
+
+  // The CUDA backend with offload.optimizer "cpu" / "nvme" (zero/host_optimizer.cpp): the CPU AdamW
+  // updates host copies of my shard (StateId::host_params / host_grads), streamed per unit on a
+  // copy stream of its own.
+  bool host_ = false;
+  struct HostCopies;                    // the copy stream and per-unit events
+  std::shared_ptr<HostCopies> copies_;  // shared_ptr: HostCopies is complete only there
+  void host_init_master();
+  void host_step(double lr, double grad_scale);
 };
 
 }  // namespace zt

@@ -24,6 +24,8 @@ const char* state_name(StateId id) {
     case StateId::gathered_units: return "gathered units";
     case StateId::swap_buffers: return "optimizer swap buffers";
     case StateId::host_staging: return "collective host staging";
+    case StateId::host_params: return "host parameter shard";
+    case StateId::host_grads: return "host gradient shard";
     case StateId::count: break;
   }
   ZT_ASSERT(false);
@@ -70,6 +72,19 @@ std::vector<StateId> host_staged(int stage) {
 }
 
 namespace {
+// CUDA backend with offload.optimizer "cpu" / "nvme" (docs/design.md §3.6): the CPU AdamW updates
+// pinned host copies of my parameter and gradient shard; the moments and master weights are pinned
+// host memory unless already swapped to files.
+void add_host_optimizer(std::vector<StateBuffer>& out, const Partition& part, const StateTypes& ty) {
+  if (!ty.host_optimizer) return;
+  ZT_ASSERT(ty.tier == Tier::device && part.config().stage >= 1);
+  for (StateBuffer& b : out)
+    if ((b.cat == Category::optimizer || b.cat == Category::master) && b.tier == Tier::device) b.tier = Tier::pinned;
+  const size_t sh = part.shard_total();
+  out.push_back({StateId::host_params, Category::staging, ty.param, Tier::pinned, sh, false, {}});
+  out.push_back({StateId::host_grads, Category::staging, ty.param, Tier::pinned, sh, false, {}});
+}
+
 // CUDA backend, several ranks: the MPI comm sees host memory only, so every buffer a collective
 // touches gets a pinned fp32 mirror (bf16 is widened there and summed in fp32), carved in
 // host_staged() order from one allocation. A world of one sends nothing and needs none.
@@ -123,6 +138,7 @@ std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Parti
     add(StateId::swap_buffers, Category::staging, ty.state, offload::pool_numel(swap, sh, states), false, {});
     out.back().tier = Tier::host;
   }
+  add_host_optimizer(out, part, ty);
   add_host_staging(out, part, ty);
   return out;
 }

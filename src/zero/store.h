@@ -23,6 +23,10 @@
 //   host_staging       0-3    sum of the buffers collectives touch (fp32)   CUDA backend, world > 1:
 //                                            pinned host mirrors the MPI comm reads and writes
 //                                            (zero/staged_comm.h; host_staged() says which buffers)
+//   host_params,       1-3    Ψ/N            CUDA backend with offload.optimizer cpu / nvme: pinned host
+//   host_grads                               copies of my parameter and gradient shard, which the CPU
+//                                            AdamW reads and writes (the moments and master weights are
+//                                            then Tier::pinned, or Tier::nvme for "nvme")
 //
 // Communication slots hold no fixed range (their contents change within a step); the persistent
 // buffers (parameters or parameter shard, moments, master weights) are the training state that a
@@ -46,7 +50,7 @@ namespace zt {
 
 enum class StateId : int {
   params = 0, grads, param_shard, grad_shard, adam_m, adam_v, master,
-  embedding_staging, bucket_staging, rs_receive, gathered_units, swap_buffers, host_staging, count
+  embedding_staging, bucket_staging, rs_receive, gathered_units, swap_buffers, host_staging, host_params, host_grads, count
 };
 constexpr size_t kNumStateIds = size_t(StateId::count);
 const char* state_name(StateId id);  // for tables and messages: "AdamW first moment", ...
@@ -79,6 +83,9 @@ struct StateTypes {
   DType param = DType::f32;
   DType state = DType::f32;
   Tier tier = Tier::host;
+  // The CUDA backend's optimizer runs on the host (offload.optimizer "cpu" or "nvme"): moments and
+  // master weights in pinned memory (or swap files), plus host_params / host_grads.
+  bool host_optimizer = false;
 };
 
 // The types of an op table (Ops::T, Ops::M, Ops::tier): 2-byte elements are bf16.

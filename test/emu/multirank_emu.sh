@@ -81,15 +81,11 @@ for name in [f"f32_n2_s{s}" for s in range(4)] + [f"b16_n2_s{s}" for s in range(
     dev, pin = mem["device"], mem.get("pinned", {})
     elem = 2 if name.startswith("b16") else 4
     s = int(name[-1])
-    staged = {0: dev["grads"], 1: dev["params"] + dev["grads"], 2: dev["params"] + dev["comm"],
-              3: dev["params"] + dev["comm"]}[s]
-    if s == 1: staged += 0  # the gradient shard is counted in dev["grads"] already (grads + grad shard)
-    want = staged // elem * 4 if s != 1 else None
-    got = pin.get("comm", 0)
-    if s == 1:
-        # stage 1: parameters, gradients and the gradient shard are all mirrored
-        want = (dev["params"] + dev["grads"]) // elem * 4
-    good = got == want
+    # device bytes of what collectives touch: stage 0 the gradients; 1 parameters, gradients and the
+    # gradient shard (both "grads"); 2-3 parameters or their shard plus every communication slot
+    staged = {0: dev["grads"], 1: dev["params"] + dev["grads"]}.get(s, dev["params"] + dev.get("comm", 0))
+    want, got = staged // elem * 4, pin.get("comm", 0)
+    good = got == want and staged % elem == 0
     ok &= good
     print(f"{name:12s} pinned comm {got} bytes, expected {want}: {'ok' if good else 'FAILED'}")
 print("multirank_emu (EMULATED CUDA, not a GPU):", "ok" if ok else "FAILED")
