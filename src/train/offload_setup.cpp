@@ -8,6 +8,7 @@
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include "zero/estimate.h"
+#include "zero/store.h"
 #include "zero/swap_spec.h"
 
 namespace zt {
@@ -20,7 +21,7 @@ uint64_t swap_file_bytes(const Plan& plan, int world, int* files, uint64_t* pool
   *files = 0;
   for (const auto& b : estimate_plan(plan, world).buffers) {
     if (b["tier"] == "nvme") total += offload::io_round_up(b["bytes"].get<uint64_t>()), ++*files;
-    if (pool && b["category"] == "staging") *pool = b["bytes"].get<uint64_t>();
+    if (pool && b["name"] == state_name(StateId::swap_buffers)) *pool = b["bytes"].get<uint64_t>();
   }
   return total;
 }

@@ -8,7 +8,8 @@
 #   bf16: -np 2, stages 0-3, against the single-rank bf16 run: within 2e-2 relative (the bf16 bound
 #         of test/gpu/test_model.cpp's TenTrainingSteps; reductions are summed in fp32, one rounding).
 #   memory: the pinned "comm" tier each multi-rank run tracked equals the bytes of the buffers its
-#         collectives touch, fp32 mirrors (the store's host_staging, 4 bytes per element).
+#         collectives touch, fp32 mirrors (the store's host_staging, 4 bytes per element); and
+#         `train estimate --set device=cuda` equals every run's tracked peak, tier by tier.
 # usage: multirank_emu.sh path/to/train path/to/zt_train_emu path/to/mpiexec
 set -euo pipefail
 TRAIN=${1:?usage: multirank_emu.sh train zt_train_emu mpiexec}
@@ -33,6 +34,7 @@ run() {  # name np precision stage grad_accum [extra --set ...]
   if [ "$np" = 1 ]; then "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
   else "$MPIRUN" -np "$np" "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
   fi
+  "$EMU" estimate "${cmd[@]:1}" --world "$np" --json 2>/dev/null > "$work/$name.est"
   echo "ran $name: $(grep -c '^step ' "$work/$name.out") steps"
 }
 
@@ -88,6 +90,13 @@ for name in [f"f32_n2_s{s}" for s in range(4)] + [f"b16_n2_s{s}" for s in range(
     good = got == want and staged % elem == 0
     ok &= good
     print(f"{name:12s} pinned comm {got} bytes, expected {want}: {'ok' if good else 'FAILED'}")
+# train estimate for the CUDA backend equals the tracked peak of every run, tier by tier.
+import glob, os
+for est in sorted(glob.glob(f"{w}/*.est")):
+    name = os.path.basename(est)[:-4]
+    e, t = json.load(open(est))["memory"], summary(name)["peak_memory_bytes"]
+    ok &= e == t
+    print(f"{name:12s} estimate {'==' if e == t else '!='} tracked {'ok' if e == t else f'FAILED: {e} vs {t}'}")
 print("multirank_emu (EMULATED CUDA, not a GPU):", "ok" if ok else "FAILED")
 sys.exit(0 if ok else 1)
 PY

@@ -10,7 +10,8 @@
 #   multiply-adds differently in the CPU loop and the kernel (measured here ~1e-9 relative on the
 #   loss): losses within 1e-7 relative, weights within 1e-6 of their largest magnitude.
 #   N = 1 stage 1 and N = 2 stage 3.
-#   The swap files are gone after each run.
+#   The swap files are gone after each run, and `train estimate` (the CUDA backend's buffers) equals
+#   the tracked peak of every run in every tier (device, pinned, host, nvme).
 # usage: offload_emu.sh path/to/zt_train_emu path/to/mpiexec
 set -euo pipefail
 EMU=${1:?usage: offload_emu.sh zt_train_emu mpiexec}
@@ -38,6 +39,16 @@ for cfg in "1 1" "2 3"; do
            --set run.log="$work/$name/metrics.jsonl" --set run.final_weights="$work/$name/weights.bin")
       if [ "$np" = 1 ]; then "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
       else "$MPIRUN" -np "$np" "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }; fi
+      # train estimate (the CUDA backend's list) against what the run tracked, tier by tier, exactly.
+      "$EMU" estimate "${cmd[@]:1}" --world "$np" --json 2>/dev/null > "$work/$name.est"
+      /usr/bin/python3 - "$work/$name.est" "$work/$name/metrics.jsonl" "$name" <<'PY' || fail=1
+import json, sys
+est = json.load(open(sys.argv[1]))["memory"]
+got = next(json.loads(l)["summary"] for l in open(sys.argv[2]) if '"summary"' in l)["peak_memory_bytes"]
+ok = est == got
+print(f"{sys.argv[3]}: estimate {'==' if ok else '!='} tracked: {est}" + ("" if ok else f" vs tracked {got}: FAILED"))
+sys.exit(0 if ok else 1)
+PY
       grep -h '"loss"' "$work/$name/metrics.jsonl" | /usr/bin/python3 -c \
         'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in sys.stdin if "step" in json.loads(l)))' \
         > "$work/$name.losses"
