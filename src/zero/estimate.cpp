@@ -91,9 +91,9 @@ Estimate estimate_for(const Plan& plan, int world) {
   if (Ops::tier == Tier::device)
     os << "backend " << Ops::name << " (device \"cuda\"): device memory as the run tracks it; the CUDA context and\n"
           "cuBLASLt's workspace are not counted\n\n";
-  else if (plan.device != "cpu")
-    os << "note: this estimate models the CPU backend (fp32, host memory); set device to \"cuda\" for the CUDA\n"
-          "backend's sizes (bf16 storage, fp32 master weights and AdamW state, device memory)\n\n";
+  else if (plan.device == "cuda" || plan.precision.compute == "bf16")  // cuda: a build without the CUDA backend
+    os << "note: this estimate models the CPU backend (fp32, host memory); with device \"cuda\" in a CUDA build it\n"
+          "models the CUDA backend's sizes (bf16 storage, fp32 master weights and AdamW state, device memory)\n\n";
   os << "per-rank memory:\n";
   for (const auto& b : e.buffers)
     os << "  " << std::left << std::setw(12) << b["category"].get<std::string>() << std::setw(38)
