@@ -227,7 +227,8 @@ class Trainer {
         check_token_ids();
         outputs_ = check_run_outputs(plan_, GPT<Ops>::llmc_file_bytes(cfg_));
       }
-      if (Ops::tier == Tier::host) check_host_memory();
+      // The CUDA backend's host memory is modelled when the plan names device "cuda" (zero/estimate.h).
+      if (Ops::tier == Tier::host || plan_.device == "cuda") check_host_memory();
       swap_ = prepare_offload(plan_, world, comm_.rank(), comm_.local_world(), Ops::tier == Tier::host);
     } catch (const std::exception& e) {
       refusal = e.what();
@@ -373,7 +374,11 @@ class Trainer {
   void check_host_memory() const {
     const HostMemory avail = host_memory_available();
     if (avail.bytes == 0) return;  // nothing to compare with (not Linux)
-    const uint64_t per_rank = estimate_plan(plan_, comm_.world()).memory["host"]["total"].get<uint64_t>();
+    // Host memory of every kind: pageable, and pinned (the CUDA backend's staging and offloaded state).
+    const nlohmann::json mem = estimate_plan(plan_, comm_.world()).memory;
+    uint64_t per_rank = 0;
+    for (const char* tier : {"host", "pinned"})
+      if (mem.contains(tier)) per_rank += mem[tier]["total"].get<uint64_t>();
     const uint64_t need = per_rank * uint64_t(comm_.local_world());
     ZT_REQUIRE(need <= avail.bytes,
                "memory: this plan needs " << format_bytes(double(need)) << " on this host (" << format_bytes(double(per_rank))
