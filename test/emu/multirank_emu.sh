@@ -23,7 +23,7 @@ common=(plans/default.json
   --set data.train='data/sample/train_*.bin' --set data.val=data/sample/val.bin
   --set data.tokenizer=data/sample/gpt2_tokenizer.bin
   --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.seq_len=64
-  --set batch.micro_batch=2 --set optim.lr=0.003 --set optim.warmup_steps=2
+  --set batch.micro_batch=1 --set optim.lr=0.003 --set optim.warmup_steps=2
   --set run.steps=3 --set run.eval_every=0 --set run.sample_every=0 --set run.final_weights=""
   --set zero.bucket_mb=0.05 --set zero.prefetch_units=2 --set device=cuda)
 
@@ -38,7 +38,7 @@ run() {  # name np precision stage grad_accum [extra --set ...]
   echo "ran $name: $(grep -c '^step ' "$work/$name.out") steps"
 }
 
-# The same global batch, 2 x 6 sequences per step: N x grad_accum = 6.
+# The same global batch, 6 sequences per step: N x grad_accum = 6 (micro_batch 1: emulation is slow).
 "$TRAIN" "${common[@]}" --set device=cpu --set batch.grad_accum=6 --set run.log="$work/cpu/metrics.jsonl" > "$work/cpu.out"
 run f32_n1 1 fp32 0 6
 run b16_n1 1 bf16 0 6

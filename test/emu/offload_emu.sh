@@ -25,7 +25,7 @@ common=(plans/default.json
   --set data.train='data/sample/train_*.bin' --set data.val=data/sample/val.bin
   --set data.tokenizer=data/sample/gpt2_tokenizer.bin
   --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.seq_len=64
-  --set batch.micro_batch=2 --set batch.grad_accum=1 --set optim.lr=0.003 --set optim.warmup_steps=1
+  --set batch.micro_batch=1 --set batch.grad_accum=1 --set optim.lr=0.003 --set optim.warmup_steps=1
   --set run.steps=3 --set run.eval_every=0 --set run.sample_every=0 --set zero.bucket_mb=0.05
   --set device=cuda --set offload.subgroup_mb=16 --set offload.nvme_dir="$work/swap")
 
