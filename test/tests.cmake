@@ -159,6 +159,22 @@ endif()
 # `make test-emu` runs only these.
 if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
   include(${CMAKE_SOURCE_DIR}/test/emu/emu.cmake)
+  # The CUDA backend's multi-rank paths (collectives host-staged through MPI, zero/staged_comm.h):
+  # mpirun -np 2 (stages 0-3, fp32 and bf16) and -np 3 (stages 1, 3, fp32) of zt_train_emu against
+  # N = 1 and the CPU backend (test/emu/multirank_emu.sh).
+  add_test(NAME emulated.multirank_cuda
+           COMMAND bash ${CMAKE_SOURCE_DIR}/test/emu/multirank_emu.sh $<TARGET_FILE:train> $<TARGET_FILE:zt_train_emu>
+                   ${MPIEXEC_EXECUTABLE}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(emulated.multirank_cuda PROPERTIES LABELS emu TIMEOUT 600 RUN_SERIAL TRUE
+                       ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  # offload.optimizer cpu / nvme on the CUDA backend against the same plan without offload, N = 1
+  # stage 1 and N = 2 stage 3, fp32 and bf16; estimate == tracked (test/emu/offload_emu.sh).
+  add_test(NAME emulated.offload_cuda
+           COMMAND bash ${CMAKE_SOURCE_DIR}/test/emu/offload_emu.sh $<TARGET_FILE:zt_train_emu> ${MPIEXEC_EXECUTABLE}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(emulated.offload_cuda PROPERTIES LABELS emu TIMEOUT 600 RUN_SERIAL TRUE
+                       ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
 
 # ---- scripts/compare: the table, CSV and charts report what the runs logged ----------------------

@@ -8,6 +8,7 @@
 #include "backend/ops_cuda.h"
 #endif
 #include "runtime/error.h"
+#include "zero/staged_comm.h"
 
 namespace zt {
 
@@ -18,6 +19,14 @@ ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& 
       reducer_(model, part, store, comm), gatherer_(model, part, store, comm),
       optimizer_(model.layout(), part, store, comm, optim) {
   ZT_ASSERT(comm.world() == part.config().world && comm.rank() == part.config().rank);
+#if ZT_HAVE_CUDA
+  // Device buffers reach MPI only through host staging, and bf16 ones only through a StagedComm
+  // that knows they are bf16 (zero/comm_ptr.h).
+  if constexpr (Ops::tier == Tier::device) {
+    const auto* staged = dynamic_cast<const StagedComm*>(&comm);
+    ZT_ASSERT(staged && staged->elem() == state_types_of<Ops>().param);
+  }
+#endif
   const ParamLayout& layout = model.layout();
   T* params = store.get<T>(StateId::params);
   T* grads = store.get<T>(StateId::grads);

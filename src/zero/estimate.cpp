@@ -6,6 +6,9 @@
 
 #include "model/gpt.h"
 #include "backend/ops_cpu.h"
+#if ZT_HAVE_CUDA
+#include "backend/ops_cuda.h"
+#endif
 #include "runtime/checked.h"
 #include "runtime/error.h"
 #include "zero/partition.h"
@@ -23,16 +26,18 @@ int parse_world(const std::string& text) {
   return int(n);
 }
 
-Estimate estimate_plan(const Plan& plan, int world) {
-  ZT_REQUIRE(world >= 1 && world <= kMaxWorld, "--world must be between 1 and " << kMaxWorld << ", got " << world);
-  using Ops = CpuOps<float>;  // the CPU backend: fp32 everywhere, host memory
+namespace {
+
+// The plan on the backend of op table Ops: the store's list for its types and tiers, its activations.
+template <class Ops>
+Estimate estimate_for(const Plan& plan, int world) {
   const ModelSection& m = plan.model;
   const GPTConfig cfg = GPTConfig::make(m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size);
   const ParamLayout layout(cfg, zero_pad_multiple(world), zero_embedding_rows(cfg, plan.zero.stage, world));
   ZeroConfig zc;
   zc.stage = plan.zero.stage; zc.world = world; zc.rank = 0; zc.overlap = plan.zero.overlap_comm;
   zc.bucket_mb = plan.zero.bucket_mb; zc.prefetch_units = plan.zero.prefetch_units;
-  zc.grad_accum = plan.batch.grad_accum; zc.elem_bytes = sizeof(Ops::T);
+  zc.grad_accum = plan.batch.grad_accum; zc.elem_bytes = sizeof(typename Ops::T);
   const int B = plan.batch.micro_batch;
   const int chunk = plan.recompute.classifier_chunk;
   const Recompute rc = Recompute::from(plan.recompute.policy, plan.recompute.every, chunk);
@@ -50,7 +55,9 @@ Estimate estimate_plan(const Plan& plan, int world) {
     totals[t] = checked_add(totals[t], bytes, what);
   };
   // The store's own list (zero/store.h): what a run allocates, buffer for buffer, in its tier.
-  const StateTypes types{DType::f32, DType::f32, Ops::tier};
+  StateTypes types = state_types_of<Ops>();
+  // As the trainer builds it: the CUDA backend's AdamW on the host with offload.optimizer set.
+  types.host_optimizer = Ops::tier == Tier::device && plan.offload.optimizer != "none";
   for (const StateBuffer& b : list_model_state(layout, part, types, swap_spec_of(plan.offload, 0))) {
     count(b.tier, b.cat, b.bytes());
     e.buffers.push_back({{"category", category_name(b.cat)}, {"name", b.name()}, {"tier", tier_name(b.tier)},
@@ -76,7 +83,7 @@ Estimate estimate_plan(const Plan& plan, int world) {
   };
   const nlohmann::json acts_by = by_policy(chunk), acts_whole = by_policy(0);
   const size_t none = acts_by["none"], selective = acts_by["selective"], block = acts_by["block"];
-  const size_t logits_bytes = size_t(cls_rows) * size_t(cfg.Vp) * sizeof(Ops::T);
+  const size_t logits_bytes = size_t(cls_rows) * size_t(cfg.Vp) * sizeof(typename Ops::T);
   e.recompute = {{"policy", plan.recompute.policy}, {"every", plan.recompute.every}, {"activation_bytes", act},
                  {"classifier_chunk_rows", cls_rows}, {"classifier_chunk_logits_bytes", logits_bytes},
                  {"activation_bytes_by_policy", acts_by}, {"activation_bytes_by_policy_whole_logits", acts_whole},
@@ -96,9 +103,12 @@ Estimate estimate_plan(const Plan& plan, int world) {
   os << "plan " << plan.source << ": zero stage " << plan.zero.stage << ", world " << world << ", "
      << double(layout.num_params()) / 1e6 << "M parameters (" << layout.total() << " padded), micro_batch "
      << plan.batch.micro_batch << " x seq_len " << m.seq_len << "\n\n";
-  if (plan.device == "cuda" || plan.precision.compute == "bf16")
-    os << "note: this estimate models the CPU backend (fp32, host memory); the CUDA backend's sizes (bf16\n"
-          "storage, fp32 master weights and AdamW state, device memory) are not modelled yet\n\n";
+  if (Ops::tier == Tier::device)
+    os << "backend " << Ops::name << " (device \"cuda\"): device memory as the run tracks it; the CUDA context and\n"
+          "cuBLASLt's workspace are not counted\n\n";
+  else if (plan.device == "cuda" || plan.precision.compute == "bf16")  // cuda: a build without the CUDA backend
+    os << "note: this estimate models the CPU backend (fp32, host memory); with device \"cuda\" in a CUDA build it\n"
+          "models the CUDA backend's sizes (bf16 storage, fp32 master weights and AdamW state, device memory)\n\n";
   os << "per-rank memory:\n";
   for (const auto& b : e.buffers)
     os << "  " << std::left << std::setw(12) << b["category"].get<std::string>() << std::setw(38)
@@ -138,6 +148,19 @@ Estimate estimate_plan(const Plan& plan, int world) {
      << " bytes)\n  " << e.bytes_formula << "\n";
   e.table = os.str();
   return e;
+}
+
+}  // namespace
+
+Estimate estimate_plan(const Plan& plan, int world) {
+  ZT_REQUIRE(world >= 1 && world <= kMaxWorld, "--world must be between 1 and " << kMaxWorld << ", got " << world);
+#if ZT_HAVE_CUDA
+  // device "cuda": the CUDA backend's buffers (precision "auto" is bf16 there, as choose_backend runs it).
+  if (plan.device == "cuda")
+    return plan.precision.compute == "fp32" ? estimate_for<CudaOps<float>>(plan, world)
+                                            : estimate_for<CudaOps<bf16>>(plan, world);
+#endif
+  return estimate_for<CpuOps<float>>(plan, world);  // the CPU backend: fp32 everywhere, host memory
 }
 
 }  // namespace zt

@@ -15,6 +15,7 @@ template <class Ops>
 ShardedOptimizer<Ops>::ShardedOptimizer(const ParamLayout& layout, const Partition& part, StateStore& store, Comm& comm,
                                         const OptimSection& optim)
     : layout_(layout), part_(part), store_(store), comm_(comm), optim_(optim), rules_(part.rules()) {
+  host_ = store.has(StateId::host_params);  // the CUDA backend's AdamW on the host
   std::vector<offload::SwapFile*> files;
   std::vector<bool> read_only;
   auto add = [&](StateId id, int* at) {
@@ -23,10 +24,9 @@ ShardedOptimizer<Ops>::ShardedOptimizer(const ParamLayout& layout, const Partiti
   add(StateId::adam_m, &at_m_), add(StateId::adam_v, &at_v_), add(StateId::master, &at_master_);
   add(StateId::param_shard, &at_param_), add(StateId::grad_shard, &at_grad_);
   if (files.empty()) return;
-  ZT_ASSERT(rules_.optimizer_sharded && Ops::tier == Tier::host);  // the CPU runs the update on host memory
-  // Initialising swapped master weights would need the parameters widened into the files: no
-  // backend that keeps master weights runs offload yet.
-  ZT_ASSERT(at_master_ < 0);
+  ZT_ASSERT(rules_.optimizer_sharded && (Ops::tier == Tier::host || host_));  // the CPU runs the update on host memory
+  // Swapped master weights are initialised into their file by host_init_master (CUDA backend).
+  ZT_ASSERT(at_master_ < 0 || host_);
   // The parameter and gradient shards go to disk together (docs/design.md §3.6), at stage 3 only,
   // where the flat shard is the parameters' own buffer.
   ZT_ASSERT((at_param_ < 0) == (at_grad_ < 0) && (at_param_ < 0 || !rules_.full_params));
@@ -57,6 +57,7 @@ typename ShardedOptimizer<Ops>::M* ShardedOptimizer<Ops>::state(StateId id, int 
 
 template <class Ops>
 void ShardedOptimizer<Ops>::init_master() {
+  if (host_) return host_init_master();
   if constexpr (kMixed) {
     for (int u = 0; u < layout_.num_units(); ++u) {
       const size_t n = rules_.optimizer_sharded ? part_.unit_shard_numel(u) : layout_.units()[size_t(u)].padded;
@@ -110,6 +111,7 @@ void ShardedOptimizer<Ops>::step_flat(size_t lo, size_t hi, size_t base, M* cons
 template <class Ops>
 void ShardedOptimizer<Ops>::step(double lr, double grad_scale) {
   ++steps_taken_;
+  if (host_) return host_step(lr, grad_scale);
   if (swap_) {
     swap_->for_each_subgroup([&](size_t begin, size_t n, M* const* bufs) {
       step_flat(begin, begin + n, begin, bufs, lr, grad_scale);

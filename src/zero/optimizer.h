@@ -62,6 +62,15 @@ class ShardedOptimizer {
   std::unique_ptr<offload::SwapPipeline> swap_;
   // Index in the pipeline's buffers of each swapped state, -1 where the state is in memory.
   int at_m_ = -1, at_v_ = -1, at_master_ = -1, at_param_ = -1, at_grad_ = -1;
+
+  // The CUDA backend with offload.optimizer "cpu" / "nvme" (zero/host_optimizer.cpp): the CPU AdamW
+  // updates host copies of my shard (StateId::host_params / host_grads), streamed per unit on a
+  // copy stream of its own.
+  bool host_ = false;
+  struct HostCopies;                    // the copy stream and per-unit events
+  std::shared_ptr<HostCopies> copies_;  // shared_ptr: HostCopies is complete only there
+  void host_init_master();
+  void host_step(double lr, double grad_scale);
 };
 
 }  // namespace zt

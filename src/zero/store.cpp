@@ -24,6 +24,9 @@ const char* state_name(StateId id) {
     case StateId::gathered_units: return "gathered units";
     case StateId::swap_buffers: return "optimizer swap buffers";
     case StateId::param_io: return "parameter and gradient read buffers";
+    case StateId::host_staging: return "collective host staging";
+    case StateId::host_params: return "host parameter shard";
+    case StateId::host_grads: return "host gradient shard";
     case StateId::count: break;
   }
   ZT_ASSERT(false);
@@ -77,6 +80,43 @@ size_t param_io_numel(const Partition& part) {
   const size_t grad = std::max(part.staging_slot_numel(), part.embedding_staging_numel()) / N;
   return param_io_offset(part, part.gather_slots()) + param_read_numel(grad);
 }
+std::vector<StateId> host_staged(int stage) {
+  switch (stage) {
+    case 0: return {StateId::grads};
+    case 1: return {StateId::params, StateId::grads, StateId::grad_shard};
+    case 2: return {StateId::params, StateId::embedding_staging, StateId::bucket_staging, StateId::rs_receive};
+    default: return {StateId::param_shard, StateId::embedding_staging, StateId::bucket_staging, StateId::rs_receive,
+                     StateId::gathered_units};
+  }
+}
+
+namespace {
+// CUDA backend with offload.optimizer "cpu" / "nvme" (docs/design.md §3.6): the CPU AdamW updates
+// pinned host copies of my parameter and gradient shard; the moments and master weights are pinned
+// host memory unless already swapped to files.
+void add_host_optimizer(std::vector<StateBuffer>& out, const Partition& part, const StateTypes& ty) {
+  if (!ty.host_optimizer) return;
+  ZT_ASSERT(ty.tier == Tier::device && part.config().stage >= 1);
+  for (StateBuffer& b : out)
+    if ((b.cat == Category::optimizer || b.cat == Category::master) && b.tier == Tier::device) b.tier = Tier::pinned;
+  const size_t sh = part.shard_total();
+  out.push_back({StateId::host_params, Category::staging, ty.param, Tier::pinned, sh, false, {}});
+  out.push_back({StateId::host_grads, Category::staging, ty.param, Tier::pinned, sh, false, {}});
+}
+
+// CUDA backend, several ranks: the MPI comm sees host memory only, so every buffer a collective
+// touches gets a pinned fp32 mirror (bf16 is widened there and summed in fp32), carved in
+// host_staged() order from one allocation. A world of one sends nothing and needs none.
+void add_host_staging(std::vector<StateBuffer>& out, const Partition& part, const StateTypes& ty) {
+  if (ty.tier != Tier::device || part.config().world == 1) return;
+  size_t n = 0;
+  for (StateId id : host_staged(part.config().stage))
+    for (const StateBuffer& b : out)
+      if (b.id == id) n = checked_add(n, b.numel, "model: collective host staging (elements)");
+  out.push_back({StateId::host_staging, Category::comm, DType::f32, Tier::pinned, n, false, {}});
+  checked_mul(n, size_t(4), "model: bytes of the collective host staging");
+}
+}  // namespace
 
 std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Partition& part, const StateTypes& ty,
                                           const offload::SwapSpec& swap) {
@@ -125,6 +165,8 @@ std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Parti
       out.back().tier = Tier::host;
     }
   }
+  add_host_optimizer(out, part, ty);
+  add_host_staging(out, part, ty);
   return out;
 }
 

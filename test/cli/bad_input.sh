@@ -145,7 +145,9 @@ fi
 echo "ok   cuda_cases: ZT_HAVE_CUDA=$HAVE_CUDA agrees with: $version"
 if [ "$built" = ON ]; then
   expect cuda_head_size 'head size n_embd/n_head = 8' "{$good_data}" --set device=cuda --set model.n_head=16
-  expect cuda_stage     'zero.stage: 2 on device "cuda"' "{$good_data}" --set device=cuda --set zero.stage=2
+  # every zero.stage runs on the CUDA backend now (host-staged collectives); offload "cpu" still needs a shard
+  expect cuda_offload_stage0 'offload.optimizer: "cpu" requires zero.stage 1, 2 or 3' "{$good_data}" --set device=cuda \
+    --set offload.optimizer=cpu --set zero.stage=0
   if ! nvidia-smi -L >/dev/null 2>&1; then
     expect cuda_no_gpu  'no CUDA device is visible' "{$good_data}" --set device=cuda
   fi

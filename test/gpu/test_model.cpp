@@ -31,6 +31,7 @@
 #include "train/schedule.h"
 #include "zero/engine.h"
 #include "zero/partition.h"
+#include "zero/staged_comm.h"
 #include "zero/store.h"
 
 namespace zt {
@@ -203,7 +204,14 @@ std::vector<double> train_10(Comm& comm) {
   ZeroConfig zc;
   const Partition part(model.layout(), zc);
   StateStore store(list_model_state(model.layout(), part, state_types_of<Ops>()), mem);
-  ZeroEngine<Ops> engine(model, part, store, comm, o);
+  // The CUDA backend's engine talks to the comm through host staging (zero/staged_comm.h), as the trainer builds it.
+  std::unique_ptr<Comm> staged;
+  Comm* engine_comm = &comm;
+  if constexpr (Ops::tier == Tier::device) {
+    staged = std::make_unique<StagedComm>(comm, store, state_types_of<Ops>().param, zc.stage);
+    engine_comm = staged.get();
+  }
+  ZeroEngine<Ops> engine(model, part, store, *engine_comm, o);
   engine.init_parameters(42, "");
   std::vector<double> losses;
   const int steps = 10;
