@@ -6,6 +6,8 @@
 #   2. Disk: write / read GB/s of our io_uring path (O_DIRECT, 1 MiB pieces, queue depth QD) and of
 #      the optimizer's read/write pipeline, vs dd with oflag=direct / iflag=direct, same directory.
 #   3. Step time of the same plan (stage 1, one rank) with the moments in memory and in swap files.
+#   4. Step time of the same plan at stage 3 (one rank) in memory, with offload.params nvme, and with
+#      both offload.params and offload.optimizer nvme (parameter, gradient and optimizer shards on disk).
 #   scripts/bench_offload.sh [--dir DIR] [--threads N] [--params N] [--mib MIB] [--qd QD]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -66,8 +68,15 @@ model=(--set model.n_layer=4 --set model.n_head=4 --set model.n_embd=256 --set m
        --set run.eval_every=0 --set run.eval_batches=1 --set run.sample_every=0 --set data.tokenizer=
        --set data.train='data/sample/train_*.bin' --set data.val=data/sample/val.bin --set zero.stage=1
        --set run.threads=$THREADS)
-for mode in memory nvme; do
-  extra=(); [ $mode = nvme ] && extra=(--set offload.optimizer=nvme --set offload.nvme_dir="$DIR")
+for mode in memory nvme s3memory s3params s3both; do
+  extra=()
+  case $mode in
+    nvme) extra=(--set offload.optimizer=nvme --set offload.nvme_dir="$DIR") ;;
+    s3memory) extra=(--set zero.stage=3) ;;
+    s3params) extra=(--set zero.stage=3 --set offload.params=nvme --set offload.nvme_dir="$DIR") ;;
+    s3both) extra=(--set zero.stage=3 --set offload.params=nvme --set offload.optimizer=nvme --set offload.nvme_dir="$DIR") ;;
+  esac
+  [ $mode != memory ] && [ $mode != nvme ] && echo "== 4. step time, stage 3, one rank: $mode" >&2
   ./train plans/default.json "${model[@]}" "${extra[@]}" --set run.log="$out/$mode/metrics.jsonl" \
       --set run.trace="$out/$mode/trace.json" > "$out/$mode.log" 2>&1 || { cat "$out/$mode.log" >&2; exit 1; }
 done
@@ -106,4 +115,9 @@ print("step time, stage 1, one rank (L=4, C=256: 16.1M parameters, 123 MiB of mo
 print(f"  in memory   step {m_step:7.1f} ms   AdamW {m_opt:6.1f} ms   peak RSS {m_rss:6.1f} MiB")
 print(f"  offloaded   step {n_step:7.1f} ms   AdamW {n_opt:6.1f} ms   peak RSS {n_rss:6.1f} MiB"
       f"   step x{n_step / m_step:.2f}")
+print("step time, stage 3, one rank (same model: 246 MiB of model states at 16 bytes/parameter), medians")
+s3 = {m: adamw_ms(m) for m in ("s3memory", "s3params", "s3both")}
+for m, label in (("s3memory", "in memory"), ("s3params", "params+grads on disk"), ("s3both", "params+grads+optimizer")):
+    st, op, rss = s3[m]
+    print(f"  {label:24s} step {st:7.1f} ms   AdamW {op:6.1f} ms   peak RSS {rss:6.1f} MiB   step x{st / s3['s3memory'][0]:.2f}")
 EOF

@@ -89,6 +89,17 @@ struct CpuOps {
   static void softmax_xent(T* logits, T* losses, const int* targets, T dloss, int N, int V, int Vp, bool write_dlogits) {
     cpu::softmax_xent_forward_backward(logits, losses, targets, dloss, N, V, Vp, write_dlogits);
   }
+  static void xent_chunk_partial(const T* logits, int ld, int N, int col0, int cols, int V, const int* targets,
+                                 S* run_max, S* run_sum, S* x_target, bool first) {
+    cpu::xent_chunk_partial(logits, ld, N, col0, cols, V, targets, run_max, run_sum, x_target, first);
+  }
+  static void xent_chunk_finish(S* losses, S* run_max, const S* run_sum, const S* x_target, int N) {
+    cpu::xent_chunk_finish(losses, run_max, run_sum, x_target, N);
+  }
+  static void xent_chunk_grad(T* logits, int ld, int N, int col0, int cols, int V, const int* targets, const S* lse,
+                              S dloss) {
+    cpu::xent_chunk_grad(logits, ld, N, col0, cols, V, targets, lse, dloss);
+  }
   // master is always nullptr here (the parameters are the master copy); seed is for stochastic rounding.
   static void adamw(T* p, M* master, const T* g, M* m, M* v, size_t n, const cpu::AdamWArgs& a, uint32_t seed) {
     cpu::adamw_update(p, g, m, v, n, a);

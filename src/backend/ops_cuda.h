@@ -103,6 +103,17 @@ struct CudaOps {
   static void softmax_xent(T* logits, S* losses, const int* targets, S dloss, int N, int V, int Vp, bool write_dlogits) {
     cuda::softmax_xent_forward_backward(logits, losses, targets, dloss, N, V, Vp, write_dlogits, stream());
   }
+  static void xent_chunk_partial(const T* logits, int ld, int N, int col0, int cols, int V, const int* targets,
+                                 S* run_max, S* run_sum, S* x_target, bool first) {
+    cuda::xent_chunk_partial(logits, ld, N, col0, cols, V, targets, run_max, run_sum, x_target, first, stream());
+  }
+  static void xent_chunk_finish(S* losses, S* run_max, const S* run_sum, const S* x_target, int N) {
+    cuda::xent_chunk_finish(losses, run_max, run_sum, x_target, N, stream());
+  }
+  static void xent_chunk_grad(T* logits, int ld, int N, int col0, int cols, int V, const int* targets, const S* lse,
+                              S dloss) {
+    cuda::xent_chunk_grad(logits, ld, N, col0, cols, V, targets, lse, dloss, stream());
+  }
   static void adamw(T* p, M* master, const T* g, M* m, M* v, size_t n, const cpu::AdamWArgs& a, uint32_t seed) {
     cuda::adamw_update(p, master, g, m, v, n, a, seed, stream());
   }

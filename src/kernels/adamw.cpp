@@ -13,6 +13,7 @@
 #include "kernels/adamw.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace zt::cpu {
 
@@ -40,6 +41,55 @@ void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const AdamWArgs
 }
 
 template void adamw_update<float>(float*, const float*, float*, float*, size_t, const AdamWArgs&);
+
+namespace {
+// hash_u32 and stochastic_round_bf16 of kernels/cuda_common.cuh, bit for bit.
+inline uint32_t hash_u32(uint32_t idx, uint32_t seed) {
+  constexpr uint32_t n1 = 0xd2a80a3fu, n2 = 0xa884f197u, n3 = 0x6C736F4Bu, n4 = 0xB79F3ABBu, n5 = 0x1b56c4f5u;
+  uint32_t m = idx;
+  m *= n1; m += seed; m ^= (m >> 9);
+  m += n2; m ^= (m >> 11);
+  m *= n3; m ^= (m >> 13);
+  m += n4; m ^= (m >> 15);
+  m *= n5; m ^= (m >> 17);
+  return m;
+}
+inline float bf16_bits_to_float(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t stochastic_round_bf16(float x, uint32_t random) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  return uint16_t(((bits + (random & 0xFFFFu)) & 0xFFFF0000u) >> 16);
+}
+}  // namespace
+
+void adamw_update_bf16_master(uint16_t* param, float* master, const uint16_t* grad, float* m, float* v, size_t n,
+                              const AdamWArgs& a, uint32_t seed) {
+  // The scalars exactly as adamw.cu computes them (double, rounded to float).
+  const double bc1 = 1.0 - std::pow(double(a.beta1), a.step);
+  const double bc2 = 1.0 - std::pow(double(a.beta2), a.step);
+  const float step_size = float(double(a.lr) / bc1), bc2_sqrt = float(std::sqrt(bc2));
+  const float decay = float(1.0 - double(a.lr) * double(a.weight_decay));
+  const float b2 = a.beta2, one_minus_b1 = 1.0f - a.beta1, one_minus_b2 = 1.0f - a.beta2, eps = a.eps,
+              scale = a.grad_scale;
+#pragma omp parallel for simd schedule(static) if (n >= (1 << 14))
+  for (size_t i = 0; i < n; i++) {
+    const float g = bf16_bits_to_float(grad[i]) * scale;
+    const float m0 = m[i];
+    const float mi = m0 + one_minus_b1 * (g - m0);
+    const float vi = b2 * v[i] + one_minus_b2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+    const float p_new = master[i] * decay - step_size * (mi / denom);
+    master[i] = p_new;
+    param[i] = stochastic_round_bf16(p_new, hash_u32(uint32_t(i), seed));
+  }
+}
 template void adamw_update<double>(double*, const double*, double*, double*, size_t, const AdamWArgs&);
 
 }  // namespace zt::cpu

@@ -10,6 +10,12 @@ struct AdamWArgs {
 };
 // param -= lr * (wd * param + mhat / (sqrt(vhat) + eps)), m and v updated in place.
 template <class T> void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const AdamWArgs& a);
+// The CUDA kernel's mixed-precision update (adamw.cu, T = bf16 with a master) on the CPU, for the CUDA
+// backend's offloaded optimizer (offload.optimizer "cpu" / "nvme"): the same fp32 arithmetic, the
+// master updated, the bf16 parameter (raw bits) its stochastic rounding with the kernel's random bits
+// hash(i, seed).
+void adamw_update_bf16_master(uint16_t* param, float* master, const uint16_t* grad, float* m, float* v, size_t n,
+                              const AdamWArgs& a, uint32_t seed);
 }  // namespace zt::cpu
 
 #if ZT_HAVE_CUDA

@@ -69,6 +69,71 @@ void softmax_xent_forward_backward(T* logits, T* losses, const int* targets, T d
     losses[n] = softmax_xent_row(logits + (size_t)n * Vp, targets[n], dloss, V, Vp, write_dlogits);
 }
 
+template <class T>
+void xent_chunk_partial(const T* logits, int ld, int N, int col0, int cols, int V, const int* targets, T* run_max,
+                        T* run_sum, T* x_target, bool first) {
+  const int n = std::max(0, std::min(cols, V - col0));  // real vocabulary columns in the chunk
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < N; r++) {
+    const T* __restrict x = logits + (size_t)r * ld;
+    const int t = targets[r] - col0;
+    if (t >= 0 && t < cols) x_target[r] = x[t];
+    double m = first ? -std::numeric_limits<double>::infinity() : double(run_max[r]);
+    double sum = first ? 0.0 : double(run_sum[r]);
+    if (n > 0) {
+      T mc = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : mc)
+      for (int j = 0; j < n; j++) mc = x[j] > mc ? x[j] : mc;
+      double sc = 0.0;  // as softmax_xent_row: a vectorised sum in T per block, blocks in double
+      constexpr int kBlock = 512;
+      for (int j0 = 0; j0 < n; j0 += kBlock) {
+        const int j1 = std::min(n, j0 + kBlock);
+        T s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int j = j0; j < j1; j++) s += detail::vexp(x[j] - mc);
+        sc += double(s);
+      }
+      const double M = std::max(m, double(mc));
+      sum = sum * std::exp(m - M) + sc * std::exp(double(mc) - M);  // exp(-inf) = 0 on the first chunk
+      m = M;
+    }
+    run_max[r] = T(m);
+    run_sum[r] = T(sum);
+  }
+}
+
+template <class T>
+void xent_chunk_finish(T* losses, T* run_max, const T* run_sum, const T* x_target, int N) {
+  for (int r = 0; r < N; r++) {
+    const double lse = double(run_max[r]) + std::log(double(run_sum[r]));
+    run_max[r] = T(lse);
+    losses[r] = T(lse - double(x_target[r]));
+  }
+}
+
+template <class T>
+void xent_chunk_grad(T* logits, int ld, int N, int col0, int cols, int V, const int* targets, const T* lse, T dloss) {
+  const int n = std::max(0, std::min(cols, V - col0));
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < N; r++) {
+    T* __restrict x = logits + (size_t)r * ld;
+    const T l = lse[r];
+#pragma omp simd
+    for (int j = 0; j < n; j++) x[j] = dloss * detail::vexp(x[j] - l);
+    for (int j = std::max(n, 0); j < cols; j++) x[j] = T(0);
+    const int t = targets[r] - col0;
+    if (t >= 0 && t < n) x[t] -= dloss;
+  }
+}
+
+#define ZT_XENT_CHUNK(T)                                                                                        \
+  template void xent_chunk_partial<T>(const T*, int, int, int, int, int, const int*, T*, T*, T*, bool);        \
+  template void xent_chunk_finish<T>(T*, T*, const T*, const T*, int);                                          \
+  template void xent_chunk_grad<T>(T*, int, int, int, int, int, const int*, const T*, T);
+ZT_XENT_CHUNK(float)
+ZT_XENT_CHUNK(double)
+#undef ZT_XENT_CHUNK
+
 template void softmax_xent_forward_backward<float>(float*, float*, const int*, float, int, int, int, bool);
 template void softmax_xent_forward_backward<double>(double*, double*, const int*, double, int, int, int, bool);
 

@@ -73,7 +73,98 @@ __global__ void softmax_xent_kernel(T* logits, float* __restrict__ losses, const
   }
 }
 
+// Column chunks (softmax_xent.h), one block per row, plain loads (a chunk starts at any column).
+template <class T>
+__global__ void xent_chunk_partial_kernel(const T* logits, int ld, int col0, int cols, int V,
+                                          const int* __restrict__ targets, float* run_max, float* run_sum,
+                                          float* x_target, bool first) {
+  const int row = blockIdx.x;
+  const T* x = logits + size_t(row) * ld;
+  const int n = max(0, min(cols, V - col0));
+  const int t = targets[row] - col0;
+  float m = -INFINITY, s = 0.0f;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const float v = to_float(x[j]);
+    if (v > m) {
+      s *= expf(m - v);
+      m = v;
+    }
+    s += expf(v - m);
+  }
+  const float mc = block_max(m);
+  const float sc = block_sum(s * expf(m - mc));  // a thread that saw nothing: 0 * 0
+  if (threadIdx.x != 0) return;
+  if (t >= 0 && t < cols) x_target[row] = to_float(x[t]);
+  if (n == 0) {
+    if (first) { run_max[row] = -INFINITY; run_sum[row] = 0.0f; }
+    return;
+  }
+  const float m0 = first ? -INFINITY : run_max[row], s0 = first ? 0.0f : run_sum[row];
+  const float M = fmaxf(m0, mc);
+  run_sum[row] = s0 * expf(m0 - M) + sc * expf(mc - M);
+  run_max[row] = M;
+}
+
+__global__ void xent_chunk_finish_kernel(float* losses, float* run_max, const float* run_sum, const float* x_target,
+                                         int N) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= N) return;
+  const float lse = run_max[r] + logf(run_sum[r]);
+  run_max[r] = lse;
+  losses[r] = lse - x_target[r];
+}
+
+template <class T>
+__global__ void xent_chunk_grad_kernel(T* logits, int ld, int col0, int cols, int V, const int* __restrict__ targets,
+                                       const float* __restrict__ lse, float dloss) {
+  const int row = blockIdx.x;
+  T* x = logits + size_t(row) * ld;
+  const float l = lse[row];
+  const int t = targets[row];
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const int col = col0 + j;
+    float d = 0.0f;
+    if (col < V) {
+      d = expf(to_float(x[j]) - l) * dloss;
+      if (col == t) d -= dloss;
+    }
+    x[j] = from_float<T>(d);
+  }
+}
+
 }  // namespace
+
+template <class T>
+void xent_chunk_partial(const T* logits, int ld, int N, int col0, int cols, int V, const int* targets, float* run_max,
+                        float* run_sum, float* x_target, bool first, cudaStream_t stream) {
+  if (N == 0) return;
+  xent_chunk_partial_kernel<T><<<N, 256, 0, stream>>>(logits, ld, col0, cols, V, targets, run_max, run_sum, x_target,
+                                                      first);
+  ZT_CHECK_LAUNCH();
+}
+
+void xent_chunk_finish(float* losses, float* run_max, const float* run_sum, const float* x_target, int N,
+                       cudaStream_t stream) {
+  if (N == 0) return;
+  xent_chunk_finish_kernel<<<(N + 255) / 256, 256, 0, stream>>>(losses, run_max, run_sum, x_target, N);
+  ZT_CHECK_LAUNCH();
+}
+
+template <class T>
+void xent_chunk_grad(T* logits, int ld, int N, int col0, int cols, int V, const int* targets, const float* lse,
+                     float dloss, cudaStream_t stream) {
+  if (N == 0) return;
+  xent_chunk_grad_kernel<T><<<N, 256, 0, stream>>>(logits, ld, col0, cols, V, targets, lse, dloss);
+  ZT_CHECK_LAUNCH();
+}
+
+#define ZT_XENT_CHUNK(T)                                                                                        \
+  template void xent_chunk_partial<T>(const T*, int, int, int, int, int, const int*, float*, float*, float*, bool, \
+                                      cudaStream_t);                                                              \
+  template void xent_chunk_grad<T>(T*, int, int, int, int, int, const int*, const float*, float, cudaStream_t);
+ZT_XENT_CHUNK(float)
+ZT_XENT_CHUNK(__nv_bfloat16)
+#undef ZT_XENT_CHUNK
 
 template <class T>
 void softmax_xent_forward_backward(T* logits, float* losses, const int* targets, float dloss, int N, int V, int Vp,

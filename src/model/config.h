@@ -24,16 +24,24 @@ struct GPTConfig {
 // recomputed block's input (the previous block's output, kept anyway); backward reruns the block's
 // forward into one block's worth of scratch. With block, blocks l = 0, every, 2*every, ... are
 // recomputed and the others keep everything.
+//
+// classifier_chunk: positions per chunk of the LM head + cross-entropy; 0 = all positions at once;
+// -1 = auto: as many as keep one chunk's logits within one block's activations, at least 256
+// (GPT::classifier_rows).
+// With chunks, the (B*T, Vp) logits never exist: forward keeps the losses only, backward recomputes
+// each chunk's logits to form its dlogits (docs/design.md §3.11). Only for a one-unit embedding.
 struct Recompute {
   enum class Policy { none, selective, block };
   Policy policy = Policy::none;
   int every = 1;
+  int classifier_chunk = 0;
 
   // From the plan's names (validated there): "none", "selective", "block".
-  static Recompute from(const std::string& name, int every) {
+  static Recompute from(const std::string& name, int every, int classifier_chunk = 0) {
     Recompute r;
     r.policy = name == "block" ? Policy::block : name == "selective" ? Policy::selective : Policy::none;
     r.every = every;
+    r.classifier_chunk = classifier_chunk;
     return r;
   }
   bool recomputes_block(int l) const { return policy == Policy::block && l % every == 0; }

@@ -1,6 +1,8 @@
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -56,9 +58,10 @@ size_t elem_bytes(Elem kind) {
 // The fields of GPT::BlockActs in declaration order: elements per token, kind, and whether the
 // selective policy drops them (docs/design.md §3.11): the LayerNorm outputs, the residual sum
 // that feeds ln2 (recomputed with it by the same fused op) and the GELU output are cheap to
-// recompute; fcproj is read by nothing in backward. Matmul and attention outputs and the
-// LayerNorm statistics stay.
+// recompute. Matmul and attention outputs and the LayerNorm statistics stay. fcproj is read by
+// nothing in backward: no policy keeps it (one layer of scratch, rewritten by every block).
 constexpr int kFields = 14;
+constexpr int kFcproj = 13;
 constexpr Elem kBlockKind[kFields] = {Elem::t, Elem::s, Elem::s, Elem::t, Elem::t, Elem::s, Elem::t,
                                       Elem::t, Elem::t, Elem::s, Elem::s, Elem::t, Elem::t, Elem::t};
 constexpr bool kSelectiveDrops[kFields] = {true,  false, false, false, false, false, false,
@@ -71,6 +74,7 @@ size_t block_field_width(const GPTConfig& cfg, int f) {
 // Whether layer l keeps field f for backward; and l's index among the layers that keep their
 // fields (under every policy, a field kept per layer is kept by the same layers).
 bool keeps(const Recompute& rc, int f, int l) {
+  if (f == kFcproj) return false;
   switch (rc.policy) {
     case Recompute::Policy::none: return true;
     case Recompute::Policy::selective: return !kSelectiveDrops[f];
@@ -80,6 +84,7 @@ bool keeps(const Recompute& rc, int f, int l) {
 }
 int kept_index(const Recompute& rc, int l) { return l - rc.blocks_recomputed_before(l); }
 int kept_layers(const Recompute& rc, int L, int f) {
+  if (f == kFcproj) return 0;
   return rc.policy == Recompute::Policy::selective && kSelectiveDrops[f] ? 0 : kept_index(rc, L);
 }
 // Pointers to the fields of a BlockActs, in declaration order (the type is deduced: it is private).
@@ -100,6 +105,23 @@ size_t product(std::initializer_list<size_t> xs) {
   for (size_t x : xs) r = checked_mul(r, x, kActivationSize);
   return r;
 }
+// Positions per classifier chunk for batches up to (B, Tn) (B*Tn: one chunk). Auto (-1): one
+// chunk's logits (rows x Vp elements of T) at most one block's activations (every BlockActs field
+// of one layer, B*Tn tokens), but at least kMinAutoRows: thinner chunks make the head's matmuls
+// and the loss's parallel loops so small that their overhead dominates (5-row chunks: 10x the CPU
+// time of a step, docs/design.md §3.11).
+constexpr size_t kMinAutoRows = 256;
+size_t classifier_rows_for(const GPTConfig& cfg, int B, int Tn, const Recompute& rc, size_t t_bytes, size_t s_bytes) {
+  const size_t BT = product({size_t(B), size_t(Tn)});
+  if (rc.classifier_chunk > 0) return std::min(BT, size_t(rc.classifier_chunk));
+  if (rc.classifier_chunk == 0) return BT;
+  size_t per_token = 0;
+  for (int f = 0; f < kFields; ++f)
+    per_token += block_field_width(cfg, f) * (kBlockKind[f] == Elem::t ? t_bytes : s_bytes);
+  const size_t rows = product({BT, per_token}) / product({size_t(cfg.Vp), t_bytes});
+  return std::clamp<size_t>(rows, std::min(BT, kMinAutoRows), BT);
+}
+template <class T, class S>
 std::vector<FieldSize> activation_sizes(const GPTConfig& cfg, int B, int Tn, const Recompute& rc) {
   const size_t L = size_t(cfg.L), C = size_t(cfg.C), Vp = size_t(cfg.Vp);
   const size_t BT = product({size_t(B), size_t(Tn)});
@@ -110,7 +132,12 @@ std::vector<FieldSize> activation_sizes(const GPTConfig& cfg, int B, int Tn, con
     sizes.push_back({product({size_t(kept_layers(rc, cfg.L, f)), BT, block_field_width(cfg, f)}), kBlockKind[f]});
   for (int f = 0; f < kFields; ++f)
     sizes.push_back({kept_layers(rc, cfg.L, f) < cfg.L ? product({BT, block_field_width(cfg, f)}) : 0, kBlockKind[f]});
-  sizes.insert(sizes.end(), {{LBTC, t}, {BTC, t}, {BT, s}, {BT, s}, {product({BT, Vp}), t}, {BT, s}});
+  // Logits: one classifier chunk's rows (all B*T without chunks).
+  const size_t rows = classifier_rows_for(cfg, B, Tn, rc, sizeof(T), sizeof(S));
+  // With chunks, the log-sum-exp and the running sum of exp per position (a split embedding's
+  // vocabulary chunks are folded in one after the other; unused with one unit, kept for one layout).
+  const size_t lse = rows < BT ? BT : 0;
+  sizes.insert(sizes.end(), {{LBTC, t}, {BTC, t}, {BT, s}, {BT, s}, {product({rows, Vp}), t}, {BT, s}, {lse, s}, {lse, s}});
   return sizes;
 }
 std::vector<FieldSize> grad_scratch_sizes(const GPTConfig& cfg, int B, int Tn) {
@@ -134,9 +161,14 @@ size_t total_bytes(const std::vector<FieldSize>& fields) {
 
 template <class Ops>
 size_t GPT<Ops>::activation_bytes(const GPTConfig& cfg, int B, int Tn, const Recompute& rc) {
-  size_t n = checked_add(total_bytes<T, S>(activation_sizes(cfg, B, Tn, rc)),
+  size_t n = checked_add(total_bytes<T, S>(activation_sizes<T, S>(cfg, B, Tn, rc)),
                          total_bytes<T, S>(grad_scratch_sizes(cfg, B, Tn)), kActivationSize);
   return checked_add(n, aligned_bytes(Ops::scratch_bytes(B, Tn, cfg.C, cfg.NH, cfg.Vp)), kActivationSize);
+}
+
+template <class Ops>
+int GPT<Ops>::classifier_rows(const GPTConfig& cfg, int B, int Tn, const Recompute& rc) {
+  return int(classifier_rows_for(cfg, B, Tn, rc, sizeof(T), sizeof(S)));
 }
 
 template <class Ops>
@@ -157,6 +189,7 @@ GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pa
               bool full_grads, const Recompute& rc, int embedding_rows)
     : cfg_(cfg), rc_(rc), layout_(cfg, pad_multiple, embedding_rows), B_(B), T_(Tn) {
   ZT_ASSERT(rc.every >= 1);
+  cls_rows_ = int(classifier_rows_for(cfg, B, Tn, rc, sizeof(T), sizeof(S)));
   ZT_REQUIRE(cfg.C % cfg.NH == 0, "model: n_embd " << cfg.C << " is not divisible by n_head " << cfg.NH);
   ZT_REQUIRE(Tn <= cfg.maxT, "model: sequence length " << Tn << " exceeds the position table (" << cfg.maxT << ")");
 
@@ -174,7 +207,8 @@ GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pa
   for (void** f : block_fields(acts_.kept)) act_fields.push_back(f);
   for (void** f : block_fields(acts_.scratch)) act_fields.push_back(f);
   act_fields.insert(act_fields.end(), {(void**)&acts_.residual3, (void**)&acts_.lnf, (void**)&acts_.lnf_mean,
-                                       (void**)&acts_.lnf_rstd, (void**)&acts_.logits, (void**)&acts_.losses});
+                                       (void**)&acts_.lnf_rstd, (void**)&acts_.logits, (void**)&acts_.losses,
+                                       (void**)&acts_.lse, (void**)&acts_.lse_sum});
   void** grad_fields[] = {(void**)&gs_.dresidual, (void**)&gs_.dC, (void**)&gs_.d4C_a, (void**)&gs_.d4C_b,
                           (void**)&gs_.dqkv};
   auto carve = [&](void** const* fields, const std::vector<FieldSize>& sizes, Allocation& block, const char* name) {
@@ -185,7 +219,7 @@ GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pa
       p += field_bytes<T, S>(sizes[i]);
     }
   };
-  const auto act_sizes = activation_sizes(cfg, B, Tn, rc);
+  const auto act_sizes = activation_sizes<T, S>(cfg, B, Tn, rc);
   const auto grad_sizes = grad_scratch_sizes(cfg, B, Tn);
   ZT_ASSERT(act_sizes.size() == act_fields.size() && grad_sizes.size() == std::size(grad_fields));
   carve(act_fields.data(), act_sizes, act_mem_, "activations");
@@ -220,9 +254,9 @@ void GPT<Ops>::download(M* dst, const T* src, size_t n) {
 
 template <class Ops>
 std::vector<float> GPT<Ops>::logits_row(int row) const {
-  ZT_ASSERT(row >= 0 && row < B_ * T_);
+  ZT_ASSERT(row >= logits_row0_ && row < B_ * T_);
   std::vector<M> m(size_t(cfg_.V));
-  download(m.data(), acts_.logits + size_t(row) * size_t(cfg_.Vp), m.size());
+  download(m.data(), acts_.logits + size_t(row - logits_row0_) * size_t(cfg_.Vp), m.size());
   return std::vector<float>(m.begin(), m.end());
 }
 
@@ -303,16 +337,50 @@ double GPT<Ops>::forward(const int* host_inputs, const int* host_targets, int B,
   Ops::layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, x, param(ParamId::lnfw), param(ParamId::lnfb), N, C);
   hooks_->after_forward(layout_.final_unit());
 
-  // Tied LM head: logits = lnf @ wte^T over the padded vocabulary, one chunk's columns at a time.
-  for (int e = 0; e < E; ++e) {
-    const VocabRows r = layout_.vocab_rows(e);
-    hooks_->before_forward(e);
-    Ops::matmul_forward(acts_.logits + r.row0, acts_.lnf, wte_rows(e), nullptr, N, C, r.rows, cfg_.Vp);
-    hooks_->after_forward(e);
+  // Tied LM head: logits = lnf @ wte^T over the padded vocabulary, one embedding unit's columns at
+  // a time. With classifier chunks (one-unit embedding only) the logits buffer holds P rows: forward
+  // runs the head and the loss chunk by chunk and keeps the losses; backward recomputes each
+  // chunk's logits for its dlogits (docs/design.md §3.11). Without targets (sampling) only the last
+  // chunk's rows are computed: logits_row() reads the last position.
+  const int P = std::min(cls_rows_, N);
+  logits_row0_ = targets ? 0 : N - P;
+  if (!targets || P == N) {
+    for (int e = 0; e < E; ++e) {
+      const VocabRows r = layout_.vocab_rows(e);
+      hooks_->before_forward(e);
+      Ops::matmul_forward(acts_.logits + r.row0, acts_.lnf + size_t(logits_row0_) * size_t(C), wte_rows(e), nullptr,
+                          N - logits_row0_, C, r.rows, cfg_.Vp);
+      hooks_->after_forward(e);
+    }
+    if (!targets) return 0.0;
+    Ops::softmax_xent(acts_.logits, acts_.losses, targets, dloss, N, cfg_.V, cfg_.Vp, write_dlogits);
+  } else if (E == 1) {
+    hooks_->before_forward(0);
+    for (int c0 = 0; c0 < N; c0 += P) {
+      const int n = std::min(P, N - c0);
+      Ops::matmul_forward(acts_.logits, acts_.lnf + size_t(c0) * size_t(C), wte_rows(0), nullptr, n, C, cfg_.Vp,
+                          cfg_.Vp);
+      Ops::softmax_xent(acts_.logits, acts_.losses + c0, targets + c0, dloss, n, cfg_.V, cfg_.Vp, false);
+    }
+    hooks_->after_forward(0);
+  } else {
+    // Vocabulary chunks outer (each gathered once), positions inner: an online log-sum-exp per
+    // position across the chunks; the target's logit waits in losses until the last.
+    for (int e = 0; e < E; ++e) {
+      const VocabRows r = layout_.vocab_rows(e);
+      hooks_->before_forward(e);
+      for (int c0 = 0; c0 < N; c0 += P) {
+        const int n = std::min(P, N - c0);
+        Ops::matmul_forward(acts_.logits, acts_.lnf + size_t(c0) * size_t(C), wte_rows(e), nullptr, n, C, r.rows,
+                            cfg_.Vp);
+        Ops::xent_chunk_partial(acts_.logits, cfg_.Vp, n, r.row0, r.rows, cfg_.V, targets + c0, acts_.lse + c0,
+                                acts_.lse_sum + c0, acts_.losses + c0, e == 0);
+      }
+      hooks_->after_forward(e);
+    }
+    Ops::xent_chunk_finish(acts_.losses, acts_.lse, acts_.lse_sum, acts_.losses, N);
   }
-
-  if (!targets) return 0.0;
-  Ops::softmax_xent(acts_.logits, acts_.losses, targets, dloss, N, cfg_.V, cfg_.Vp, write_dlogits);
+  last_dloss_ = write_dlogits ? dloss : S(0);
   std::vector<S> losses(static_cast<size_t>(N));
   Ops::d2h(losses.data(), acts_.losses, losses.size() * sizeof(S));  // waits for the forward to finish
   double sum = 0.0;
@@ -331,20 +399,50 @@ void GPT<Ops>::backward() {
   const size_t nC = size_t(N) * size_t(C);
   const size_t layer_stride = size_t(B_) * size_t(T_) * size_t(C);
 
-  // LM head (tied to wte): the logits buffer holds dlogits (B*T, Vp) from forward(write_dlogits).
-  // Its input gradient dlnf = sum over chunks of dlogits[:, rows] @ W_rows; its weight gradient
-  // waits for the end, where it needs no parameters (UnitHooks).
+  // LM head (tied to wte). Whole: the logits buffer holds dlogits (B*T, Vp) from
+  // forward(write_dlogits); its input gradient dlnf = sum over units of dlogits[:, rows] @ W_rows,
+  // its weight gradient waits for the end, where it needs no parameters (UnitHooks). In chunks:
+  // each chunk's logits are recomputed with the parameters gathered here, turned into dlogits by
+  // the same op as forward, and both gradients taken from them at once, so the embedding's
+  // gradient is open from here to the end of backward (UnitHooks; docs/design.md §3.11).
   const int E = layout_.embedding_units();
+  const int P = std::min(cls_rows_, N);
   Ops::zero(gs_.dC, nC);
-  for (int e = E - 1; e >= 0; --e) {
-    const VocabRows r = layout_.vocab_rows(e);
-    hooks_->before_backward(e);
-    Ops::matmul_backward(gs_.dC, nullptr, nullptr, acts_.logits + r.row0, acts_.lnf, wte_rows(e), N, C, r.rows, scratch,
-                         cfg_.Vp);
-    hooks_->after_backward(e);
+  if (P == N) {
+    for (int e = E - 1; e >= 0; --e) {
+      const VocabRows r = layout_.vocab_rows(e);
+      hooks_->before_backward(e);
+      Ops::matmul_backward(gs_.dC, nullptr, nullptr, acts_.logits + r.row0, acts_.lnf, wte_rows(e), N, C, r.rows,
+                           scratch, cfg_.Vp);
+      hooks_->after_backward(e);
+    }
+  } else if (E == 1) {
+    hooks_->before_backward(0);
+    hooks_->before_grads(0);
+    const int Vp = cfg_.Vp;
+    for (int c0 = 0; c0 < N; c0 += P) {
+      const int n = std::min(P, N - c0);
+      const T* lnf = acts_.lnf + size_t(c0) * size_t(C);
+      Ops::matmul_forward(acts_.logits, lnf, wte_rows(0), nullptr, n, C, Vp, Vp);
+      Ops::softmax_xent(acts_.logits, acts_.losses + c0, acts_.targets + c0, last_dloss_, n, cfg_.V, Vp, true);
+      Ops::matmul_backward(gs_.dC + size_t(c0) * size_t(C), wte_grad_rows(0), nullptr, acts_.logits, lnf, wte_rows(0),
+                           n, C, Vp, scratch, Vp);
+    }
+    hooks_->after_backward(0);
+  } else {
+    // Split embedding: dlogits from the kept log-sum-exp, chunk by chunk; the input gradient
+    // here, the weight gradient at the end (after the blocks, with the unit gathered again).
+    for (int e = E - 1; e >= 0; --e) {
+      hooks_->before_backward(e);
+      for (int c0 = 0; c0 < N; c0 += P)
+        classifier_chunk_grad(e, c0, std::min(P, N - c0), gs_.dC + size_t(c0) * size_t(C), nullptr, scratch);
+      hooks_->after_backward(e);
+    }
   }
   // Deferred lookup: the LM-head part of the embedding's gradient now, so that the engine reduces
-  // it while the blocks' backward runs (dlogits and lnf are final from here).
+  // it while the blocks' backward runs (dlogits and lnf are final from here). Whole logits: written
+  // here from dlogits; in chunks (one unit): already written chunk by chunk above into the same
+  // wte_grad_rows(0), so only grads_ready(0) remains.
   if (defer_lookup_) embedding_grads(false);
 
   const int F = layout_.final_unit();
@@ -380,17 +478,36 @@ void GPT<Ops>::embedding_grads(bool with_lookup) {
   // Unit by unit: LM-head part dW_rows += dlogits[:, rows]^T @ lnf, then the lookup's rows (and
   // wpe's gradient in its unit). The same order of sums as one unit.
   const int B = last_B_, Tn = last_T_, C = cfg_.C, N = B * Tn;
+  const int E = layout_.embedding_units(), P = std::min(cls_rows_, N);
   void* scratch = scratch_.data();
-  for (int e = layout_.embedding_units() - 1; e >= 0; --e) {
+  for (int e = E - 1; e >= 0; --e) {
     const VocabRows r = layout_.vocab_rows(e);
-    hooks_->before_grads(e);
-    Ops::matmul_backward(nullptr, wte_grad_rows(e), nullptr, acts_.logits + r.row0, acts_.lnf, nullptr, N, C, r.rows,
-                         scratch, cfg_.Vp);
+    if (P == N) {
+      hooks_->before_grads(e);
+      Ops::matmul_backward(nullptr, wte_grad_rows(e), nullptr, acts_.logits + r.row0, acts_.lnf, nullptr, N, C, r.rows,
+                           scratch, cfg_.Vp);
+    } else if (E > 1) {
+      hooks_->before_backward(e);  // the unit's parameters again: its logits are recomputed
+      hooks_->before_grads(e);
+      for (int c0 = 0; c0 < N; c0 += P) classifier_chunk_grad(e, c0, std::min(P, N - c0), nullptr, wte_grad_rows(e), scratch);
+    }
+    // (One unit in chunks: before_grads(0) and the LM-head part came with the input gradient.)
     if (with_lookup)
       Ops::encoder_backward(wte_grad_rows(e), e == layout_.wpe_unit() ? grad(ParamId::wpe) : nullptr, gs_.dresidual,
                             acts_.inputs, B, Tn, C, r.row0, r.rows, scratch);
+    if (P < N && E > 1) hooks_->after_backward(e);
     hooks_->grads_ready(e);
   }
+}
+
+template <class Ops>
+void GPT<Ops>::classifier_chunk_grad(int e, int c0, int n, T* dlnf, T* dwte, void* scratch) {
+  const VocabRows r = layout_.vocab_rows(e);
+  const int C = cfg_.C, Vp = cfg_.Vp;
+  const T* lnf = acts_.lnf + size_t(c0) * size_t(C);
+  Ops::matmul_forward(acts_.logits, lnf, wte_rows(e), nullptr, n, C, r.rows, Vp);
+  Ops::xent_chunk_grad(acts_.logits, Vp, n, r.row0, r.rows, cfg_.V, acts_.targets + c0, acts_.lse + c0, last_dloss_);
+  Ops::matmul_backward(dlnf, dwte, nullptr, acts_.logits, lnf, dlnf ? wte_rows(e) : nullptr, n, C, r.rows, scratch, Vp);
 }
 
 template <class Ops>

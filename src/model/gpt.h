@@ -28,10 +28,18 @@ namespace zt {
 // the parameter hooks when both apply: final norm and blocks as they run; the embedding's last,
 // E-1..0, each unit's LM-head part (dlogits^T lnf) and lookup part together, reading no parameters
 // (so a stage-3 engine gathers nothing for them, and no embedding gradient is held through the
-// whole backward). With set_defer_lookup_grads(true) (one embedding unit only) the embedding's
-// gradients are written right after the LM head's input gradient instead, the LM-head part only,
-// and at the end of backward embedding_lookup_deferred() hands the lookup part to the engine
-// (lookup_grad_out(), lookup_inputs()): it can reduce the large LM-head part while backward runs.
+// whole backward). Exception, a chunked classifier (Recompute::classifier_chunk): the dlogits are
+// not kept. With one embedding unit, unit 0's LM-head part is written with its input gradient, so
+// before_grads(0) comes right after backward's before_backward(0); grads_ready(0) stays at the end,
+// after the lookup part. With E units, each is used once more at the end: before_backward(e),
+// before_grads(e), its LM-head part (logits recomputed from its parameters) and lookup part,
+// after_backward(e), grads_ready(e) (classifier_regathers()).
+// With set_defer_lookup_grads(true) (one embedding unit only) the embedding's gradients are
+// written right after the LM head's input gradient instead (whole logits: before_grads(0), the
+// LM-head part, grads_ready(0); chunked: the LM-head part already written chunk by chunk with the
+// input gradient, then grads_ready(0)), the LM-head part only, and at the end of backward
+// embedding_lookup_deferred() hands the lookup part to the engine (lookup_grad_out(),
+// lookup_inputs()): it can reduce the large LM-head part while backward runs.
 struct UnitHooks {
   virtual ~UnitHooks() = default;
   virtual void before_forward(int unit) {}
@@ -63,6 +71,8 @@ class GPT {
 
   // Bytes of activations (and activation gradients) the constructor allocates for (B, Tn) under rc.
   static size_t activation_bytes(const GPTConfig& cfg, int B, int Tn, const Recompute& rc = {});
+  // Positions per classifier chunk at (B, Tn) under rc (B*Tn: not chunked); resolves auto (-1).
+  static int classifier_rows(const GPTConfig& cfg, int B, int Tn, const Recompute& rc);
   // Matmul and attention FLOPs of one forward pass at (B, Tn), and those backward spends
   // recomputing forward work under rc (docs/design.md §3.11). Pointwise work is not counted.
   static double forward_flops(const GPTConfig& cfg, int B, int Tn);
@@ -138,7 +148,12 @@ class GPT {
   void zero_grad();
 
   // In the backend's memory (host pointers only for CpuOps):
-  const T* logits() const { return acts_.logits; }  // (B, Tn, Vp), stride Vp
+  // (B, Tn, Vp), stride Vp; with classifier chunks and no targets, rows logits_row0().. only.
+  const T* logits() const { return acts_.logits; }
+  int logits_row0() const { return logits_row0_; }
+  // Whether backward gathers the embedding's units once more for their gradients: a chunked
+  // classifier over a split embedding (UnitHooks; docs/design.md §3.11).
+  bool classifier_regathers() const { return cls_rows_ < B_ * T_ && layout_.embedding_units() > 1; }
   const S* losses() const { return acts_.losses; }  // (B, Tn)
   // One row of logits (the first V entries) copied to the host, for sampling.
   std::vector<float> logits_row(int row) const;
@@ -189,8 +204,11 @@ class GPT {
     T* lnf;         // (B, T, C)
     S* lnf_mean;    // (B, T)
     S* lnf_rstd;    // (B, T)
-    T* logits;      // (B, T, Vp)   overwritten by dlogits when forward(write_dlogits)
+    T* logits;      // (P, Vp)   P = classifier chunk rows (B*T without chunks); whole: overwritten
+                    //           by dlogits when forward(write_dlogits); in chunks: backward's scratch
     S* losses;      // (B, T)
+    S* lse;         // (B, T)   chunked only: log-sum-exp per position (running max in forward)
+    S* lse_sum;     // (B, T)   chunked only: running sum of exp across vocabulary chunks
   };
   // Gradient scratch for one layer at a time (backward walks layers in reverse and reuses it).
   struct GradScratch {
@@ -211,8 +229,14 @@ class GPT {
   void block_recompute(int l, const BlockActs& a, const T* x, int B, int Tn);
   void block_backward(int l, const BlockActs& a, const T* x, int B, int Tn);
   // The embedding's gradients, unit by unit, between before_grads(e) and grads_ready(e): the
-  // LM-head part dW_rows += dlogits[:, rows]^T @ lnf, then (with_lookup) the lookup's rows and wpe.
+  // LM-head part dW_rows += dlogits[:, rows]^T @ lnf (whole logits; split embedding in chunks:
+  // recomputed per chunk; one unit in chunks: already written at the top of backward), then
+  // (with_lookup) the lookup's rows and wpe.
   void embedding_grads(bool with_lookup);
+  // Split embedding, chunked classifier: positions [c0, c0 + n) of embedding unit e's logits,
+  // recomputed and turned into dlogits from the kept log-sum-exp; then dlnf += dlogits @ W_e
+  // and/or dwte += dlogits^T @ lnf (whichever is not null).
+  void classifier_chunk_grad(int e, int c0, int n, T* dlnf, T* dwte, void* scratch);
 
   GPTConfig cfg_;
   Recompute rc_;
@@ -222,6 +246,9 @@ class GPT {
   int last_B_ = 0, last_T_ = 0;  // shape of the last forward, for backward()
   bool defer_lookup_ = false;    // set_defer_lookup_grads
   bool lookup_given_ = false;    // lookup_given(): skip the next lookup
+  S last_dloss_ = S(0);          // dloss of the last forward(write_dlogits), for chunked dlogits
+  int cls_rows_ = 0;             // positions per classifier chunk (allocated B*T: whole)
+  int logits_row0_ = 0;          // position of the logits buffer's first row (sampling in chunks)
   std::vector<T*> unit_param_, unit_grad_;
   Activations acts_{};
   GradScratch gs_{};

@@ -113,8 +113,11 @@ double GPT<Ops>::forward_flops(const GPTConfig& cfg, int B, int Tn) {
 
 template <class Ops>
 double GPT<Ops>::recompute_flops(const GPTConfig& cfg, int B, int Tn, const Recompute& rc) {
-  // selective recomputes pointwise work only (two LayerNorms and a GELU per layer).
-  return rc.blocks_recomputed_before(cfg.L) * block_inner_flops(cfg, B, Tn);
+  // selective recomputes pointwise work only (two LayerNorms and a GELU per layer). A chunked
+  // classifier runs the LM head's forward matmul once more, in backward.
+  const double N = double(B) * Tn;
+  const double head = classifier_rows(cfg, B, Tn, rc) < N ? 2 * N * cfg.C * cfg.Vp : 0.0;
+  return rc.blocks_recomputed_before(cfg.L) * block_inner_flops(cfg, B, Tn) + head;
 }
 
 // The members defined here, for the backends gpt.cpp instantiates the class with.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 
@@ -85,6 +86,39 @@ void SwapFile::write_all(const void* src) {
       ZT_CHECK_ERRNO(r > 0, "pwrite(\"" << path_ << "\", " << len - put << " bytes at " << off + put << ")");
       put += size_t(r);
     }
+  }
+}
+
+void SwapFile::read_blocks(void* buf, size_t len, uint64_t off) const {
+  ZT_ASSERT(off % kIoAlign == 0 && len % kIoAlign == 0 && reinterpret_cast<uintptr_t>(buf) % kIoAlign == 0);
+  ZT_ASSERT(off + len <= file_bytes());
+  for (size_t got = 0; got < len;) {
+    const ssize_t r = pread(fd_, static_cast<unsigned char*>(buf) + got, len - got, off_t(off + got));
+    ZT_CHECK_ERRNO(r > 0, "pread(\"" << path_ << "\", " << len - got << " bytes at " << off + got << ")");
+    got += size_t(r);
+  }
+}
+
+void SwapFile::write_blocks(const void* buf, size_t len, uint64_t off) {
+  ZT_ASSERT(off % kIoAlign == 0 && len % kIoAlign == 0 && reinterpret_cast<uintptr_t>(buf) % kIoAlign == 0);
+  ZT_ASSERT(off + len <= file_bytes());
+  for (size_t put = 0; put < len;) {
+    const ssize_t r = pwrite(fd_, static_cast<const unsigned char*>(buf) + put, len - put, off_t(off + put));
+    ZT_CHECK_ERRNO(r > 0, "pwrite(\"" << path_ << "\", " << len - put << " bytes at " << off + put << ")");
+    put += size_t(r);
+  }
+}
+
+void SwapFile::write_at(const void* src, size_t len, uint64_t off) {
+  ZT_ASSERT(off + len <= bytes_);
+  auto buf = bounce_buffer();
+  const uint64_t end = off + len;
+  for (uint64_t w = off / kIoAlign * kIoAlign; w < end; w += kBounce) {
+    const size_t wlen = std::min<uint64_t>(kBounce, io_round_up(end) - w);
+    const uint64_t lo = std::max(w, off), hi = std::min<uint64_t>(w + wlen, end);
+    if (lo != w || hi != w + wlen) read_blocks(buf.get(), wlen, w);  // keep the neighbours' bytes
+    std::memcpy(buf.get() + (lo - w), static_cast<const unsigned char*>(src) + (lo - off), hi - lo);
+    write_blocks(buf.get(), wlen, w);
   }
 }
 

@@ -17,6 +17,8 @@ inline size_t io_round_up(size_t bytes) { return (bytes + kIoAlign - 1) / kIoAli
 // Where a rank's swap files go and how the optimizer streams them (plan section `offload`).
 struct SwapSpec {
   std::string dir;              // empty = no offload
+  bool optimizer = false;       // offload.optimizer "nvme": AdamW moments (and master weights) in files
+  bool params = false;          // offload.params "nvme" (stage 3): parameter and gradient shards in files
   int rank = 0;
   bool direct = true;           // O_DIRECT (false: buffered I/O, for filesystems without it)
   unsigned queue_depth = 32;    // io_uring submission queue entries
@@ -43,6 +45,12 @@ class SwapFile {
   // synchronous, through an aligned bounce buffer of their own.
   void read_all(void* dst) const;
   void write_all(const void* src);
+  // Synchronous whole-block transfers: off and len multiples of kIoAlign, buf kIoAlign-aligned.
+  void read_blocks(void* buf, size_t len, uint64_t off) const;
+  void write_blocks(const void* buf, size_t len, uint64_t off);
+  // Any byte range, through a bounce buffer (blocks only partly covered are read first): for
+  // writing initial parameters range by range, not on the step's path.
+  void write_at(const void* src, size_t len, uint64_t off);
 
  private:
   std::string path_;

@@ -23,12 +23,14 @@ size_t pool_numel(const SwapSpec& spec, size_t numel, int states) {
   return sets_of(spec, numel) * size_t(states) * subgroup_of(spec, numel);
 }
 
-SwapPipeline::SwapPipeline(std::vector<SwapFile*> files, size_t numel, float* pool, const SwapSpec& spec)
-    : files_(std::move(files)), numel_(numel), sub_(subgroup_of(spec, numel)), pool_(pool),
+SwapPipeline::SwapPipeline(std::vector<SwapFile*> files, size_t numel, float* pool, const SwapSpec& spec,
+                           std::vector<bool> read_only)
+    : files_(std::move(files)), read_only_(std::move(read_only)), numel_(numel), sub_(subgroup_of(spec, numel)), pool_(pool),
       sets_(int(sets_of(spec, numel))), ahead_(size_t(spec.buffer_count) - 2), ring_(spec.queue_depth) {
   ZT_ASSERT(!files_.empty() && spec.buffer_count >= 2 && sub_ > 0 && (sub_ * 4) % kIoAlign == 0);
   ZT_ASSERT(reinterpret_cast<uintptr_t>(pool_) % kIoAlign == 0);
   for (const SwapFile* f : files_) ZT_ASSERT(f->bytes() == numel_ * 4);
+  read_only_.resize(files_.size(), false);
 }
 
 // Read tags are even, write tags odd: 2k and 2k + 1 for sub-group k.
@@ -38,6 +40,7 @@ void SwapPipeline::transfer(size_t k, bool write) {
   const size_t len = io_round_up(n * 4);
   for (size_t s = 0; s < files_.size(); ++s) {
     SwapFile& f = *files_[s];
+    if (write && read_only_[s]) continue;
     if (write) ring_.write(f.fd(), buffer(k, s), len, begin * 4, int(2 * k + 1), f.path().c_str());
     else ring_.read(f.fd(), buffer(k, s), len, begin * 4, int(2 * k), f.path().c_str());
   }

@@ -25,8 +25,10 @@ size_t pool_numel(const SwapSpec& spec, size_t numel, int states);
 class SwapPipeline {
  public:
   // files: the S state files, each of numel 4-byte elements; pool: pool_numel(spec, numel, S)
-  // elements, kIoAlign-aligned.
-  SwapPipeline(std::vector<SwapFile*> files, size_t numel, float* pool, const SwapSpec& spec);
+  // elements, kIoAlign-aligned. read_only: the files the update only reads (the gradient shard),
+  // which are never written back; empty = none.
+  SwapPipeline(std::vector<SwapFile*> files, size_t numel, float* pool, const SwapSpec& spec,
+               std::vector<bool> read_only = {});
 
   // Calls update(begin, n, bufs) for every sub-group [begin, begin + n) in order, bufs[s] holding
   // state s's elements of it; what update leaves in bufs is written back.
@@ -41,6 +43,7 @@ class SwapPipeline {
   void transfer(size_t k, bool write);
 
   std::vector<SwapFile*> files_;
+  std::vector<bool> read_only_;
   size_t numel_, sub_;
   float* pool_;
   int sets_;      // buffer sets in use: buffer_count, or fewer when the shard has fewer sub-groups

@@ -90,29 +90,34 @@ void Uring::push(size_t slot) {
   ZT_CHECK_URING(io_uring_submit(&ring_), "io_uring_submit (" << (p.write ? "write " : "read ") << p.what << ")");
 }
 
-void Uring::reap_one() {
+bool Uring::reap_one(bool block) {
   ZT_ASSERT(in_flight_ > 0);
   io_uring_cqe* cqe = nullptr;
   int rc;
-  do rc = io_uring_wait_cqe(&ring_, &cqe);
-  while (rc == -EINTR);
-  ZT_CHECK_URING(rc, "io_uring_wait_cqe");
+  if (!block) {
+    rc = io_uring_peek_cqe(&ring_, &cqe);
+    if (rc == -EAGAIN) return false;
+  } else {
+    do rc = io_uring_wait_cqe(&ring_, &cqe);
+    while (rc == -EINTR);
+  }
+  ZT_CHECK_URING(rc, (block ? "io_uring_wait_cqe" : "io_uring_peek_cqe"));
   const size_t slot = size_t(io_uring_cqe_get_data64(cqe));
   const int res = cqe->res;
   io_uring_cqe_seen(&ring_, cqe);
   Piece& p = pieces_[slot];
   if (res == -EAGAIN || res == -EINTR) {  // transient: the same piece again
     push(slot);
-    return;
+    return true;
   }
   if (res > 0 && size_t(res) < p.len) {  // short: the rest, in the same slot
     p.buf += res, p.off += uint64_t(res), p.len -= size_t(res);
     push(slot);
-    return;
+    return true;
   }
   // Done, or failed: either way the piece is no longer in flight (drain() must not wait for it),
   // and its slot takes the next piece of the backlog.
-  const Piece done = p;
+  const Piece finished = p;
   --pending_[size_t(p.tag)];
   if (backlog_.empty()) {
     --in_flight_;
@@ -123,13 +128,21 @@ void Uring::reap_one() {
     push(slot);
   }
   ZT_CHECK_URING(res == 0 ? -EIO : res,  // 0: end of file inside the swap file, which was sized for it
-                 (done.write ? "io_uring write of " : "io_uring read of ") << done.what << " (" << done.len
-                                                                           << " bytes at " << done.off << ")");
+                 (finished.write ? "io_uring write of " : "io_uring read of ") << finished.what << " (" << finished.len
+                                                                           << " bytes at " << finished.off << ")");
+  return true;
 }
 
 void Uring::wait(int tag) {
   if (size_t(tag) >= pending_.size()) return;
   while (pending_[size_t(tag)] > 0) reap_one();
+}
+
+bool Uring::done(int tag) {
+  if (size_t(tag) >= pending_.size()) return true;
+  while (pending_[size_t(tag)] > 0 && in_flight_ > 0 && reap_one(false)) {
+  }
+  return pending_[size_t(tag)] == 0;
 }
 
 void Uring::drain() {

@@ -34,6 +34,9 @@ class Uring {
   void write(int fd, const void* buf, size_t len, uint64_t off, int tag, const char* what);
   // Until every transfer queued under `tag` is complete; throws on an I/O error.
   void wait(int tag);
+  // Whether every transfer queued under `tag` is complete, without blocking (reaps what the kernel
+  // has finished; throws on an I/O error).
+  bool done(int tag);
   // Until nothing is in flight or waiting.
   void drain();
   // After an error: forget what waits in the backlog, let what is in flight finish, report nothing
@@ -52,7 +55,7 @@ class Uring {
   };
   void queue(const Piece& p);
   void push(size_t slot);
-  void reap_one();
+  bool reap_one(bool block = true);  // false: nothing was complete (block false only)
   void sync_io(const Piece& p);
 
   io_uring ring_{};

@@ -148,18 +148,22 @@ void check_supported_by_this_build(const Plan& p) {
   auto in = [](const std::vector<std::string>& v, const std::string& x) {
     return std::find(v.begin(), v.end(), x) != v.end();
   };
+  if (p.offload.params == "cpu" && !in(f.offload, "cpu"))
+    // As for the optimizer: nothing to move on the CPU backend; not built for the CUDA backend.
+    bad("offload.params", std::string("\"cpu\" ") +
+                              (p.device == "cuda" ? "is not implemented yet for the CUDA backend"
+                                                  : "changes nothing on the CPU backend, which already keeps everything "
+                                                    "in host memory") +
+                              "; use \"nvme\" to move the parameter shard to disk (zero.stage 3), or \"none\"");
   if (!in(f.offload, p.offload.params))
-    bad("offload.params", json(p.offload.params).dump() + " is not implemented yet (supported: " + quoted(f.offload) +
-                              "; offload.optimizer \"nvme\" moves the optimizer state)");
-  if (p.offload.optimizer == "cpu" && !in(f.offload_optimizer, "cpu")) {
-    // Without a GPU there is nothing to offload to host memory; with one it is still to be built.
-    const std::string cpu = "changes nothing on the CPU backend, which already keeps everything in host memory";
-    const std::string cuda = "is not implemented yet for the CUDA backend";
+    unsupported("offload.params", json(p.offload.params).dump(), quoted(f.offload));
+  if (p.offload.optimizer == "cpu") {
+    // Host memory is where the CPU backend keeps everything already; the CUDA backend runs AdamW on
+    // the CPU from pinned host memory (f.offload_optimizer lists "cpu" only where a CUDA backend is built).
     const std::string fix = "; use \"nvme\" to move the optimizer state to disk, or \"none\"";
     if (p.device == "cpu" || (p.device == "auto" && !support::device_built("cuda")))
-      bad("offload.optimizer", "\"cpu\" " + cpu + fix);
-    if (p.device == "cuda") bad("offload.optimizer", "\"cpu\" " + cuda + fix);
-    bad("offload.optimizer", "\"cpu\" " + cuda + ", and " + cpu + fix);
+      bad("offload.optimizer", "\"cpu\" changes nothing on the CPU backend, which already keeps everything in host "
+                               "memory" + fix);
   }
   if (!in(f.offload_optimizer, p.offload.optimizer))
     unsupported("offload.optimizer", json(p.offload.optimizer).dump(), quoted(f.offload_optimizer));
@@ -178,7 +182,7 @@ void check_combinations(const Plan& p) {
     bad("offload.params", json(p.offload.params).dump() +
                               " requires zero.stage 3 (only sharded parameters can be offloaded), got zero.stage " +
                               std::to_string(p.zero.stage));
-  if (p.offload.optimizer == "nvme" && p.zero.stage == 0)
+  if (p.offload.optimizer != "none" && p.zero.stage == 0)
     bad("offload.optimizer", json(p.offload.optimizer).dump() +
                                  " requires zero.stage 1, 2 or 3: offload streams a rank's shard of the optimizer "
                                  "state, and stage 0 keeps a full replica on every rank (got zero.stage 0)");
@@ -335,6 +339,7 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
 
   p.recompute.policy = get_choice(r, "recompute.policy", {"none", "selective", "block"});
   p.recompute.every = get_int(r, "recompute.every", 1);
+  p.recompute.classifier_chunk = get_int(r, "recompute.classifier_chunk", -1);
   if (p.recompute.every != 1 && p.recompute.policy != "block")
     bad("recompute.every", "only applies to recompute.policy \"block\" (got policy \"" + p.recompute.policy +
                                "\" with every " + std::to_string(p.recompute.every) + ")");

@@ -62,6 +62,7 @@ struct CommSection {
 struct RecomputeSection {
   std::string policy;     // "none" | "selective" | "block" (docs/design.md §3.11)
   int every = 1;          // block: blocks 0, every, 2*every, ... are recomputed, the others keep everything
+  int classifier_chunk = -1;  // positions per LM-head + loss chunk; 0 = whole, -1 = auto (one block's activations, >= 256)
 };
 
 // docs/design.md §3.6. optimizer "nvme": AdamW moments in swap files under nvme_dir (stages 1-3),

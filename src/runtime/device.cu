@@ -55,6 +55,21 @@ void free(void* p) {
   if (p) (void)cudaFree(p);
 }
 
+void* alloc_pinned(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t rc = cudaMallocHost(&p, bytes);
+  if (rc == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    throw OutOfMemory("out of pinned host memory: cudaMallocHost of " + format_bytes(double(bytes)) + " failed; ");
+  }
+  ZT_CHECK_CUDA(rc);
+  return p;
+}
+
+void free_pinned(void* p) {
+  if (p) (void)cudaFreeHost(p);  // from destructors, as free() above
+}
+
 void memset0(void* p, size_t bytes) {
   ZT_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, cuda::Context::get().stream));
   ZT_CHECK_CUDA(cudaStreamSynchronize(cuda::Context::get().stream));

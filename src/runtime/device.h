@@ -25,6 +25,10 @@ std::string describe();
 size_t free_bytes();
 void* alloc(size_t bytes);  // throws DeviceOutOfMemory
 void free(void* p);
+// Page-locked host memory (cudaMallocHost), for buffers that asynchronous copies read and write
+// (Tier::pinned). Throws OutOfMemory.
+void* alloc_pinned(size_t bytes);
+void free_pinned(void* p);
 void memset0(void* p, size_t bytes);
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);

@@ -14,6 +14,8 @@ std::string describe() { return ""; }
 size_t free_bytes() { return 0; }
 void* alloc(size_t) { no_cuda(); }
 void free(void*) {}
+void* alloc_pinned(size_t) { no_cuda(); }
+void free_pinned(void*) {}
 void memset0(void*, size_t) { no_cuda(); }
 void copy_to_device(void*, const void*, size_t) { no_cuda(); }
 void copy_to_host(void*, const void*, size_t) { no_cuda(); }

@@ -1,5 +1,6 @@
 #include "runtime/memory.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -67,8 +68,6 @@ void Allocation::reset() {
 }
 
 Allocation MemoryTracker::alloc(size_t bytes, Tier tier, Category cat, const std::string& name, size_t align) {
-  ZT_REQUIRE(tier != Tier::pinned,
-             "memory tier '" << tier_name(tier) << "' is not supported by this build yet (buffer " << name << ")");
   ZT_ASSERT(align >= kAlign && (align & (align - 1)) == 0);
   Allocation a;
   size_t rounded = checked_round_up(bytes, align, "memory: buffer " + name);
@@ -87,6 +86,11 @@ Allocation MemoryTracker::alloc(size_t bytes, Tier tier, Category cat, const std
       throw DeviceOutOfMemory(os.str());
     }
     device::memset0(p, rounded);
+  } else if (tier == Tier::pinned) {
+    // Page-locked (CUDA backend only): the host side of asynchronous device copies (zero/staged_comm.h).
+    p = device::alloc_pinned(rounded);  // 4 KiB aligned
+    ZT_ASSERT(reinterpret_cast<uintptr_t>(p) % align == 0);
+    std::memset(p, 0, rounded);
   } else {
     p = std::aligned_alloc(align, rounded);
     if (p == nullptr)
@@ -104,6 +108,7 @@ Allocation MemoryTracker::alloc(size_t bytes, Tier tier, Category cat, const std
 void MemoryTracker::release(Allocation& a) {
   cur_[idx(a.tier_, a.cat_)] -= a.bytes_;
   if (a.tier_ == Tier::device) device::free(a.ptr_);
+  else if (a.tier_ == Tier::pinned) device::free_pinned(a.ptr_);
   else if (a.tier_ == Tier::host) std::free(a.ptr_);
 }
 

@@ -17,8 +17,10 @@ const std::vector<Backend>& backends() {
     cpu.zero_stages = {0, 1, 2, 3};
     Backend gpu;
     gpu.device = "cuda", gpu.library = "CUDA", gpu.built = cuda;
-    gpu.max_world = 1, gpu.world_note = "one rank on one GPU";
-    gpu.zero_stages = {0}, gpu.stage_note = " on one GPU; stages 1-3 shard across ranks";
+    // Several ranks (sharing a GPU or not): collectives host-staged through MPI (zero/staged_comm.h),
+    // tested under emulation only (test/emu).
+    gpu.max_world = 0, gpu.world_note = "any number of ranks under mpirun, collectives host-staged through MPI";
+    gpu.zero_stages = {0, 1, 2, 3};
     gpu.head_sizes = {16, 32, 64, 128};  // the attention kernels' template instances (kernels/attention_*.cu)
     gpu.n_embd_multiple = 8, gpu.n_embd_note = "128-bit loads";
     gpu.max_seq_x_embd = kInt32Max, gpu.max_batch_x_heads = kInt32Max;
@@ -51,11 +53,13 @@ bool precision_built(const std::string& precision) {
 const Features& features() {
   static const Features f = [] {
     Features x;
-    x.offload = {"none"};
+    x.offload = {"none", "nvme"};
     x.checkpoint_saving = true;
     x.checkpoint_resume = true;
     x.master_weights_off = false;
-    x.offload_optimizer = {"none", "nvme"};
+    // "cpu": the CUDA backend's AdamW on the host (the CPU backend has nothing to move; plan.cpp says so).
+    x.offload_optimizer = device::built_with_cuda() ? std::vector<std::string>{"none", "cpu", "nvme"}
+                                                    : std::vector<std::string>{"none", "nvme"};
     return x;
   }();
   return f;
@@ -77,8 +81,10 @@ std::string help() {
     if (b.n_embd_multiple > 1) os << ", n_embd a multiple of " << b.n_embd_multiple;
     os << "\n";
   }
-  os << "Offload: offload.optimizer \"nvme\" (zero.stage 1-3, CPU backend); parameter offload is not available in\n"
-        "this build yet (plans asking for it are rejected).";
+  os << "Offload: offload.optimizer \"nvme\" (zero.stage 1-3, both backends) and \"cpu\" (zero.stage 1-3, CUDA backend:\n"
+        "AdamW on the CPU from pinned host memory; no checkpoints yet); offload.params \"nvme\" (zero.stage 3, CPU\n"
+        "backend: the parameter and gradient shards in swap files). The CUDA backend's multi-rank and offload\n"
+        "paths are tested under emulation only.";
   return os.str();
 }
 

@@ -8,6 +8,7 @@
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include "zero/estimate.h"
+#include "zero/store.h"
 #include "zero/swap_spec.h"
 
 namespace zt {
@@ -20,16 +21,28 @@ uint64_t swap_file_bytes(const Plan& plan, int world, int* files, uint64_t* pool
   *files = 0;
   for (const auto& b : estimate_plan(plan, world).buffers) {
     if (b["tier"] == "nvme") total += offload::io_round_up(b["bytes"].get<uint64_t>()), ++*files;
-    if (pool && b["category"] == "staging") *pool = b["bytes"].get<uint64_t>();
+    if (pool && (b["name"] == state_name(StateId::swap_buffers) || b["name"] == state_name(StateId::param_io)))
+      *pool += b["bytes"].get<uint64_t>();
   }
   return total;
 }
 }  // namespace
 
 offload::SwapSpec prepare_offload(const Plan& plan, int world, int rank, int local_world, bool host_backend) {
-  if (plan.offload.optimizer != "nvme") return {};
-  ZT_REQUIRE(host_backend, "offload.optimizer: \"nvme\" is not implemented yet for the CUDA backend (its AdamW runs "
-                           "on the GPU); run it with device \"cpu\", or set offload.optimizer to \"none\"");
+  if (plan.offload.optimizer == "none" && plan.offload.params == "none") return {};
+  // "cpu" reached the CPU backend only through device "auto" on a machine without a GPU.
+  ZT_REQUIRE(!host_backend || plan.offload.optimizer != "cpu",
+             "offload.optimizer: \"cpu\" changes nothing on the CPU backend (device \"auto\" found no GPU), which "
+             "already keeps everything in host memory; use \"nvme\" or \"none\"");
+  ZT_REQUIRE(host_backend || plan.offload.params == "none",
+             "offload.params: \"nvme\" is not implemented yet for the CUDA backend; run it with device \"cpu\", or "
+             "set offload.params to \"none\"");
+  // The CUDA backend's host-side optimizer state is not written to or read from checkpoints yet.
+  ZT_REQUIRE(host_backend || plan.checkpoint.dir.empty(),
+             "offload.optimizer: \"" << plan.offload.optimizer
+                                     << "\" on the CUDA backend cannot save or resume checkpoints yet; leave "
+                                        "checkpoint.dir empty, or set offload.optimizer to \"none\"");
+  if (plan.offload.optimizer == "cpu" && plan.offload.params == "none") return {};
   int files = 0;
   const uint64_t per_rank = swap_file_bytes(plan, world, &files);
   std::ostringstream detail;
@@ -46,7 +59,10 @@ std::string describe_offload(const offload::SwapSpec& spec, const Plan& plan, in
   const uint64_t per_rank = swap_file_bytes(plan, world, &files, &pool);
   const offload::Uring probe(1);
   std::ostringstream os;
-  os << "offload: optimizer state on disk, " << files << " swap files of " << format_bytes(double(per_rank) / files)
+  const char* what = spec.optimizer && spec.params ? "optimizer state, parameter and gradient shards"
+                     : spec.params                ? "parameter and gradient shards"
+                                                  : "optimizer state";
+  os << "offload: " << what << " on disk, " << files << " swap files of " << format_bytes(double(per_rank) / files)
      << " per rank in " << spec.dir << " (" << (spec.direct ? "O_DIRECT" : "buffered: the filesystem refused O_DIRECT")
      << ", " << (probe.available() ? "io_uring" : "synchronous pread/pwrite: io_uring is not permitted here")
      << "); sub-groups of " << format_bytes(double(spec.subgroup_numel) * 4) << " per state, " << spec.buffer_count

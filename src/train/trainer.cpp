@@ -25,6 +25,8 @@
 #include "checkpoint/state_io.h"
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
+#include "runtime/cuda_context.h"
+#include "zero/staged_comm.h"
 #endif
 #include "runtime/device.h"
 #include "runtime/error.h"
@@ -229,7 +231,8 @@ class Trainer {
         check_token_ids();
         outputs_ = check_run_outputs(plan_, GPT<Ops>::llmc_file_bytes(cfg_));
       }
-      if (Ops::tier == Tier::host) check_host_memory();
+      // The CUDA backend's host memory is modelled when the plan names device "cuda" (zero/estimate.h).
+      if (Ops::tier == Tier::host || plan_.device == "cuda") check_host_memory();
       swap_ = prepare_offload(plan_, world, comm_.rank(), comm_.local_world(), Ops::tier == Tier::host);
     } catch (const std::exception& e) {
       refusal = e.what();
@@ -240,17 +243,29 @@ class Trainer {
     // gradients of its own: they are the store's (zero/store.h), pointed at by the engine.
     const int stage = plan_.zero.stage;
     model_ = std::make_unique<GPT<Ops>>(cfg_, B, Tn, mem_, zero_pad_multiple(world), false, false,
-                                        Recompute::from(plan_.recompute.policy, plan_.recompute.every),
+                                        Recompute::from(plan_.recompute.policy, plan_.recompute.every,
+                                                        plan_.recompute.classifier_chunk),
                                         zero_embedding_rows(cfg_, stage, world));
     ZeroConfig zc;
     zc.stage = stage; zc.world = world; zc.rank = comm_.rank(); zc.overlap = plan_.zero.overlap_comm;
     zc.bucket_mb = plan_.zero.bucket_mb; zc.prefetch_units = plan_.zero.prefetch_units;
     zc.grad_accum = plan_.batch.grad_accum; zc.elem_bytes = sizeof(T);
     zc.micro_tokens = size_t(B) * size_t(Tn); zc.host = Ops::tier == Tier::host;
+    zc.classifier_regather = model_->classifier_regathers();
     partition_ = std::make_unique<Partition>(model_->layout(), zc);
-    store_ = std::make_unique<StateStore>(list_model_state(model_->layout(), *partition_, state_types_of<Ops>(), swap_),
-                                          mem_, swap_);
-    engine_ = std::make_unique<ZeroEngine<Ops>>(*model_, *partition_, *store_, comm_, plan_.optim);
+    StateTypes types = state_types_of<Ops>();
+    // The CUDA backend's AdamW on the host (offload.optimizer "cpu" / "nvme", zero/host_optimizer.cpp).
+    types.host_optimizer = Ops::tier == Tier::device && plan_.offload.optimizer != "none";
+    store_ = std::make_unique<StateStore>(list_model_state(model_->layout(), *partition_, types, swap_), mem_, swap_);
+    // The CUDA backend's collectives go through pinned host mirrors (zero/staged_comm.h).
+    Comm* engine_comm = &comm_;
+#if ZT_HAVE_CUDA
+    if constexpr (Ops::tier == Tier::device) {
+      staged_comm_ = std::make_unique<StagedComm>(comm_, *store_, state_types_of<Ops>().param, stage);
+      engine_comm = staged_comm_.get();
+    }
+#endif
+    engine_ = std::make_unique<ZeroEngine<Ops>>(*model_, *partition_, *store_, *engine_comm, plan_.optim);
     // model.init is read here (into the allocated parameters); a damaged file is still refused
     // before anything is written. A run that starts from a TrainState takes its buffers instead.
     state_.seed = plan_.run.seed;
@@ -366,7 +381,11 @@ class Trainer {
   void check_host_memory() const {
     const HostMemory avail = host_memory_available();
     if (avail.bytes == 0) return;  // nothing to compare with (not Linux)
-    const uint64_t per_rank = estimate_plan(plan_, comm_.world()).memory["host"]["total"].get<uint64_t>();
+    // Host memory of every kind: pageable, and pinned (the CUDA backend's staging and offloaded state).
+    const nlohmann::json mem = estimate_plan(plan_, comm_.world()).memory;
+    uint64_t per_rank = 0;
+    for (const char* tier : {"host", "pinned"})
+      if (mem.contains(tier)) per_rank += mem[tier]["total"].get<uint64_t>();
     const uint64_t need = per_rank * uint64_t(comm_.local_world());
     ZT_REQUIRE(need <= avail.bytes,
                "memory: this plan needs " << format_bytes(double(need)) << " on this host (" << format_bytes(double(per_rank))
@@ -488,12 +507,13 @@ class Trainer {
   std::unique_ptr<GPT<Ops>> model_;
   std::unique_ptr<Partition> partition_;
   std::unique_ptr<StateStore> store_;
+  std::unique_ptr<Comm> staged_comm_;  // CUDA backend: the engine's comm over comm_ (before engine_: outlives it)
   std::unique_ptr<ZeroEngine<Ops>> engine_;
   std::unique_ptr<Tracer> tracer_;  // run.trace; null = off
   uint64_t bytes_per_step_ = 0;
   std::unique_ptr<MetricsLog> log_;
   RunOutputs outputs_;  // rank 0
-  offload::SwapSpec swap_;  // offload.optimizer "nvme" (train/offload_setup.h); disabled otherwise
+  offload::SwapSpec swap_;  // offload.optimizer / offload.params "nvme" (train/offload_setup.h); disabled otherwise
   bool decorate_ = false;
   std::string resume_from_;  // the checkpoint this run continues ("" = none)
   ckpt::Transfer loaded_;
@@ -520,6 +540,11 @@ TrainResult train(const Plan& plan, Comm& comm, const RunControl& ctl) {
   const std::string backend = choose_backend(plan, comm.world());
   if (backend == "cpu-fp32") return run_trainer<CpuOps<float>>(plan, comm, ctl);
 #if ZT_HAVE_CUDA
+  // Ranks on one host take its GPUs in turn (local rank modulo the count): with fewer GPUs than
+  // ranks, several ranks share one (their collectives are host-staged, zero/staged_comm.h).
+  int gpus = 0;
+  ZT_CHECK_CUDA(cudaGetDeviceCount(&gpus));
+  cuda::Context::select(comm.local_rank() % std::max(1, gpus));
   if (backend == "cuda-fp32") return run_trainer<CudaOps<float>>(plan, comm, ctl);
   return run_trainer<CudaOps<bf16>>(plan, comm, ctl);
 #else

@@ -1,24 +1,18 @@
-// Buffers handed to collectives. Collectives carry fp32 (the CPU backend, and the CUDA fp32 parity
-// mode over NCCL). Mixed-precision (bf16) collectives come with multi-GPU training; until then a
-// bf16 model runs on one rank, where stage 0 sends nothing (GradReducer::launch) and the trainer
-// refuses every other combination.
+// Buffers handed to collectives: the engine's seam between its buffers and the Comm. Collectives
+// carry fp32 on the wire (Comm's interface). A float buffer passes as it is. A bf16 buffer (the
+// CUDA backend's mixed precision) passes as an opaque pointer that only a StagedComm built for bf16
+// (zero/staged_comm.h) accepts: it reads the bf16 elements, widens reductions to fp32 in its host
+// mirror and narrows the result back. ZeroEngine's constructor checks that a bf16 engine talks to
+// such a comm, so no other Comm ever sees one.
 #pragma once
 #include <type_traits>
-
-#include "runtime/error.h"
 
 namespace zt {
 
 template <class X>
 float* comm_ptr(X* p) {
-  if constexpr (std::is_same_v<std::remove_const_t<X>, float>) {
-    return const_cast<float*>(p);
-  } else {
-    (void)p;
-    ZT_REQUIRE(false, "ZeRO: collectives on bf16 buffers are not supported by this build yet (bf16 trains on "
-                      "one rank, zero.stage 0)");
-    return nullptr;
-  }
+  if constexpr (std::is_same_v<std::remove_const_t<X>, float>) return const_cast<float*>(p);
+  else return reinterpret_cast<float*>(const_cast<std::remove_const_t<X>*>(p));
 }
 
 }  // namespace zt

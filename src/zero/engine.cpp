@@ -1,5 +1,6 @@
 #include "zero/engine.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "backend/ops_cpu.h"
@@ -7,6 +8,7 @@
 #include "backend/ops_cuda.h"
 #endif
 #include "runtime/error.h"
+#include "zero/staged_comm.h"
 
 namespace zt {
 
@@ -17,6 +19,14 @@ ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& 
       reducer_(model, part, store, comm), gatherer_(model, part, store, comm),
       optimizer_(model.layout(), part, store, comm, optim) {
   ZT_ASSERT(comm.world() == part.config().world && comm.rank() == part.config().rank);
+#if ZT_HAVE_CUDA
+  // Device buffers reach MPI only through host staging, and bf16 ones only through a StagedComm
+  // that knows they are bf16 (zero/comm_ptr.h).
+  if constexpr (Ops::tier == Tier::device) {
+    const auto* staged = dynamic_cast<const StagedComm*>(&comm);
+    ZT_ASSERT(staged && staged->elem() == state_types_of<Ops>().param);
+  }
+#endif
   const ParamLayout& layout = model.layout();
   T* params = store.get<T>(StateId::params);
   T* grads = store.get<T>(StateId::grads);
@@ -44,7 +54,21 @@ void ZeroEngine<Ops>::init_parameters(uint64_t seed, const std::string& llmc_pat
     const StateBuffer& shard = store_.info(StateId::param_shard);
     T* dst = store_.get<T>(StateId::param_shard);
     using M = typename Ops::M;
-    if (llmc_path.empty()) {
+    offload::SwapFile* file = store_.file(StateId::param_shard);  // offload.params nvme: write the file
+    if (file && llmc_path.empty()) {
+      // In pieces: the values depend only on (seed, tensor, element), and a tensor range of the
+      // largest model would otherwise be a transient of its own (wte: V x C).
+      constexpr size_t kPiece = size_t(1) << 22;
+      size_t largest = 0;
+      for (const TensorRange& r : shard.holds) largest = std::max(largest, r.count);
+      std::vector<M> host(std::min(kPiece, largest));
+      for (const TensorRange& r : shard.holds)
+        for (size_t i = 0; i < r.count; i += kPiece) {
+          const size_t n = std::min(kPiece, r.count - i);
+          model_.init_gpt2_values(seed, r.tensor, r.offset + i, n, host.data());
+          file->write_at(host.data(), n * sizeof(M), (r.at + i) * sizeof(T));
+        }
+    } else if (llmc_path.empty()) {
       std::vector<M> host;
       for (const TensorRange& r : shard.holds) {
         host.resize(r.count);
@@ -53,8 +77,11 @@ void ZeroEngine<Ops>::init_parameters(uint64_t seed, const std::string& llmc_pat
       }
     } else {
       model_.read_llmc(llmc_path, [&](int k, const M* values) {
-        for (const TensorRange& r : shard.holds)
-          if (r.tensor == k) GPT<Ops>::upload(dst + r.at, values + r.offset, r.count);
+        for (const TensorRange& r : shard.holds) {
+          if (r.tensor != k) continue;
+          if (file) file->write_at(values + r.offset, r.count * sizeof(M), r.at * sizeof(T));
+          else GPT<Ops>::upload(dst + r.at, values + r.offset, r.count);
+        }
       });
     }
   }
@@ -91,7 +118,7 @@ void ZeroEngine<Ops>::finish_gradients() {
 template <class Ops>
 double ZeroEngine<Ops>::grad_norm() {
   const double t0 = tr_ ? Tracer::now_us() : 0;
-  const double norm = optimizer_.grad_norm();
+  const double norm = optimizer_.grad_norm(reducer_.unit_sum_squares());
   if (tr_) tr_->complete("grad norm", Tracer::kOptimizer, t0, Tracer::now_us() - t0);
   return norm;
 }
@@ -170,6 +197,8 @@ void ZeroEngine<Ops>::before_backward(int u) {
 template <class Ops>
 void ZeroEngine<Ops>::before_grads(int u) {
   reducer_.before_grads(u);
+  if (grads_opened_at_.size() <= size_t(u)) grads_opened_at_.resize(size_t(u) + 1, 0);
+  grads_opened_at_[size_t(u)] = spans_closed_;
   // Gradients written without parameters (the embedding's, last) are a backward span of their own.
   grads_span_ = !in_backward_span_;
   if (grads_span_) comm_.test(CommHandle{});
@@ -179,6 +208,11 @@ void ZeroEngine<Ops>::before_grads(int u) {
 template <class Ops>
 void ZeroEngine<Ops>::grads_ready(int u) {
   if (grads_span_ && tr_) backward_span(u);
+  if (!grads_span_ && !in_backward_span_ && tr_ && size_t(u) < grads_opened_at_.size() &&
+      spans_closed_ - grads_opened_at_[size_t(u)] > 1) {
+    span_t0_ = last_close_t_;
+    backward_span(u);
+  }
   grads_span_ = false;
   reducer_.grads_ready(u);
 }
@@ -200,6 +234,8 @@ template <class Ops>
 void ZeroEngine<Ops>::after_backward(int u) {
   if (tr_) backward_span(u);
   in_backward_span_ = false;
+  ++spans_closed_;
+  if (tr_) last_close_t_ = Tracer::now_us();
   if (rules_.gather_units) gatherer_.release(u);
 }
 

@@ -35,6 +35,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "comm/comm.h"
 #include "model/gpt.h"
@@ -108,6 +109,12 @@ class ZeroEngine : public UnitHooks {
   Tracer* tr_ = nullptr;
   bool in_backward_span_ = false, grads_span_ = false;
   double span_t0_ = 0;  // start of the unit's forward / backward (after its gather)
+  // A unit whose gradients opened inside its backward span but complete after other units' spans
+  // (a chunked classifier's embedding, model/gpt.h) gets a span for that last part: from the
+  // last span's end to its grads_ready.
+  uint64_t spans_closed_ = 0;
+  std::vector<uint64_t> grads_opened_at_;  // per unit: spans_closed_ at its before_grads
+  double last_close_t_ = 0;
   int micro_ = 0;
   bool lookup_pass_ = false;  // this pass's lookup goes through ParamGatherer::lookup_rows
   bool lookup_done_ = false;

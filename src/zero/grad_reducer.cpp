@@ -28,6 +28,11 @@ GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore
     slots_.push_back(s);
   }
   slot_of_bucket_.assign(part.buckets().size(), nullptr);
+  if ((gfile_ = store.file(StateId::grad_shard))) {
+    ZT_ASSERT(Ops::tier == Tier::host && sizeof(T) == 4);
+    gbuf_ = store.get<T>(StateId::param_io) + param_io_offset(part, part.gather_slots());
+    unit_ss_.assign(size_t(layout_.num_units()), 0.0);
+  }
   if (part.embedding_staging_numel() == 0) return;  // the embedding's chunks use the bucket slots
   s0_.buf = store.get<T>(StateId::embedding_staging);
   s0_.recv = recv + part.staging_slots() * (slot / N);
@@ -38,6 +43,7 @@ GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore
 template <class Ops>
 void GradReducer<Ops>::begin_step() {
   if (rules_.full_grads) model_.zero_grad();
+  // (A gradient shard on disk is overwritten by each bucket's first micro-step instead.)
   if (T* shard = store_.get<T>(StateId::grad_shard)) Ops::zero(shard, part_.shard_total());
 }
 
@@ -109,6 +115,7 @@ void GradReducer<Ops>::launch(int b) {
   }
   StagingSlot* slot = slot_of_bucket_[size_t(b)];
   ZT_ASSERT(slot && slot->bucket == b && slot->hs.empty());
+  slot->micro = micro_;
   const int lowest = bk.units.back();
   for (int v : bk.units) {
     const size_t in_bucket = layout_.units()[size_t(v)].offset - bk.offset;
@@ -128,6 +135,11 @@ void GradReducer<Ops>::complete(StagingSlot& s) {
   }
   comm_.wait_all(s.hs);
   const Bucket& bk = part_.buckets()[size_t(s.bucket)];
+  if (gfile_) {
+    add_to_file(bk, s.recv, s.micro);
+    if (&s != &s0_) s.bucket = -1;
+    return;
+  }
   T* shard = store_.get<T>(StateId::grad_shard) + part_.unit_shard_flat(bk.units.back());
   Ops::residual_forward(shard, shard, s.recv, bk.shard_numel);  // shard += recv, in the backend's memory
   if (&s != &s0_) s.bucket = -1;
@@ -194,6 +206,30 @@ void GradReducer<Ops>::add_lookup(T* dst, size_t lo, size_t hi) const {
     (void)dst, (void)lo, (void)hi;
     ZT_ASSERT(false);
   }
+}
+
+template <class Ops>
+void GradReducer<Ops>::add_to_file(const Bucket& bk, const T* recv, int micro) {
+  // The bucket's shard is one flat range; the blocks around it may hold its neighbours' shards.
+  constexpr size_t kBlock = offload::kIoAlign;
+  const size_t flat0 = part_.unit_shard_flat(bk.units.back()), n = bk.shard_numel;
+  const size_t off = flat0 * sizeof(T), a0 = off / kBlock * kBlock, a1 = offload::io_round_up(off + n * sizeof(T));
+  // data sits at the same address modulo the block as in a shard in memory, so sum_squares reads
+  // it in the same vector lanes (the norm is bit for bit that of the in-memory run).
+  T* data = gbuf_ + (off - a0) / sizeof(T);
+  if (micro == 0) {
+    // shard = 0 + recv, exactly what the in-memory run computes (begin_step zeroed it).
+    gfile_->read_blocks(gbuf_, kBlock, a0);
+    if (a1 - kBlock > a0) gfile_->read_blocks(reinterpret_cast<unsigned char*>(gbuf_) + (a1 - kBlock - a0), kBlock, a1 - kBlock);
+    Ops::zero(data, n);
+  } else {
+    gfile_->read_blocks(gbuf_, a1 - a0, a0);
+  }
+  Ops::residual_forward(data, data, recv, n);  // shard += recv
+  if (micro == part_.config().grad_accum - 1)
+    for (int v : bk.units)
+      unit_ss_[size_t(v)] = Ops::sum_squares(data + (part_.unit_shard_flat(v) - flat0), part_.unit_shard_numel(v));
+  gfile_->write_blocks(gbuf_, a1 - a0, a0);
 }
 
 template <class Ops>

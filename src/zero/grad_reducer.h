@@ -9,6 +9,12 @@
 //            without; a one-unit embedding (stages 2-3 when not split, far larger than a bucket) has
 //            a slot of its own; stage 3's block-sized embedding chunks use the bucket slots.
 //
+// With offload.params "nvme" (stage 3, docs/design.md §3.6) the gradient shard is a swap file:
+// complete() adds a bucket's reduce-scatter result into the blocks of the file that hold its shard
+// (read, add, write, synchronously, through param_io's gradient buffer; the first micro-step reads
+// only the two edge blocks it shares with its neighbours) and, on the last micro-step, sums each
+// unit's squares for the gradient norm while the values are in memory.
+//
 // The naive path (zero.overlap_comm false) waits on each collective where it starts, beside the
 // overlapped one; Partition makes every unit its own bucket there.
 //
@@ -45,6 +51,8 @@ class GradReducer {
   void finish();                      // every gradient collective done, shards complete
   bool defer_lookup(int micro) const;  // this micro-step's backward defers the lookup gradient
   void lookup_deferred();             // the model's UnitHooks::embedding_lookup_deferred
+  // Per-unit sums of squares of the completed gradient shard when it is on disk, else nullptr.
+  const std::vector<double>* unit_sum_squares() const { return gfile_ ? &unit_ss_ : nullptr; }
   void set_tracer(Tracer* t) { tr_ = t; }  // tags each collective with its bucket and unit
 
  private:
@@ -53,6 +61,7 @@ class GradReducer {
     T* recv = nullptr;
     int bucket = -1;
     uint64_t taken = 0;  // when it was last assigned a bucket
+    int micro = 0;       // the micro-step its bucket was launched in (complete() may come a micro-step later)
     std::vector<CommHandle> hs;
   };
   void launch(int b);
@@ -60,6 +69,7 @@ class GradReducer {
   // [lo, hi) of the embedding unit (all of it, or my shard).
   void add_lookup(T* dst, size_t lo, size_t hi) const;
   void complete(StagingSlot& s);
+  void add_to_file(const Bucket& bk, const T* recv, int micro);  // the gradient shard on disk
   StagingSlot* take_slot();
 
   GPT<Ops>& model_;
@@ -81,6 +91,9 @@ class GradReducer {
   // be in flight in another slot, so two slots can hold the same bucket at once.
   std::vector<StagingSlot*> slot_of_bucket_;
   uint64_t slots_taken_ = 0;
+  offload::SwapFile* gfile_ = nullptr;  // the gradient shard's swap file (offload.params nvme)
+  T* gbuf_ = nullptr;                   // (param_io) a bucket's gradient shard, in whole blocks
+  std::vector<double> unit_ss_;         // (units) sum of squares of each unit's gradient shard
   Tracer* tr_ = nullptr;
   void tag(int b, int unit) {  // the next collective's bucket and unit
     if (!tr_) return;

@@ -15,15 +15,23 @@ template <class Ops>
 ShardedOptimizer<Ops>::ShardedOptimizer(const ParamLayout& layout, const Partition& part, StateStore& store, Comm& comm,
                                         const OptimSection& optim)
     : layout_(layout), part_(part), store_(store), comm_(comm), optim_(optim), rules_(part.rules()) {
-  if (!store.file(StateId::adam_m)) return;
-  ZT_ASSERT(rules_.optimizer_sharded && Ops::tier == Tier::host);  // the CPU runs the update on host memory
-  std::vector<offload::SwapFile*> files{store.file(StateId::adam_m), store.file(StateId::adam_v)};
-  if (store.file(StateId::master)) files.push_back(store.file(StateId::master)), swap_master_ = true;
-  // Initialising swapped master weights would need the parameters widened into the files: no
-  // backend that keeps master weights runs offload yet (the CUDA backend runs stage 0 only).
-  ZT_ASSERT(!swap_master_);
+  host_ = store.has(StateId::host_params);  // the CUDA backend's AdamW on the host
+  std::vector<offload::SwapFile*> files;
+  std::vector<bool> read_only;
+  auto add = [&](StateId id, int* at) {
+    if (offload::SwapFile* f = store.file(id)) *at = int(files.size()), files.push_back(f), read_only.push_back(id == StateId::grad_shard);
+  };
+  add(StateId::adam_m, &at_m_), add(StateId::adam_v, &at_v_), add(StateId::master, &at_master_);
+  add(StateId::param_shard, &at_param_), add(StateId::grad_shard, &at_grad_);
+  if (files.empty()) return;
+  ZT_ASSERT(rules_.optimizer_sharded && (Ops::tier == Tier::host || host_));  // the CPU runs the update on host memory
+  // Swapped master weights are initialised into their file by host_init_master (CUDA backend).
+  ZT_ASSERT(at_master_ < 0 || host_);
+  // The parameter and gradient shards go to disk together (docs/design.md §3.6), at stage 3 only,
+  // where the flat shard is the parameters' own buffer.
+  ZT_ASSERT((at_param_ < 0) == (at_grad_ < 0) && (at_param_ < 0 || !rules_.full_params));
   swap_ = std::make_unique<offload::SwapPipeline>(files, part.shard_total(), store.get<M>(StateId::swap_buffers),
-                                                  store.swap());
+                                                  store.swap(), read_only);
 }
 
 template <class Ops>
@@ -49,6 +57,7 @@ typename ShardedOptimizer<Ops>::M* ShardedOptimizer<Ops>::state(StateId id, int 
 
 template <class Ops>
 void ShardedOptimizer<Ops>::init_master() {
+  if (host_) return host_init_master();
   if constexpr (kMixed) {
     for (int u = 0; u < layout_.num_units(); ++u) {
       const size_t n = rules_.optimizer_sharded ? part_.unit_shard_numel(u) : layout_.units()[size_t(u)].padded;
@@ -58,14 +67,22 @@ void ShardedOptimizer<Ops>::init_master() {
 }
 
 template <class Ops>
-double ShardedOptimizer<Ops>::grad_norm() {
+double ShardedOptimizer<Ops>::grad_norm(const std::vector<double>* unit_ss) {
   double ss = 0.0;
   if (!rules_.optimizer_sharded) {
     // Every rank holds the same all-reduced gradients.
     for (int u = 0; u < layout_.num_units(); ++u) ss += Ops::sum_squares(grads(u), layout_.units()[size_t(u)].padded);
     return std::sqrt(ss);
   }
-  ss = Ops::sum_squares(store_.get<T>(StateId::grad_shard), part_.shard_total());
+  if (!rules_.full_params) {
+    // Stage 3: unit by unit, so that a gradient shard on disk, summed as each unit's shard is
+    // completed (GradReducer), gives the same norm bit for bit as one in memory.
+    ZT_ASSERT(unit_ss || at_grad_ < 0);
+    for (int u = 0; u < layout_.num_units(); ++u)
+      ss += unit_ss ? (*unit_ss)[size_t(u)] : Ops::sum_squares(grads(u), part_.unit_shard_numel(u));
+  } else {
+    ss = Ops::sum_squares(store_.get<T>(StateId::grad_shard), part_.shard_total());
+  }
   comm_.all_reduce_sum(&ss, 1);
   return std::sqrt(ss);
 }
@@ -78,8 +95,15 @@ void ShardedOptimizer<Ops>::step_flat(size_t lo, size_t hi, size_t base, M* cons
     const size_t f = part_.unit_shard_flat(u), a = std::max(lo, f), b = std::min(hi, f + part_.unit_shard_numel(u));
     if (a >= b) continue;
     const size_t k = a - f, at = a - base;
-    adamw_unit_range<Ops>(layout_, u, part_.unit_shard_begin(u) + k, b - a, params(u) + k,
-                          swap_master_ ? bufs[2] + at : nullptr, grads(u) + k, bufs[0] + at, bufs[1] + at, optim_, lr,
+    // Each state from its sub-group buffer when it is swapped, else from memory.
+    // (Swapped states are 4-byte elements: offload runs on the CPU backend's fp32 only.)
+    auto pick = [&](int i, auto* mem) -> decltype(mem) {
+      if (i >= 0) return reinterpret_cast<decltype(mem)>(bufs[i] + at);
+      return mem ? mem + k : nullptr;
+    };
+    adamw_unit_range<Ops>(layout_, u, part_.unit_shard_begin(u) + k, b - a, pick(at_param_, params(u)),
+                          pick(at_master_, state(StateId::master, u)), pick(at_grad_, grads(u)),
+                          pick(at_m_, state(StateId::adam_m, u)), pick(at_v_, state(StateId::adam_v, u)), optim_, lr,
                           grad_scale, steps_taken_);
   }
 }
@@ -87,6 +111,7 @@ void ShardedOptimizer<Ops>::step_flat(size_t lo, size_t hi, size_t base, M* cons
 template <class Ops>
 void ShardedOptimizer<Ops>::step(double lr, double grad_scale) {
   ++steps_taken_;
+  if (host_) return host_step(lr, grad_scale);
   if (swap_) {
     swap_->for_each_subgroup([&](size_t begin, size_t n, M* const* bufs) {
       step_flat(begin, begin + n, begin, bufs, lr, grad_scale);

@@ -4,10 +4,12 @@
 // parameters are either the full buffer (stages 1-2: my shard of it, in place) or the parameter
 // shard (stage 3). Where a shard is updated: step() below. With the optimizer state in swap files
 // (offload.optimizer "nvme", docs/design.md §3.6) the same update runs over sub-groups of the flat
-// shard as offload::SwapPipeline reads, hands over and writes them back.
+// shard as offload::SwapPipeline reads, hands over and writes them back; with offload.params "nvme"
+// (stage 3) the parameter and gradient shards are streamed beside them (the gradients read only).
 #pragma once
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "comm/comm.h"
 #include "model/layout.h"
@@ -31,8 +33,10 @@ class ShardedOptimizer {
   // Master = the owned parameters, widened (exact: every bf16 value is an fp32 value). A no-op
   // unless the store keeps master weights (mixed precision).
   void init_master();
-  // Global L2 norm of the reduced gradients (collective for stages 1-3).
-  double grad_norm();
+  // Global L2 norm of the reduced gradients (collective for stages 1-3). Stage 3 sums the squares
+  // unit by unit, in unit order; unit_ss, when given, holds those per-unit sums already (the
+  // gradient shard is in a swap file, and the reducer summed each unit as it completed it).
+  double grad_norm(const std::vector<double>* unit_ss = nullptr);
   // One AdamW step on the owned slices; `steps_taken` (AdamW's t) counts from the TrainState.
   void step(double lr, double grad_scale);
   int steps_taken() const { return steps_taken_; }
@@ -56,7 +60,17 @@ class ShardedOptimizer {
   StageRules rules_;
   int steps_taken_ = 0;
   std::unique_ptr<offload::SwapPipeline> swap_;
-  bool swap_master_ = false;  // the pipeline's third state is the master weights
+  // Index in the pipeline's buffers of each swapped state, -1 where the state is in memory.
+  int at_m_ = -1, at_v_ = -1, at_master_ = -1, at_param_ = -1, at_grad_ = -1;
+
+  // The CUDA backend with offload.optimizer "cpu" / "nvme" (zero/host_optimizer.cpp): the CPU AdamW
+  // updates host copies of my shard (StateId::host_params / host_grads), streamed per unit on a
+  // copy stream of its own.
+  bool host_ = false;
+  struct HostCopies;                    // the copy stream and per-unit events
+  std::shared_ptr<HostCopies> copies_;  // shared_ptr: HostCopies is complete only there
+  void host_init_master();
+  void host_step(double lr, double grad_scale);
 };
 
 }  // namespace zt

@@ -17,12 +17,50 @@ ParamGatherer<Ops>::ParamGatherer(GPT<Ops>& model, const Partition& part, StateS
     : model_(model), layout_(model.layout()), part_(part), store_(store), comm_(comm), rules_(part.rules()) {
   if (!rules_.gather_units) return;
   T* base = store.get<T>(StateId::gathered_units);
+  if ((pfile_ = store.file(StateId::param_shard))) {
+    ZT_ASSERT(Ops::tier == Tier::host && sizeof(T) == 4);
+    ring_ = std::make_unique<offload::Uring>(store.swap().queue_depth);
+  }
   for (size_t i = 0; i < part.gather_slots(); ++i) {
     GatherSlot g;
     g.buf = base;
     g.numel = part.gather_slot_numel(i);
     base += g.numel;
+    if (pfile_) g.rbuf = store.get<T>(StateId::param_io) + param_io_offset(part, i);
     slots_.push_back(g);
+  }
+}
+
+template <class Ops>
+const typename ParamGatherer<Ops>::T* ParamGatherer<Ops>::read_shard(int u, T* rbuf, int tag) {
+  // Whole blocks around the shard (O_DIRECT); the file is only written by the optimizer step,
+  // never while a pass reads it.
+  const size_t off = part_.unit_shard_flat(u) * sizeof(T), n = part_.unit_shard_numel(u) * sizeof(T);
+  const size_t a0 = off / offload::kIoAlign * offload::kIoAlign, a1 = offload::io_round_up(off + n);
+  ring_->read(pfile_->fd(), rbuf, a1 - a0, a0, tag, pfile_->path().c_str());
+  return rbuf + (off - a0) / sizeof(T);
+}
+
+template <class Ops>
+void ParamGatherer<Ops>::launch_gather(GatherSlot& s, const T* src) {
+  if (tr_) {
+    tr_->tag_next("unit", s.unit);
+    tr_->tag_next("prefetch", s.first != pos_);
+  }
+  s.h = gather(s.unit, src, s.buf);
+}
+
+template <class Ops>
+void ParamGatherer<Ops>::pump(GatherSlot* target) {
+  bool through = target && target->queued_at >= 0;
+  while (!reading_.empty()) {
+    GatherSlot* g = reading_.front();
+    if (!through && g->queued_at >= hook_) break;
+    ring_->wait(int(g - slots_.data()));
+    g->queued_at = -1;
+    reading_.pop_front();
+    launch_gather(*g, g->send);
+    if (g == target) through = false;
   }
 }
 
@@ -35,9 +73,8 @@ typename ParamGatherer<Ops>::GatherSlot* ParamGatherer<Ops>::free_slot_for(int u
 }
 
 template <class Ops>
-CommHandle ParamGatherer<Ops>::gather(int u, T* dst) {
-  return comm_.all_gather(comm_ptr(store_.get<T>(StateId::param_shard) + part_.unit_shard_flat(u)), comm_ptr(dst),
-                          part_.unit_shard_numel(u));
+CommHandle ParamGatherer<Ops>::gather(int u, const T* src, T* dst) {
+  return comm_.all_gather(comm_ptr(src), comm_ptr(dst), part_.unit_shard_numel(u));
 }
 
 template <class Ops>
@@ -45,7 +82,8 @@ void ParamGatherer<Ops>::begin_pass(bool with_backward) {
   if (!rules_.gather_units) return;
   // The order in which the model reads units' parameters (UnitHooks, model/gpt.h): forward E-1..0
   // (lookup), blocks, final norm, 0..E-1 (LM head); backward E-1..0 (LM head), final norm, blocks
-  // in reverse. The embedding's gradients need no parameters, so nothing is gathered for them.
+  // in reverse. The embedding's gradients need no parameters, so nothing is gathered for them
+  // (unless the classifier is chunked, below).
   const int U = layout_.num_units(), E = layout_.embedding_units();
   sched_.clear();
   for (int u = E - 1; u >= 0; --u) sched_.push_back(u);
@@ -54,6 +92,10 @@ void ParamGatherer<Ops>::begin_pass(bool with_backward) {
   if (with_backward) {
     for (int u = E - 1; u >= 0; --u) sched_.push_back(u);
     for (int u = U - 1; u >= E; --u) sched_.push_back(u);
+    // A chunked classifier over a split embedding recomputes each unit's logits for its gradient
+    // (model/gpt.h): E-1..0 once more, at the end.
+    if (part_.config().classifier_regather)
+      for (int u = E - 1; u >= 0; --u) sched_.push_back(u);
   }
   pos_ = 0;
   for (GatherSlot& g : slots_) ZT_ASSERT(g.unit < 0);
@@ -65,11 +107,13 @@ void ParamGatherer<Ops>::start(int pos, GatherSlot& s) {
   s.unit = u;
   s.first = s.last = pos;
   while (s.last + 1 < int(sched_.size()) && sched_[size_t(s.last + 1)] == u) ++s.last;
-  if (tr_) {
-    tr_->tag_next("unit", u);
-    tr_->tag_next("prefetch", pos != pos_);
+  if (pfile_) {
+    s.send = read_shard(u, s.rbuf, int(&s - slots_.data()));
+    s.queued_at = hook_;
+    reading_.push_back(&s);
+  } else {
+    launch_gather(s, store_.get<T>(StateId::param_shard) + part_.unit_shard_flat(u));
   }
-  s.h = gather(u, s.buf);
   int alive = 0;
   for (const GatherSlot& g : slots_) alive += g.unit >= 0;
   max_alive_ = std::max(max_alive_, alive);
@@ -95,6 +139,7 @@ void ParamGatherer<Ops>::prefetch() {
 template <class Ops>
 void ParamGatherer<Ops>::use(int u) {
   ZT_ASSERT(pos_ < int(sched_.size()) && sched_[size_t(pos_)] == u);
+  ++hook_;
   auto it = std::find_if(slots_.begin(), slots_.end(),
                          [&](const GatherSlot& g) { return g.unit == u && g.first <= pos_ && pos_ <= g.last; });
   if (it == slots_.end()) {
@@ -104,6 +149,7 @@ void ParamGatherer<Ops>::use(int u) {
     it = slots_.begin() + (g - slots_.data());
   }
   prefetch();  // start the next gathers before blocking on this one
+  if (pfile_) pump(&*it);
   comm_.wait(it->h);
   it->h = CommHandle{};
   model_.set_unit_params(u, it->buf);
@@ -111,6 +157,8 @@ void ParamGatherer<Ops>::use(int u) {
 
 template <class Ops>
 void ParamGatherer<Ops>::release(int u) {
+  ++hook_;
+  if (pfile_) pump(nullptr);
   for (GatherSlot& g : slots_) {
     if (g.unit == u && g.first <= pos_ && pos_ <= g.last) {
       if (pos_ == g.last) {
@@ -210,7 +258,12 @@ const typename ParamGatherer<Ops>::T* ParamGatherer<Ops>::whole_unit(int u) {
     return store_.get<T>(StateId::params) + layout_.units()[size_t(u)].offset;
   }
   ZT_ASSERT(slots_[0].unit < 0);  // between passes every slot is free
-  CommHandle h = gather(u, slots_[0].buf);
+  const T* src = store_.get<T>(StateId::param_shard) + part_.unit_shard_flat(u);
+  if (pfile_) {
+    src = read_shard(u, slots_[0].rbuf, 0);
+    ring_->wait(0);
+  }
+  CommHandle h = gather(u, src, slots_[0].buf);
   comm_.wait(h);
   return slots_[0].buf;
 }

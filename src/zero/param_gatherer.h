@@ -21,10 +21,23 @@
 //               block-sized chunks every slot fits the largest unit; a one-unit embedding fits only
 //               slot 0. A unit takes the smallest free slot it fits; at most gather_slots() are
 //               alive at once.
+//   offload     with offload.params "nvme" (docs/design.md §3.6) the parameter shard is a swap file:
+//               start() queues the read of the unit's shard (io_uring, O_DIRECT, into the slot's
+//               read buffer in param_io) where it would have started the all-gather, and the
+//               all-gather starts from the read buffer at the next hook (use / release), after
+//               waiting for the read. Collectives must start in the same order on every rank, so
+//               when a gather starts may depend only on the hook sequence, never on when a read
+//               happens to finish: each queued read is gathered at the first hook after the one
+//               that queued it (or at once, when the unit is needed now). A read thus overlaps one
+//               unit's compute, and with prefetch_units >= 2 the all-gather another's.
 //   any stage   for_each_unit(): unit by unit, whole, for streaming the weights out (stage 3
 //               gathers each into a slot: no rank ever holds the whole model).
 #pragma once
+#include <deque>
+#include <memory>
 #include <vector>
+
+#include "offload/uring.h"
 
 #include "comm/comm.h"
 #include "model/gpt.h"
@@ -68,11 +81,19 @@ class ParamGatherer {
     int unit = -1;
     int first = -1, last = -1;  // range of schedule positions served by this gather
     CommHandle h;
+    T* rbuf = nullptr;          // offload: the read buffer (whole blocks around the shard)
+    const T* send = nullptr;    // offload: where in rbuf the unit's shard is
+    int queued_at = -1;         // offload: the hook whose start() queued its read; -1 = no read pending
   };
   void start(int pos, GatherSlot& s);
+  void launch_gather(GatherSlot& s, const T* src);
+  // offload: queue the read of unit u's shard into rbuf under `tag`; returns where the shard will be.
+  const T* read_shard(int u, T* rbuf, int tag);
+  // offload: start the gathers of reads queued before this hook, and through `target` if given.
+  void pump(GatherSlot* target);
   GatherSlot* free_slot_for(int u);  // smallest free slot that fits u; nullptr if none
   void prefetch();
-  CommHandle gather(int u, T* dst);
+  CommHandle gather(int u, const T* src, T* dst);
 
   GPT<Ops>& model_;
   const ParamLayout& layout_;
@@ -89,6 +110,10 @@ class ParamGatherer {
   int pending_ = 0;
   int max_alive_ = 0;
   Tracer* tr_ = nullptr;
+  offload::SwapFile* pfile_ = nullptr;     // the parameter shard's swap file (offload.params nvme)
+  std::unique_ptr<offload::Uring> ring_;
+  std::deque<GatherSlot*> reading_;        // slots whose read is queued, gather not started (in order)
+  int hook_ = 0;                           // counts use() / release() calls
 };
 
 }  // namespace zt

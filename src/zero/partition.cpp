@@ -113,8 +113,11 @@ size_t Partition::embedding_gathered_again() const {
   // Forward gathers the embedding for the lookup and again for the LM head; backward's head
   // (units E-1..0) starts with the unit the forward head ended with, still gathered, and the
   // embedding's gradients need no parameters (model/gpt.h).
+  // A chunked classifier (zc_.classifier_regather) gathers every unit once more for its gradient.
   size_t n = 0;
   for (int u = 0; u + 1 < embedding_units_; ++u) n += unit_padded_[size_t(u)];
+  if (zc_.classifier_regather && zc_.stage == 3)
+    for (int u = 0; u < embedding_units_; ++u) n += unit_padded_[size_t(u)];
   return n;
 }
 

@@ -65,6 +65,9 @@ struct ZeroConfig {
   // host memory: together they decide the deferred embedding lookup gradient (lookup_numel()).
   size_t micro_tokens = 0;
   bool host = true;
+  // Stage 3, split embedding, chunked classifier: backward gathers the embedding's units once
+  // more for their gradients (GPT::classifier_regathers, docs/design.md §3.11).
+  bool classifier_regather = false;
 };
 
 // What a stage does, as data (docs/design.md §3.3): the engine's parts read these flags instead of

@@ -24,6 +24,10 @@ const char* state_name(StateId id) {
     case StateId::gathered_units: return "gathered units";
     case StateId::swap_buffers: return "optimizer swap buffers";
     case StateId::lookup_exchange: return "embedding lookup exchange";
+    case StateId::param_io: return "parameter and gradient read buffers";
+    case StateId::host_staging: return "collective host staging";
+    case StateId::host_params: return "host parameter shard";
+    case StateId::host_grads: return "host gradient shard";
     case StateId::count: break;
   }
   ZT_ASSERT(false);
@@ -59,6 +63,62 @@ std::vector<TensorRange> shard(const ParamLayout& layout, const Partition& part)
 }
 }  // namespace
 
+size_t param_read_numel(size_t shard_numel) {
+  // A shard starts anywhere in a block: the blocks it touches, plus one for the start's offset.
+  return (offload::io_round_up(shard_numel * 4) + offload::kIoAlign) / 4;
+}
+
+size_t param_io_offset(const Partition& part, size_t i) {
+  const size_t N = size_t(part.config().world);
+  size_t at = 0;
+  for (size_t k = 0; k < i && k < part.gather_slots(); ++k) at += param_read_numel(part.gather_slot_numel(k) / N);
+  return at;
+}
+
+size_t param_io_numel(const Partition& part) {
+  // The largest gradient shard completed at once: a bucket's, or a one-unit embedding's.
+  const size_t N = size_t(part.config().world);
+  const size_t grad = std::max(part.staging_slot_numel(), part.embedding_staging_numel()) / N;
+  return param_io_offset(part, part.gather_slots()) + param_read_numel(grad);
+}
+std::vector<StateId> host_staged(int stage) {
+  switch (stage) {
+    case 0: return {StateId::grads};
+    case 1: return {StateId::params, StateId::grads, StateId::grad_shard};
+    case 2: return {StateId::params, StateId::embedding_staging, StateId::bucket_staging, StateId::rs_receive};
+    default: return {StateId::param_shard, StateId::embedding_staging, StateId::bucket_staging, StateId::rs_receive,
+                     StateId::gathered_units};
+  }
+}
+
+namespace {
+// CUDA backend with offload.optimizer "cpu" / "nvme" (docs/design.md §3.6): the CPU AdamW updates
+// pinned host copies of my parameter and gradient shard; the moments and master weights are pinned
+// host memory unless already swapped to files.
+void add_host_optimizer(std::vector<StateBuffer>& out, const Partition& part, const StateTypes& ty) {
+  if (!ty.host_optimizer) return;
+  ZT_ASSERT(ty.tier == Tier::device && part.config().stage >= 1);
+  for (StateBuffer& b : out)
+    if ((b.cat == Category::optimizer || b.cat == Category::master) && b.tier == Tier::device) b.tier = Tier::pinned;
+  const size_t sh = part.shard_total();
+  out.push_back({StateId::host_params, Category::staging, ty.param, Tier::pinned, sh, false, {}});
+  out.push_back({StateId::host_grads, Category::staging, ty.param, Tier::pinned, sh, false, {}});
+}
+
+// CUDA backend, several ranks: the MPI comm sees host memory only, so every buffer a collective
+// touches gets a pinned fp32 mirror (bf16 is widened there and summed in fp32), carved in
+// host_staged() order from one allocation. A world of one sends nothing and needs none.
+void add_host_staging(std::vector<StateBuffer>& out, const Partition& part, const StateTypes& ty) {
+  if (ty.tier != Tier::device || part.config().world == 1) return;
+  size_t n = 0;
+  for (StateId id : host_staged(part.config().stage))
+    for (const StateBuffer& b : out)
+      if (b.id == id) n = checked_add(n, b.numel, "model: collective host staging (elements)");
+  out.push_back({StateId::host_staging, Category::comm, DType::f32, Tier::pinned, n, false, {}});
+  checked_mul(n, size_t(4), "model: bytes of the collective host staging");
+}
+}  // namespace
+
 std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Partition& part, const StateTypes& ty,
                                           const offload::SwapSpec& swap) {
   const size_t psi = part.total(), sh = part.shard_total(), N = size_t(part.config().world);
@@ -91,15 +151,25 @@ std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Parti
   if (s == 3)
     add(StateId::gathered_units, Category::comm, ty.param, part.gather_slots_numel(), false, {});
   if (swap.enabled()) {
-    // Only a shard is swapped (the plan refuses stage 0): one flat range per state, streamed in
-    // sub-groups through a pool of buffer_count sets (offload/swap_pipeline.h).
-    ZT_ASSERT(s >= 1 && ty.state == DType::f32);
+    // Only a shard is swapped (the plan refuses stage 0, and parameters below stage 3): one flat
+    // range per state, streamed in sub-groups through a pool of buffer_count sets
+    // (offload/swap_pipeline.h).
+    ZT_ASSERT(s >= 1 && ty.state == DType::f32 && (!swap.params || s == 3));
     int states = 0;
-    for (StateBuffer& b : out)
-      if (b.cat == Category::optimizer || b.cat == Category::master) b.tier = Tier::nvme, ++states;
+    for (StateBuffer& b : out) {
+      const bool opt = b.cat == Category::optimizer || b.cat == Category::master;
+      const bool par = b.id == StateId::param_shard || b.id == StateId::grad_shard;
+      if ((swap.optimizer && opt) || (swap.params && par)) b.tier = Tier::nvme, ++states;
+    }
     add(StateId::swap_buffers, Category::staging, ty.state, offload::pool_numel(swap, sh, states), false, {});
     out.back().tier = Tier::host;
+    if (swap.params) {
+      add(StateId::param_io, Category::staging, ty.param, param_io_numel(part), false, {});
+      out.back().tier = Tier::host;
+    }
   }
+  add_host_optimizer(out, part, ty);
+  add_host_staging(out, part, ty);
   return out;
 }
 
@@ -111,7 +181,8 @@ StateStore::StateStore(std::vector<StateBuffer> list, MemoryTracker& mem, const 
     ZT_ASSERT(index_[size_t(b.id)] < 0);
     index_[size_t(b.id)] = int(i);
     // The pool is read into with O_DIRECT: whole I/O blocks, aligned.
-    const size_t align = b.id == StateId::swap_buffers ? offload::kIoAlign : MemoryTracker::kAlign;
+    const bool io = b.id == StateId::swap_buffers || b.id == StateId::param_io;
+    const size_t align = io ? offload::kIoAlign : MemoryTracker::kAlign;
     alloc_[size_t(b.id)] = mem.alloc(b.bytes(), b.tier, b.cat, b.name(), align);
     if (b.tier != Tier::nvme) continue;
     ZT_ASSERT(swap_.enabled());
@@ -120,7 +191,11 @@ StateStore::StateStore(std::vector<StateBuffer> list, MemoryTracker& mem, const 
       std::filesystem::create_directories(swap_.dir, ec);
       if (ec) fail_at(__FILE__, __LINE__, "create_directories(\"" + swap_.dir + "\"): " + ec.message());
     }
-    const std::string tag = b.id == StateId::adam_m ? "adam_m" : b.id == StateId::adam_v ? "adam_v" : "master";
+    const std::string tag = b.id == StateId::adam_m        ? "adam_m"
+                            : b.id == StateId::adam_v      ? "adam_v"
+                            : b.id == StateId::param_shard ? "param"
+                            : b.id == StateId::grad_shard  ? "grad"
+                                                           : "master";
     files_[size_t(b.id)] = std::make_unique<offload::SwapFile>(offload::swap_file_path(swap_.dir, swap_.rank, tag),
                                                                b.bytes(), swap_.direct);
   }

@@ -19,14 +19,25 @@
 //                                            the embedding's block-sized row chunks)
 //   rs_receive         2-3    (...)/N        communication slot: reduce-scatter results
 //   gathered_units     3      (prefetch + 1) x max(block, chunk)   communication slots: gathered units
-//   swap_buffers       1-3    B x S x sub-group          offload.optimizer nvme: the pipeline's pool
+//   swap_buffers       1-3    B x S x sub-group          offload nvme: the optimizer pipeline's pool
+//   param_io           3      one read buffer per gathered-unit slot + one gradient bucket shard
+//                                            (each in whole I/O blocks): offload.params nvme
+//   host_staging       0-3    sum of the buffers collectives touch (fp32)   CUDA backend, world > 1:
+//                                            pinned host mirrors the MPI comm reads and writes
+//                                            (zero/staged_comm.h; host_staged() says which buffers)
+//   host_params,       1-3    Ψ/N            CUDA backend with offload.optimizer cpu / nvme: pinned host
+//   host_grads                               copies of my parameter and gradient shard, which the CPU
+//                                            AdamW reads and writes (the moments and master weights are
+//                                            then Tier::pinned, or Tier::nvme for "nvme")
 //
 // Communication slots hold no fixed range (their contents change within a step); the persistent
 // buffers (parameters or parameter shard, moments, master weights) are the training state that a
 // TrainState captures and restores (train/state.h). Everything lives in the backend's tier, except
 // with offload.optimizer "nvme" (docs/design.md §3.6): the moments and master weights are Tier::nvme,
 // one swap file each (no memory; get() gives nullptr, file() the file), and swap_buffers is the
-// host pool the optimizer streams them through.
+// host pool the optimizer streams them through. With offload.params "nvme" (stage 3) the parameter
+// shard and the gradient shard are swap files too, and param_io holds the blocks they are read
+// into (a unit's shard before its all-gather; a bucket's gradient shard as it is accumulated).
 #pragma once
 #include <array>
 #include <cstddef>
@@ -43,7 +54,8 @@ namespace zt {
 
 enum class StateId : int {
   params = 0, grads, param_shard, grad_shard, adam_m, adam_v, master,
-  embedding_staging, bucket_staging, rs_receive, gathered_units, swap_buffers, lookup_exchange, count
+  embedding_staging, bucket_staging, rs_receive, gathered_units, swap_buffers, lookup_exchange, param_io,
+  host_staging, host_params, host_grads, count
 };
 constexpr size_t kNumStateIds = size_t(StateId::count);
 const char* state_name(StateId id);  // for tables and messages: "AdamW first moment", ...
@@ -76,6 +88,9 @@ struct StateTypes {
   DType param = DType::f32;
   DType state = DType::f32;
   Tier tier = Tier::host;
+  // The CUDA backend's optimizer runs on the host (offload.optimizer "cpu" or "nvme"): moments and
+  // master weights in pinned memory (or swap files), plus host_params / host_grads.
+  bool host_optimizer = false;
 };
 
 // The types of an op table (Ops::T, Ops::M, Ops::tier): 2-byte elements are bf16.
@@ -86,9 +101,23 @@ StateTypes state_types_of() {
 }
 
 // The buffers a rank keeps for the partition's stage, in allocation order. Throws when a size does
-// not fit in 64 bits. An enabled `swap` (stages 1-3) moves the optimizer state to Tier::nvme.
+// not fit in 64 bits. swap.optimizer (stages 1-3) moves the optimizer state to Tier::nvme,
+// swap.params (stage 3) the parameter and gradient shards.
 std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Partition& part, const StateTypes& types,
                                           const offload::SwapSpec& swap = {});
+
+// offload.params "nvme": elements of one read buffer that holds any unit shard of `shard_numel`
+// elements at any flat offset (whole blocks around it), and of all of param_io.
+size_t param_read_numel(size_t shard_numel);
+size_t param_io_numel(const Partition& part);
+// Where param_io's parts start: the read buffer of gathered slot i (i < gather_slots()), and
+// the gradient buffer (i == gather_slots()).
+size_t param_io_offset(const Partition& part, size_t i);
+// The device buffers whose collectives go through host memory on the CUDA backend (zero/staged_comm.h),
+// in the order host_staging mirrors them: stage 0 all-reduces gradients; stage 1 reduce-scatters
+// them into the gradient shard and all-gathers parameters; stage 2 reduce-scatters staging slots
+// into rs_receive and all-gathers parameters; stage 3 gathers the parameter shard into slots.
+std::vector<StateId> host_staged(int stage);
 
 // Owns the buffers of one rank's list (zero-filled, tracked); Tier::nvme buffers are swap files in
 // swap.dir (created here, removed with the store).

@@ -8,11 +8,12 @@
 
 namespace zt {
 
-// Disabled unless offload.optimizer is "nvme". direct: what the start-up check of nvme_dir found
+// Disabled unless offload.optimizer or offload.params is "nvme". direct: what the start-up check of nvme_dir found
 // (an estimate assumes O_DIRECT; the sizes do not depend on it).
 inline offload::SwapSpec swap_spec_of(const OffloadSection& o, int rank, bool direct = true) {
   offload::SwapSpec s;
-  if (o.optimizer != "nvme") return s;
+  if (o.optimizer != "nvme" && o.params != "nvme") return s;
+  s.optimizer = o.optimizer == "nvme", s.params = o.params == "nvme";
   s.dir = o.nvme_dir, s.rank = rank, s.direct = direct;
   s.queue_depth = unsigned(o.queue_depth), s.buffer_count = o.buffer_count;
   // Whole I/O blocks: subgroup_mb rounded down to a multiple of 4 KiB, at least one block.

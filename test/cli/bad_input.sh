@@ -97,6 +97,20 @@ expect nvme_not_creatable    'offload.nvme_dir: "/proc/zt_swap/a" is not writabl
   "{$good_data}" "${nvme[@]}" --set offload.nvme_dir=/proc/zt_swap/a
 ZT_NVME_FREE_BYTES=65536 expect nvme_too_small 'offload.nvme_dir: the swap files need 12.39 MiB (12.39 MiB per rank in 2 files x 1 rank(s) on this host, as ./train estimate reports) but "'"$inp"'" has 64.00 KiB free (ZT_NVME_FREE_BYTES)' \
   "{$good_data}" "${nvme[@]}" --set offload.nvme_dir="$inp/swap"
+# offload.params (stage 3): refused below stage 3 and as "cpu" on the CPU backend; with both offloaded
+# the free-space check counts all four files (parameter and gradient shards, m, v: twice the 2 files
+# of the stage-1 case above, the same Ψ).
+expect params_stage2         'offload.params: "nvme" requires zero.stage 3 (only sharded parameters can be offloaded), got zero.stage 2' \
+  "{$good_data}" "${small[@]}" --set zero.stage=2 --set offload.params=nvme
+expect params_cpu            'offload.params: "cpu" changes nothing on the CPU backend' "{$good_data}" "${small[@]}" \
+  --set device=cpu --set zero.stage=3 --set offload.params=cpu
+pnvme=("${small[@]}" --set zero.stage=3 --set offload.optimizer=nvme --set offload.params=nvme)
+expect params_nvme_unwritable 'offload.nvme_dir: "/proc" is not writable: cannot create a file in "/proc"' "{$good_data}" \
+  "${pnvme[@]}" --set offload.nvme_dir=/proc
+expect params_nvme_missing_parent 'offload.nvme_dir: "'"$inp/plain_file/swap"'" cannot be created: "'"$inp/plain_file"'" is not a directory' \
+  "{$good_data}" "${pnvme[@]}" --set offload.nvme_dir="$inp/plain_file/swap"
+ZT_NVME_FREE_BYTES=20000000 expect params_nvme_too_small 'offload.nvme_dir: the swap files need 24.78 MiB (24.78 MiB per rank in 4 files x 1 rank(s) on this host, as ./train estimate reports) but "'"$inp"'" has 19.07 MiB free (ZT_NVME_FREE_BYTES)' \
+  "{$good_data}" "${pnvme[@]}" --set offload.nvme_dir="$inp/swap"
 mk junk "$inp/junk.bin" 4096
 expect val_not_a_shard       'data.val: data file '"$inp/junk.bin"': bad magic' "{$good_data}" "${small[@]}" \
   --set data.val="$inp/junk.bin"
@@ -131,7 +145,9 @@ fi
 echo "ok   cuda_cases: ZT_HAVE_CUDA=$HAVE_CUDA agrees with: $version"
 if [ "$built" = ON ]; then
   expect cuda_head_size 'head size n_embd/n_head = 8' "{$good_data}" --set device=cuda --set model.n_head=16
-  expect cuda_stage     'zero.stage: 2 on device "cuda"' "{$good_data}" --set device=cuda --set zero.stage=2
+  # every zero.stage runs on the CUDA backend now (host-staged collectives); offload "cpu" still needs a shard
+  expect cuda_offload_stage0 'offload.optimizer: "cpu" requires zero.stage 1, 2 or 3' "{$good_data}" --set device=cuda \
+    --set offload.optimizer=cpu --set zero.stage=0
   if ! nvidia-smi -L >/dev/null 2>&1; then
     expect cuda_no_gpu  'no CUDA device is visible' "{$good_data}" --set device=cuda
   fi

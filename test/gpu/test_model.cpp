@@ -31,6 +31,7 @@
 #include "train/schedule.h"
 #include "zero/engine.h"
 #include "zero/partition.h"
+#include "zero/staged_comm.h"
 #include "zero/store.h"
 
 namespace zt {
@@ -86,16 +87,21 @@ TensorErr compare(const std::vector<double>& got, const std::vector<double>& ref
 
 // embedding_rows > 0: the GPU model's embedding in row chunks (stage 3's layout, model/layout.h),
 // which runs the lookup and the LM head per chunk (row-range encoder kernels, strided matmul).
+// classifier_chunk > 0: the GPU model runs the LM head and loss in chunks of that many positions
+// (docs/design.md §3.11): forward keeps only losses, backward recomputes each chunk's logits.
 template <class Ops>
-void check_one_pass(double loss_tol, double grad_tol, double min_cosine, int embedding_rows = 0) {
+void check_one_pass(double loss_tol, double grad_tol, double min_cosine, int embedding_rows = 0,
+                    int classifier_chunk = 0) {
   ZT_REQUIRE_GPU();
   const Batch b = make_batch(7);
   const double dloss = 1.0 / double(kB * kT);
 
   MemoryTracker mem_ref, mem_gpu;
   GPT<CpuOps<double>> ref(kCfg, kB, kT, mem_ref);
-  GPT<Ops> gpu(kCfg, kB, kT, mem_gpu, 128, true, true, Recompute{}, embedding_rows);
+  const Recompute rc = Recompute::from("none", 1, classifier_chunk);
+  GPT<Ops> gpu(kCfg, kB, kT, mem_gpu, 128, true, true, rc, embedding_rows);
   ASSERT_EQ(gpu.layout().embedding_units(), embedding_rows > 0 ? 3 : 1);
+  EXPECT_EQ(mem_gpu.current(Tier::device, Category::activations), GPT<Ops>::activation_bytes(kCfg, kB, kT, rc));
   ref.init_gpt2(1234);
   gpu.init_gpt2(1234);
   const double l_ref = ref.forward(b.in.data(), b.tg.data(), kB, kT, true, dloss);
@@ -126,6 +132,16 @@ TEST(GpuModel, Fp32MatchesCpu) { check_one_pass<CudaOps<float>>(1e-5, 1e-4, 0.99
 TEST(GpuModel, Bf16WithinTolerance) { check_one_pass<CudaOps<bf16>>(2e-2, 1e-1, 0.99); }
 // Three chunks of 384, 384 and 256 vocabulary rows (+ wpe), against the one-unit CPU model.
 TEST(GpuModel, Fp32SplitEmbeddingMatchesCpu) { check_one_pass<CudaOps<float>>(1e-5, 1e-4, 0.999999, 384); }
+// Classifier chunks of 50 positions (B*T = 231: four of 50 and one of 31) against the whole CPU model.
+TEST(GpuModel, Fp32ClassifierChunksMatchCpu) { check_one_pass<CudaOps<float>>(1e-5, 1e-4, 0.999999, 0, 50); }
+TEST(GpuModel, Bf16ClassifierChunksWithinTolerance) { check_one_pass<CudaOps<bf16>>(2e-2, 1e-1, 0.99, 0, 50); }
+// Both: three vocabulary chunks outer (online log-sum-exp: xent_chunk_* kernels), 50 positions inner.
+TEST(GpuModel, Fp32SplitEmbeddingClassifierChunksMatchCpu) {
+  check_one_pass<CudaOps<float>>(1e-5, 1e-4, 0.999999, 384, 50);
+}
+TEST(GpuModel, Bf16SplitEmbeddingClassifierChunksWithinTolerance) {
+  check_one_pass<CudaOps<bf16>>(2e-2, 1e-1, 0.99, 384, 50);
+}
 
 // Recompute policies on the GPU (docs/design.md §3.11): a recomputed block reruns the same
 // kernels on the same inputs, so `block` (every block, and every other one) must give the loss
@@ -188,7 +204,14 @@ std::vector<double> train_10(Comm& comm) {
   ZeroConfig zc;
   const Partition part(model.layout(), zc);
   StateStore store(list_model_state(model.layout(), part, state_types_of<Ops>()), mem);
-  ZeroEngine<Ops> engine(model, part, store, comm, o);
+  // The CUDA backend's engine talks to the comm through host staging (zero/staged_comm.h), as the trainer builds it.
+  std::unique_ptr<Comm> staged;
+  Comm* engine_comm = &comm;
+  if constexpr (Ops::tier == Tier::device) {
+    staged = std::make_unique<StagedComm>(comm, store, state_types_of<Ops>().param, zc.stage);
+    engine_comm = staged.get();
+  }
+  ZeroEngine<Ops> engine(model, part, store, *engine_comm, o);
   engine.init_parameters(42, "");
   std::vector<double> losses;
   const int steps = 10;

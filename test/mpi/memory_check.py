@@ -22,31 +22,34 @@ GPT-2 activation shapes, independently of the code:
                        unit (a block); all × 4 bytes. Buckets: blocks in backward order (final norm,
                        blocks L-1..0), closed once they reach bucket_mb MiB (every unit alone
                        without overlap); each embedding unit is a bucket of its own.
-  activations 4 bytes × B·T × (L·(18C + NH + 4) + 15C + Vp + 5):
+  activations 4 bytes × (B·T × (L·(17C + NH + 4) + 16C + 5) + P·Vp [+ 2·B·T with chunks]):
               per layer ln1 C, ln1 mean+rstd 2, qkv 3C, attention output C, attention
               log-sum-exp NH, attention projection C, residual C, ln2 C, ln2 mean+rstd 2, fc 4C,
-              gelu 4C, fc projection C, residual C  (18C + NH + 4);
-              once: input and target ids 2, embedding output C, ln_f C + mean+rstd 2, logits Vp,
-              losses 1; backward scratch: residual gradient C, C-sized gradient C, two 4C
-              gradients, qkv gradient 3C (15C + Vp + 5 in all). The tracker starts every field on
-              64 bytes; B·T is a multiple of 16 here, so every field already is (asserted).
+              gelu 4C, residual C  (17C + NH + 4); the fc projection C once (no layer keeps it);
+              once: input and target ids 2, embedding output C, ln_f C + mean+rstd 2, losses 1;
+              backward scratch: residual gradient C, C-sized gradient C, two 4C gradients, qkv
+              gradient 3C (16C + 5 in all); logits: one classifier chunk, P positions × Vp (P =
+              B·T with whole logits; auto: ⌊B·T·(17C + NH + 4)/Vp⌋ clamped to [min(B·T, 256), B·T]), and
+              with chunks a log-sum-exp and a running sum per position (2·B·T). The tracker starts every field on 64 bytes; B·T is a multiple
+              of 16 here, so every field already is (asserted).
 
 checked for stages 0-3 at world 1 and 3 in `train estimate --json` (overlap on and off) and in the
 summary line of a real 1-step run (mpirun for N = 3; overlap on), category by category, exactly.
 
 Activations under recompute.policy (docs/design.md §3.11), with W = 17C + NH + 4 one block's
-working set without its output (the per-layer list above less one residual):
-  selective   4·B·T × (L·(10C + NH + 4) + 8C + 15C + Vp + 5): per layer the LayerNorm statistics 4,
+working set without its output (the 14 fields of a layer: the list above with the fc projection for the output):
+  selective   4·B·T × (L·(10C + NH + 4) + 8C + 15C + 5) + logits: per layer the LayerNorm statistics 4,
               qkv 3C, attention output C, log-sum-exp NH, attention projection C, fc 4C, block
               output C; once the dropped ln1, ln2, residual, gelu and fc projection (8C)
-  block k     4·B·T × (K·W + L·C + W + 15C + Vp + 5): K = L - ceil(L/k) blocks keep everything,
-              every block keeps its output (the next one's input), one block's working set W
-              is the recomputed blocks' scratch
+  block k     4·B·T × (K·(W - C) + L·C + W + 15C + 5) + logits: K = L - ceil(L/k) blocks keep
+              everything but the fc projection, every block keeps its output (the next one's
+              input), one block's working set W (with the fc projection) is the scratch
 checked in the estimate for every policy (world 1 stage 0, world 3 stage 3) and in real runs (world
 1); for GPT-2 124M at B = 8, T = 1024 the block estimate is printed next to none's and must be at
 most one block's working set (W + the 13C backward gradient scratch) + the L + 1 block inputs
-(embedding output and L block outputs) + the classifier buffers (ln_f C + 2, logits Vp, losses 1)
-+ the 2 token ids, per token.
+(embedding output and L block outputs) + the classifier buffers (ln_f C + 2, losses 1) + the 2
+token ids + the chunks' log-sum-exp and running sum 2, per token, + one classifier chunk's logits
+(auto: 2128 positions × Vp).
 
 Resident memory under recompute: a 12-layer model with a 256-token vocabulary (token shards written
 here, so the classifier does not dominate) runs one step with none, selective and block; block's
@@ -146,26 +149,41 @@ def buckets(units, overlap, E):
     return out + list(reversed(units[:E]))
 
 
-def activation_bytes(m, policy="none", every=1):
+def classifier_rows(m, chunk=-1, world=1, stage=0):
+    """Positions per classifier chunk (docs/design.md §3.11): B·T when whole (chunk 0); auto (-1):
+    as many rows of Vp logits as fit in one block's activations (17C + NH + 4 per token, every
+    field of a layer), at least min(B·T, 256). The same at every stage and world."""
+    C, NH, BT, vp = m["C"], m["NH"], m["B"] * m["T"], m.get("VP", VP)
+    if chunk == 0:
+        return BT
+    if chunk > 0:
+        return min(chunk, BT)
+    return max(min(BT, 256), min(BT, BT * (17 * C + NH + 4) // vp))
+
+
+def activation_bytes(m, policy="none", every=1, chunk=-1, world=1, stage=0):
     C, L, NH, BT, vp = m["C"], m["L"], m["NH"], m["B"] * m["T"], m.get("VP", VP)
     assert (BT * 4) % 64 == 0, "pick B*T a multiple of 16 so no activation field needs 64-byte padding"
-    per_layer = 18 * C + NH + 4
-    once = 2 + C + (C + 2) + vp + 1 + (C + C + 4 * C + 4 * C + 3 * C)
-    assert once == 15 * C + vp + 5
-    work = per_layer - C  # one block's working set without its output
+    rows = classifier_rows(m, chunk, world, stage)
+    assert (rows * vp * 4) % 64 == 0  # Vp is a multiple of 128: the logits need no padding either
+    per_layer = 17 * C + NH + 4  # fc projection (C) is one layer of scratch, kept by no policy
+    once = 2 + C + (C + 2) + 1 + (C + C + 4 * C + 4 * C + 3 * C)
+    assert once == 15 * C + 5
+    logits = 4 * rows * vp + (4 * 2 * BT if rows < BT else 0)  # + log-sum-exp and running sum
+    work = per_layer  # one block's working set without its output, with its fc projection
     if policy == "selective":
         kept = 2 + 3 * C + C + NH + C + 2 + 4 * C + C
         assert kept == 10 * C + NH + 4
-        return 4 * BT * (L * kept + (C + C + C + 4 * C + C) + once)
+        return 4 * BT * (L * kept + (C + C + C + 4 * C + C) + once) + logits
     if policy == "block":
         recomputed = (L + every - 1) // every
-        return 4 * BT * ((L - recomputed) * work + L * C + work + once)
+        return 4 * BT * ((L - recomputed) * (work - C) + L * C + work + once) + logits
     assert policy == "none"
-    return 4 * BT * (L * per_layer + once)
+    return 4 * BT * (L * per_layer + C + once) + logits
 
 
 def expected(m, world, stage, overlap):
-    """{category: bytes} per rank, fp32."""
+    """{category: bytes} per rank, fp32 (default plan: policy none, classifier chunk auto)."""
     units = padded_units(m, world, stage)
     E = embedding_units(m, world, stage)
     psi, N, e = sum(units), world, 4
@@ -173,7 +191,7 @@ def expected(m, world, stage, overlap):
     out = {"params": e * (psi if stage <= 2 else psi // N),
            "grads": e * {0: psi, 1: psi + psi // N}.get(stage, psi // N),
            "optimizer": 2 * e * (psi if stage == 0 else psi // N),
-           "activations": activation_bytes(m)}
+           "activations": activation_bytes(m, world=world, stage=stage)}
     P0 = units[0] if E == 1 else 0
     X = N * m["B"] * m["T"] * (m["C"] + 1) if N > 1 and stage <= 2 else 0
     if X and X <= P0:
@@ -316,7 +334,7 @@ def check_recompute(train, mpirun, work, failures):
     for policy, every in POLICIES:
         for world, stage in ((1, 0), (3, 3)):
             want = expected(SMALL, world, stage, True)
-            want["activations"] = activation_bytes(SMALL, policy, every)
+            want["activations"] = activation_bytes(SMALL, policy, every, world=world, stage=stage)
             try:
                 compare(f"estimate {policy}/{every} world {world} stage {stage}",
                         estimate(train, SMALL, world, stage, True, work, policy, every), want, failures)
@@ -333,14 +351,17 @@ def check_recompute(train, mpirun, work, failures):
 
     # GPT-2 124M, B = 8, T = 1024: block against its bound (per token, 4 bytes each).
     C, L, NH, BT = GPT2["C"], GPT2["L"], GPT2["NH"], GPT2["B"] * GPT2["T"]
-    bound = 4 * BT * ((17 * C + NH + 4) + 13 * C + (L + 1) * C + (C + 2) + VP + 1 + 2)
+    rows = classifier_rows(GPT2)
+    bound = 4 * BT * ((17 * C + NH + 4) + 13 * C + (L + 1) * C + (C + 2) + 1 + 2 + 2) + 4 * rows * VP
     try:
         none, block = (estimate(train, GPT2, 1, 0, True, work, p)["activations"] for p in ("none", "block"))
         for p, got in (("none", none), ("block", block)):
             if got != activation_bytes(GPT2, p):
                 failures.append(f"GPT-2 124M {p}: estimate {got} != formula {activation_bytes(GPT2, p)}")
         print(f"\nGPT-2 124M, B 8, T 1024: activations none {none / 2**30:.2f} GiB, block {block / 2**30:.2f} GiB "
-              f"(bound: one block's working set + L + 1 block inputs + classifier = {bound / 2**30:.2f} GiB)")
+              f"(bound: one block's working set + L + 1 block inputs + one classifier chunk of {rows} positions = "
+              f"{bound / 2**30:.2f} GiB; whole logits: none {activation_bytes(GPT2, 'none', chunk=0) / 2**30:.2f} GiB, "
+              f"block {activation_bytes(GPT2, 'block', chunk=0) / 2**30:.2f} GiB)")
         if block > bound:
             failures.append(f"GPT-2 124M block activations {block} over the bound {bound}")
     except RuntimeError as e:

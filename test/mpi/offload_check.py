@@ -17,8 +17,21 @@
             at N = 1 and 3; a hung collective at N = 2, which ends in MPI_Abort); a missing
             nvme_dir is created.
 
-About a minute on 2 cores.
-  /usr/bin/python3 test/mpi/offload_check.py [--train ./train] [--mpirun mpirun] [--only parity|rss|cleanup]
+offload.params "nvme" (stage 3: the parameter and gradient shards in swap files):
+
+  params    N in {1, 3} x grad_accum {1, 2}, with and without the optimizer offloaded too: loss
+            curve and final weights BIT FOR BIT those of the same plan in memory; tracked peak =
+            estimate in every tier, the parameter and gradient shards (and the moments, when
+            offloaded) in the nvme tier and not in host memory; no swap file left.
+  prss      a stage-3 model with ~150 MiB of model states per rank (C 256, L 8, N 2): with both
+            offloaded, every rank's VmHWM falls by at least 80% of all its model-state bytes
+            (parameters, gradients, m, v: 16 bytes per parameter of the shard).
+  pcleanup  four swap files per rank during a run with both offloaded; none after SIGTERM
+            (N = 1 and 2) and after an error mid-run (N = 3).
+
+About two minutes on 2 cores.
+  /usr/bin/python3 test/mpi/offload_check.py [--train ./train] [--mpirun mpirun]
+        [--only parity|rss|cleanup|params|prss|pcleanup]
 """
 import argparse
 import json
@@ -45,19 +58,25 @@ def nvme_sets(swap_dir, subgroup_mb=SUBGROUP_MB):
             "--set", f"offload.subgroup_mb={subgroup_mb}"]
 
 
+def params_sets(swap_dir, optimizer=True, subgroup_mb=SUBGROUP_MB):
+    return (nvme_sets(swap_dir, subgroup_mb) if optimizer else
+            ["--set", f"offload.nvme_dir={swap_dir}", "--set", f"offload.subgroup_mb={subgroup_mb}"]) + \
+        ["--set", "offload.params=nvme"]
+
+
 def swap_files(d):
     return sorted(f for f in os.listdir(d) if f.endswith(".swap")) if os.path.isdir(d) else []
 
 
-def cmd_for(train, mpirun, n, stage, work, extra):
+def cmd_for(train, mpirun, n, stage, work, extra, accum=1):
     launch = zm.launcher(mpirun, n) if n > 1 else []
-    return launch + [train, "plans/default.json"] + zm.plan_sets(stage, True, 1, work, 0.05) + extra
+    return launch + [train, "plans/default.json"] + zm.plan_sets(stage, True, accum, work, 0.05) + extra
 
 
-def run(train, mpirun, n, stage, work, extra, timeout=300):
+def run(train, mpirun, n, stage, work, extra, timeout=300, accum=1):
     """A finished run: its step losses (as logged), summary, final weights' bytes and estimate."""
     os.makedirs(work, exist_ok=True)
-    cmd = cmd_for(train, mpirun, n, stage, work, extra)
+    cmd = cmd_for(train, mpirun, n, stage, work, extra, accum)
     p = subprocess.run(cmd, cwd=ROOT, env=zm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
     out = p.stdout.decode(errors="replace")
     if p.returncode != 0:
@@ -99,6 +118,78 @@ def parity(args, tmp, fails):
             fails += [f"parity {name}: {e}" for e in errs]
 
 
+def params_parity(args, tmp, fails):
+    """offload.params nvme at stage 3, alone and with the optimizer, against the plan in memory."""
+    for n in (1, 3):
+        for accum in (1, 2):
+            ref = run(args.train, args.mpirun, n, 3, os.path.join(tmp, f"pref_{n}_{accum}"), [], accum=accum)
+            for opt in (False, True):
+                name = f"N={n} grad_accum {accum} {'params+optimizer' if opt else 'params'}"
+                swap = os.path.join(tmp, f"pswap_{n}_{accum}_{opt}")
+                off = run(args.train, args.mpirun, n, 3, os.path.join(tmp, f"poff_{n}_{accum}_{opt}"),
+                          params_sets(swap, opt), accum=accum)
+                errs = []
+                if len(off["losses"]) != zm.STEPS or off["losses"] != ref["losses"]:
+                    errs.append(f"losses differ: {off['losses'][:3]}... vs {ref['losses'][:3]}...")
+                if not ref["weights"] or off["weights"] != ref["weights"]:
+                    errs.append("final weights differ (or are missing)")
+                peak, est = off["summary"]["peak_memory_bytes"], off["estimate"]["memory"]
+                if peak != est:
+                    errs.append(f"tracked peak {peak} != estimate {est}")
+                host, nvme = ref["estimate"]["memory"]["host"], est.get("nvme", {})
+                moved = ["params", "grads"] + (["optimizer"] if opt else [])
+                for cat in moved:
+                    if nvme.get(cat) != host[cat] or cat in est["host"]:
+                        errs.append(f"estimate does not put the {host[cat]} {cat} bytes in the nvme tier: {est}")
+                if not opt and est["host"].get("optimizer") != host["optimizer"]:
+                    errs.append("the moments left host memory without offload.optimizer")
+                if swap_files(swap):
+                    errs.append(f"swap files left behind: {swap_files(swap)}")
+                print(("FAIL " if errs else "ok   ") + f"params parity {name}: {len(off['losses'])} losses and final "
+                      f"weights bit for bit, tracked = estimate, {'+'.join(moved)} in nvme" +
+                      "".join("\n     " + e for e in errs))
+                fails += [f"params parity {name}: {e}" for e in errs]
+
+
+def headline_plan(args, fails):
+    """plans/largest_cpu_nvme.json (the README's 3B run, too long for a test): its estimate puts
+    model states of more than twice a 24 GiB machine on disk, and keeps the host part small."""
+    p = subprocess.run([args.train, "estimate", "plans/largest_cpu_nvme.json", "--json"], cwd=ROOT, env=zm.env(),
+                       stdout=subprocess.PIPE, check=True, timeout=60)
+    mem = json.loads(p.stdout)["memory"]
+    GiB = 1 << 30
+    states = sum(mem["nvme"].get(c, 0) for c in ("params", "grads", "optimizer"))
+    host = mem["host"]["total"]
+    ok = states >= 2 * 24 * GiB and host <= 6 * GiB and not any(c in mem["host"] for c in ("params", "grads", "optimizer"))
+    print(("ok   " if ok else "FAIL ") + f"plans/largest_cpu_nvme.json: {states / GiB:.2f} GiB of model states on disk "
+          f"(>= 2 x 24 GiB), {host / GiB:.2f} GiB on the host (<= 6 GiB)")
+    if not ok:
+        fails.append(f"largest_cpu_nvme estimate: {mem}")
+
+
+def params_rss(args, tmp, fails):
+    """Both offloaded: VmHWM per rank falls by >= 80% of the model states. Two ranks, so the tied
+    embedding is split into block-sized chunks (one rank keeps it one unit, and then its read buffer
+    and gradient buffer are wte-sized, docs/design.md §3.6); blocks are most of the model (C 256, L 8)."""
+    big = ["--set", "model.n_embd=256", "--set", "model.n_head=4", "--set", "model.n_layer=8",
+           "--set", "model.seq_len=32", "--set", "run.steps=2", "--set", "run.final_weights=",
+           "--set", "zero.bucket_mb=1"]
+    ref = run(args.train, args.mpirun, 2, 3, os.path.join(tmp, "prss_ref"), big)
+    off = run(args.train, args.mpirun, 2, 3, os.path.join(tmp, "prss_off"),
+              big + params_sets(os.path.join(tmp, "prss_swap"), True, 1))
+    host = ref["estimate"]["memory"]["host"]
+    states = host["params"] + host["grads"] + host["optimizer"]  # per rank
+    before, after = max(ref["summary"]["peak_rss_bytes_per_rank"]), max(off["summary"]["peak_rss_bytes_per_rank"])
+    fell = before - after
+    ok = fell >= 0.8 * states and states >= 100 << 20 and off["losses"] == ref["losses"]
+    MiB = 1 << 20
+    print(("ok   " if ok else "FAIL ") + f"params rss (N=2, largest rank): VmHWM {before / MiB:.1f} -> {after / MiB:.1f} "
+          f"MiB, fell {fell / MiB:.1f} MiB = {fell / states:.0%} of the {states / MiB:.1f} MiB of model states per rank "
+          f"(need >= 80%), losses equal: {off['losses'] == ref['losses']}")
+    if not ok:
+        fails.append("params rss: peak resident memory did not fall by 80% of the model states")
+
+
 def buffered(args, tmp, fails):
     """A filesystem without O_DIRECT (acted out with ZT_NVME_NO_DIRECT): buffered I/O, said at start,
     the same numbers."""
@@ -129,9 +220,9 @@ def rss(args, tmp, fails):
         fails.append("rss: peak resident memory did not fall by 80% of the moments")
 
 
-def start(args, n, work, swap, extra):
+def start(args, n, work, swap, extra, stage=2, sets=None):
     os.makedirs(work, exist_ok=True)
-    cmd = cmd_for(args.train, args.mpirun, n, 2, work, nvme_sets(swap) + extra)
+    cmd = cmd_for(args.train, args.mpirun, n, stage, work, (sets if sets is not None else nvme_sets(swap)) + extra)
     return subprocess.Popen(cmd, cwd=ROOT, env=zm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
@@ -143,16 +234,19 @@ def wait_gone(swap, seconds=10):
     return swap_files(swap)
 
 
-def killed(args, tmp, n, sig, fails):
-    name = f"{signal.Signals(sig).name} at N={n}"
-    work, swap = os.path.join(tmp, f"sig_{n}_{sig}"), os.path.join(tmp, f"sig_{n}_{sig}", "new", "swap")
-    est = run_estimate(args, n, work, swap)
+def killed(args, tmp, n, sig, fails, params=False):
+    name = f"{signal.Signals(sig).name} at N={n}" + (" (params + optimizer)" if params else "")
+    work = os.path.join(tmp, f"sig_{n}_{sig}_{params}")
+    swap = os.path.join(work, "new", "swap")
+    stage, sets = (3, params_sets(swap)) if params else (2, nvme_sets(swap))
+    est = run_estimate(args, n, work, swap, stage, sets)
     want = [b["bytes"] for b in est["buffers"] if b["tier"] == "nvme"]
-    p = start(args, n, work, swap, ["--set", "run.steps=100000"])
+    per_rank = len(want)
+    p = start(args, n, work, swap, ["--set", "run.steps=100000"], stage, sets)
     t0, seen = time.monotonic(), []
     while time.monotonic() - t0 < 60 and p.poll() is None:
         seen = swap_files(swap)
-        if len(seen) == 2 * n:
+        if len(seen) == per_rank * n:
             break
         time.sleep(0.05)
     sizes = sorted(os.path.getsize(os.path.join(swap, f)) for f in seen)
@@ -165,8 +259,8 @@ def killed(args, tmp, n, sig, fails):
         out = p.communicate()[0].decode(errors="replace")
     left = wait_gone(swap)
     errs = []
-    if len(seen) != 2 * n or sizes != padded:
-        errs.append(f"during the run: {seen} of sizes {sizes}, expected {2 * n} files of {padded}")
+    if len(seen) != per_rank * n or sizes != padded:
+        errs.append(f"during the run: {seen} of sizes {sizes}, expected {per_rank * n} files of {padded}")
     if p.returncode == 0:
         errs.append("exit code 0")
     if left:
@@ -177,18 +271,18 @@ def killed(args, tmp, n, sig, fails):
     fails += [f"cleanup {name}: {e}" for e in errs]
 
 
-def run_estimate(args, n, work, swap):
-    sets = zm.plan_sets(2, True, 1, work, 0.05) + nvme_sets(swap)
+def run_estimate(args, n, work, swap, stage=2, offload_sets=None):
+    sets = zm.plan_sets(stage, True, 1, work, 0.05) + (offload_sets if offload_sets is not None else nvme_sets(swap))
     p = subprocess.run([args.train, "estimate", "plans/default.json", "--world", str(n), "--json"] + sets, cwd=ROOT,
                        env=zm.env(), stdout=subprocess.PIPE, check=True, timeout=60)
     return json.loads(p.stdout)
 
 
-def failed_mid_run(args, tmp, n, what, sets, expect, fails):
+def failed_mid_run(args, tmp, n, what, sets, expect, fails, params=False):
     """A run that fails in the middle: every rank's swap files are gone afterwards."""
-    work = os.path.join(tmp, f"err_{n}_{what.split()[0]}")
+    work = os.path.join(tmp, f"err_{n}_{what.split()[0]}_{params}")
     swap = os.path.join(work, "swap")
-    p = start(args, n, work, swap, sets)
+    p = start(args, n, work, swap, sets, 3 if params else 2, params_sets(swap) if params else None)
     out = p.communicate(timeout=120)[0].decode(errors="replace")
     left = wait_gone(swap)
     errs = []
@@ -205,7 +299,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--train", default=os.path.join(ROOT, "train"))
     ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--only", choices=["parity", "rss", "cleanup"])
+    ap.add_argument("--only", choices=["parity", "rss", "cleanup", "params", "prss", "pcleanup"])
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="zt_offload_", dir=os.path.join(ROOT, "build") if os.path.isdir(
@@ -225,6 +319,15 @@ def main():
             # One rank skips a collective at step 2: the other times out and MPI_Abort ends the job.
             failed_mid_run(args, tmp, 2, "a hung collective", ["--set", "comm.timeout_s=2", "--set", "comm.fault_skip_rank=1",
                                                                "--set", "comm.fault_skip_step=2"], "did not complete within", fails)
+        if args.only in (None, "params"):
+            headline_plan(args, fails)
+            params_parity(args, tmp, fails)
+        if args.only in (None, "prss"):
+            params_rss(args, tmp, fails)
+        if args.only in (None, "pcleanup"):
+            for n in (1, 2):
+                killed(args, tmp, n, signal.SIGTERM, fails, params=True)
+            failed_mid_run(args, tmp, 3, "a diverged loss", ["--set", "optim.lr=1e30"], "diverged", fails, params=True)
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -3,7 +3,8 @@
 // 5-9 give bit-identical losses and model state (parameters or parameter shard, AdamW moments) on
 // every rank. Run under mpirun at N = 1 and 3 (ctest: resume_np1, resume_np3). Stages 1-3 again
 // with the optimizer state in swap files (offload.optimizer nvme, docs/design.md §3.6): the state
-// is captured from and restored into the files.
+// is captured from and restored into the files; stage 3 once more with the parameter shard in a
+// swap file too (offload.params nvme).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -23,7 +24,8 @@ namespace {
 
 zt::Comm* g_comm = nullptr;
 
-zt::Plan tiny_plan(int stage, bool nvme, const std::string& dir) {
+// nvme: 0 in memory, 1 offload.optimizer nvme, 2 and offload.params nvme.
+zt::Plan tiny_plan(int stage, int nvme, const std::string& dir) {
   // A small model whose units divide by neither 3 nor 128; gradient accumulation 2, tiny buckets
   // (several per step) and a prefetch of 2 so every part of the engine carries state across steps.
   const std::vector<std::string> sets = {
@@ -36,6 +38,7 @@ zt::Plan tiny_plan(int stage, bool nvme, const std::string& dir) {
   for (const std::string& s : sets) ov.push_back(s);
   // Sub-groups of 2 KiB elements: several per shard, so the pipeline's every stage runs.
   if (nvme) ov.insert(ov.end(), {"offload.optimizer=nvme", "offload.nvme_dir=" + dir + "/swap", "offload.subgroup_mb=0.008"});
+  if (nvme == 2) ov.push_back("offload.params=nvme");
   return zt::load_plan("plans/default.json", ov);
 }
 
@@ -44,12 +47,12 @@ std::string work_dir(const std::string& what) {
   return (std::filesystem::temp_directory_path() / ("zt_resume_" + std::to_string(g_comm->world()) + "_" + what)).string();
 }
 
-class Resume : public ::testing::TestWithParam<std::pair<int, bool>> {};  // stage, offload to nvme
+class Resume : public ::testing::TestWithParam<std::pair<int, int>> {};  // stage, offload (tiny_plan)
 
 TEST_P(Resume, FromStepFiveIsBitIdentical) {
   const auto [stage, nvme] = GetParam();
   zt::Comm& comm = *g_comm;
-  const std::string tag = "_s" + std::to_string(stage) + (nvme ? "_nvme" : "");
+  const std::string tag = "_s" + std::to_string(stage) + (nvme ? "_nvme" : "") + (nvme == 2 ? "_params" : "");
   const std::string d1 = work_dir("whole" + tag), d2 = work_dir("half" + tag), d3 = work_dir("rest" + tag);
   const zt::Plan p1 = tiny_plan(stage, nvme, d1), p2 = tiny_plan(stage, nvme, d2), p3 = tiny_plan(stage, nvme, d3);
 
@@ -97,11 +100,11 @@ TEST_P(Resume, FromStepFiveIsBitIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, Resume,
-                         ::testing::Values(std::pair{0, false}, std::pair{1, false}, std::pair{2, false},
-                                           std::pair{3, false}, std::pair{1, true}, std::pair{2, true},
-                                           std::pair{3, true}),
-                         [](const ::testing::TestParamInfo<std::pair<int, bool>>& i) {
-                           return "stage" + std::to_string(i.param.first) + (i.param.second ? "_nvme" : "");
+                         ::testing::Values(std::pair{0, 0}, std::pair{1, 0}, std::pair{2, 0}, std::pair{3, 0},
+                                           std::pair{1, 1}, std::pair{2, 1}, std::pair{3, 1}, std::pair{3, 2}),
+                         [](const ::testing::TestParamInfo<std::pair<int, int>>& i) {
+                           return "stage" + std::to_string(i.param.first) + (i.param.second ? "_nvme" : "") +
+                                  (i.param.second == 2 ? "_params" : "");
                          });
 
 }  // namespace

@@ -22,7 +22,8 @@ and the summary line of the metrics JSONL must count exactly what theory says:
     model, partition.h stage table): stage 0: 2(N-1)4Ψ/N + (N-1)4X/N; stage 1: 2(N-1)4(Ψ+X)/N;
     stage 2: (A+1)(N-1)4(Ψ+X)/N (X = N*B*T*(C+1): the embedding's lookup gradient all-gathered
     every reduction, and at stages 1-2 its rows reduce-scattered once per step);
-    stage 3: A(N-1)4(3Ψ + Pe - Pl)/N; N = 1: 0. Ψ = Σ_units numel rounded up to lcm(N,128); at
+    stage 3: A(N-1)4(3Ψ + Pe - Pl + Pc)/N (Pc = Pe with a chunked classifier over the split
+    embedding, else 0); N = 1: 0. Ψ = Σ_units numel rounded up to lcm(N,128); at
     stage 3 the embedding is block-sized row chunks (layout_rules.py), Pe all of them padded, Pl
     the last. Also == `train estimate`'s bytes_per_step and the binary's own theory.
   * tracked peak memory per category == `train estimate PLAN --world N --json` memory.host
@@ -170,10 +171,16 @@ def lookup_exchange(n_ranks, stage):
     return x if x <= p0 else 0
 
 
-def theory_bytes(n_ranks, stage, accum):
+def theory_bytes(n_ranks, stage, accum, regather=False):
+    """regather: a chunked classifier over the split embedding gathers every embedding unit once
+    more per micro-step, for its gradient (docs/design.md §3.11): + Pe."""
     if n_ranks == 1:
         return 0
     P, again = psi(n_ranks, stage)
+    if regather and stage == 3:
+        m = pad_multiple(n_ranks)
+        sizes = stage_unit_sizes(n_ranks, stage)
+        again += sum((n + m - 1) // m * m for n in sizes[:len(sizes) - L - 1])
     N, A, e = n_ranks, accum, 4
     X = lookup_exchange(n_ranks, stage)
     assert stage == 3 or X == N * 2 * 31 * 36, X  # spelled out: on for this model at stages 0-2
@@ -273,6 +280,7 @@ def plan_sets(stage, overlap, accum, workdir, bucket_mb, extra=None):
         "data.train": "data/sample/train_*.bin", "data.val": "data/sample/val.bin", "data.tokenizer": "",
         "batch.micro_batch": B, "batch.grad_accum": accum,
         "optim.lr": LR, "optim.warmup_steps": WARMUP, "optim.grad_clip": CLIP,
+        "recompute.classifier_chunk": 0,  # whole logits: the matrix is about ZeRO (chunks: recompute_check)
         "zero.stage": stage, "zero.overlap_comm": "true" if overlap else "false",
         "zero.bucket_mb": bucket_mb, "zero.prefetch_units": PREFETCH,
         "run.steps": STEPS, "run.eval_every": 0, "run.eval_batches": 1, "run.sample_every": 0,
@@ -380,7 +388,8 @@ def check(res, ref, n_ranks, stage, accum, overlap):
 
     # Bytes.
     s, est = res["summary"], res["estimate"]
-    want = theory_bytes(n_ranks, stage, accum)
+    regather = stage == 3 and est["recompute"]["classifier_chunk_rows"] < B * T and len(stage_unit_sizes(n_ranks, 3)) > L + 2
+    want = theory_bytes(n_ranks, stage, accum, regather)
     got = {"summary": s["bytes_sent_per_step"], "binary's theory": s["bytes_sent_per_step_theory"],
            "estimate": est["bytes_per_step"]}
     bad_steps = [r["step"] for r in res["steps"] if r.get("comm_bytes") != want]

@@ -2,6 +2,7 @@
 // padding and offsets, GPT-2 initialisation statistics, and the llm.c weight format round trip.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
@@ -276,4 +277,129 @@ TEST(Recompute, EveryPolicyMatchesNoneBitForBitAndAllocatesWhatItSays) {
   }
 }
 
+// Classifier chunks (docs/design.md §3.11) against whole logits, on the CPU backend: each row's
+// logits, loss and dlogits are the same arithmetic, so the losses, the sampled logits and every
+// gradient but the tied embedding's are equal bit for bit; wte's LM-head part is summed chunk by
+// chunk (another order of the same sum), so it is held to a tolerance. Every policy with chunks
+// equals none with the same chunks bit for bit, and the tracker holds activation_bytes exactly.
+TEST(Recompute, ClassifierChunksMatchWholeLogits) {
+  using Model = GPT<CpuOps<float>>;
+  const GPTConfig cfg = GPTConfig::make(3, 3, 24, 9, 61);
+  const int B = 3, Tn = 9, N = B * Tn;
+  std::mt19937 rng(4);
+  std::vector<int> in(2 * N), tg(2 * N);
+  for (int i = 0; i < 2 * N; ++i) { in[size_t(i)] = int(rng() % cfg.V); tg[size_t(i)] = int(rng() % cfg.V); }
+  struct Out { std::vector<double> losses; std::vector<float> grads; };
+  auto run = [&](const Recompute& rc) {
+    MemoryTracker mem;
+    Model m(cfg, B, Tn, mem, 128, true, true, rc);
+    EXPECT_EQ(mem.current(Tier::host, Category::activations), Model::activation_bytes(cfg, B, Tn, rc));
+    m.init_gpt2(6);
+    m.zero_grad();
+    Out o;
+    for (int pass = 0; pass < 2; ++pass) {
+      o.losses.push_back(m.forward(in.data() + pass * N, tg.data() + pass * N, B, Tn, true, 1.0f / float(N)));
+      m.backward();
+      m.forward(in.data(), nullptr, 2, 7);  // sampling: the last row's logits
+      const std::vector<float> row = m.logits_row(13);
+      o.losses.insert(o.losses.end(), row.begin(), row.end());
+    }
+    o.grads.assign(m.grads(), m.grads() + m.layout().total());
+    return o;
+  };
+  const Out whole = run(Recompute{});
+  const ParamLayout layout(cfg, 128);
+  const TensorSlot& wte = layout.tensors()[0];
+  ASSERT_EQ(wte.id, ParamId::wte);
+  for (int chunk : {1, 5, 7, 26, 27, 100, -1}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    const Recompute rc = Recompute::from("none", 1, chunk);
+    const int rows = Model::classifier_rows(cfg, B, Tn, rc);
+    EXPECT_EQ(rows, chunk > 0 ? std::min(chunk, N) : N);  // auto: at least 256 positions: whole
+    if (rows < N) EXPECT_LT(Model::activation_bytes(cfg, B, Tn, rc), Model::activation_bytes(cfg, B, Tn, Recompute{}));
+    const Out o = run(rc);
+    EXPECT_EQ(o.losses, whole.losses);
+    EXPECT_EQ(0, std::memcmp(o.grads.data() + wte.numel, whole.grads.data() + wte.numel,
+                             (o.grads.size() - wte.numel) * sizeof(float)));
+    double scale = 0, diff = 0;
+    for (size_t i = 0; i < wte.numel; ++i) {
+      scale = std::max(scale, double(std::fabs(whole.grads[i])));
+      diff = std::max(diff, double(std::fabs(o.grads[i] - whole.grads[i])));
+    }
+    EXPECT_LE(diff, 1e-6 * scale) << "wte gradient, max |d| " << diff << " of " << scale;
+    for (const auto& [name, every] : std::vector<std::pair<std::string, int>>{{"selective", 1}, {"block", 1}, {"block", 2}}) {
+      SCOPED_TRACE(name + " every " + std::to_string(every));
+      const Out p = run(Recompute::from(name, every, chunk));
+      EXPECT_EQ(p.losses, o.losses);
+      EXPECT_EQ(0, std::memcmp(p.grads.data(), o.grads.data(), o.grads.size() * sizeof(float)));
+    }
+  }
+}
+
+// A chunked classifier over a split embedding (stage 3's layout, docs/design.md §3.11): vocabulary
+// chunks outer with an online log-sum-exp, positions inner; backward forms dlogits from the kept
+// log-sum-exp, takes dlnf at the start and each unit's weight gradient at the end, with the unit's
+// parameters used once more (hooks recorded). In double against the one-unit whole-logits model;
+// every policy with the same chunks equals none bit for bit.
+TEST(ModelChunks, SplitEmbeddingChunkedClassifierMatchesOneUnit) {
+  using Model = GPT<CpuOps<double>>;
+  const GPTConfig cfg = GPTConfig::make(2, 2, 16, 8, 2900);  // Vp 2944
+  const int B = 2, Tn = 8, N = B * Tn;
+  const int rows = ParamLayout::block_sized_rows(cfg, 128);
+  std::mt19937 rng(10);
+  std::vector<int> in(2 * N), tg(2 * N);
+  for (int i = 0; i < 2 * N; ++i) { in[size_t(i)] = int(rng() % cfg.V); tg[size_t(i)] = int(rng() % cfg.V); }
+  tg[3] = cfg.V - 1;  // a target in the last chunk
+  struct Record : UnitHooks {
+    std::vector<int> bwd;  // units of before_backward, in order
+    void before_backward(int u) override { bwd.push_back(u); }
+  };
+  auto run = [&](const Recompute& rc, int emb_rows, std::vector<double>& losses, Record* rec) {
+    MemoryTracker mem;
+    Model m(cfg, B, Tn, mem, 128, true, true, rc, emb_rows);
+    EXPECT_EQ(mem.current(Tier::host, Category::activations), Model::activation_bytes(cfg, B, Tn, rc));
+    if (rec) m.set_hooks(rec);
+    m.init_gpt2(3);
+    m.zero_grad();
+    for (int pass = 0; pass < 2; ++pass) {
+      losses.push_back(m.forward(in.data() + pass * N, tg.data() + pass * N, B, Tn, true, 1.0 / N));
+      m.backward();
+    }
+    return std::vector<double>(m.grads(), m.grads() + m.layout().total());
+  };
+  std::vector<double> l_ref;
+  const std::vector<double> g_ref = run(Recompute{}, 0, l_ref, nullptr);
+  for (int chunk : {5, 16 - 1, 3}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    const Recompute rc = Recompute::from("none", 1, chunk);
+    ASSERT_LT(Model::classifier_rows(cfg, B, Tn, rc), N);
+    std::vector<double> l;
+    Record rec;
+    const std::vector<double> g = run(rc, rows, l, &rec);
+    for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(l[i], l_ref[i], 1e-12 * l_ref[i]);
+    double max_g = 0, max_d = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      max_g = std::max(max_g, std::fabs(g_ref[i]));
+      max_d = std::max(max_d, std::fabs(g[i] - g_ref[i]));
+    }
+    EXPECT_LE(max_d, 1e-12 * max_g);
+    // Backward per pass: E-1..0 (head), final norm, blocks, then E-1..0 again (their gradients).
+    const int E = ParamLayout(cfg, 128, rows).embedding_units();
+    ASSERT_GT(E, 3);
+    std::vector<int> want;
+    for (int u = E - 1; u >= 0; --u) want.push_back(u);
+    for (int u = E + cfg.L; u >= E; --u) want.push_back(u);
+    for (int u = E - 1; u >= 0; --u) want.push_back(u);
+    want.insert(want.end(), want.begin(), want.end());
+    EXPECT_EQ(rec.bwd, want);
+    for (const auto& [name, every] : std::vector<std::pair<std::string, int>>{{"selective", 1}, {"block", 1}}) {
+      SCOPED_TRACE(name);
+      std::vector<double> lp;
+      EXPECT_TRUE(run(Recompute::from(name, every, chunk), rows, lp, nullptr) == g);
+      EXPECT_EQ(lp, l);
+    }
+  }
+}
+
 }  // namespace zt
+

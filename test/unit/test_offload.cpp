@@ -132,6 +132,7 @@ TEST_F(Offload, StoreKeepsOffloadedStateInSwapFiles) {
   const Partition part(layout, zc);
   offload::SwapSpec spec;
   spec.dir = (dir_ / "new" / "swap").string(), spec.rank = 1, spec.direct = direct(), spec.subgroup_numel = 1024;
+  spec.optimizer = true;
   const auto list = list_model_state(layout, part, StateTypes{}, spec);
   size_t nvme = 0, pool = 0;
   for (const StateBuffer& b : list) {
@@ -159,6 +160,44 @@ TEST_F(Offload, StoreKeepsOffloadedStateInSwapFiles) {
   }
   EXPECT_EQ(mem.current_total(Tier::nvme), 0u);
   EXPECT_TRUE(std::filesystem::is_empty(spec.dir)) << "the store's swap files were not removed";
+}
+
+// offload.params (docs/design.md §3.6): initial values are written range by range at any byte
+// offset (blocks partly covered keep their other bytes); a read-only file of the pipeline is read
+// but never written back; Uring::done polls without blocking.
+TEST_F(Offload, WriteAtKeepsNeighboursAndReadOnlyFilesAreNotWritten) {
+  const size_t numel = 3000;  // 12000 bytes: three blocks, the last partly
+  offload::SwapFile f(offload::swap_file_path(dir_.string(), 7, "param"), numel * 4, direct());
+  std::vector<float> want(numel), got(numel);
+  for (size_t i = 0; i < numel; ++i) want[i] = float(i) + 0.5f;
+  // Ranges that start and end inside blocks, written out of order.
+  const size_t cuts[][2] = {{1500, 2999}, {0, 7}, {7, 1500}, {2999, 3000}};
+  for (const auto& c : cuts) f.write_at(want.data() + c[0], (c[1] - c[0]) * 4, c[0] * 4);
+  f.read_all(got.data());
+  EXPECT_EQ(got, want);
+
+  offload::SwapFile g(offload::swap_file_path(dir_.string(), 7, "grad"), numel * 4, direct());
+  g.write_all(want.data());
+  offload::SwapSpec spec;
+  spec.dir = dir_.string(), spec.buffer_count = 3, spec.subgroup_numel = 1024;
+  std::unique_ptr<float, FreeDeleter> pool(
+      static_cast<float*>(std::aligned_alloc(offload::kIoAlign, offload::pool_numel(spec, numel, 2) * 4)));
+  offload::SwapPipeline pipe({&f, &g}, numel, pool.get(), spec, {false, true});
+  pipe.for_each_subgroup([&](size_t, size_t n, float* const* b) {
+    for (size_t j = 0; j < n; ++j) b[0][j] += b[1][j], b[1][j] = -1.0f;  // the -1 must not reach g
+  });
+  f.read_all(got.data());
+  EXPECT_EQ(got[2999], 2.0f * want[2999]);
+  g.read_all(got.data());
+  EXPECT_EQ(got, want);
+
+  offload::Uring ring(4);
+  std::unique_ptr<float, FreeDeleter> blk(static_cast<float*>(std::aligned_alloc(offload::kIoAlign, offload::kIoAlign)));
+  EXPECT_TRUE(ring.done(5));  // nothing queued under the tag
+  ring.read(g.fd(), blk.get(), offload::kIoAlign, offload::kIoAlign, 5, "grad");
+  while (!ring.done(5)) {
+  }
+  EXPECT_EQ(blk.get()[0], want[1024]);
 }
 
 }  // namespace

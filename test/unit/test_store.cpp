@@ -36,11 +36,42 @@ TEST(StateStore, EachStageListsItsBuffersOnce) {
     // Mixed precision adds master weights (fp32) beside bf16 parameters.
     const auto mixed = list_model_state(layout, part, StateTypes{DType::bf16, DType::f32, Tier::device});
     bool master = false;
+    size_t staged = 0, mirror = 0;
     for (const StateBuffer& b : mixed) {
       if (b.id == S::master) master = true;
+      for (StateId id : host_staged(stage)) staged += b.id == id ? b.numel : 0;
+      if (b.id == S::host_staging) {  // the CUDA backend's pinned fp32 mirrors of what collectives touch
+        EXPECT_EQ(b.tier, Tier::pinned);
+        EXPECT_EQ(b.dtype, DType::f32);
+        mirror = b.numel;
+        continue;
+      }
       EXPECT_EQ(b.dtype, b.cat == Category::optimizer || b.cat == Category::master ? DType::f32 : DType::bf16);
     }
     EXPECT_TRUE(master);
+    EXPECT_GT(staged, 0u);
+    EXPECT_EQ(mirror, staged) << "stage " << stage;
+    // One rank sends nothing: no mirror.
+    ZeroConfig one = zc;
+    one.world = 1, one.rank = 0;
+    const ParamLayout layout1(cfg, zero_pad_multiple(1));
+    for (const StateBuffer& b : list_model_state(layout1, Partition(layout1, one), StateTypes{DType::bf16, DType::f32, Tier::device}))
+      EXPECT_NE(b.id, S::host_staging);
+    // The CUDA backend's AdamW on the host (offload.optimizer "cpu"): moments and master pinned, plus
+    // pinned host copies of my parameter and gradient shard.
+    if (stage == 0) continue;
+    StateTypes host{DType::bf16, DType::f32, Tier::device};
+    host.host_optimizer = true;
+    int copies = 0;
+    for (const StateBuffer& b : list_model_state(layout, part, host)) {
+      if (b.cat == Category::optimizer || b.cat == Category::master) EXPECT_EQ(b.tier, Tier::pinned);
+      if (b.id == S::host_params || b.id == S::host_grads) {
+        ++copies;
+        EXPECT_EQ(b.tier, Tier::pinned);
+        EXPECT_EQ(b.numel, part.shard_total());
+      }
+    }
+    EXPECT_EQ(copies, 2);
   }
 }
 

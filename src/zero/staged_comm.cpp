@@ -1,0 +1,222 @@
+#include "zero/staged_comm.h"
+
+#if ZT_HAVE_CUDA
+#include <algorithm>
+#include <functional>
+
+#include "runtime/cuda_context.h"
+
+namespace zt {
+
+// One collective between issue() and finish(). Host ranges are the mirror elements it uses (send
+// and receive), so that two collectives in flight never share mirror memory.
+struct StagedComm::Op {
+  std::function<CommHandle()> start;   // the inner collective, on the mirrors
+  std::function<void()> widen, narrow;  // host work before start / after completion (bf16 reductions)
+  void* h2d_dst = nullptr;              // result back to the device
+  const void* h2d_src = nullptr;
+  size_t h2d_bytes = 0;
+  std::vector<std::pair<const float*, const float*>> host;
+  cudaEvent_t staged = nullptr;  // device-to-host copies done
+  CommHandle inner;
+  bool started = false;
+};
+
+namespace {
+cudaStream_t compute() { return cuda::Context::get().stream; }
+
+// bf16 held in the upper half of an fp32 range of n elements, widened in place, going forward:
+// float i (bytes 4i..4i+3) overwrites bf16 n+j only for j < i + 1 (read already).
+void widen_in_place(float* f, size_t n) {
+  const bf16* b = reinterpret_cast<const bf16*>(f) + n;
+  for (size_t i = 0; i < n; ++i) f[i] = __bfloat162float(b[i]);
+}
+// The reverse, into the lower half: bf16 i (bytes 2i..2i+1) lies inside float i/2, already read.
+void narrow_in_place(float* f, size_t n) {
+  bf16* b = reinterpret_cast<bf16*>(f);
+  for (size_t i = 0; i < n; ++i) b[i] = __float2bfloat16(f[i]);
+}
+}  // namespace
+
+StagedComm::StagedComm(Comm& inner, const StateStore& store, DType elem, int stage)
+    : inner_(inner), elem_(elem), es_(dtype_bytes(elem)) {
+  if (inner_.world() == 1) return;  // device-to-device copies, no mirror
+  float* host = store.get<float>(StateId::host_staging);
+  ZT_ASSERT(host);
+  for (StateId id : host_staged(stage)) {
+    if (!store.has(id)) continue;
+    const StateBuffer& b = store.info(id);
+    ZT_ASSERT(b.dtype == elem && b.tier == Tier::device);
+    regions_.push_back({static_cast<const char*>(store.raw(id)), b.numel, host});
+    host += b.numel;
+  }
+  ZT_ASSERT(host == store.get<float>(StateId::host_staging) + store.info(StateId::host_staging).numel);
+  ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+}
+
+StagedComm::~StagedComm() {
+  // Nothing is left in flight on a normal exit; after an error the process is going down anyway.
+  for (auto& [id, op] : ops_)
+    if (op->staged) (void)cudaEventDestroy(op->staged);
+  if (copy_) {
+    (void)cudaStreamSynchronize(copy_);
+    (void)cudaStreamDestroy(copy_);
+  }
+}
+
+float* StagedComm::mirror(const void* dev, size_t n) const {
+  const char* p = static_cast<const char*>(dev);
+  for (const Region& r : regions_) {
+    if (p < r.dev || p >= r.dev + r.numel * es_) continue;
+    const size_t k = size_t(p - r.dev) / es_;
+    ZT_ASSERT(size_t(p - r.dev) % es_ == 0 && k + n <= r.numel);
+    return r.host + k;
+  }
+  fail_at(__FILE__, __LINE__, "internal error: StagedComm: a collective on a device buffer that has no host mirror");
+}
+
+void StagedComm::start_ready(uint64_t upto) {
+  for (auto& [id, op] : ops_) {
+    if (op->started) continue;
+    if (id <= upto) {
+      ZT_CHECK_CUDA(cudaEventSynchronize(op->staged));
+    } else {
+      const cudaError_t rc = cudaEventQuery(op->staged);
+      if (rc == cudaErrorNotReady) return;  // in issue order: nothing after it starts either
+      ZT_CHECK_CUDA(rc);
+    }
+    if (op->widen) op->widen();
+    op->inner = op->start();
+    op->started = true;
+  }
+}
+
+void StagedComm::finish(uint64_t id) {
+  auto it = ops_.find(id);
+  Op& op = *it->second;
+  if (op.narrow) op.narrow();
+  if (op.h2d_bytes) {
+    // After the compute stream's work so far: it may still be reading the receive buffer's previous
+    // contents (a staging slot's last result).
+    ZT_CHECK_CUDA(cudaEventRecord(op.staged, compute()));
+    ZT_CHECK_CUDA(cudaStreamWaitEvent(copy_, op.staged, 0));
+    ZT_CHECK_CUDA(cudaMemcpyAsync(op.h2d_dst, op.h2d_src, op.h2d_bytes, cudaMemcpyHostToDevice, copy_));
+  }
+  // The compute stream may now overwrite the send buffer (the D2H read it) and read the result.
+  ZT_CHECK_CUDA(cudaEventRecord(op.staged, copy_));
+  ZT_CHECK_CUDA(cudaStreamWaitEvent(compute(), op.staged, 0));
+  ZT_CHECK_CUDA(cudaEventDestroy(op.staged));
+  ops_.erase(it);
+}
+
+void StagedComm::wait(CommHandle h) {
+  if (!h.valid() || !ops_.count(h.seq)) return;
+  start_ready(h.seq);
+  inner_.wait(ops_.at(h.seq)->inner);
+  finish(h.seq);
+}
+
+bool StagedComm::test(CommHandle h) {
+  start_ready(0);
+  inner_.test(CommHandle{});
+  if (!h.valid() || !ops_.count(h.seq)) return true;
+  Op& op = *ops_.at(h.seq);
+  if (!op.started || !inner_.test(op.inner)) return false;
+  finish(h.seq);
+  return true;
+}
+
+CommHandle StagedComm::broadcast(void* buf, size_t bytes, int root) {
+  for (const Region& r : regions_)
+    ZT_ASSERT(!(static_cast<const char*>(buf) >= r.dev && static_cast<const char*>(buf) < r.dev + r.numel * es_));
+  return inner_.broadcast(buf, bytes, root);
+}
+
+// ---- the three collectives: mirrors, copies, and what runs on the host around them -------------
+
+CommHandle StagedComm::submit(std::unique_ptr<Op> op, const std::vector<Copy>& d2h) {
+  // A collective still using any of these mirror elements (the same unit gathered twice in flight)
+  // finishes first: a mirror range belongs to one collective at a time.
+  for (bool again = true; again;) {
+    again = false;
+    for (auto& [id, o] : ops_) {
+      for (auto& a : o->host)
+        for (auto& b : op->host) again |= a.first < b.second && b.first < a.second;
+      if (again) {
+        wait(CommHandle{id});
+        break;
+      }
+    }
+  }
+  // The device-to-host copies follow the compute stream's work so far; the event marks their end.
+  ZT_CHECK_CUDA(cudaEventCreateWithFlags(&op->staged, cudaEventDisableTiming));
+  ZT_CHECK_CUDA(cudaEventRecord(op->staged, compute()));
+  ZT_CHECK_CUDA(cudaStreamWaitEvent(copy_, op->staged, 0));
+  for (const Copy& c : d2h) ZT_CHECK_CUDA(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToHost, copy_));
+  ZT_CHECK_CUDA(cudaEventRecord(op->staged, copy_));
+  const uint64_t id = next_id_++;
+  ops_.emplace(id, std::move(op));
+  start_ready(0);
+  return CommHandle{id};
+}
+
+CommHandle StagedComm::all_reduce(float* buf, size_t n) {
+  if (world() == 1 || n == 0) return {};
+  auto op = std::make_unique<Op>();
+  float* h = mirror(buf, n);
+  op->host = {{h, h + n}};
+  op->h2d_dst = buf, op->h2d_src = h, op->h2d_bytes = n * es_;
+  op->start = [this, h, n] { return inner_.all_reduce(h, n); };
+  if (elem_ == DType::f32) return submit(std::move(op), {{h, buf, 4 * n}});
+  // bf16: the values land in the upper half of the fp32 range, are widened there and summed in fp32.
+  op->widen = [h, n] { widen_in_place(h, n); };
+  op->narrow = [h, n] { narrow_in_place(h, n); };
+  return submit(std::move(op), {{reinterpret_cast<bf16*>(h) + n, buf, 2 * n}});
+}
+
+CommHandle StagedComm::reduce_scatter(const float* send, float* recv, size_t recv_n) {
+  const size_t N = size_t(world()), n = recv_n;
+  if (N == 1 || n == 0) {
+    if (n && send != recv) ZT_CHECK_CUDA(cudaMemcpyAsync(recv, send, n * es_, cudaMemcpyDeviceToDevice, compute()));
+    return {};
+  }
+  // The engine never reduce-scatters in place (staging slot -> receive slot, gradients -> shard).
+  auto op = std::make_unique<Op>();
+  float* hs = mirror(send, N * n);
+  float* hr = mirror(recv, n);
+  op->host = {{hs, hs + N * n}, {hr, hr + n}};
+  op->h2d_dst = recv, op->h2d_src = hr, op->h2d_bytes = n * es_;
+  op->start = [this, hs, hr, n] { return inner_.reduce_scatter(hs, hr, n); };
+  if (elem_ == DType::f32) return submit(std::move(op), {{hs, send, 4 * N * n}});
+  op->widen = [hs, N, n] { widen_in_place(hs, N * n); };
+  op->narrow = [hr, n] { narrow_in_place(hr, n); };
+  return submit(std::move(op), {{reinterpret_cast<bf16*>(hs) + N * n, send, 2 * N * n}});
+}
+
+CommHandle StagedComm::all_gather(const float* send, float* recv, size_t send_n) {
+  const size_t N = size_t(world()), n = send_n, r = size_t(rank());
+  const char* s = reinterpret_cast<const char*>(send);
+  char* d = reinterpret_cast<char*>(recv);
+  const bool in_place = s == d + r * n * es_;
+  if (N == 1 || n == 0) {
+    if (n && !in_place) ZT_CHECK_CUDA(cudaMemcpyAsync(recv, send, n * es_, cudaMemcpyDeviceToDevice, compute()));
+    return {};
+  }
+  // A copy, not arithmetic: bf16 moves as it is, two elements per float, packed at the start of
+  // each mirror range. A shard is a multiple of 128 / gcd(N, 128) elements (units are padded to
+  // lcm(N, 128)): even below 128 ranks.
+  ZT_REQUIRE(elem_ == DType::f32 || n % 2 == 0,
+             "bf16 all-gather of an odd shard (" << n << " elements): use fewer than 128 ranks or fp32");
+  const size_t w = elem_ == DType::f32 ? n : n / 2;  // floats per rank on the wire
+  auto op = std::make_unique<Op>();
+  float* hr = mirror(recv, N * n);
+  float* hs = in_place ? hr + r * w : mirror(send, n);
+  op->host = {{hr, hr + N * n}};
+  if (!in_place) op->host.push_back({hs, hs + n});
+  op->h2d_dst = recv, op->h2d_src = hr, op->h2d_bytes = N * n * es_;
+  op->start = [this, hs, hr, w] { return inner_.all_gather(hs, hr, w); };
+  return submit(std::move(op), {{hs, send, n * es_}});
+}
+
+}  // namespace zt
+#endif

@@ -1,0 +1,94 @@
+// Collectives on device buffers through the MPI comm, host-staged (docs/design.md §3.4 "Device
+// buffers over MPI"): the CUDA backend's multi-rank path. The engine hands device pointers to a
+// StagedComm; it copies each operand to its pinned host mirror (StateId::host_staging, one fp32
+// mirror per buffer host_staged() lists, zero/store.h), runs the MPI collective there, and copies the
+// result back, ordered against the compute stream with events:
+//
+//   compute stream  ... grads of bucket k written ─ record e0 ─────────────── wait e2 ─> reads result
+//   copy stream                          wait e0 ─ D2H(send) ─ record e1          H2D(recv) ─ record e2
+//   caller (host)                        MPI collective starts once e1 is done ─> completes ─┘
+//
+// The MPI comm and its comm thread (comm/mpi_thread.h) only ever see the host mirrors. Collectives
+// start on the inner comm in the order they were issued (every rank issues the same order), each as
+// soon as its device-to-host copy is done: test() (every unit hook calls it) starts what is ready,
+// wait() blocks for the copies first. After wait() returns, the compute stream is ordered after the
+// copies (both ways: it may overwrite the send buffer and read the result).
+//
+// bf16 buffers: reductions (all_reduce, reduce_scatter) are widened to fp32 in the mirror, summed in
+// fp32 by MPI and narrowed back once (round to nearest even); all-gathers move the bf16 bits as they
+// are (two bf16 per float: a copy, not arithmetic). A world of one copies device to device on the
+// compute stream and needs no mirror. Host-side bookkeeping (scalar all-reduces, barriers) passes
+// through to the inner comm unchanged.
+#pragma once
+#if ZT_HAVE_CUDA
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "comm/comm.h"
+#include "runtime/cuda_check.h"
+#include "zero/store.h"
+
+namespace zt {
+
+class StagedComm final : public Comm {
+ public:
+  // `store` holds the device buffers (and host_staging when world > 1); `elem` is the engine's
+  // parameter / gradient type: every pointer this comm is given points into one of the store's
+  // host_staged() buffers of that type.
+  StagedComm(Comm& inner, const StateStore& store, DType elem, int stage);
+  ~StagedComm() override;
+  DType elem() const { return elem_; }
+
+  int rank() const override { return inner_.rank(); }
+  int world() const override { return inner_.world(); }
+  int local_rank() const override { return inner_.local_rank(); }
+  int local_world() const override { return inner_.local_world(); }
+
+  CommHandle all_reduce(float* buf, size_t n) override;
+  CommHandle reduce_scatter(const float* send, float* recv, size_t recv_n) override;
+  CommHandle all_gather(const float* send, float* recv, size_t send_n) override;
+  CommHandle broadcast(void* buf, size_t bytes, int root) override;  // host buffers only
+
+  void wait(CommHandle h) override;
+  bool test(CommHandle h) override;
+
+  void all_reduce_sum(double* vals, int n) override { inner_.all_reduce_sum(vals, n); }
+  void barrier() override { inner_.barrier(); }
+  std::vector<uint64_t> all_gather_u64(uint64_t v) override { return inner_.all_gather_u64(v); }
+  void begin_step(int64_t step) override { inner_.begin_step(step); }
+  const CommStepStats& step_stats() const override { return inner_.step_stats(); }
+  std::string ring_dump(size_t n) const override { return inner_.ring_dump(n); }
+  std::vector<CollRecord> records() const override { return inner_.records(); }
+  void set_tracer(Tracer* t) override { inner_.set_tracer(t); }
+  [[noreturn]] void abort_all(int code) override { inner_.abort_all(code); }
+
+ private:
+  struct Region {        // one host_staged() buffer and its mirror
+    const char* dev;     // device buffer
+    size_t numel;
+    float* host;         // numel fp32 elements in host_staging
+  };
+  struct Op;
+  struct Copy {  // one device-to-host copy
+    void* dst;
+    const void* src;
+    size_t bytes;
+  };
+  float* mirror(const void* dev, size_t n) const;  // host_staging element of device element `dev`
+  CommHandle submit(std::unique_ptr<Op> op, const std::vector<Copy>& d2h);
+  void start_ready(uint64_t upto);  // start queued ops in order; block on the copies of ops <= upto
+  void finish(uint64_t id);         // narrow, copy back, order the compute stream after it
+
+  Comm& inner_;
+  DType elem_;
+  size_t es_;  // bytes per element: 2 (bf16) or 4
+  std::vector<Region> regions_;
+  cudaStream_t copy_ = nullptr;
+  std::map<uint64_t, std::unique_ptr<Op>> ops_;  // issued, not finished; by id (= issue order)
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace zt
+#endif
