@@ -188,7 +188,11 @@ void ParamGatherer<Ops>::after_optimizer_step() {
     ag_[size_t(u)] = comm_.all_gather(comm_ptr(full + part_.unit_shard_begin(u)), comm_ptr(full), part_.unit_shard_numel(u));
     if (!part_.config().overlap) comm_.wait(ag_[size_t(u)]);  // the naive path: waited on the spot
   }
-  pending_ = part_.config().overlap ? U : 0;
+  // Only handles still to wait count: a backend may finish a collective on the spot and hand back
+  // an empty handle (the staged CUDA path at one rank).
+  pending_ = 0;
+  if (part_.config().overlap)
+    for (const CommHandle& h : ag_) pending_ += h.valid() ? 1 : 0;
   if (!pending_) ag_.clear();
 }
 
