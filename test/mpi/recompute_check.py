@@ -15,7 +15,8 @@ so each micro-step's backward regathers units and recomputes from them), every p
 
 A recomputed LayerNorm, GELU or block runs the same kernel on the same inputs as forward did, so
 anything short of bit equality is a bug (a stale scratch, a parameter not gathered yet, a
-different fused/unfused op). About 10 runs of a few seconds each.
+different fused/unfused op). Last, two ranks at stages 0-2 with classifier chunks and the
+overlapped LM-head gradient against one rank with whole logits. About 20 runs of a few seconds each.
 
   /usr/bin/python3 test/mpi/recompute_check.py [--train ./train] [--mpirun mpirun] [--keep]
 """
@@ -141,6 +142,32 @@ def main():
             a, w = (r["estimate"]["memory"]["host"]["activations"] for r in (runs[("none", 1)], whole_none[(n, stage)]))
             if not a < w:
                 failures.append(f"N={n} chunk={chunk}: chunked activations {a} not below whole {w}")
+
+    # Classifier chunks with the overlapped LM-head gradient (docs/design.md §3.4): at stages 0-2 with
+    # overlap the wte gradient's head part is reduced from the start of backward and its lookup part
+    # is exchanged at the end (bytes term X); with chunks, the head part is written chunk by chunk
+    # into the buffer that early reduction sends. Two ranks, grad_accum 2 (the exchange is deferred
+    # to the last micro-step), against one rank with whole logits and the same global batch:
+    # zero_matrix's tolerances, its byte theory and the estimate.
+    try:
+        ref = zm.run_train(train, args.mpirun, 1, 0, True, 4, os.path.join(work, "defer_ref"), args.timeout,
+                           extra=sets("none", 1, 0))
+    except (zm.RunFailed, ValueError) as e:
+        failures.append(f"deferred lookup reference: {e}")
+        ref = None
+    for stage in (0, 1, 2) if ref else ():
+        name = f"N=2 stage={stage} accum=2 chunk=37 (overlapped head gradient)"
+        try:
+            res = zm.run_train(train, args.mpirun, 2, stage, True, 2, os.path.join(work, f"defer_s{stage}"), args.timeout,
+                               extra=sets("none", 1, 37))
+        except (zm.RunFailed, ValueError) as e:
+            failures.append(f"{name}: {e}")
+            continue
+        errs, m = zm.check(res, ref, 2, stage, 2, True)
+        errs += close(res, ref, False)
+        failures += [f"{name}: {e}" for e in errs]
+        print(f"{name}: {'ok' if not errs else 'BAD'} vs N=1 whole, bytes {'ok' if m['bytes_ok'] else 'BAD'}, "
+              f"mem {'ok' if m['mem_ok'] else 'BAD'}, {res['seconds']:.1f} s", flush=True)
 
     print(f"\n{time.monotonic() - t0:.0f} s; run directories in {work}" + ("" if args.keep or failures else " (removed)"))
     if failures:
