@@ -87,6 +87,15 @@ class Trainer {
 
     const int world = comm_.world();
     const int stop = ctl_.stop_at >= 0 ? std::min(ctl_.stop_at, run.steps) : run.steps;
+    // Stages 1-2 with overlap: each step's lookup is prepared ahead of the parameter all-gathers by
+    // the step before (ZeroEngine::prepare_lookup), the first one here; the last step prepares one
+    // that no forward uses, so that every step sends the same bytes.
+    std::vector<int> next_inputs(inputs.size()), next_targets(inputs.size());
+    auto prepare_lookup = [&](int step) {
+      loader_->train_batch(step, 0, accum, next_inputs.data(), next_targets.data());
+      return engine_->prepare_lookup(next_inputs.data(), B, Tn);
+    };
+    if (state_.step < stop && prepare_lookup(int(state_.step))) engine_->params_ready();  // before begin_step's count
     for (int step = int(state_.step); step < stop; ++step) {
       const auto t0 = Clock::now();
       const double trace_t0 = tracer_ ? Tracer::now_us() : 0;
@@ -113,6 +122,7 @@ class Trainer {
       ZT_REQUIRE(std::isfinite(loss) && std::isfinite(norm),
                  "training diverged at step " << step << ": loss " << loss << ", grad norm " << norm
                                               << " (lower optim.lr, or raise optim.warmup_steps)");
+      prepare_lookup(step + 1);
       engine_->optimizer_step(lr, clip_scale(norm, plan_.optim.grad_clip));
       if (tracer_)
         tracer_->complete("step " + std::to_string(step), Tracer::kStep, trace_t0, Tracer::now_us() - trace_t0,

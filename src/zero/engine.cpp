@@ -137,9 +137,28 @@ void ZeroEngine<Ops>::begin_pass(int micro, bool with_backward) {
 }
 
 template <class Ops>
+bool ZeroEngine<Ops>::prepare_lookup(const int* tokens, int B, int Tn) {
+  // The naive path (overlap off) keeps the lookup where the forward needs it.
+  if (!(rules_.gather_params && part_.lookup_numel() > 0 && part_.config().overlap) || gatherer_.lookup_started())
+    return false;
+  prepared_tokens_.assign(tokens, tokens + size_t(B) * size_t(Tn));
+  prepared_B_ = B, prepared_T_ = Tn;
+  gatherer_.lookup_begin(tokens, B, Tn);
+  return true;
+}
+
+// The queue on the link after the update (stages 1-2, prepared lookup, overlap on):
+//
+//   comm thread | ids AG (prepared) | rows RS | AG u0 (embedding) ... AG u1 | AG u2 | ... |
+//   training    | grad norm | AdamW | rows | fwd: lookup (waits RS) | block 0 (waits u1) | ...
+//
+// Without the preparation the lookup's two collectives would be issued by the forward, behind
+// every all-gather, and the forward's first unit would wait for the whole embedding to cross.
+template <class Ops>
 void ZeroEngine<Ops>::optimizer_step(double lr, double grad_scale) {
   if (!tr_) {
     optimizer_.step(lr, grad_scale);
+    if (gatherer_.lookup_started()) gatherer_.lookup_start_rows();  // from the updated shard
     gatherer_.after_optimizer_step();
     return;
   }
@@ -147,6 +166,7 @@ void ZeroEngine<Ops>::optimizer_step(double lr, double grad_scale) {
   optimizer_.step(lr, grad_scale);
   const double t1 = Tracer::now_us();
   tr_->complete("adamw", Tracer::kOptimizer, t0, t1 - t0, "\"steps_taken\":" + std::to_string(optimizer_.steps_taken()));
+  if (gatherer_.lookup_started()) gatherer_.lookup_start_rows();
   gatherer_.after_optimizer_step();
   if (rules_.gather_params)  // with overlap only started here (waited in the next forward)
     tr_->complete("parameter all-gather", Tracer::kOptimizer, t1, Tracer::now_us() - t1);
@@ -170,7 +190,15 @@ template <class Ops>
 void ZeroEngine<Ops>::before_forward(int u) {
   if (u == 0 && lookup_pass_ && !lookup_done_) {
     lookup_done_ = true;
-    gatherer_.lookup_rows(model_.lookup_inputs(), model_.last_batch(), model_.last_seq_len(), model_.lookup_output());
+    const int B = model_.last_batch(), Tn = model_.last_seq_len();
+    const int* tokens = model_.lookup_inputs();
+    const bool prepared = !prepared_tokens_.empty() && B == prepared_B_ && Tn == prepared_T_ &&
+                          std::equal(prepared_tokens_.begin(), prepared_tokens_.end(), tokens);
+    if (!prepared_tokens_.empty()) {  // completed either way: the collectives are under way
+      prepared_tokens_.clear();
+      gatherer_.lookup_finish(model_.lookup_output());
+    }
+    if (!prepared) gatherer_.lookup_rows(tokens, B, Tn, model_.lookup_output());
     model_.lookup_given();
     comm_.test(CommHandle{});
   } else {

@@ -76,6 +76,13 @@ class ZeroEngine : public UnitHooks {
   // else reads the parameters (checkpoint, captured state, end of run; save_llmc waits itself).
   void optimizer_step(double lr, double grad_scale);
   void params_ready() { gatherer_.wait_all(); }
+  // Stages 1-2 with the lookup from shards (Partition::lookup_numel() > 0): the next training
+  // forward's tokens (micro-step 0 of the next step, host memory, B*Tn). Called before
+  // optimizer_step, it starts the token ids' all-gather now and the rows' reduce-scatter right
+  // after the update, ahead of the parameter all-gathers, so the next forward's lookup does not
+  // queue behind them (docs/design.md §3.4). A forward whose tokens differ does its own lookup.
+  // Returns false (and does nothing) where the lookup is not from shards or overlap is off.
+  bool prepare_lookup(const int* tokens, int B, int Tn);
   ShardedOptimizer<Ops>& optimizer() { return optimizer_; }
 
   // run.trace (README "Timeline traces"): forward / backward per unit on the compute track, the
@@ -118,6 +125,8 @@ class ZeroEngine : public UnitHooks {
   int micro_ = 0;
   bool lookup_pass_ = false;  // this pass's lookup goes through ParamGatherer::lookup_rows
   bool lookup_done_ = false;
+  std::vector<int> prepared_tokens_;  // prepare_lookup's tokens (empty: none prepared)
+  int prepared_B_ = 0, prepared_T_ = 0;
 };
 
 }  // namespace zt

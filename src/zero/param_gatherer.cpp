@@ -207,11 +207,26 @@ void ParamGatherer<Ops>::wait_unit(int u) {
 template <class Ops>
 void ParamGatherer<Ops>::wait_all() {
   for (int u = 0; params_pending() && u < int(ag_.size()); ++u) wait_unit(u);
+  // A lookup prepared for the next forward: its collectives complete here too (nothing may be in
+  // flight at a checkpoint or the end of the run); its rows stay for lookup_finish.
+  if (lk_stage_ == LookupStage::ids) lookup_start_rows();
+  if (lk_stage_ == LookupStage::rows) {
+    comm_.wait(lk_h_);
+    lk_h_ = CommHandle{};
+  }
 }
 
 template <class Ops>
 void ParamGatherer<Ops>::lookup_rows(const int* tokens, int B, int Tn, T* encoded) {
+  lookup_begin(tokens, B, Tn);
+  lookup_start_rows();
+  lookup_finish(encoded);
+}
+
+template <class Ops>
+void ParamGatherer<Ops>::lookup_begin(const int* tokens, int B, int Tn) {
   if constexpr (Ops::tier == Tier::host) {
+    ZT_ASSERT(lk_stage_ == LookupStage::idle);
     const size_t C = size_t(layout_.config().C), slice = part_.lookup_numel(), max_tokens = slice / (C + 1);
     const size_t N = size_t(part_.config().world), rank = size_t(part_.config().rank), n = size_t(B) * size_t(Tn);
     ZT_ASSERT(n <= max_tokens);
@@ -222,8 +237,23 @@ void ParamGatherer<Ops>::lookup_rows(const int* tokens, int B, int Tn, T* encode
     for (size_t i = n; i < max_tokens; ++i) mine[i] = -1;
     // Every rank's token ids (an all-gather only moves bytes: int32 in float slots).
     if (tr_) tr_->tag_next("lookup", 1);
-    CommHandle h = comm_.all_gather(comm_ptr(reinterpret_cast<T*>(mine)), comm_ptr(reinterpret_cast<T*>(ids)), max_tokens);
-    comm_.wait(h);
+    lk_h_ = comm_.all_gather(comm_ptr(reinterpret_cast<T*>(mine)), comm_ptr(reinterpret_cast<T*>(ids)), max_tokens);
+    lk_B_ = B, lk_T_ = Tn, lk_stage_ = LookupStage::ids;
+  } else {
+    (void)tokens, (void)B, (void)Tn;
+    ZT_ASSERT(false);  // Partition::lookup_numel() is 0 for device backends
+  }
+}
+
+template <class Ops>
+void ParamGatherer<Ops>::lookup_start_rows() {
+  if constexpr (Ops::tier == Tier::host) {
+    ZT_ASSERT(lk_stage_ == LookupStage::ids);
+    const size_t C = size_t(layout_.config().C), slice = part_.lookup_numel(), max_tokens = slice / (C + 1);
+    const size_t N = size_t(part_.config().world), rank = size_t(part_.config().rank);
+    T* rows = store_.get<T>(StateId::lookup_exchange);
+    const int32_t* ids = reinterpret_cast<const int32_t*>(rows + N * max_tokens * C);
+    comm_.wait(lk_h_);
     // Each rank writes, for every rank's positions, the parts of wte[token] and wpe[t] in its own
     // (updated) shard, zero elsewhere; the reduce-scatter's sum is then exactly encoder_forward's
     // wte + wpe (each element has one owner; adding zeros is exact).
@@ -238,7 +268,7 @@ void ParamGatherer<Ops>::lookup_rows(const int* tokens, int B, int Tn, T* encode
           std::memset(out, 0, C * sizeof(T));
           continue;
         }
-        const size_t w = size_t(tk) * C, p = wpe + (i % size_t(Tn)) * C;
+        const size_t w = size_t(tk) * C, p = wpe + (i % size_t(lk_T_)) * C;
         for (size_t c = 0; c < C; ++c) {
           const bool ow = w + c >= lo && w + c < hi, op = p + c >= lo && p + c < hi;
           out[c] = ow && op ? P[w + c] + P[p + c] : ow ? P[w + c] : op ? P[p + c] : T(0);
@@ -246,12 +276,27 @@ void ParamGatherer<Ops>::lookup_rows(const int* tokens, int B, int Tn, T* encode
       }
     T* recv = rows + rank * max_tokens * C;
     if (tr_) tr_->tag_next("lookup", 1);
-    h = comm_.reduce_scatter(comm_ptr(rows), comm_ptr(recv), max_tokens * C);
-    comm_.wait(h);
-    std::memcpy(encoded, recv, n * C * sizeof(T));
+    lk_h_ = comm_.reduce_scatter(comm_ptr(rows), comm_ptr(recv), max_tokens * C);
+    lk_stage_ = LookupStage::rows;
   } else {
-    (void)tokens, (void)B, (void)Tn, (void)encoded;
-    ZT_ASSERT(false);  // Partition::lookup_numel() is 0 for device backends
+    ZT_ASSERT(false);
+  }
+}
+
+template <class Ops>
+void ParamGatherer<Ops>::lookup_finish(T* encoded) {
+  if constexpr (Ops::tier == Tier::host) {
+    if (lk_stage_ == LookupStage::ids) lookup_start_rows();
+    ZT_ASSERT(lk_stage_ == LookupStage::rows);
+    const size_t C = size_t(layout_.config().C), max_tokens = part_.lookup_numel() / (C + 1);
+    const size_t rank = size_t(part_.config().rank), n = size_t(lk_B_) * size_t(lk_T_);
+    comm_.wait(lk_h_);
+    lk_h_ = CommHandle{};
+    std::memcpy(encoded, store_.get<T>(StateId::lookup_exchange) + rank * max_tokens * C, n * C * sizeof(T));
+    lk_stage_ = LookupStage::idle;
+  } else {
+    (void)encoded;
+    ZT_ASSERT(false);
   }
 }
 

@@ -64,6 +64,14 @@ class ParamGatherer {
   // Stages 1-2 with Partition::lookup_numel() > 0: encoded (B, Tn, C) = wte[tokens] + wpe[t] from
   // the shards (tokens in the backend's memory), bit for bit the lookup's values. Collective.
   void lookup_rows(const int* tokens, int B, int Tn, T* encoded);
+  // The same lookup in its three collective steps, so that it can be prepared ahead (ZeroEngine::
+  // prepare_lookup): lookup_begin() starts the all-gather of every rank's token ids;
+  // lookup_start_rows() waits for it, writes my shard's parts of every rank's rows and starts their
+  // reduce-scatter; lookup_finish() waits for that and writes encoded. lookup_rows = all three.
+  void lookup_begin(const int* tokens, int B, int Tn);
+  void lookup_start_rows();
+  void lookup_finish(T* encoded);
+  bool lookup_started() const { return lk_stage_ != LookupStage::idle; }
   // Unit u's full parameters, valid until the next call (collective at stage 3: gathered into
   // the first slot, between passes).
   const T* whole_unit(int u);
@@ -108,6 +116,10 @@ class ParamGatherer {
   // waited); pending_: how many.
   std::vector<CommHandle> ag_;
   int pending_ = 0;
+  // The lookup's progress (lookup_begin / lookup_start_rows / lookup_finish) and its collective.
+  enum class LookupStage { idle, ids, rows } lk_stage_ = LookupStage::idle;
+  CommHandle lk_h_;
+  int lk_B_ = 0, lk_T_ = 0;
   int max_alive_ = 0;
   Tracer* tr_ = nullptr;
   offload::SwapFile* pfile_ = nullptr;     // the parameter shard's swap file (offload.params nvme)

@@ -10,10 +10,10 @@
 # `timeout 60` the job must exit non-zero, not by the outer timeout, within timeout_s + 10 s.
 # Checked for every ZeRO stage, each in the collective that its step starts with (EXPECTED_OP):
 #   stage 0  all_reduce      (DDP: the first gradient bucket, in backward)
-#   stage 1  all_gather      (the token ids that open the forward's row lookup from the shards,
-#                             ParamGatherer::lookup_rows; the parameter all-gathers of the step
-#                             before were issued in step 1)
-#   stage 2  all_gather      (the same)
+#   stage 1  reduce_scatter  (the first gradient bucket, in backward: the parameter all-gathers
+#                             and the prepared row lookup of step 2 were issued after step 1's
+#                             optimizer step, ZeroEngine::prepare_lookup, docs/design.md §3.4)
+#   stage 2  reduce_scatter  (the same)
 #   stage 3  all_gather      (the embedding's parameters, gathered before the forward)
 # The waiting ranks 0 and 2 must time out in that op at step 2, both in the same collective (one
 # sequence number); where rank 1's ring dump made it out before the abort, its "skipped (fault
@@ -28,7 +28,7 @@ cd "$ROOT"
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OMP_NUM_THREADS=1
 
-EXPECTED_OP=(all_reduce all_gather all_gather all_gather)
+EXPECTED_OP=(all_reduce reduce_scatter reduce_scatter all_gather)
 TIMEOUT_S=3
 OUTER=60
 SLACK=10
