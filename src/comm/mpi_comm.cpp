@@ -7,6 +7,10 @@
 //   reduce_scatter   MPI_Ireduce_scatter_block      all_gather   MPI_Iallgather
 //   broadcast        MPI_Ibcast (bytes)             control      MPI_Iallreduce / MPI_Ibarrier / MPI_Iallgather
 //
+// With the communication thread (below), float all_reduce / reduce_scatter / all_gather of at least
+// 64 KiB per rank run instead as ring schedules of point-to-point rounds (ring.h: Open MPI's libnbc
+// algorithms send 2-3x the ring's bytes time on a slow link); ZT_COMM_RING=0 keeps MPI's.
+//
 // Communication thread (the CPU analogue of a communication stream; default with world > 1, off with
 // ZT_COMM_THREAD=0): Open MPI advances a non-blocking collective over TCP only inside MPI calls, so a
 // collective started between units of compute barely moves until the next wait (measured: 0-7% of
@@ -48,6 +52,7 @@ namespace {
 
 using mpi_thread::CommThread;
 using mpi_thread::Job;
+using mpi_thread::Ring;
 using mpi_thread::comm_poll_us;
 using mpi_thread::comm_inflight;
 using mpi_thread::comm_thread_wanted;
@@ -234,6 +239,7 @@ class MpiComm final : public Comm {
     const uint64_t seq = log_.start(CollOp::all_reduce, bytes);
     if (world_ == 1 || n == 0) return finished(seq);
     const MPI_Comm c = channel(seq);
+    if (use_ring(n)) return issue_ring(seq, Ring::all_reduce(buf, n, rank_, world_, c));
     issue(seq, "MPI_Iallreduce", [=](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, c, r); });
     return {seq};
   }
@@ -251,6 +257,8 @@ class MpiComm final : public Comm {
       return finished(seq);
     }
     const MPI_Comm c = channel(seq);
+    if (use_ring(recv_n * size_t(world_)))
+      return issue_ring(seq, Ring::reduce_scatter(send, recv, recv_n, rank_, world_, c));
     if (in_place) {
       // MPI's in-place form leaves the result at the start of the full buffer; move it to our
       // shard's slot when the collective completes.
@@ -278,6 +286,7 @@ class MpiComm final : public Comm {
       return finished(seq);
     }
     const MPI_Comm c = channel(seq);
+    if (use_ring(send_n * size_t(world_))) return issue_ring(seq, Ring::all_gather(send, recv, send_n, rank_, world_, c));
     const void* sendp = in_place ? MPI_IN_PLACE : send;
     issue(seq, "MPI_Iallgather",
           [=](MPI_Request* r) { return MPI_Iallgather(sendp, count, MPI_FLOAT, recv, count, MPI_FLOAT, c, r); });
@@ -415,6 +424,19 @@ class MpiComm final : public Comm {
     pending_.push_back(p);
   }
 
+  // A float collective of `total` elements (the full buffer) runs as a ring on the comm thread.
+  bool use_ring(size_t total) const { return thread_ && ring_ && 4 * total / size_t(world_) >= mpi_thread::kRingMinBytes; }
+  CommHandle issue_ring(uint64_t seq, Ring ring) {
+    auto j = std::make_shared<Job>();
+    j->ring = std::make_unique<Ring>(std::move(ring));
+    Pending p;
+    p.seq = seq;
+    p.job = j;
+    pending_.push_back(std::move(p));
+    thread_->submit(std::move(j));
+    return {seq};
+  }
+
   // With the comm thread: retire what it has completed (no MPI call here).
   void progress_threaded() {
     for (Pending& p : pending_) {
@@ -523,6 +545,7 @@ class MpiComm final : public Comm {
   std::vector<int> idx_;
   std::vector<MPI_Status> statuses_;
   std::vector<uint64_t> gather_u64_;
+  bool ring_ = mpi_thread::comm_ring_wanted();  // large float collectives as rings (ring.h), with the thread
   std::shared_ptr<CommThread> thread_;  // null: collectives are started and progressed on the caller's thread
 };
 

@@ -3,6 +3,8 @@
 // in issue order (every rank starts them in the same order) and polls MPI_Testsome while any is in
 // flight, because Open MPI advances a non-blocking collective over TCP only inside MPI calls.
 // Completion is an atomic flag the caller reads without calling MPI. Included by mpi_comm.cpp only.
+// Large float collectives run as ring schedules of point-to-point rounds (ring.h), which the
+// thread advances round by round; the rest are MPI's own non-blocking collectives.
 //
 // Like a stream, it does not start everything at once: at most ZT_COMM_INFLIGHT collectives
 // (default 2) started in issue order are in flight, the next starting as one completes. Started
@@ -14,6 +16,7 @@
 // every rank the earliest incomplete collective is started (all before it in the queue are done).
 #pragma once
 #include "comm/mpi_check.h"  // first: includes <mpi.h> without the C++ bindings
+#include "comm/ring.h"
 
 #include <sched.h>
 #include <unistd.h>
@@ -29,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace zt::mpi_thread {
@@ -56,11 +60,21 @@ inline unsigned comm_inflight() {
   return v < 0 ? 0 : v > 1024 ? 1024 : unsigned(v);
 }
 
+// ZT_COMM_RING=0: large float collectives use MPI's own non-blocking collectives (libnbc in Open MPI)
+// instead of the ring schedules of ring.h (the naive path, kept for comparison).
+inline bool comm_ring_wanted() {
+  const char* e = std::getenv("ZT_COMM_RING");
+  return !(e && std::strcmp(e, "0") == 0);
+}
+// Below this many bytes per rank a collective is latency-bound: MPI's algorithms (fewer rounds) win.
+constexpr size_t kRingMinBytes = 64 * 1024;
+
 // One collective handed to the comm thread. `start` issues the MPI_I* call (returns an MPI error
 // code); the thread then owns the request until `done`.
 struct Job {
-  std::function<int(MPI_Request*)> start;
-  MPI_Request req = MPI_REQUEST_NULL;
+  std::function<int(MPI_Request*)> start;  // one MPI_I* collective, or:
+  std::unique_ptr<Ring> ring;              // a ring collective, two requests per round (ring.h)
+  MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   float* move_dst = nullptr;  // in-place reduce_scatter: copy the result to its slot when done
   const float* move_src = nullptr;
   size_t move_n = 0;
@@ -113,6 +127,7 @@ class CommThread {
   void run() {
     std::vector<std::shared_ptr<Job>> active;
     std::vector<MPI_Request> reqs;
+    std::vector<std::pair<size_t, int>> owner;  // reqs[i] is active[owner[i].first]->req[owner[i].second]
     std::vector<int> idx;
     std::vector<MPI_Status> st;
     for (;;) {
@@ -135,7 +150,7 @@ class CommThread {
           it = queue_.erase(it);
           j->queued_start = !urgent;
           in_order_ += !urgent;
-          const int rc = j->start(&j->req);
+          const int rc = j->ring ? j->ring->post(j->req) : j->start(&j->req[0]);
           if (rc != MPI_SUCCESS) {
             j->err = rc;
             finish(*j);
@@ -145,11 +160,17 @@ class CommThread {
         }
       }
       if (active.empty()) continue;
-      const int n = int(active.size());
-      reqs.resize(n);
-      idx.resize(n);
-      st.resize(n);
-      for (int i = 0; i < n; ++i) reqs[i] = active[i]->req;
+      reqs.clear();
+      owner.clear();
+      for (size_t a = 0; a < active.size(); ++a)
+        for (int k = 0; k < 2; ++k)
+          if (active[a]->req[k] != MPI_REQUEST_NULL) {
+            reqs.push_back(active[a]->req[k]);
+            owner.emplace_back(a, k);
+          }
+      const int n = int(reqs.size());
+      idx.resize(size_t(n));
+      st.resize(size_t(n));
       int out = 0;
       const int rc = MPI_Testsome(n, reqs.data(), &out, idx.data(), st.data());
       if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
@@ -162,10 +183,19 @@ class CommThread {
       }
       if (out != MPI_UNDEFINED && out > 0) {
         for (int k = 0; k < out; ++k) {
-          Job& j = *active[idx[k]];
-          if (rc == MPI_ERR_IN_STATUS && st[k].MPI_ERROR != MPI_SUCCESS) j.err = st[k].MPI_ERROR;
-          else if (j.move_n) std::memmove(j.move_dst, j.move_src, 4 * j.move_n);
-          j.req = MPI_REQUEST_NULL;
+          Job& j = *active[owner[size_t(idx[k])].first];
+          if (rc == MPI_ERR_IN_STATUS && st[k].MPI_ERROR != MPI_SUCCESS && j.err == MPI_SUCCESS) j.err = st[k].MPI_ERROR;
+          j.req[owner[size_t(idx[k])].second] = MPI_REQUEST_NULL;
+        }
+        for (auto& jp : active) {  // a job whose requests have all completed: next round, or done
+          Job& j = *jp;
+          if (j.req[0] != MPI_REQUEST_NULL || j.req[1] != MPI_REQUEST_NULL) continue;
+          if (j.err == MPI_SUCCESS && j.ring && !j.ring->complete_round()) {
+            const int prc = j.ring->post(j.req);
+            if (prc == MPI_SUCCESS) continue;
+            j.err = prc;
+          }
+          if (j.err == MPI_SUCCESS && j.move_n) std::memmove(j.move_dst, j.move_src, 4 * j.move_n);
           j.t_done = std::chrono::steady_clock::now();
           finish(j);
         }

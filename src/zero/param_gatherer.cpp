@@ -176,13 +176,17 @@ template <class Ops>
 void ParamGatherer<Ops>::after_optimizer_step() {
   if (!rules_.gather_params) return;
   // Everyone updated its shard of the full parameters in place; all-gather them back, unit by
-  // unit in forward's order (the comm thread starts them in that order, a few at a time,
-  // comm/mpi_thread.h; the embedding first: the largest, and with lookup_rows needed last).
+  // unit in the order forward uses them (the comm thread starts them in that order, a few at a
+  // time, comm/mpi_thread.h). Where the lookup reads the shards (lookup_rows), forward needs the
+  // embedding (unit 0, the largest) only at the LM head, after every block: it goes last, so the
+  // first block does not wait for it to cross the link.
   ZT_ASSERT(!params_pending());
   const int U = layout_.num_units();
+  const bool embedding_last = part_.lookup_numel() > 0 && part_.config().overlap && U > 1;
   T* params = store_.get<T>(StateId::params);
   ag_.assign(size_t(U), CommHandle{});
-  for (int u = 0; u < U; ++u) {
+  for (int k = 0; k < U; ++k) {
+    const int u = embedding_last ? (k + 1) % U : k;
     T* full = params + layout_.units()[size_t(u)].offset;
     if (tr_) tr_->tag_next("unit", u);
     ag_[size_t(u)] = comm_.all_gather(comm_ptr(full + part_.unit_shard_begin(u)), comm_ptr(full), part_.unit_shard_numel(u));

@@ -108,7 +108,7 @@ TEST(Comm, ReduceScatter) {
 TEST(Comm, ReduceScatterInPlace) {
   zt::Comm& c = *g_comm;
   const int N = c.world(), r = c.rank();
-  for (size_t recv_n : {size_t(1), size_t(7), size_t(5000)}) {
+  for (size_t recv_n : {size_t(1), size_t(7), size_t(5000), size_t(20011)}) {
     SCOPED_TRACE("recv_n=" + std::to_string(recv_n));
     std::vector<float> buf(N * recv_n);
     for (size_t j = 0; j < buf.size(); ++j) buf[j] = val(r, j);
@@ -146,12 +146,13 @@ TEST(Comm, AllGather) {
 TEST(Comm, AllGatherInPlace) {
   zt::Comm& c = *g_comm;
   const int N = c.world(), r = c.rank();
-  const size_t send_n = 777;
-  std::vector<float> buf(N * send_n, -1.0f);
-  for (size_t i = 0; i < send_n; ++i) buf[r * send_n + i] = val(r, i);
-  c.wait(c.all_gather(buf.data() + r * send_n, buf.data(), send_n));
-  for (int q = 0; q < N; ++q)
-    for (size_t i = 0; i < send_n; ++i) ASSERT_EQ(buf[q * send_n + i], val(q, i)) << "rank " << q << " i " << i;
+  for (size_t send_n : {size_t(777), size_t(20011)}) {  // below and above the ring's 64 KiB (mpi_thread.h)
+    std::vector<float> buf(N * send_n, -1.0f);
+    for (size_t i = 0; i < send_n; ++i) buf[r * send_n + i] = val(r, i);
+    c.wait(c.all_gather(buf.data() + r * send_n, buf.data(), send_n));
+    for (int q = 0; q < N; ++q)
+      for (size_t i = 0; i < send_n; ++i) ASSERT_EQ(buf[q * send_n + i], val(q, i)) << "rank " << q << " i " << i;
+  }
 }
 
 TEST(Comm, BroadcastFromEveryRoot) {

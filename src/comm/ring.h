@@ -1,0 +1,130 @@
+// Ring collectives over point-to-point messages, driven by the comm thread (mpi_thread.h;
+// docs/design.md §3.4). Included by mpi_thread.h only.
+//
+// Why not MPI's own non-blocking collectives: Open MPI 4.1 runs MPI_I* collectives through libnbc,
+// whose algorithms for large buffers are not bandwidth-optimal. Measured between two hosts on a
+// 1 Gbit/s link (scripts/cluster, 40 MB of floats, the ring time being 320 ms for all_reduce and
+// 160 ms for the other two): MPI_Ireduce_scatter_block 481 ms (it reduces to rank 0 and scatters:
+// 3x), MPI_Iallgather 355 ms, MPI_Iallreduce 681 ms (binomial reduce + broadcast: 2x). The ring
+// sends exactly the bytes of comm.h's ring model ((N-1)/N of the buffer per rank per phase), every
+// rank sending and receiving at once, which is what docs/zero.md's theory counts.
+//
+// The ring, N ranks, chunk c of the full buffer = [c*total/N, (c+1)*total/N), rank r:
+//   reduce-scatter round s = 0..N-2: send chunk (r-s-1) to r+1, receive chunk (r-s-2) from r-1 and
+//                    add it to my own copy of that chunk; after the last round chunk r holds the sum
+//                    (in the order r+1, r+2, ..., r: every rank's chunk sums in a fixed order).
+//   all-gather     round s = 0..N-2: send chunk (r-s) to r+1, receive chunk (r-s-1) from r-1 into
+//                    place.
+//   all-reduce     = reduce-scatter then all-gather on one buffer: every rank ends with the same bits.
+// Each round is two requests (Irecv, Isend); the thread adds the received chunk between rounds.
+// Messages run on the collective's own channel communicator (mpi_comm.cpp), so rounds of different
+// collectives in flight never match each other, and MPI's non-overtaking rule orders the rounds.
+#pragma once
+#include "comm/mpi_check.h"  // first: includes <mpi.h> without the C++ bindings
+
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+namespace zt::mpi_thread {
+
+class Ring {
+ public:
+  enum class Kind { reduce_scatter, all_gather, all_reduce };
+
+  // reduce_scatter: send (N*n) -> recv (n); in place when recv == send + r*n (send is then written).
+  static Ring reduce_scatter(const float* send, float* recv, size_t n, int rank, int world, MPI_Comm c) {
+    Ring g(Kind::reduce_scatter, n * size_t(world), rank, world, c);
+    g.in_place_ = recv == send + size_t(rank) * n;
+    g.full_ = const_cast<float*>(send);  // written only in place, where recv points into it
+    g.send_ = send, g.out_ = recv;
+    return g;
+  }
+  // all_gather: send (n) -> recv (N*n); in place when send == recv + r*n.
+  static Ring all_gather(const float* send, float* recv, size_t n, int rank, int world, MPI_Comm c) {
+    Ring g(Kind::all_gather, n * size_t(world), rank, world, c);
+    g.in_place_ = send == recv + size_t(rank) * n;
+    g.full_ = recv, g.send_ = send;
+    return g;
+  }
+  // all_reduce: buf (total) in place.
+  static Ring all_reduce(float* buf, size_t total, int rank, int world, MPI_Comm c) {
+    Ring g(Kind::all_reduce, total, rank, world, c);
+    g.in_place_ = true;
+    g.full_ = buf, g.send_ = buf;
+    return g;
+  }
+
+  // Posts the current round's receive and send into req[0], req[1]. Returns an MPI error code.
+  int post(MPI_Request req[2]) {
+    if (round_ == 0) prepare();
+    const int N = world_, r = rank_;
+    const int next = (r + 1) % N, prev = (r + N - 1) % N;
+    if (in_reduce_phase()) {
+      const int s = round_;
+      send_chunk_ = mod(r - s - 1), recv_chunk_ = mod(r - s - 2);
+      const float* src = (s == 0 || in_place_) ? send_ + off(send_chunk_) : partial_.data();
+      int rc = MPI_Irecv(recv_tmp_.data(), count(recv_chunk_), MPI_FLOAT, prev, kTag, comm_, &req[0]);
+      if (rc != MPI_SUCCESS) return rc;
+      return MPI_Isend(src, count(send_chunk_), MPI_FLOAT, next, kTag, comm_, &req[1]);
+    }
+    const int s = round_ - reduce_rounds();
+    send_chunk_ = mod(r - s), recv_chunk_ = mod(r - s - 1);
+    int rc = MPI_Irecv(full_ + off(recv_chunk_), count(recv_chunk_), MPI_FLOAT, prev, kTag, comm_, &req[0]);
+    if (rc != MPI_SUCCESS) return rc;
+    return MPI_Isend(full_ + off(send_chunk_), count(send_chunk_), MPI_FLOAT, next, kTag, comm_, &req[1]);
+  }
+
+  // The current round's two requests have completed: add what came in. True when the collective is done.
+  bool complete_round() {
+    if (in_reduce_phase()) {
+      const size_t n = size(recv_chunk_);
+      const float* own = send_ + off(recv_chunk_);
+      const bool last = round_ == reduce_rounds() - 1;
+      float* dst = in_place_ ? full_ + off(recv_chunk_) : last ? out_ : partial_.data();
+      const float* in = recv_tmp_.data();
+      for (size_t i = 0; i < n; ++i) dst[i] = own[i] + in[i];
+    }
+    ++round_;
+    if (round_ < reduce_rounds() + gather_rounds()) return false;
+    recv_tmp_ = {};
+    partial_ = {};
+    return true;
+  }
+
+ private:
+  static constexpr int kTag = 0x7a;
+  Ring(Kind k, size_t total, int rank, int world, MPI_Comm c)
+      : kind_(k), total_(total), rank_(rank), world_(world), comm_(c) {}
+
+  int reduce_rounds() const { return kind_ == Kind::all_gather ? 0 : world_ - 1; }
+  int gather_rounds() const { return kind_ == Kind::reduce_scatter ? 0 : world_ - 1; }
+  bool in_reduce_phase() const { return round_ < reduce_rounds(); }
+  int mod(int c) const { return ((c % world_) + world_) % world_; }
+  size_t off(int c) const { return size_t(c) * total_ / size_t(world_); }
+  size_t size(int c) const { return off(c + 1) - off(c); }
+  int count(int c) const { return int(size(c)); }  // <= INT_MAX: checked by the caller (mpi_count)
+
+  // Scratch, allocated when the collective starts (not while queued): the received chunk, and for a
+  // reduce-scatter out of place the running partial sum (the send buffer is not ours to write).
+  void prepare() {
+    const size_t chunk = size_t((total_ + size_t(world_) - 1) / size_t(world_));
+    if (reduce_rounds()) recv_tmp_.resize(chunk);
+    if (kind_ == Kind::reduce_scatter && !in_place_) partial_.resize(chunk);
+    if (kind_ == Kind::all_gather && !in_place_) std::memcpy(full_ + off(rank_), send_, 4 * size(rank_));
+  }
+
+  Kind kind_;
+  size_t total_;  // elements of the full buffer
+  int rank_, world_;
+  MPI_Comm comm_;
+  bool in_place_ = false;
+  float* full_ = nullptr;         // reduce-scatter in place / all-reduce: accumulated here; all-gather: the output
+  const float* send_ = nullptr;   // my contribution (reduce) or my chunk (all-gather)
+  float* out_ = nullptr;          // reduce-scatter out of place: my chunk's sum
+  int round_ = 0, send_chunk_ = 0, recv_chunk_ = 0;
+  std::vector<float> recv_tmp_;   // (chunk) the chunk received this round
+  std::vector<float> partial_;    // (chunk) reduce-scatter out of place: the partial sum sent next round
+};
+
+}  // namespace zt::mpi_thread
