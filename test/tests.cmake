@@ -108,6 +108,14 @@ foreach(np 1 2 3 4)
   add_test(NAME mpi_comm_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:zt_test_comm>)
   set_tests_properties(mpi_comm_np${np} PROPERTIES RUN_SERIAL TRUE TIMEOUT 120 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 endforeach()
+# The naive paths beside the ring collectives (src/comm/ring.h): MPI's own collectives on the comm
+# thread, and no thread at all.
+add_test(NAME mpi_comm_np3_mpi_collectives COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 3 $<TARGET_FILE:zt_test_comm>)
+set_tests_properties(mpi_comm_np3_mpi_collectives PROPERTIES RUN_SERIAL TRUE TIMEOUT 120
+                     ENVIRONMENT "${ZT_MPI_TEST_ENV};ZT_COMM_RING=0")
+add_test(NAME mpi_comm_np3_no_thread COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 3 $<TARGET_FILE:zt_test_comm>)
+set_tests_properties(mpi_comm_np3_no_thread PROPERTIES RUN_SERIAL TRUE TIMEOUT 120
+                     ENVIRONMENT "${ZT_MPI_TEST_ENV};ZT_COMM_THREAD=0")
 # In-memory resume (docs/design.md §3.9): steps 0-9 against 0-4 + rebuild from the step-5
 # TrainState + 5-9, bit for bit, every stage; a few seconds per world size.
 add_executable(zt_test_resume ${CMAKE_SOURCE_DIR}/test/mpi/test_resume.cpp)

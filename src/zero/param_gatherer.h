@@ -9,7 +9,9 @@
 //               run). lookup_rows(): the forward's lookup without the whole embedding
 //               (Partition::lookup_numel() > 0): the rows of the batch's tokens and wpe from every
 //               rank's shard through one reduce-scatter, so that the embedding's gather is needed
-//               only at the LM head, after the blocks.
+//               only at the LM head, after the blocks: after_optimizer_step() then issues it last.
+//               lookup_begin/start_rows/finish: the same lookup in steps, prepared for the next
+//               step ahead of the parameter gathers (ZeroEngine::prepare_lookup).
 //   stage 3     units are gathered before use and released after. begin_pass() writes the
 //               schedule of parameter uses for the pass (UnitHooks' order: forward E-1..0 (lookup),
 //               blocks, final norm, 0..E-1 (LM head); backward E-1..0 (LM head), final norm, blocks
