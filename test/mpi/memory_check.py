@@ -78,12 +78,14 @@ peak_rss_bytes_per_rank) must be within RSS_SLACK (8 MiB), either way, of
 
   `train estimate`'s per-rank total + init transient + overhead + MPI temporary
 
-  MPI temporary:  Open MPI's non-blocking reduce-scatter (libnbc) reduces into a temporary of twice
-                  the message on the way to rank 0 (binomial tree, then scatter): 2·4·P_max bytes on
-                  rank 0 (less elsewhere), P_max the largest unit, since gradients are reduce-scattered
-                  unit by unit. At stage 3 the embedding is split into block-sized row chunks, so
-                  P_max is a block (1.5 MiB for the large model; it was the 49 MiB embedding before
-                  the split).
+  MPI temporary:  the reduce-scatter's scratch, P_max the largest unit (gradients are reduce-scattered
+                  unit by unit; at stage 3 the embedding is split into block-sized row chunks, so
+                  P_max is a block: 1.5 MiB for the large model). Where a unit's share is at least
+                  64 KiB per rank the comm thread runs a ring (src/comm/ring.h): per reduce-scatter in
+                  flight (at most 2, ZT_COMM_INFLIGHT) a received chunk and a partial sum, 2·4·P_max/N
+                  bytes, on every rank. Below that, Open MPI's non-blocking reduce-scatter (libnbc)
+                  reduces into a temporary of twice the message on the way to rank 0 (binomial tree,
+                  then scatter): 2·4·P_max bytes on rank 0 (less elsewhere).
   overhead:       the N = 4 runtime's, a fixed cost that does not grow with the model: measured as
                   rank 0's VmHWM - tracked - init transient - MPI temporary on the small model at
                   N = 4, stage 3, and required to be at most OVERHEAD_MAX (256 MiB; seen 171 MiB,
@@ -274,9 +276,16 @@ def compare(where, got, want, failures):
             failures.append(f"{where}: {cat} {g} bytes, formula {w} ({g - w:+d})")
 
 
+RING_MIN_BYTES = 64 * 1024  # src/comm/mpi_thread.h, kRingMinBytes
+COMM_INFLIGHT = 2           # src/comm/mpi_thread.h, ZT_COMM_INFLIGHT's default
+
+
 def mpi_temporary(m, world, stage):
-    """Open MPI's reduce-scatter temporary on rank 0 (see the docstring): twice the largest unit."""
-    return 2 * 4 * max(padded_units(m, world, stage))
+    """The reduce-scatter's scratch (see the docstring): the ring's chunks, or libnbc's temporary."""
+    p = max(padded_units(m, world, stage))
+    if world > 1 and 4 * p // world >= RING_MIN_BYTES:
+        return COMM_INFLIGHT * 2 * 4 * p // world
+    return 2 * 4 * p
 
 
 def check_ranks_n4(train, mpirun, work, failures):
