@@ -8,7 +8,7 @@
 //   broadcast        MPI_Ibcast (bytes)             control      MPI_Iallreduce / MPI_Ibarrier / MPI_Iallgather
 //
 // With the communication thread (below), float all_reduce / reduce_scatter / all_gather of at least
-// 64 KiB per rank run instead as ring schedules of point-to-point rounds (ring.h: Open MPI's libnbc
+// 256 KiB per rank run instead as ring schedules of point-to-point rounds (ring.h: Open MPI's libnbc
 // algorithms send 2-3x the ring's bytes time on a slow link); ZT_COMM_RING=0 keeps MPI's.
 //
 // Communication thread (the CPU analogue of a communication stream; default with world > 1, off with

@@ -81,7 +81,7 @@ peak_rss_bytes_per_rank) must be within RSS_SLACK (8 MiB), either way, of
   MPI temporary:  the reduce-scatter's scratch, P_max the largest unit (gradients are reduce-scattered
                   unit by unit; at stage 3 the embedding is split into block-sized row chunks, so
                   P_max is a block: 1.5 MiB for the large model). Where a unit's share is at least
-                  64 KiB per rank the comm thread runs a ring (src/comm/ring.h): per reduce-scatter in
+                  256 KiB per rank the comm thread runs a ring (src/comm/ring.h): per reduce-scatter in
                   flight (at most 2, ZT_COMM_INFLIGHT) a received chunk and a partial sum, 2·4·P_max/N
                   bytes, on every rank. Below that, Open MPI's non-blocking reduce-scatter (libnbc)
                   reduces into a temporary of twice the message on the way to rank 0 (binomial tree,
@@ -276,7 +276,7 @@ def compare(where, got, want, failures):
             failures.append(f"{where}: {cat} {g} bytes, formula {w} ({g - w:+d})")
 
 
-RING_MIN_BYTES = 64 * 1024  # src/comm/mpi_thread.h, kRingMinBytes
+RING_MIN_BYTES = 256 * 1024  # src/comm/mpi_thread.h, kRingMinBytes
 COMM_INFLIGHT = 2           # src/comm/mpi_thread.h, ZT_COMM_INFLIGHT's default
 
 
