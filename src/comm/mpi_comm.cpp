@@ -407,11 +407,7 @@ class MpiComm final : public Comm {
       j->move_dst = move.dst;
       j->move_src = move.src;
       j->move_n = move.n;
-      Pending p;
-      p.seq = seq;
-      p.job = j;
-      pending_.push_back(std::move(p));
-      thread_->submit(std::move(j));
+      submit(seq, std::move(j));
       return;
     }
     MPI_Request req = MPI_REQUEST_NULL;
@@ -429,12 +425,16 @@ class MpiComm final : public Comm {
   CommHandle issue_ring(uint64_t seq, Ring ring) {
     auto j = std::make_shared<Job>();
     j->ring = std::make_unique<Ring>(std::move(ring));
+    submit(seq, std::move(j));
+    return {seq};
+  }
+  // Hands collective `seq` to the comm thread; pending until the thread marks it done.
+  void submit(uint64_t seq, std::shared_ptr<Job> j) {
     Pending p;
     p.seq = seq;
     p.job = j;
     pending_.push_back(std::move(p));
     thread_->submit(std::move(j));
-    return {seq};
   }
 
   // With the comm thread: retire what it has completed (no MPI call here).

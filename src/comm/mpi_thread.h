@@ -37,11 +37,16 @@
 
 namespace zt::mpi_thread {
 
-// ZT_COMM_THREAD=0 turns the thread off (collectives then progress only inside test()/wait()).
-inline bool comm_thread_wanted() {
-  const char* e = std::getenv("ZT_COMM_THREAD");
-  return !(e && std::strcmp(e, "0") == 0);
+// An on/off environment switch: unset or empty = on; "1" on, "0" off; anything else is refused.
+inline bool env_switch(const char* name) {
+  const char* e = std::getenv(name);
+  if (!e || !*e || std::strcmp(e, "1") == 0) return true;
+  ZT_REQUIRE(std::strcmp(e, "0") == 0, name << "=" << e << ": expected 0 (off) or 1 (on)");
+  return false;
 }
+
+// ZT_COMM_THREAD=0 turns the thread off (collectives then progress only inside test()/wait()).
+inline bool comm_thread_wanted() { return env_switch("ZT_COMM_THREAD"); }
 
 // ZT_COMM_POLL_US: microseconds between polls while collectives are in flight (default 50, 0 = yield).
 inline unsigned comm_poll_us() {
@@ -62,10 +67,7 @@ inline unsigned comm_inflight() {
 
 // ZT_COMM_RING=0: large float collectives use MPI's own non-blocking collectives (libnbc in Open MPI)
 // instead of the ring schedules of ring.h (the naive path, kept for comparison).
-inline bool comm_ring_wanted() {
-  const char* e = std::getenv("ZT_COMM_RING");
-  return !(e && std::strcmp(e, "0") == 0);
-}
+inline bool comm_ring_wanted() { return env_switch("ZT_COMM_RING"); }
 // Below this many bytes per rank a collective is latency-bound: MPI's algorithms (fewer rounds) win.
 // Measured: 3 ranks on 2 cores (shared memory, oversubscribed), stage 3 with 66 KiB per rank per
 // unit: 1480 tokens/s with the ring from 64 KiB, 2110 with it from 256 KiB (MPI's: 2050).

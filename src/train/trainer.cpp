@@ -92,6 +92,7 @@ class Trainer {
     // that no forward uses, so that every step sends the same bytes.
     std::vector<int> next_inputs(inputs.size()), next_targets(inputs.size());
     auto prepare_lookup = [&](int step) {
+      if (!engine_->lookup_preparable()) return false;  // no batch loaded for nothing
       loader_->train_batch(step, 0, accum, next_inputs.data(), next_targets.data());
       return engine_->prepare_lookup(next_inputs.data(), B, Tn);
     };

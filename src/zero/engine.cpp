@@ -139,7 +139,7 @@ void ZeroEngine<Ops>::begin_pass(int micro, bool with_backward) {
 template <class Ops>
 bool ZeroEngine<Ops>::prepare_lookup(const int* tokens, int B, int Tn) {
   // The naive path (overlap off) keeps the lookup where the forward needs it.
-  if (!(rules_.gather_params && part_.lookup_numel() > 0 && part_.config().overlap) || gatherer_.lookup_started())
+  if (!lookup_preparable() || gatherer_.lookup_started())
     return false;
   prepared_tokens_.assign(tokens, tokens + size_t(B) * size_t(Tn));
   prepared_B_ = B, prepared_T_ = Tn;

@@ -83,6 +83,9 @@ class ZeroEngine : public UnitHooks {
   // queue behind them (docs/design.md §3.4). A forward whose tokens differ does its own lookup.
   // Returns false (and does nothing) where the lookup is not from shards or overlap is off.
   bool prepare_lookup(const int* tokens, int B, int Tn);
+  bool lookup_preparable() const {
+    return rules_.gather_params && part_.lookup_numel() > 0 && part_.config().overlap;
+  }
   ShardedOptimizer<Ops>& optimizer() { return optimizer_; }
 
   // run.trace (README "Timeline traces"): forward / backward per unit on the compute track, the

@@ -38,6 +38,9 @@ expect missing_data  'data/nowhere/train_*.bin' '{"data": {"train": "data/nowher
 expect missing_val   'data/sample/nope.bin' "{\"data\": {\"train\": \"data/sample/train_*.bin\", \"val\": \"data/sample/nope.bin\", \"tokenizer\": \"\"}}"
 expect negative_lr   'optim.lr'             "{\"optim\": {\"lr\": -0.001}, $good_data}"
 expect malformed     'malformed JSON'       "{\"optim\": {\"lr\": 0.001,, $good_data}"
+# The communication switches (src/comm/mpi_thread.h): 0 or 1, nothing else, refused before anything runs.
+ZT_COMM_RING=yes expect comm_ring_switch 'ZT_COMM_RING=yes: expected 0 (off) or 1 (on)' "{$good_data}"
+ZT_COMM_THREAD=2 expect comm_thread_switch 'ZT_COMM_THREAD=2: expected 0 (off) or 1 (on)' "{$good_data}"
 expect bad_override  'zero.stage'           "{$good_data}" --set zero.stage=abc
 expect unsupported   'offload.optimizer'    "{$good_data}" --set offload.optimizer=cpu
 expect bf16_on_cpu   'needs device "cuda"'  "{$good_data}" --set device=cpu --set precision.compute=bf16
