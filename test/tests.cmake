@@ -219,3 +219,12 @@ endforeach()
 add_executable(zt_bench_offload ${CMAKE_SOURCE_DIR}/test/bench/bench_offload.cpp)
 target_link_libraries(zt_bench_offload PRIVATE zt)
 target_compile_options(zt_bench_offload PRIVATE -fno-math-errno)
+
+# ---- output paths: every file the binary and the scripts write goes through one check -------------
+# export --out / run.final_weights / run.trace / trace_merge / compare onto devices, links, their own
+# inputs and directories (nothing else changes); traces moved aside on a rerun; a trace on a full
+# disk (a small tmpfs, root only) loses the trace, not the summary. About 30 s.
+add_test(NAME cli_output_paths
+         COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/output_paths.sh $<TARGET_FILE:train> ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(cli_output_paths PROPERTIES RUN_SERIAL TRUE TIMEOUT 300 ENVIRONMENT "${ZT_MPI_TEST_ENV}")

@@ -6,6 +6,7 @@
 #include "checkpoint/h5.h"
 #include "checkpoint/reader.h"
 #include "model/llmc_writer.h"
+#include "runtime/output_path.h"
 
 namespace fs = std::filesystem;
 
@@ -26,10 +27,13 @@ Transfer export_weights(const std::string& ckpt, const std::string& format, cons
   const Kind weights = rd.has(Kind::master) ? Kind::master : Kind::param;
   ZT_REQUIRE(rd.has(weights) && rd.dtype(weights) == DType::f32, "export: " << dir << " has no fp32 weights");
   const ParamLayout layout(rd.meta().model, 1);
-  // Written beside and renamed: `out` is never half-written.
-  const std::string tmp = out + ".tmp";
+  // Before anything is written: --out must not be the checkpoint it reads, nor a device (docs/design.md §3.8).
+  OutputPaths paths;
+  paths.input("the checkpoint being exported", dir);
+  paths.input("the checkpoint directory given", ckpt);
+  const std::string target = paths.output("export --out", out, 1024 + 4 * uint64_t(layout.num_params()));
   std::vector<float> buf;
-  try {
+  write_by_rename("export --out", target, [&](const std::string& tmp) {
     if (format == "llmc") {
       LlmcWriter w(tmp, layout);
       for (size_t k = 0; k < layout.tensors().size(); ++k) {
@@ -39,32 +43,27 @@ Transfer export_weights(const std::string& ckpt, const std::string& format, cons
         w.write(int(k), buf.data());
       }
       w.finish();
-    } else {
-      h5::init();
-      h5::Id f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-      ZT_REQUIRE(f.valid(), "export: cannot create " << tmp << ": " << h5::error_text());
-      for (const TensorSlot& s : layout.tensors()) {
-        buf.resize(s.numel);
-        rd.read(weights, s, 0, s.numel, buf.data());
-        const std::string name = model_path(weights, s.name, weights == Kind::master);
-        const size_t slash = name.rfind('/');
-        std::vector<hsize_t> dims(s.shape.begin(), s.shape.end());
-        h5::Id space(ZT_CHECK_H5(H5Screate_simple(int(dims.size()), dims.data(), nullptr)));
-        h5::Id group = h5::create_groups(f, name.substr(1, slash - 1));
-        h5::Id ds(ZT_CHECK_H5(H5Dcreate2(group, name.substr(slash + 1).c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT,
-                                         H5P_DEFAULT, H5P_DEFAULT)));
-        ZT_REQUIRE(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) >= 0,
-                   "export: cannot write " << tmp << ": " << h5::error_text());
-        h5::write_attr(ds, "tensor", s.name);
-      }
-      ZT_REQUIRE(f.close() >= 0, "export: cannot write " << tmp << ": " << h5::error_text());
+      return;
     }
-    fs::rename(tmp, out, ec);
-    ZT_REQUIRE(!ec, "export: cannot rename " << tmp << " to " << out << ": " << ec.message());
-  } catch (...) {
-    fs::remove(tmp, ec);
-    throw;
-  }
+    h5::init();
+    h5::Id f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    ZT_REQUIRE(f.valid(), "cannot create " << tmp << ": " << h5::error_text());
+    for (const TensorSlot& s : layout.tensors()) {
+      buf.resize(s.numel);
+      rd.read(weights, s, 0, s.numel, buf.data());
+      const std::string name = model_path(weights, s.name, weights == Kind::master);
+      const size_t slash = name.rfind('/');
+      std::vector<hsize_t> dims(s.shape.begin(), s.shape.end());
+      h5::Id space(ZT_CHECK_H5(H5Screate_simple(int(dims.size()), dims.data(), nullptr)));
+      h5::Id group = h5::create_groups(f, name.substr(1, slash - 1));
+      h5::Id ds(ZT_CHECK_H5(H5Dcreate2(group, name.substr(slash + 1).c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT,
+                                       H5P_DEFAULT, H5P_DEFAULT)));
+      ZT_REQUIRE(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) >= 0,
+                 "cannot write " << tmp << ": " << h5::error_text());
+      h5::write_attr(ds, "tensor", s.name);
+    }
+    ZT_REQUIRE(f.close() >= 0, "cannot write " << tmp << ": " << h5::error_text());
+  });
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Transfer{rd.bytes_read(), s, dir};
 }

@@ -1,6 +1,8 @@
 #include "runtime/trace.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -23,7 +25,7 @@ double Tracer::now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-Tracer::Tracer(const std::string& path, int rank) : path_(rank_path(path, rank)), rank_(rank) {
+Tracer::Tracer(const std::string& file, int rank) : path_(file), rank_(rank) {
   const fs::path dir = fs::path(path_).parent_path();
   std::error_code ec;
   if (!dir.empty()) fs::create_directories(dir, ec);
@@ -123,7 +125,7 @@ void Tracer::collective(const char* op, uint64_t seq, uint64_t bytes, int64_t st
 
 void Tracer::flush(bool force) {
   if (!f_ || (!force && buf_.size() < (1u << 20))) return;
-  std::fwrite(buf_.data(), 1, buf_.size(), f_);  // a short write shows in ferror() at close()
+  if (std::fwrite(buf_.data(), 1, buf_.size(), f_) != buf_.size() && write_errno_ == 0) write_errno_ = errno;
   buf_.clear();
 }
 
@@ -131,11 +133,19 @@ void Tracer::close() {
   if (!f_) return;
   buf_ += "\n]}\n";
   flush(true);
-  const bool ok = std::ferror(f_) == 0;
+  if (std::fflush(f_) != 0 && write_errno_ == 0) write_errno_ = errno;
+  const bool ok = std::ferror(f_) == 0 && write_errno_ == 0;
   std::FILE* f = f_;
   f_ = nullptr;
-  const bool closed = std::fclose(f) == 0;
-  ZT_REQUIRE(ok && closed, "run.trace: writing " << path_ << " failed (disk full?)");
+  if (std::fclose(f) != 0 && write_errno_ == 0) write_errno_ = errno;
+  if (ok && write_errno_ == 0) return;
+  // A trace cut anywhere is not valid JSON: nothing is kept that a viewer would misread.
+  std::error_code ec;
+  fs::remove(path_, ec);
+  ZT_REQUIRE(false, "run.trace: writing " << path_ << " failed (" << std::strerror(write_errno_ ? write_errno_ : EIO)
+                                          << "): this rank's trace (" << events_
+                                          << " events) is lost and the partial file removed; free some space, or set "
+                                             "run.trace to \"\" (off)");
 }
 
 }  // namespace zt

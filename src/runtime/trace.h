@@ -34,11 +34,13 @@ class Tracer {
 
   // The file of this rank: `path` with ".rank<R>" inserted before its extension ("t.json" ->
   // "t.rank0.json", "t" -> "t.rank0"), or "<path>/trace.rank<R>.json" when path ends in '/' or is
-  // a directory. Missing parent directories are created. Throws Error if it cannot be opened.
+  // a directory.
   static std::string rank_path(const std::string& path, int rank);
 
-  Tracer(const std::string& path, int rank);
-  ~Tracer();  // close()
+  // Writes `file` (this rank's rank_path, already checked as an output: runtime/output_path.h);
+  // missing parent directories are created. Throws Error if it cannot be opened.
+  Tracer(const std::string& file, int rank);
+  ~Tracer();  // close(), errors dropped
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
 
@@ -62,6 +64,8 @@ class Tracer {
 
   const std::string& path() const { return path_; }
   uint64_t events() const { return events_; }
+  // Ends the file. When it cannot be written whole (a full disk), the partial file is removed and
+  // Error says what was lost.
   void close();
 
  private:
@@ -75,6 +79,7 @@ class Tracer {
   std::FILE* f_ = nullptr;
   std::string buf_;
   bool first_ = true;
+  int write_errno_ = 0;  // the first failed write's errno
   uint64_t events_ = 0;
   struct Lane {
     double start = 0, end = 0;

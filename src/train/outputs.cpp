@@ -1,9 +1,6 @@
 #include "train/outputs.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -13,72 +10,13 @@
 #include <vector>
 
 #include "runtime/error.h"
-#include "runtime/memory.h"
+#include "runtime/trace.h"
 
 namespace zt {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-const char* kind_of(mode_t m) {
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISSOCK(m)) return "a socket";
-  return "not a plain file";
-}
-
-// Checks that `path` can be written as a regular file and returns the path to write: the target
-// of an existing symlink, so that the rename at the end replaces the file, not the link. A rename
-// onto a device (as root: /dev/null) would replace the device, so anything but a regular file or
-// a new name is refused. Directories missing under the nearest existing one are created at start;
-// that directory must accept a new file (probed: permissions alone do not say, e.g. for root or a
-// read-only mount) and, with `bytes`, have room for it.
-std::string check_output_path(const std::string& field, const std::string& path, uint64_t bytes) {
-  std::string target = path;
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0) {
-    ZT_REQUIRE(!S_ISDIR(st.st_mode), field << ": " << path << " is a directory; give the path of a file in it (e.g. "
-                                           << (fs::path(path) / (field == "run.log" ? "metrics.jsonl" : "model.bin")).string()
-                                           << ")");
-    ZT_REQUIRE(S_ISREG(st.st_mode), field << ": " << path << " is not a regular file (" << kind_of(st.st_mode)
-                                          << "); give a new path, or a regular file to replace");
-    std::error_code ec;
-    const fs::path resolved = fs::canonical(path, ec);
-    if (!ec) target = resolved.string();
-  } else {
-    ZT_REQUIRE(errno == ENOENT, field << ": cannot use " << path << ": " << std::strerror(errno));
-  }
-
-  fs::path dir = fs::path(target).parent_path();
-  for (;;) {
-    if (dir.empty()) dir = ".";
-    struct stat ds;
-    if (::stat(dir.c_str(), &ds) == 0) {
-      ZT_REQUIRE(S_ISDIR(ds.st_mode), field << ": " << dir.string() << " is not a directory (in " << path << ")");
-      break;
-    }
-    ZT_REQUIRE(errno == ENOENT, field << ": cannot use " << dir.string() << " (for " << path << "): " << std::strerror(errno));
-    dir = dir.parent_path();
-  }
-
-  std::string probe = (dir / ".zt_probe_XXXXXX").string();
-  const int fd = ::mkstemp(probe.data());
-  ZT_REQUIRE(fd >= 0, field << ": cannot create files in " << dir.string() << " (for " << path << "): "
-                            << std::strerror(errno) << "; choose another path");
-  ::close(fd);
-  ::unlink(probe.c_str());
-
-  struct statvfs vs;
-  if (bytes > 0 && ::statvfs(dir.c_str(), &vs) == 0) {
-    const uint64_t free_bytes = uint64_t(vs.f_bavail) * uint64_t(vs.f_frsize);
-    ZT_REQUIRE(free_bytes >= bytes, field << ": " << path << " needs " << format_bytes(double(bytes)) << " but "
-                                          << dir.string() << " has only " << format_bytes(double(free_bytes))
-                                          << " free; free some space or choose another path");
-  }
-  return target;
-}
 
 void create_directories(const std::string& field, const fs::path& dir) {
   if (dir.empty()) return;
@@ -92,15 +30,55 @@ fs::path dir_of(const std::string& path) {
   return p.has_parent_path() ? p.parent_path() : fs::path(".");
 }
 
+// Every rank's trace file in the directory of `trace` (rank 0's), whatever world wrote it: "X.rank<digits>Y".
+std::vector<fs::path> trace_files(const std::string& trace) {
+  std::vector<fs::path> found;
+  const std::string name = fs::path(trace).filename().string();
+  const size_t at = name.rfind(".rank0");
+  if (at == std::string::npos) return found;
+  const std::string head = name.substr(0, at + 5), tail = name.substr(at + 6);
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_of(trace), ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() <= head.size() + tail.size() || n.compare(0, head.size(), head) != 0 ||
+        n.compare(n.size() - tail.size(), tail.size(), tail) != 0)
+      continue;
+    const std::string digits = n.substr(head.size(), n.size() - head.size() - tail.size());
+    if (digits.find_first_not_of("0123456789") == std::string::npos) found.push_back(e.path());
+  }
+  return found;
+}
+
 }  // namespace
 
-RunOutputs check_run_outputs(const Plan& plan, uint64_t final_weights_bytes) {
+RunOutputs check_run_outputs(const Plan& plan, uint64_t final_weights_bytes, const std::vector<std::string>& train_files,
+                             const std::vector<std::string>& val_files, int world) {
+  OutputPaths paths;
+  paths.input("the plan", plan.source);
+  for (const std::string& f : train_files) paths.input("data.train", f);
+  for (const std::string& f : val_files) paths.input("data.val", f);
+  paths.input("data.tokenizer", plan.data.tokenizer);
+  paths.input("model.init", plan.model.init);
+  const CheckpointSection& ck = plan.checkpoint;
+  if (ck.resume != "none" && ck.resume != "auto") paths.input("checkpoint.resume", ck.resume);
+  if (!ck.dir.empty()) {  // its checkpoints: `latest` and the step directories (saved or being saved)
+    paths.input("checkpoint.dir", (fs::path(ck.dir) / "latest").string());
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(ck.dir, ec)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind("step_", 0) == 0 || n.rfind(".tmp_step_", 0) == 0) paths.input("checkpoint.dir", e.path().string());
+    }
+  }
+
   RunOutputs out;
-  out.log = check_output_path("run.log", plan.run.log, 0);
+  // Logs and traces are moved aside, never written into: the path itself, not a symlink's target.
+  paths.output("run.log", plan.run.log);
+  out.log = plan.run.log;
   out.plan_json = (dir_of(out.log) / "plan.json").string();
   ZT_REQUIRE(fs::path(out.log).filename() != "plan.json",
              "run.log: " << plan.run.log << " is where the resolved plan is written; name the log otherwise "
                          << "(e.g. metrics.jsonl)");
+  paths.output("run.log (the resolved plan beside it)", out.plan_json);
   // checkpoint.dir must take new files now, not at the first save hours later.
   if (!plan.checkpoint.dir.empty()) {
     check_output_path("checkpoint.dir", (fs::path(plan.checkpoint.dir) / "latest").string(), 0);
@@ -118,30 +96,48 @@ RunOutputs check_run_outputs(const Plan& plan, uint64_t final_weights_bytes) {
     }
   }
   if (!plan.run.final_weights.empty())
-    out.final_weights = check_output_path("run.final_weights", plan.run.final_weights, final_weights_bytes);
+    out.final_weights = paths.output("run.final_weights", plan.run.final_weights, final_weights_bytes);
+  if (!plan.run.trace.empty()) {
+    for (int r = 0; r < world; ++r) paths.output("run.trace", Tracer::rank_path(plan.run.trace, r));
+    out.trace = Tracer::rank_path(plan.run.trace, 0);
+  }
+  return out;
+}
+
+RunOutputs check_rank_outputs(const Plan& plan, int rank) {
+  RunOutputs out;
+  if (!plan.run.trace.empty()) {
+    out.trace = Tracer::rank_path(plan.run.trace, rank);
+    check_output_path("run.trace", out.trace);
+  }
   return out;
 }
 
 std::string open_run_outputs(const Plan& plan, const RunOutputs& out) {
   create_directories("run.log", dir_of(out.log));
   if (!out.final_weights.empty()) create_directories("run.final_weights", dir_of(out.final_weights));
+  if (!out.trace.empty()) create_directories("run.trace", dir_of(out.trace));
 
-  // An earlier run's log and plan move aside together (same N), never overwritten: the new run
-  // cannot know whether they matter.
+  // An earlier run's log, plan and traces move aside together (same N), never overwritten: the new
+  // run cannot know whether they matter, and a stale trace.rank1.json must not join this run's.
   std::string moved;
   std::vector<fs::path> earlier;
   for (const fs::path p : {fs::path(out.log), fs::path(out.plan_json)}) {
     std::error_code ec;
     if (fs::exists(fs::symlink_status(p, ec))) earlier.push_back(p);
   }
+  if (!out.trace.empty())
+    for (const fs::path& p : trace_files(out.trace)) earlier.push_back(p);
   if (!earlier.empty()) {
     auto aside = [](const fs::path& p, int n) { return fs::path(p.string() + "." + std::to_string(n)); };
     int n = 1;
     for (;; ++n) {
-      std::error_code e1, e2;
-      if (!fs::exists(fs::symlink_status(aside(out.log, n), e1)) &&
-          !fs::exists(fs::symlink_status(aside(out.plan_json, n), e2)))
-        break;
+      bool free = true;
+      for (const fs::path& p : earlier) {
+        std::error_code ec;
+        if (fs::exists(fs::symlink_status(aside(p, n), ec))) free = false;
+      }
+      if (free) break;
     }
     std::ostringstream os;
     os << "run.log: an earlier run's files in " << dir_of(out.log).string() << " were moved aside:";
@@ -151,7 +147,8 @@ std::string open_run_outputs(const Plan& plan, const RunOutputs& out) {
       fs::rename(earlier[i], to, ec);
       ZT_REQUIRE(!ec, "run.log: cannot move the earlier " << earlier[i].string() << " aside to " << to.string() << ": "
                                                           << ec.message());
-      os << (i ? ", " : " ") << earlier[i].filename().string() << " -> " << to.filename().string();
+      const bool beside = dir_of(earlier[i].string()) == dir_of(out.log);
+      os << (i ? ", " : " ") << (beside ? earlier[i].filename() : earlier[i]).string() << " -> " << to.filename().string();
     }
     moved = os.str();
   }
@@ -161,21 +158,6 @@ std::string open_run_outputs(const Plan& plan, const RunOutputs& out) {
   f.flush();
   ZT_REQUIRE(f, "run.log: cannot write the resolved plan to " << out.plan_json << ": " << std::strerror(errno));
   return moved;
-}
-
-void write_by_rename(const std::string& field, const std::string& path,
-                     const std::function<void(const std::string& tmp)>& write) {
-  const std::string tmp = path + ".tmp";
-  try {
-    write(tmp);
-    std::error_code ec;
-    fs::rename(tmp, path, ec);
-    ZT_REQUIRE(!ec, "cannot rename " << tmp << " to " << path << ": " << ec.message());
-  } catch (const std::exception& e) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw Error(field + ": " + e.what());
-  }
 }
 
 }  // namespace zt

@@ -1,12 +1,14 @@
-// The files a run writes (rank 0): the metrics log, the resolved plan beside it, the final
-// weights. Checked before anything is allocated, written only once every check has passed, so a
-// refused plan writes nothing and a run that starts never silently destroys an earlier one.
+// The files a run writes: the metrics log, the resolved plan beside it, the final weights (rank 0)
+// and a trace per rank. Checked (runtime/output_path.h) before anything is allocated, written only
+// once every check has passed, so a refused plan writes nothing and a run that starts never
+// silently destroys an earlier one or one of its own inputs.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <string>
+#include <vector>
 
 #include "plan/plan.h"
+#include "runtime/output_path.h"
 
 namespace zt {
 
@@ -14,22 +16,22 @@ struct RunOutputs {
   std::string log;            // run.log
   std::string plan_json;      // plan.json beside it
   std::string final_weights;  // "" = none; else where to write (an existing symlink resolved to its target)
+  std::string trace;          // "" = off; else this rank's trace file (Tracer::rank_path)
 };
 
-// Refuses (zt::Error naming the plan field) an output path that is a directory or not a regular
-// file, whose directory cannot be created or written (probed with a file that is removed at once),
-// or, for the final weights (`final_weights_bytes`), a disk without room for them. Writes nothing.
-RunOutputs check_run_outputs(const Plan& plan, uint64_t final_weights_bytes);
+// Rank 0: every output of the run (log, plan.json, final weights, the trace file of each of the
+// `world` ranks) through one OutputPaths check against the run's inputs (the plan file,
+// the data files, the tokenizer, model.init, the checkpoint being resumed and the checkpoints in
+// checkpoint.dir) and each other; `final_weights_bytes` must fit on its disk. Writes nothing.
+RunOutputs check_run_outputs(const Plan& plan, uint64_t final_weights_bytes, const std::vector<std::string>& train_files,
+                             const std::vector<std::string>& val_files, int world);
+// The other ranks: their own trace file (their filesystem may not be rank 0's).
+RunOutputs check_rank_outputs(const Plan& plan, int rank);
 
-// Creates the directories, moves an earlier run's metrics log and plan.json aside to the first
-// free `.N` suffix (the same N for both), and writes plan.json. Returns the line to print about
-// the move, or "" when there was nothing to move.
+// Rank 0, before any rank opens its trace: creates the directories, moves an earlier run's metrics
+// log, plan.json and trace files (every rank's, whatever the earlier world) aside to the first free
+// `.N` suffix (the same N for all), and writes plan.json. Returns the line to print about the move,
+// or "" when there was nothing to move.
 std::string open_run_outputs(const Plan& plan, const RunOutputs& out);
-
-// Writes `path` by way of `path.tmp` and a rename, so `path` is never half-written; the temporary
-// file is removed on every failure, and the error names `field`. `write` creates and fills the
-// file it is given.
-void write_by_rename(const std::string& field, const std::string& path,
-                     const std::function<void(const std::string& tmp)>& write);
 
 }  // namespace zt

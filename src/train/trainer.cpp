@@ -176,12 +176,19 @@ class Trainer {
     }
     engine_->params_ready();  // nothing in flight past the loop (stages 1-2 all-gather)
     if (!plan_.run.final_weights.empty() && res.steps == run.steps) save_final_weights();
+    // A trace that cannot be written (a full disk) is reported after the run's summary is logged:
+    // the training it describes is done and must not be lost with it.
+    std::string trace_error;
     if (tracer_) {
       comm_.set_tracer(nullptr);
       engine_->set_tracer(nullptr);
-      tracer_->close();
-      if (root_) std::printf("trace written to %s (one file per rank; scripts/trace_merge joins them)\n",
-                             tracer_->path().c_str());
+      try {
+        tracer_->close();
+        if (root_) std::printf("trace written to %s (one file per rank; scripts/trace_merge joins them)\n",
+                               tracer_->path().c_str());
+      } catch (const Error& e) {
+        trace_error = e.what();
+      }
     }
     if (ctl_.end) {
       *ctl_.end = state_;
@@ -191,7 +198,11 @@ class Trainer {
     const double wall = seconds_since(t_start);
     // Every rank's VmHWM (tracked + untracked), for tests that hold each rank to the estimate.
     const std::vector<uint64_t> rss = comm_.all_gather_u64(process_peak_rss_bytes());
-    if (!root_) return res;
+    if (!root_) {
+      if (tracer_) comm_.barrier();  // rank 0 has logged the summary
+      ZT_REQUIRE(trace_error.empty(), trace_error << " (training finished; rank 0 logged the summary)");
+      return res;
+    }
     std::printf("\ndone: %d steps in %s (%.0f tokens/s while training); final loss %.4f", res.steps,
                 format_duration(wall).c_str(), tokens_per_step * res.steps / train_seconds, res.final_loss);
     if (res.final_val_loss >= 0) std::printf(", val loss %.4f", res.final_val_loss);
@@ -214,6 +225,8 @@ class Trainer {
                    {"world", comm_.world()},
                    {"zero_stage", plan_.zero.stage},
                    {"backend", Ops::name}}}});
+    if (tracer_) comm_.barrier();  // the other ranks report a lost trace only now
+    ZT_REQUIRE(trace_error.empty(), trace_error << " (training finished; its summary is in " << outputs_.log << ")");
     return res;
   }
 
@@ -240,7 +253,9 @@ class Trainer {
       if (!plan_.data.tokenizer.empty()) tokenizer_ = std::make_unique<Tokenizer>(plan_.data.tokenizer);
       if (root_) {
         check_token_ids();
-        outputs_ = check_run_outputs(plan_, GPT<Ops>::llmc_file_bytes(cfg_));
+        outputs_ = check_run_outputs(plan_, GPT<Ops>::llmc_file_bytes(cfg_), loader_->files(), val_loader_->files(), world);
+      } else {
+        outputs_ = check_rank_outputs(plan_, comm_.rank());
       }
       // The CUDA backend's host memory is modelled when the plan names device "cuda" (zero/estimate.h).
       if (Ops::tier == Tier::host || plan_.device == "cuda") check_host_memory();
@@ -298,15 +313,19 @@ class Trainer {
       } else {
         engine_->init_parameters(plan_.run.seed, m.init);
       }
-      // run.trace: every rank opens its own file (README "Timeline traces").
-      if (!plan_.run.trace.empty()) tracer_ = std::make_unique<Tracer>(plan_.run.trace, comm_.rank());
     } catch (const OutOfMemory&) {
       throw;
     } catch (const Error& e) {
       refusal = e.what();
     }
     agree_on_startup(refusal);
-    if (tracer_) {
+    // The first write: rank 0 moves an earlier run's files aside (its traces too) before any rank
+    // opens its trace (README "Timeline traces").
+    std::string moved;
+    if (root_) moved = open_run_outputs(plan_, outputs_);
+    if (!outputs_.trace.empty()) {
+      if (world > 1) comm_.barrier();
+      tracer_ = std::make_unique<Tracer>(outputs_.trace, comm_.rank());
       comm_.set_tracer(tracer_.get());
       engine_->set_tracer(tracer_.get());
     }
@@ -321,7 +340,6 @@ class Trainer {
     }
 
     if (!root_) return;
-    const std::string moved = open_run_outputs(plan_, outputs_);
     if (!moved.empty()) std::printf("%s\n", moved.c_str());
     if (!resume_from_.empty())
       std::printf("%s (saved at world %lld, zero.stage %lld; resuming at step %lld)\n", loaded_.summary("loaded").c_str(),
@@ -523,7 +541,7 @@ class Trainer {
   std::unique_ptr<Tracer> tracer_;  // run.trace; null = off
   uint64_t bytes_per_step_ = 0;
   std::unique_ptr<MetricsLog> log_;
-  RunOutputs outputs_;  // rank 0
+  RunOutputs outputs_;  // rank 0: all; the others: their trace
   offload::SwapSpec swap_;  // offload.optimizer / offload.params "nvme" (train/offload_setup.h); disabled otherwise
   bool decorate_ = false;
   std::string resume_from_;  // the checkpoint this run continues ("" = none)

@@ -1,0 +1,189 @@
+#include "runtime/output_path.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "runtime/error.h"
+#include "runtime/memory.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kind_of(mode_t m) {
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a plain file";
+}
+
+// Why `path` cannot be replaced by a regular file of ours ("" = it can: missing or a regular file,
+// directly or through a symlink). A rename onto a device (as root: /dev/null) would replace the
+// device, and one onto a symlink the link, hence the refusals.
+std::string kind_problem(const std::string& path) {
+  struct stat ls, st;
+  if (::lstat(path.c_str(), &ls) != 0) {
+    if (errno == ENOENT) return "";
+    return std::string("cannot be used: ") + std::strerror(errno);
+  }
+  if (::stat(path.c_str(), &st) != 0) {
+    std::error_code ec;
+    const fs::path to = fs::read_symlink(path, ec);
+    return "is a symlink to " + (ec ? std::string("a path") : to.string()) +
+           " which cannot be reached; give a new path, or a link to a regular file";
+  }
+  if (S_ISDIR(st.st_mode)) return "is a directory; give the path of a file in it";
+  if (!S_ISREG(st.st_mode))
+    return std::string("is not a regular file (") + kind_of(st.st_mode) + "); give a new path, or a regular file to replace";
+  return "";
+}
+
+// The path to write: the target of an existing symlink (so the rename at the end replaces the
+// file, not the link), else `path`.
+std::string write_target(const std::string& path) {
+  struct stat ls;
+  if (::lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode)) {
+    std::error_code ec;
+    const fs::path resolved = fs::canonical(path, ec);
+    if (!ec) return resolved.string();
+  }
+  return path;
+}
+
+// The nearest directory that exists at or above the directory of `target`: where missing ones
+// would be created and the new file lands.
+fs::path existing_dir(const std::string& field, const std::string& path, const std::string& target) {
+  fs::path dir = fs::path(target).parent_path();
+  for (;;) {
+    if (dir.empty()) dir = ".";
+    struct stat ds;
+    if (::stat(dir.c_str(), &ds) == 0) {
+      ZT_REQUIRE(S_ISDIR(ds.st_mode), field << ": " << dir.string() << " is not a directory (in " << path << ")");
+      return dir;
+    }
+    ZT_REQUIRE(errno == ENOENT, field << ": cannot use " << dir.string() << " (for " << path << "): " << std::strerror(errno));
+    dir = dir.parent_path();
+  }
+}
+
+void probe_dir(const std::string& field, const std::string& path, const fs::path& dir) {
+  std::string probe = (dir / ".zt_probe_XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  ZT_REQUIRE(fd >= 0, field << ": cannot create files in " << dir.string() << " (for " << path << "): "
+                            << std::strerror(errno) << "; choose another path");
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+void check_room(const std::string& field, const std::string& path, const fs::path& dir, uint64_t bytes) {
+  struct statvfs vs;
+  if (bytes == 0 || ::statvfs(dir.c_str(), &vs) != 0) return;
+  const uint64_t free_bytes = uint64_t(vs.f_bavail) * uint64_t(vs.f_frsize);
+  ZT_REQUIRE(free_bytes >= bytes, field << ": " << path << " needs " << format_bytes(double(bytes)) << " but "
+                                        << dir.string() << " has only " << format_bytes(double(free_bytes))
+                                        << " free; free some space or choose another path");
+}
+
+std::string check_kind(const std::string& field, const std::string& path) {
+  const std::string problem = kind_problem(path);
+  ZT_REQUIRE(problem.empty(), field << ": " << path << " " << problem);
+  return write_target(path);
+}
+
+}  // namespace
+
+std::string check_output_path(const std::string& field, const std::string& path, uint64_t bytes) {
+  ZT_REQUIRE(!path.empty(), field << ": empty path");
+  const std::string target = check_kind(field, path);
+  const fs::path dir = existing_dir(field, path, target);
+  probe_dir(field, path, dir);
+  check_room(field, path, dir, bytes);
+  return target;
+}
+
+void OutputPaths::input(const std::string& label, const std::string& path) {
+  struct stat st;
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return;
+  inputs_.push_back({label, path, uint64_t(st.st_dev), uint64_t(st.st_ino), S_ISDIR(st.st_mode)});
+}
+
+std::string OutputPaths::output(const std::string& field, const std::string& path, uint64_t bytes) {
+  ZT_REQUIRE(!path.empty(), field << ": empty path");
+  const std::string target = check_kind(field, path);
+  const fs::path dir = existing_dir(field, path, target);
+  const std::string dir_key = fs::weakly_canonical(dir).string();
+  if (std::find(probed_.begin(), probed_.end(), dir_key) == probed_.end()) {
+    probe_dir(field, path, dir);
+    probed_.push_back(dir_key);
+  }
+  check_room(field, path, dir, bytes);
+
+  // The file itself (when it exists), then each directory above it, against the inputs.
+  std::error_code ec;
+  const fs::path canon = fs::weakly_canonical(target, ec);
+  ZT_REQUIRE(!ec, field << ": cannot resolve " << path << ": " << ec.message());
+  struct stat self;
+  const bool exists = ::stat(canon.c_str(), &self) == 0;
+  const std::string key =
+      exists ? std::to_string(self.st_dev) + ":" + std::to_string(self.st_ino) : canon.string();
+  for (fs::path a = canon;; a = a.parent_path()) {
+    struct stat st;
+    if (::stat(a.c_str(), &st) == 0) {
+      const bool is_self = exists && a == canon;
+      for (const Input& in : inputs_) {
+        if (in.dev != uint64_t(st.st_dev) || in.ino != uint64_t(st.st_ino) || (!is_self && !in.dir)) continue;
+        ZT_REQUIRE(false, field << ": " << path << " is " << (is_self ? "" : "inside ") << "one of this command's inputs ("
+                                << in.label << ": " << in.path << "); write it elsewhere");
+      }
+    }
+    if (a == a.root_path() || a.empty() || !a.has_relative_path()) break;
+  }
+  const auto [it, fresh] = outputs_.emplace(key, field);
+  ZT_REQUIRE(fresh, field << ": " << path << " is also where " << it->second << " goes; give each output its own path");
+  return target;
+}
+
+void write_by_rename(const std::string& field, const std::string& path,
+                     const std::function<void(const std::string& tmp)>& write) {
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  ZT_REQUIRE(fd >= 0, field << ": cannot create a temporary file beside " << path << ": " << std::strerror(errno));
+  // mkstemp creates 0600; the result gets the mode any new file of ours gets.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  (void)::fchmod(fd, 0666 & ~mask);
+  ::close(fd);
+  try {
+    write(tmp);
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw Error(field + ": " + e.what());
+  }
+  // The destination may have changed during a long run: the finished result is kept rather than
+  // renamed over something that is no longer a regular file of ours to replace.
+  std::string problem = kind_problem(path);
+  struct stat ls;
+  if (problem.empty() && ::lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode)) problem = "became a symlink";
+  ZT_REQUIRE(problem.empty(), field << ": " << path << " changed during the run (it " << problem
+                                    << "); the result is kept in " << tmp);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    std::error_code ec2;
+    fs::remove(tmp, ec2);
+  }
+  ZT_REQUIRE(!ec, field << ": cannot rename " << tmp << " to " << path << ": " << ec.message());
+}
+
+}  // namespace zt
