@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "runtime/error.h"
 #include "runtime/trace.h"
 
@@ -60,7 +61,13 @@ RunOutputs check_run_outputs(const Plan& plan, uint64_t final_weights_bytes, con
   paths.input("data.tokenizer", plan.data.tokenizer);
   paths.input("model.init", plan.model.init);
   const CheckpointSection& ck = plan.checkpoint;
-  if (ck.resume != "none" && ck.resume != "auto") paths.input("checkpoint.resume", ck.resume);
+  if (ck.resume != "none" && ck.resume != "auto") {
+    paths.input("checkpoint.resume", (fs::path(ck.resume) / "latest").string());
+    try {  // the step directory it names; a path that names none is refused later, in its own words
+      paths.input("checkpoint.resume", ckpt::resolve_resume(ck));
+    } catch (const Error&) {
+    }
+  }
   if (!ck.dir.empty()) {  // its checkpoints: `latest` and the step directories (saved or being saved)
     paths.input("checkpoint.dir", (fs::path(ck.dir) / "latest").string());
     std::error_code ec;
