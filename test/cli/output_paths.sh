@@ -106,7 +106,9 @@ run_refused final_weights_onto_init 'run.final_weights: '"$inp/init.bin"' is one
   --set model.init="$inp/init.bin" --set run.final_weights="$inp/init.bin"
 run_refused final_weights_onto_data 'run.final_weights: '"$inp/train.bin"' is one of this command'"'"'s inputs (data.train' \
   --set data.train="$inp/train.bin" --set run.final_weights="$inp/train.bin"
-run_refused final_weights_onto_log 'is also where run.log goes' --set run.final_weights="$work/final_weights_onto_log/metrics.jsonl"
+# Neither exists yet: the same file by its canonical parent and name, however spelled.
+run_refused final_weights_onto_log 'is also where run.log goes' \
+  --set run.final_weights="$work/final_weights_onto_log/./new/../metrics.jsonl"
 mknod "$inp/t.rank0.json" c 1 3 2>/dev/null || mkfifo "$inp/t.rank0.json"; ins_before=$(listing "$inp")
 run_refused trace_onto_device 'run.trace: '"$inp/t.rank0.json"' is not a regular file' --set run.trace="$inp/t.json"
 is_dev "$inp/t.rank0.json" && ok "trace_onto_device: the device is still a device" || fail "trace_onto_device: replaced"
