@@ -1,5 +1,6 @@
 // The run's output files: refused up front without writing anything, directories created only
-// when the run starts, an earlier run moved aside, the final weights never half-written.
+// when the run starts, an earlier run moved aside (its traces too), the final weights never
+// half-written; the one output-path check (runtime/output_path.h) against inputs and other outputs.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include "plan/plan.h"
 #include "runtime/error.h"
 #include "temp_dir_test.h"
+#include "runtime/output_path.h"
 #include "train/outputs.h"
 
 namespace fs = std::filesystem;
@@ -25,8 +27,19 @@ const std::string kBase = std::string(ZT_SOURCE_DIR) + "/plans/base.json";
 class Outputs : public TempDirTest {
  protected:
   Outputs() : TempDirTest("zt_outputs") {}
-  zt::Plan plan(const std::string& log, const std::string& weights = "") const {
-    return zt::load_plan(kBase, {"run.log=" + log, "run.final_weights=" + weights}, false);
+  zt::Plan plan(const std::string& log, const std::string& weights = "", const std::string& trace = "") const {
+    return zt::load_plan(kBase, {"run.log=" + log, "run.final_weights=" + weights, "run.trace=" + trace}, false);
+  }
+  static zt::RunOutputs check(const zt::Plan& p, uint64_t bytes, int world = 1) {
+    return zt::check_run_outputs(p, bytes, {}, {}, world);
+  }
+  // Files in the test directory whose name begins with `prefix`.
+  std::vector<std::string> named(const std::string& prefix) const {
+    std::vector<std::string> v;
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.path().filename().string().rfind(prefix, 0) == 0) v.push_back(e.path().filename().string());
+    std::sort(v.begin(), v.end());
+    return v;
   }
   std::vector<std::string> listing() const {
     std::vector<std::string> v;
@@ -55,15 +68,15 @@ TEST_F(Outputs, RefusesWhatIsNotARegularFileAndWritesNothing) {
   fs::create_directories(path("d"));
   ASSERT_EQ(mkfifo(path("fifo").c_str(), 0600), 0);
   const auto before = listing();
-  std::string e = error_of([&] { zt::check_run_outputs(plan(path("run/m.jsonl"), path("d")), 100); });
+  std::string e = error_of([&] { check(plan(path("run/m.jsonl"), path("d")), 100); });
   EXPECT_EQ(e.rfind("run.final_weights: " + path("d") + " is a directory", 0), 0u) << e;
-  e = error_of([&] { zt::check_run_outputs(plan(path("run/m.jsonl"), path("fifo")), 100); });
+  e = error_of([&] { check(plan(path("run/m.jsonl"), path("fifo")), 100); });
   EXPECT_EQ(e.rfind("run.final_weights: " + path("fifo") + " is not a regular file (a FIFO)", 0), 0u) << e;
-  e = error_of([&] { zt::check_run_outputs(plan(path("d")), 0); });
+  e = error_of([&] { check(plan(path("d")), 0); });
   EXPECT_EQ(e.rfind("run.log: " + path("d") + " is a directory", 0), 0u) << e;
-  e = error_of([&] { zt::check_run_outputs(plan(path("run/plan.json")), 0); });
+  e = error_of([&] { check(plan(path("run/plan.json")), 0); });
   EXPECT_EQ(e.rfind("run.log: " + path("run/plan.json") + " is where the resolved plan is written", 0), 0u) << e;
-  e = error_of([&] { zt::check_run_outputs(plan(path("run/m.jsonl"), path("run/w.bin")), uint64_t(1) << 62); });
+  e = error_of([&] { check(plan(path("run/m.jsonl"), path("run/w.bin")), uint64_t(1) << 62); });
   EXPECT_EQ(e.rfind("run.final_weights: " + path("run/w.bin") + " needs 4194304.00 TiB but " + dir_.string() + " has only",
                     0),
             0u)
@@ -73,7 +86,7 @@ TEST_F(Outputs, RefusesWhatIsNotARegularFileAndWritesNothing) {
 
 TEST_F(Outputs, DirectoriesAreCreatedWhenTheRunStartsAndSymlinksFollowed) {
   const zt::Plan p = plan(path("run/a/m.jsonl"), path("w/b/final.bin"));
-  const zt::RunOutputs out = zt::check_run_outputs(p, 100);
+  const zt::RunOutputs out = check(p, 100);
   EXPECT_FALSE(fs::exists(path("run")));
   EXPECT_FALSE(fs::exists(path("w")));
   EXPECT_EQ(zt::open_run_outputs(p, out), "");
@@ -83,13 +96,13 @@ TEST_F(Outputs, DirectoriesAreCreatedWhenTheRunStartsAndSymlinksFollowed) {
 
   std::ofstream(path("real.bin")) << "old";
   fs::create_symlink(path("real.bin"), path("link.bin"));
-  const zt::RunOutputs linked = zt::check_run_outputs(plan(path("run/a/m.jsonl"), path("link.bin")), 100);
+  const zt::RunOutputs linked = check(plan(path("run/a/m.jsonl"), path("link.bin")), 100);
   EXPECT_EQ(linked.final_weights, fs::canonical(path("real.bin")).string());
 }
 
 TEST_F(Outputs, EarlierRunMovesAsideTogether) {
   const zt::Plan p = plan(path("run/m.jsonl"));
-  zt::RunOutputs out = zt::check_run_outputs(p, 0);
+  zt::RunOutputs out = check(p, 0);
   zt::open_run_outputs(p, out);
   std::ofstream(path("run/m.jsonl")) << "first\n";
   const std::string first_plan = slurp(path("run/plan.json"));
@@ -104,27 +117,75 @@ TEST_F(Outputs, EarlierRunMovesAsideTogether) {
 
 TEST_F(Outputs, FinalWeightsNeverHalfWritten) {
   std::ofstream(path("w.bin")) << "previous weights";
+  std::ofstream(path("w.bin.tmp")) << "someone else's";  // not ours: never written nor removed
   std::string e = error_of([&] {
     zt::write_by_rename("run.final_weights", path("w.bin"), [](const std::string& tmp) {
       std::ofstream(tmp) << "half";
       throw zt::Error("cannot write " + tmp + ": No space left on device");
     });
   });
-  EXPECT_EQ(e, "run.final_weights: cannot write " + path("w.bin.tmp") + ": No space left on device");
-  EXPECT_FALSE(fs::exists(path("w.bin.tmp")));
+  EXPECT_EQ(e.rfind("run.final_weights: cannot write " + path("w.bin.tmp."), 0), 0u) << e;
+  EXPECT_EQ(named("w.bin"), (std::vector<std::string>{"w.bin", "w.bin.tmp"}));
   EXPECT_EQ(slurp(path("w.bin")), "previous weights");
 
-  // The rename itself fails (a non-empty directory has the name): the temporary goes too.
+  // What was checked changed during the run (a directory, a FIFO took the name): not replaced,
+  // the finished result kept beside it and named.
   fs::create_directories(path("taken/x"));
-  e = error_of([&] {
-    zt::write_by_rename("run.final_weights", path("taken"), [](const std::string& tmp) { std::ofstream(tmp) << "w"; });
-  });
-  EXPECT_EQ(e.rfind("run.final_weights: cannot rename " + path("taken.tmp"), 0), 0u) << e;
-  EXPECT_FALSE(fs::exists(path("taken.tmp")));
+  ASSERT_EQ(mkfifo(path("fifo").c_str(), 0600), 0);
+  for (const char* name : {"taken", "fifo"}) {
+    e = error_of([&] {
+      zt::write_by_rename("run.final_weights", path(name), [](const std::string& tmp) { std::ofstream(tmp) << "w"; });
+    });
+    EXPECT_EQ(e.rfind("run.final_weights: " + path(name) + " changed during the run (it is ", 0), 0u) << e;
+    const std::vector<std::string> kept = named(std::string(name) + ".tmp.");
+    ASSERT_EQ(kept.size(), 1u);
+    EXPECT_NE(e.find("the result is kept in " + path(kept[0])), std::string::npos) << e;
+  }
+  EXPECT_TRUE(fs::is_directory(path("taken/x")));
+  EXPECT_TRUE(fs::is_fifo(path("fifo")));
 
   zt::write_by_rename("run.final_weights", path("w.bin"), [](const std::string& tmp) { std::ofstream(tmp) << "new"; });
   EXPECT_EQ(slurp(path("w.bin")), "new");
-  EXPECT_FALSE(fs::exists(path("w.bin.tmp")));
+  EXPECT_EQ(slurp(path("w.bin.tmp")), "someone else's");
+  EXPECT_EQ(named("w.bin"), (std::vector<std::string>{"w.bin", "w.bin.tmp"}));
+}
+
+TEST_F(Outputs, NeverAnInputNorAnotherOutput) {
+  std::ofstream(path("in.bin")) << "input";
+  fs::create_hard_link(path("in.bin"), path("alias.bin"));  // another name, the same file
+  fs::create_directories(path("ckpt/step_1"));
+  std::ofstream(path("ckpt/step_1/rank_00000.h5")) << "shard";
+  zt::OutputPaths paths;
+  paths.input("model.init", path("in.bin"));
+  paths.input("the checkpoint", path("ckpt/step_1"));
+  std::string e = error_of([&] { paths.output("out", path("alias.bin")); });
+  EXPECT_EQ(e, "out: " + path("alias.bin") + " is one of this command's inputs (model.init: " + path("in.bin") +
+                   "); write it elsewhere");
+  e = error_of([&] { paths.output("out", path("ckpt/step_1/new/x.bin")); });  // new, inside an input
+  EXPECT_EQ(e.rfind("out: " + path("ckpt/step_1/new/x.bin") + " is inside one of this command's inputs (the checkpoint", 0),
+            0u)
+      << e;
+  EXPECT_EQ(paths.output("a", path("new/x.bin")), path("new/x.bin"));
+  e = error_of([&] { paths.output("b", path("new/sub/../x.bin")); });  // neither exists: canonical parent + name
+  EXPECT_EQ(e, "b: " + path("new/sub/../x.bin") + " is also where a goes; give each output its own path");
+  EXPECT_EQ(slurp(path("in.bin")), "input");
+}
+
+TEST_F(Outputs, EarlierTracesMoveAsideWithTheLog) {
+  // An earlier 2-rank run's traces; this run has one rank: both move aside, so a glob of
+  // trace.rank*.json finds only this run's file.
+  fs::create_directories(path("run"));
+  for (const char* f : {"run/m.jsonl", "run/trace.rank0.json", "run/trace.rank1.json", "run/trace.rank0.json.bak"})
+    std::ofstream(path(f)) << f;
+  const zt::Plan p = plan(path("run/m.jsonl"), "", path("run/trace.json"));
+  const zt::RunOutputs out = check(p, 0);
+  EXPECT_EQ(out.trace, path("run/trace.rank0.json"));
+  const std::string moved = zt::open_run_outputs(p, out);
+  EXPECT_NE(moved.find("trace.rank1.json -> trace.rank1.json.1"), std::string::npos) << moved;
+  EXPECT_EQ(slurp(path("run/trace.rank0.json.1")), "run/trace.rank0.json");
+  EXPECT_EQ(slurp(path("run/trace.rank1.json.1")), "run/trace.rank1.json");
+  EXPECT_EQ(slurp(path("run/trace.rank0.json.bak")), "run/trace.rank0.json.bak");  // not a rank's trace: left alone
+  EXPECT_FALSE(fs::exists(path("run/trace.rank1.json")));
 }
 
 }  // namespace
