@@ -214,6 +214,14 @@ foreach(part resume reshard files faults)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(checkpoint_${part} PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 endforeach()
+# checkpoint.dir safety, test/checkpoint/checkpoint_dir_test.py: `latest` missing or dangling, another
+# run's directory, a second run on a locked directory, a save onto a full disk (tmpfs: root), rank
+# files of different saves, plan changes on resume; other runs' directories compared by sha256.
+add_test(NAME checkpoint_dir
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/checkpoint/checkpoint_dir_test.py --train $<TARGET_FILE:train>
+                 --mpirun ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(checkpoint_dir PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 
 # ---- benchmarks, not tests: scripts/bench_offload.sh runs it -------------------------------------
 add_executable(zt_bench_offload ${CMAKE_SOURCE_DIR}/test/bench/bench_offload.cpp)

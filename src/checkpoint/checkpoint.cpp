@@ -80,18 +80,26 @@ uint64_t write_rank_file(const std::string& path, const Meta& meta, const ParamL
   return w.bytes();
 }
 
-bool is_step_dir(const std::string& name, int64_t& step) {
-  if (name.size() != 13 || name.rfind("step_", 0) != 0) return false;
-  for (size_t i = 5; i < name.size(); ++i)
-    if (name[i] < '0' || name[i] > '9') return false;
-  step = std::stoll(name.substr(5));
-  return true;
-}
-
 void remove_tree(const fs::path& p) {
   std::error_code ec;
   fs::remove_all(p, ec);
   ZT_REQUIRE(!ec, "checkpoint: cannot remove " << p.string() << ": " << ec.message());
+}
+
+// After a failed save: its temporary directory goes, whatever state it is in.
+void remove_quietly(const fs::path& p) {
+  std::error_code ec;
+  fs::remove_all(p, ec);
+}
+
+// Whether `step_dir` was saved by the run of lineage `run_id`; a directory whose rank 0 file cannot
+// be read is not known to be, so it is never removed or replaced.
+bool of_lineage(const fs::path& step_dir, uint64_t run_id) {
+  try {
+    return read_step_meta(step_dir.string()).run_id == run_id;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 void rename_path(const fs::path& from, const fs::path& to) {
@@ -102,13 +110,16 @@ void rename_path(const fs::path& from, const fs::path& to) {
 
 // Rank 0, after every rank file is on disk: model.h5, then the rename that publishes the
 // directory, then `latest` (written beside and renamed over: it always names a complete
-// checkpoint), then pruning. Each rename is made durable by syncing its directory.
-void commit(const fs::path& root, const fs::path& tmp, const fs::path& final, int keep) {
+// checkpoint), then pruning, of this run's lineage only (`run_id`: another run's steps are never
+// replaced or removed). Each rename is made durable by syncing its directory.
+void commit(const fs::path& root, const fs::path& tmp, const fs::path& final, int keep, uint64_t run_id) {
   write_model_file(tmp.string());
   fsync_path((tmp / kModelFile).string());
   fsync_path(tmp.string());
   std::error_code ec;
   if (fs::exists(final, ec)) {
+    ZT_REQUIRE(of_lineage(final, run_id), "checkpoint.dir: " << final.string() << " was saved by another run; not "
+                                                                                   "replacing it (give this run its own checkpoint.dir)");
     // The same step saved again (a run resumed from an earlier checkpoint): swap the two
     // directories in one atomic rename, so `final` is complete at every instant, then drop the old.
     ZT_REQUIRE(::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) == 0,
@@ -132,7 +143,9 @@ void commit(const fs::path& root, const fs::path& tmp, const fs::path& final, in
   std::vector<std::pair<int64_t, fs::path>> steps;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     int64_t s;
-    if (e.is_directory() && is_step_dir(e.path().filename().string(), s) && e.path() != final) steps.push_back({s, e.path()});
+    if (e.is_directory() && is_step_dir_name(e.path().filename().string(), s) && e.path() != final &&
+        of_lineage(e.path(), run_id))
+      steps.push_back({s, e.path()});
   }
   ZT_REQUIRE(!ec, "checkpoint: cannot list " << root.string() << ": " << ec.message());
   std::sort(steps.rbegin(), steps.rend());
@@ -178,12 +191,18 @@ Transfer save(Comm& comm, const std::string& dir, int keep, const Meta& meta, co
   } catch (const Error& e) {
     err = e.what();
   }
+  // Every rank learns whether any failed before the verdict ends them (agree_or_throw), so that
+  // rank 0 removes the temporary directory whichever rank could not write.
+  bool failed = !err.empty();
+  for (uint64_t f : comm.all_gather_u64(failed ? 1 : 0)) failed = failed || f != 0;
+  if (failed && comm.rank() == 0) remove_quietly(tmp);
   agree_or_throw(comm, err, "could not write its checkpoint file");
   if (comm.rank() == 0) {
     try {
-      commit(root, tmp, final, keep);
+      commit(root, tmp, final, keep, meta.run_id);
     } catch (const Error& e) {
       err = e.what();
+      remove_quietly(tmp);  // unpublished, or the same step's replaced checkpoint
     }
   }
   agree_or_throw(comm, err, "could not publish the checkpoint");
@@ -194,12 +213,15 @@ Transfer save(Comm& comm, const std::string& dir, int keep, const Meta& meta, co
 std::string latest(const std::string& dir) {
   const fs::path root(dir), pointer = root / kLatestFile;
   std::error_code ec;
-  if (!fs::exists(pointer, ec)) return "";
+  if (!fs::exists(fs::symlink_status(pointer, ec))) return "";
+  ZT_REQUIRE(!fs::is_directory(pointer, ec),
+             "checkpoint: " << pointer.string() << " is a directory; it must be the file naming the newest complete "
+                            << "step (as step_00000010): move it out of " << dir);
   std::ifstream f(pointer);
   std::string name;
   std::getline(f, name);
   int64_t step;
-  ZT_REQUIRE(f && is_step_dir(name, step), "checkpoint: " << pointer.string() << " does not name a step directory");
+  ZT_REQUIRE(f && is_step_dir_name(name, step), "checkpoint: " << pointer.string() << " does not name a step directory");
   ZT_REQUIRE(fs::is_directory(root / name, ec),
              "checkpoint: " << pointer.string() << " names " << name << ", which is not in " << dir);
   return (root / name).string();

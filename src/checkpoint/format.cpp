@@ -62,6 +62,31 @@ std::string rank_file_name(int rank) {
   return s;
 }
 
+namespace {
+// `name` is prefix + exactly `digits` decimal digits + suffix; the number in `value`.
+bool numbered(const std::string& name, const char* prefix, size_t digits, const char* suffix, int64_t& value) {
+  const std::string pre(prefix), suf(suffix);
+  if (name.size() != pre.size() + digits + suf.size() || name.compare(0, pre.size(), pre) != 0 ||
+      name.compare(pre.size() + digits, suf.size(), suf) != 0)
+    return false;
+  value = 0;
+  for (size_t i = pre.size(); i < pre.size() + digits; ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    value = value * 10 + (name[i] - '0');
+  }
+  return true;
+}
+}  // namespace
+
+bool is_rank_file_name(const std::string& name, int& rank) {
+  int64_t r;
+  if (!numbered(name, "rank_", 5, ".h5", r)) return false;
+  rank = int(r);
+  return true;
+}
+
+bool is_step_dir_name(const std::string& name, int64_t& step) { return numbered(name, "step_", 8, "", step); }
+
 std::string describe_shape(const GPTConfig& c) {
   return "n_layer " + std::to_string(c.L) + ", n_head " + std::to_string(c.NH) + ", n_embd " + std::to_string(c.C) +
          ", seq_len " + std::to_string(c.maxT) + ", vocab_size " + std::to_string(c.V);

@@ -5,7 +5,7 @@
 //   <checkpoint.dir>/latest                 "step_00001000\n": the newest complete checkpoint
 //   <checkpoint.dir>/step_00001000/
 //     rank_00003.h5   root attributes: Meta (format_version, step, seed, next_sequence, world,
-//                     rank, zero_stage, plan_hash, model_shape, param_dtype, rng)
+//                     rank, zero_stage, plan_hash, model_shape, param_dtype, rng, run_id, plan)
 //                     /<kind>/<tensor path>/<offset, 15 digits>: 1-D dataset, `count` elements of
 //                     tensor <tensor path> from element <offset> (row-major), attributes
 //                     tensor (global name), shape (global), offset, crc32c
@@ -43,6 +43,8 @@ std::string model_path(Kind k, const std::string& tensor_name, bool mixed_precis
 
 std::string step_dir_name(int64_t step);  // "step_00001000"
 std::string rank_file_name(int rank);     // "rank_00003.h5"
+bool is_rank_file_name(const std::string& name, int& rank);      // the other way
+bool is_step_dir_name(const std::string& name, int64_t& step);  // "step_00001000" -> 1000
 constexpr const char* kModelFile = "model.h5";
 constexpr const char* kLatestFile = "latest";
 
@@ -58,6 +60,11 @@ struct Meta {
   uint64_t plan_hash = 0;
   GPTConfig model;
   std::string param_dtype = "f32";  // "f32" | "bf16"
+  // The lineage: drawn when a run starts fresh, inherited by every run that resumes from one of its
+  // checkpoints, so that a run can tell its own checkpoints from another run's (checkpoint_dir.h).
+  // 0 in checkpoints saved before it was recorded.
+  uint64_t run_id = 0;
+  std::string plan;  // the resolved plan (JSON) of the run that saved; "" in older checkpoints
 };
 
 // "n_layer 4, n_head 4, n_embd 128, seq_len 64, vocab_size 50257": for shape messages.

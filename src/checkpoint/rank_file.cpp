@@ -22,6 +22,8 @@ void write_meta(hid_t f, const Meta& m) {
   h5::write_attr(f, "model_shape", std::vector<int64_t>{m.model.L, m.model.NH, m.model.C, m.model.maxT, m.model.V});
   h5::write_attr(f, "param_dtype", m.param_dtype);
   h5::write_attr(f, "rng", std::string("counter-based on (seed, step): no further state"));
+  h5::write_attr(f, "run_id", m.run_id);
+  h5::write_attr(f, "plan", m.plan);
 }
 
 std::string read_meta(hid_t f, Meta& m) {
@@ -40,6 +42,9 @@ std::string read_meta(hid_t f, Meta& m) {
   m.model = GPTConfig::make(int(s[0]), int(s[1]), int(s[2]), int(s[3]), int(s[4]));
   if (!h5::read_attr(f, "param_dtype", m.param_dtype) || (m.param_dtype != "f32" && m.param_dtype != "bf16"))
     return "param_dtype";
+  // Recorded since the lineage checks (checkpoint_dir.h); absent from older checkpoints.
+  if (H5Aexists(f, "run_id") > 0 && !h5::read_attr(f, "run_id", m.run_id)) return "run_id";
+  if (H5Aexists(f, "plan") > 0 && !h5::read_attr(f, "plan", m.plan)) return "plan";
   return "";
 }
 

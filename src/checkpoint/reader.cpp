@@ -18,6 +18,11 @@ std::string hex(uint32_t x) {
   std::snprintf(s, sizeof s, "%08x", x);
   return s;
 }
+std::string hex64(uint64_t x) {
+  char s[24];
+  std::snprintf(s, sizeof s, "%016llx", (unsigned long long)x);
+  return s;
+}
 }  // namespace
 
 std::string CheckpointReader::file_path(int rank) const { return (fs::path(dir_) / rank_file_name(rank)).string(); }
@@ -26,9 +31,20 @@ CheckpointReader::CheckpointReader(const std::string& step_dir) : dir_(step_dir)
   h5::init();
   std::error_code ec;
   ZT_REQUIRE(fs::is_directory(dir_, ec), "checkpoint: " << dir_ << " is not a directory");
-  auto open = [&](int rank, Meta& m) {
-    const std::string path = file_path(rank);
-    ZT_REQUIRE(fs::exists(path, ec), "checkpoint: " << path << " is missing (incomplete checkpoint?)");
+  // Every rank file present, whatever rank 0 says the world was: a file left from another save
+  // (another world size, step or run) would otherwise be read as part of this one, or ignored.
+  std::map<int, std::string> found;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    int rank = -1;
+    if (is_rank_file_name(name, rank)) found[rank] = e.path().string();
+  }
+  ZT_REQUIRE(!ec, "checkpoint: cannot list " << dir_ << ": " << ec.message());
+  ZT_REQUIRE(found.count(0), "checkpoint: " << file_path(0) << " is missing (incomplete checkpoint?)");
+  std::vector<h5::Id> files;
+  std::vector<Meta> metas;
+  for (const auto& [rank, path] : found) {
+    Meta m;
     h5::Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
     ZT_REQUIRE(f.valid(), "checkpoint: cannot open " << path << " as HDF5 (truncated or damaged file: "
                                                      << h5::error_text() << ")");
@@ -39,21 +55,59 @@ CheckpointReader::CheckpointReader(const std::string& step_dir) : dir_(step_dir)
                                                                   << "; this build reads version " << kFormatVersion);
     ZT_REQUIRE(m.rank == rank && m.world > 0, "checkpoint: " << path << " says it is rank " << m.rank << " of "
                                                              << m.world);
-    files_.push_back(std::move(f));
-  };
-  open(0, meta_);
-  for (int r = 1; r < meta_.world; ++r) {
-    Meta m;
-    open(r, m);
-    ZT_REQUIRE(m.step == meta_.step && m.world == meta_.world && m.seed == meta_.seed &&
-                   m.next_sequence == meta_.next_sequence && m.param_dtype == meta_.param_dtype &&
-                   describe_shape(m.model) == describe_shape(meta_.model),
-               "checkpoint: " << file_path(r) << " belongs to another save than " << file_path(0) << " (step " << m.step
-                              << " vs " << meta_.step << ", world " << m.world << " vs " << meta_.world << ")");
+    files.push_back(std::move(f));
+    metas.push_back(m);
   }
+  // Before anything else: all from one save (same step, run and plan), then all of its ranks.
+  meta_ = metas[0];
+  size_t i = 0;
+  for (const auto& [rank, path] : found) {
+    const Meta& m = metas[i++];
+    ZT_REQUIRE(m.step == meta_.step && m.plan_hash == meta_.plan_hash && m.run_id == meta_.run_id &&
+                   m.world == meta_.world && m.seed == meta_.seed && m.next_sequence == meta_.next_sequence &&
+                   m.param_dtype == meta_.param_dtype && describe_shape(m.model) == describe_shape(meta_.model),
+               "checkpoint: " << dir_ << " holds rank files from different saves (step/plan hash differ): "
+                              << rank_file_name(rank) << " is step " << m.step << " of " << m.world
+                              << " rank(s), plan hash " << hex64(m.plan_hash) << "; " << rank_file_name(0) << " is step "
+                              << meta_.step << " of " << meta_.world << " rank(s), plan hash " << hex64(meta_.plan_hash));
+    ZT_REQUIRE(rank < meta_.world, "checkpoint: " << dir_ << " holds rank files from different saves (step/plan hash "
+                                                  << "differ): " << path << " is past the " << meta_.world
+                                                  << " rank(s) of " << file_path(0));
+  }
+  for (int r = 0; r < meta_.world; ++r)
+    ZT_REQUIRE(found.count(r), "checkpoint: " << file_path(r) << " is missing (incomplete checkpoint?)");
+  files_ = std::move(files);
   for (int k = 0; k < kNumKinds; ++k)
     for (const h5::Id& f : files_)
       if (H5Lexists(f, kind_name(Kind(k)), H5P_DEFAULT) > 0) has_[k] = true;
+}
+
+Meta read_step_meta(const std::string& step_dir) {
+  h5::init();
+  const std::string path = (fs::path(step_dir) / rank_file_name(0)).string();
+  std::error_code ec;
+  ZT_REQUIRE(fs::exists(path, ec), "checkpoint: " << path << " is missing (incomplete checkpoint?)");
+  h5::Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  ZT_REQUIRE(f.valid(), "checkpoint: cannot open " << path << " as HDF5 (truncated or damaged file: " << h5::error_text()
+                                                   << ")");
+  Meta m;
+  const std::string bad = read_meta(f, m);
+  ZT_REQUIRE(bad.empty(), "checkpoint: " << path << ": attribute " << bad
+                                         << " is missing or invalid (not a zerotrain checkpoint file?)");
+  return m;
+}
+
+void CheckpointReader::verify(const ParamLayout& layout) {
+  std::vector<unsigned char> buf;
+  for (int k = 0; k < kNumKinds; ++k) {
+    if (!has(Kind(k))) continue;
+    const size_t eb = dtype_bytes(dtype(Kind(k)));
+    for (const TensorSlot& slot : layout.tensors())
+      for (const Piece& p : pieces(Kind(k), slot)) {
+        buf.resize(p.count * eb);
+        read(Kind(k), slot, p.offset, p.count, buf.data());
+      }
+  }
 }
 
 const std::vector<Piece>& CheckpointReader::pieces(Kind k, const TensorSlot& slot) {

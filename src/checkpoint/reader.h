@@ -25,7 +25,8 @@ struct Piece {
 
 class CheckpointReader {
  public:
-  // Opens every rank file of `step_dir` and checks that their metadata agree.
+  // Opens every rank file of `step_dir` and checks that they come from one save (step, run, plan
+  // hash, world) and that none of its ranks is missing, before anything else is read.
   explicit CheckpointReader(const std::string& step_dir);
 
   const std::string& dir() const { return dir_; }
@@ -39,6 +40,9 @@ class CheckpointReader {
   // Elements [offset, offset + count) of the tensor into host memory (dtype(k) each).
   void read(Kind k, const TensorSlot& slot, size_t offset, size_t count, void* dst);
   uint64_t bytes_read() const { return bytes_read_; }
+  // Reads every dataset of every tensor (of `layout`: the checkpoint's model) as a load would,
+  // checking coverage and checksums; throws what a load would.
+  void verify(const ParamLayout& layout);
 
  private:
   std::string dir_;
@@ -49,5 +53,9 @@ class CheckpointReader {
   std::vector<unsigned char> buf_;
   uint64_t bytes_read_ = 0;
 };
+
+// The metadata of a step directory's rank 0 file alone (which run and step saved it), without
+// opening the others; throws naming the file when it cannot be read.
+Meta read_step_meta(const std::string& step_dir);
 
 }  // namespace zt::ckpt

@@ -86,22 +86,8 @@ RunOutputs check_run_outputs(const Plan& plan, uint64_t final_weights_bytes, con
              "run.log: " << plan.run.log << " is where the resolved plan is written; name the log otherwise "
                          << "(e.g. metrics.jsonl)");
   paths.output("run.log (the resolved plan beside it)", out.plan_json);
-  // checkpoint.dir must take new files now, not at the first save hours later.
-  if (!plan.checkpoint.dir.empty()) {
-    check_output_path("checkpoint.dir", (fs::path(plan.checkpoint.dir) / "latest").string(), 0);
-    // A fresh run would save over another run's steps (same numbers) and move its `latest`: refuse
-    // rather than mix two runs in one directory (docs/design.md §3.7).
-    if (plan.checkpoint.resume == "none") {
-      std::error_code ec;
-      for (const fs::directory_entry& e : fs::directory_iterator(plan.checkpoint.dir, ec)) {
-        const std::string name = e.path().filename().string();
-        ZT_REQUIRE(name != "latest" && name.rfind("step_", 0) != 0,
-                   "checkpoint.dir: " << plan.checkpoint.dir << " already holds checkpoints (" << name
-                                      << "); set checkpoint.resume to \"auto\" to continue that run, or give a "
-                                         "new or empty directory");
-      }
-    }
-  }
+  // checkpoint.dir must take new files now, not at the first save hours later, and be this run's.
+  out.checkpoint = ckpt::open_checkpoint_dir(plan.checkpoint);
   if (!plan.run.final_weights.empty())
     out.final_weights = paths.output("run.final_weights", plan.run.final_weights, final_weights_bytes);
   if (!plan.run.trace.empty()) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_dir.h"
 #include "plan/plan.h"
 #include "runtime/output_path.h"
 
@@ -17,6 +18,7 @@ struct RunOutputs {
   std::string plan_json;      // plan.json beside it
   std::string final_weights;  // "" = none; else where to write (an existing symlink resolved to its target)
   std::string trace;          // "" = off; else this rank's trace file (Tracer::rank_path)
+  ckpt::CheckpointStart checkpoint;  // checkpoint.dir locked for the run, checkpoint.resume resolved
 };
 
 // Rank 0: every output of the run (log, plan.json, final weights, the trace file of each of the

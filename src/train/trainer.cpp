@@ -264,6 +264,8 @@ class Trainer {
       refusal = e.what();
     }
     agree_on_startup(refusal);
+    const ckpt::Continuation cont = ckpt::share_start(comm_, plan_.checkpoint, outputs_.checkpoint);
+    run_id_ = cont.run_id;
 
     // Units padded so every rank's shard has the same size. The model keeps no parameters or
     // gradients of its own: they are the store's (zero/store.h), pointed at by the engine.
@@ -305,7 +307,7 @@ class Trainer {
         state_.next_sequence = ctl_.start->next_sequence;
         restore_buffers<Ops>(*ctl_.start, *store_);
         engine_->optimizer().set_steps_taken(int(state_.step));
-      } else if (!(resume_from_ = ckpt::resolve_resume(plan_.checkpoint)).empty()) {
+      } else if (!(resume_from_ = cont.resume_from).empty()) {
         loaded_ = ckpt::load_store<Ops>(resume_from_, plan_, world, model_->layout(), *store_, loaded_meta_);
         state_.step = loaded_meta_.step;
         state_.next_sequence = loaded_meta_.next_sequence;
@@ -341,9 +343,13 @@ class Trainer {
 
     if (!root_) return;
     if (!moved.empty()) std::printf("%s\n", moved.c_str());
+    if (!outputs_.checkpoint.note.empty()) std::printf("%s\n", outputs_.checkpoint.note.c_str());
     if (!resume_from_.empty())
       std::printf("%s (saved at world %lld, zero.stage %lld; resuming at step %lld)\n", loaded_.summary("loaded").c_str(),
                   (long long)loaded_meta_.world, (long long)loaded_meta_.stage, (long long)state_.step);
+    if (!resume_from_.empty())
+      for (const std::string& w : ckpt::changed_plan_fields(loaded_meta_.plan, plan_))
+        std::fprintf(stderr, "warning: checkpoint.resume: %s (the checkpoint's plan -> this plan)\n", w.c_str());
     log_ = std::make_unique<MetricsLog>(outputs_.log);
     if (Ops::tier == Tier::device) std::printf("device: %s\n", device::describe().c_str());
     std::printf("backend %s, %d rank(s) x %d threads | model L=%d NH=%d C=%d T=%d V=%d (Vp=%d): %.2fM parameters in %d units\n",
@@ -446,6 +452,8 @@ class Trainer {
     m.plan_hash = plan_hash(plan_.resolved.dump());
     m.model = cfg_;
     m.param_dtype = sizeof(T) == 2 ? "bf16" : "f32";
+    m.run_id = run_id_;
+    m.plan = plan_.resolved.dump();
     // On a terminal, rank 0 shows how far its own file is (progress.h: decorate_progress).
     int shown = -1;
     ckpt::Progress progress;
@@ -545,6 +553,7 @@ class Trainer {
   offload::SwapSpec swap_;  // offload.optimizer / offload.params "nvme" (train/offload_setup.h); disabled otherwise
   bool decorate_ = false;
   std::string resume_from_;  // the checkpoint this run continues ("" = none)
+  uint64_t run_id_ = 0;      // its lineage (checkpoint/checkpoint_dir.h): recorded in every checkpoint it saves
   ckpt::Transfer loaded_;
   ckpt::Meta loaded_meta_;
 };

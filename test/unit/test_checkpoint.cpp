@@ -42,14 +42,15 @@ class CheckpointReaderTest : public TempDirTest {
  protected:
   CheckpointReaderTest() : TempDirTest("zt_ckpt") {}
   // Two rank files holding wpe of a tiny model in the given (rank, offset, count) pieces.
-  void write(const std::vector<std::array<size_t, 3>>& pieces) {
+  void write(const std::vector<std::array<size_t, 3>>& pieces, int64_t step = 0, int world = 2) {
     zt::ckpt::Meta m;
-    m.world = 2;
+    m.step = step;
+    m.world = world;
     m.model = cfg_;
     const zt::TensorSlot& wpe = layout_.slot(zt::ParamId::wpe);
     std::vector<float> v(wpe.numel);
     std::iota(v.begin(), v.end(), 0.0f);
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < world; ++r) {
       m.rank = r;
       zt::ckpt::RankFileWriter w(path(zt::ckpt::rank_file_name(r)), m);
       for (const auto& p : pieces)
@@ -99,6 +100,33 @@ TEST_F(CheckpointReaderTest, RefusesAMissingRankFile) {
   } catch (const zt::Error& e) {
     EXPECT_NE(std::string(e.what()).find("rank_00001.h5 is missing"), std::string::npos) << e.what();
   }
+}
+
+// Checked before anything is read: a rank file of another save (another step, or another world
+// whose rank 0 would not even list it) is named as such, not found later as a wrong batch size.
+TEST_F(CheckpointReaderTest, RefusesRankFilesFromDifferentSaves) {
+  namespace fs = std::filesystem;
+  const fs::path other = dir_.string() + "_other";
+  fs::create_directories(other);
+  write({{0, 0, 40}}, 5, 1);  // world 1, step 5
+  fs::copy_file(path(zt::ckpt::rank_file_name(0)), other / "world1_rank0.h5");
+  write({{0, 0, 13}, {1, 13, 27}}, 5, 2);  // world 2, step 5
+  fs::copy_file(path(zt::ckpt::rank_file_name(1)), other / "step5_rank1.h5");
+  const auto ow = fs::copy_options::overwrite_existing;
+  for (const char* which : {"another step", "another world"}) {
+    write({{0, 0, 13}, {1, 13, 27}}, 7, 2);  // world 2, step 7 ...
+    if (std::string(which) == "another step")  // ... with rank 1 of step 5
+      fs::copy_file(other / "step5_rank1.h5", path(zt::ckpt::rank_file_name(1)), ow);
+    else  // ... with rank 0 of a world-1 save, which alone would list no rank 1
+      fs::copy_file(other / "world1_rank0.h5", path(zt::ckpt::rank_file_name(0)), ow);
+    try {
+      zt::ckpt::CheckpointReader rd(dir_.string());
+      FAIL() << which << ": mixed rank files were opened";
+    } catch (const zt::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rank files from different saves"), std::string::npos) << which << ": " << e.what();
+    }
+  }
+  fs::remove_all(other);
 }
 
 }  // namespace
