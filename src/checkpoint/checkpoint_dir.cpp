@@ -84,7 +84,7 @@ std::string auto_resume(const std::string& dir, std::string& note) {
              (skipped.empty() ? "" : " (" + skipped + ")");
       return path;
     } catch (const Error& e) {
-      if (skipped.empty()) skipped = fs::path(path).filename().string() + " is incomplete: " + e.what();
+      if (skipped.empty()) skipped = fs::path(path).filename().string() + " skipped: " + e.what();
     }
   }
   throw Error("checkpoint.resume: " + pointer.string() + " " + problem + " and none of the " +

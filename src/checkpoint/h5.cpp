@@ -4,6 +4,11 @@ namespace zt::h5 {
 
 void init() {
   static const bool done = [] {
+    // A file whose close failed (a full disk) stays open inside the library, and the library's
+    // clean-up at exit then crashes closing it again (HDF5 1.10, H5F__close_cb). Every file is
+    // closed, and a failed close reported, by our code: the exit-time clean-up has nothing to do.
+    // (Must precede every other HDF5 call; init() is the first at every entry point.)
+    H5dont_atexit();
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     return true;
   }();
@@ -12,13 +17,27 @@ void init() {
 
 std::string error_text() {
   std::string out;
+  // One line: a failed system call's description spans lines ("file write failed: time = ...\n,
+  // filename = ..., errno = 28, error message = 'No space left on device', ..."); its error
+  // message is the part that says what happened.
+  auto one_line = [](std::string s) {
+    const std::string key = "error message = '";
+    const size_t at = s.find(key);
+    if (at != std::string::npos) {
+      const size_t end = s.find('\'', at + key.size());
+      if (end != std::string::npos) return s.substr(at + key.size(), end - at - key.size());
+    }
+    for (char& c : s)
+      if (c == '\n' || c == '\r') c = ' ';
+    return s;
+  };
   auto walk = [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
     auto* s = static_cast<std::string*>(data);
     if (n == 0 && e->desc) *s = e->desc;  // walking upward: entry 0 is the most specific
     return 0;
   };
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk, &out);
-  return out;
+  return one_line(out);
 }
 
 void fail(const char* file, int line, const char* call) {
