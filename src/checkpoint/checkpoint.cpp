@@ -27,6 +27,8 @@ namespace zt::ckpt {
 
 namespace {
 
+constexpr const char* kLatestTmp = ".latest.tmp";
+
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -128,7 +130,7 @@ void commit(const fs::path& root, const fs::path& tmp, const fs::path& final, in
     rename_path(tmp, final);
   }
   fsync_path(root.string());
-  const fs::path latest_tmp = root / ".latest.tmp";
+  const fs::path latest_tmp = root / kLatestTmp;
   {
     std::ofstream f(latest_tmp, std::ios::trunc);
     f << final.filename().string() << "\n";
@@ -203,6 +205,7 @@ Transfer save(Comm& comm, const std::string& dir, int keep, const Meta& meta, co
     } catch (const Error& e) {
       err = e.what();
       remove_quietly(tmp);  // unpublished, or the same step's replaced checkpoint
+      remove_quietly(root / kLatestTmp);
     }
   }
   agree_or_throw(comm, err, "could not publish the checkpoint");

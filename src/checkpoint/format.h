@@ -3,6 +3,7 @@
 // rank, so a checkpoint loads into any world size, stage and unit layout.
 //
 //   <checkpoint.dir>/latest                 "step_00001000\n": the newest complete checkpoint
+//   <checkpoint.dir>/.lock                  "PID HOST\n", flock-ed by the run saving here (checkpoint_dir.h)
 //   <checkpoint.dir>/step_00001000/
 //     rank_00003.h5   root attributes: Meta (format_version, step, seed, next_sequence, world,
 //                     rank, zero_stage, plan_hash, model_shape, param_dtype, rng, run_id, plan)
