@@ -156,7 +156,10 @@ def case_lock(tmp):
     run(1, sets(ref, steps=steps))
     a = os.path.join(tmp, "a")
     ck = os.path.join(a, "ckpt")
-    proc = subprocess.Popen(ct.command(1, sets(a, steps=steps, checkpoint__dir=ck, checkpoint__every=20)), cwd=ct.ROOT,
+    # An evaluation after every step keeps the first run going while the others try (and leaves its
+    # weights as they are).
+    slow = sets(a, steps=steps, checkpoint__dir=ck, checkpoint__every=20, run__eval_every=1, run__eval_batches=4)
+    proc = subprocess.Popen(ct.command(1, slow), cwd=ct.ROOT,
                             env=ct.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = os.path.join(a, "metrics.jsonl")
     t0 = time.time()
@@ -168,6 +171,10 @@ def case_lock(tmp):
         p = run(1, sets(b, steps=steps, checkpoint__dir=ck, checkpoint__every=20, checkpoint__resume=resume),
                 expect_ok=False)
         results.append((name, p, b))
+    # At two ranks rank 0 takes the lock and the other learns the verdict: the same one line.
+    b2 = os.path.join(tmp, "b2")
+    p2 = run(2, sets(b2, steps=steps, checkpoint__dir=ck, checkpoint__every=20, checkpoint__resume="auto"),
+             expect_ok=False)
     running = proc.poll() is None
     out, err = proc.communicate(timeout=300)
     host = socket.gethostname()
@@ -175,6 +182,9 @@ def case_lock(tmp):
         ok, line = one_error(p, f"checkpoint.dir: {ck} is in use by pid {proc.pid} on host {host}")
         check(ok and running and not os.path.exists(b),
               f"second run (resume {name}) on a checkpoint.dir in use: exit 1, nothing written: {line}")
+    err2 = [l for l in p2.stderr.splitlines() if l.startswith("error")]
+    check(p2.returncode != 0 and len(err2) == 1 and f"is in use by pid {proc.pid} on host {host}" in err2[0]
+          and not os.path.exists(b2), "second run at 2 ranks: " + (err2[0][:200] if err2 else p2.stderr[-300:]))
     check(proc.returncode == 0 and same_bytes(os.path.join(a, "final.bin"), os.path.join(ref, "final.bin"))
           and open(os.path.join(ck, "latest")).read() == f"step_{steps:08d}\n" and not os.path.exists(os.path.join(ck, ".lock")),
           f"the first run finishes undisturbed (exit {proc.returncode}), weights bit for bit, lock released "
