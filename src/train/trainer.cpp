@@ -80,8 +80,9 @@ class Trainer {
     const double tokens_per_step = double(B) * Tn * accum * comm_.world();
     std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
     const bool tty = decorate_;
-    // SIGTERM / SIGINT / SIGUSR1 end the run cleanly (stop_signal.h) when there is somewhere to save to.
-    const StopSignals signals(!plan_.checkpoint.dir.empty());
+    // SIGTERM / SIGINT / SIGUSR1 end the run cleanly (stop_signal.h) when there is somewhere to save to;
+    // without, SIGUSR1 is ignored with a warning.
+    const StopSignals signals(!plan_.checkpoint.dir.empty(), root_);
     const auto t_start = Clock::now();
     double train_seconds = 0.0;
 
