@@ -72,8 +72,9 @@ add_test(NAME trace_check
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(trace_check PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 # offload_check: offload.optimizer nvme (docs/design.md §3.6) against the same plan in memory, bit for
-# bit, N 1 and 3 x stages 1-3; peak resident memory falls by >= 80% of the moments; swap files exist
-# during a run and are gone after it, after SIGTERM / SIGINT and after an error; about 40 s. Then
+# bit, N 1 and 3 x stages 1-3; peak resident memory falls by >= 80% of the moments; swap files are
+# unnamed during a run and gone after it, after every signal and after an error, stale ones of dead
+# processes removed at start; about 60 s. Then
 # offload.params nvme at stage 3 (alone and with the optimizer, N 1 and 3, grad_accum 1 and 2) the
 # same way, VmHWM falling by >= 80% of all model states with both; about 75 s more.
 add_test(NAME offload_check
@@ -236,3 +237,9 @@ add_test(NAME cli_output_paths
          COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/output_paths.sh $<TARGET_FILE:train> ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(cli_output_paths PROPERTIES RUN_SERIAL TRUE TIMEOUT 300 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+
+# Resumed runs report the steps they ran, a finished one says "nothing to do", console and metrics
+# JSONL number steps alike (test/cli/resume_report.sh, three small runs, a few seconds).
+add_test(NAME cli_resume_report COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/resume_report.sh $<TARGET_FILE:train>
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(cli_resume_report PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1")

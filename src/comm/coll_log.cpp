@@ -240,7 +240,7 @@ std::string CollLog::dump(size_t n) const {
 std::string CollLog::timeout_headline(uint64_t seq) const {
   const CollRecord* r = find(seq);
   std::ostringstream os;
-  os << "rank " << rank_ << ": collective ";
+  os << "collective ";
   if (r) os << coll_op_name(r->op) << " #" << seq << " (" << r->bytes << " bytes, step " << r->step << ")";
   else os << "#" << seq;
   os << " did not complete within " << opts_.timeout_s
@@ -249,7 +249,7 @@ std::string CollLog::timeout_headline(uint64_t seq) const {
 }
 
 std::string CollLog::timeout_report(uint64_t seq, size_t dump_n) const {
-  return timeout_headline(seq) + "; last collectives on this rank:\n" + dump(dump_n);
+  return "rank " + std::to_string(rank_) + ": " + timeout_headline(seq) + "; last collectives on this rank:\n" + dump(dump_n);
 }
 
 }  // namespace zt

@@ -87,8 +87,9 @@ class CollLog {
   std::vector<CollRecord> records() const;     // oldest first
   std::string dump(size_t n) const;            // last n records, one line each
 
-  // Timeout diagnostic: the one-line headline (CommTimeout::what()) and the full text printed to
-  // stderr: headline + "; last collectives on this rank:" + the ring dump.
+  // Timeout diagnostic: the one-line headline (CommTimeout::what(); no rank in it: main prefixes
+  // "error: rank R:") and the full text printed to stderr: "rank R: " + headline + "; last
+  // collectives on this rank:" + the ring dump.
   std::string timeout_headline(uint64_t seq) const;
   std::string timeout_report(uint64_t seq, size_t dump_n = 16) const;
 

@@ -42,9 +42,9 @@ class NcclComm final : public Comm {
         compute_stream_(compute_stream) {
     int ndev = 0;
     ZT_CHECK_CUDA(cudaGetDeviceCount(&ndev));
-    ZT_REQUIRE(ndev > 0, "rank " << rank_ << ": no CUDA device visible; NCCL needs one GPU per rank");
+    ZT_REQUIRE(ndev > 0, "no CUDA device visible; NCCL needs one GPU per rank");
     ZT_REQUIRE(boot.local_world() <= ndev,
-               "rank " << rank_ << ": " << boot.local_world() << " ranks on this host but only " << ndev
+               boot.local_world() << " ranks on this host but only " << ndev
                        << " GPU(s) visible; NCCL needs one GPU per rank (start fewer ranks per host)");
     device_ = boot.local_rank() % ndev;
     ZT_CHECK_CUDA(cudaSetDevice(device_));
@@ -191,8 +191,8 @@ class NcclComm final : public Comm {
   };
 
   void check_usable() const {
-    ZT_REQUIRE(!aborted_, "rank " << rank_ << ": the NCCL communicator was aborted after a collective timed out; "
-                                  "no further collectives are possible");
+    ZT_REQUIRE(!aborted_, "the NCCL communicator was aborted after a collective timed out; "
+                          "no further collectives are possible");
   }
 
   void before_launch() {
@@ -243,7 +243,7 @@ class NcclComm final : public Comm {
       ZT_CHECK_NCCL(ncclCommGetAsyncError(comm_, &async));
       if (async != ncclSuccess && async != ncclInProgress)
         fail_at(__FILE__, __LINE__,
-                "rank " + std::to_string(rank_) + ": NCCL reported an asynchronous error: " + ncclGetErrorString(async));
+                std::string("NCCL reported an asynchronous error: ") + ncclGetErrorString(async));
     }
   }
 

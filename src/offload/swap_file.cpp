@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <regex>
 
-#include "offload/unlink_list.h"
 #include "runtime/error.h"
 
 namespace zt::offload {
@@ -28,36 +28,67 @@ std::unique_ptr<unsigned char, FreeDeleter> bounce_buffer() {
 }
 }  // namespace
 
+std::string this_host() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
 std::string swap_file_path(const std::string& dir, int rank, const std::string& tag) {
-  return dir + "/zerotrain.r" + std::to_string(rank) + ".p" + std::to_string(getpid()) + "." + tag + ".swap";
+  return dir + "/zerotrain.r" + std::to_string(rank) + ".p" + std::to_string(getpid()) + "@" + this_host() + "." + tag +
+         ".swap";
+}
+
+std::optional<SwapFileOwner> swap_file_owner(const std::string& filename) {
+  // Host names hold no '@' and tags no '.'; pids are below 2^22 (pid_max).
+  static const std::regex re(R"(^zerotrain\.r[0-9]+\.p([0-9]{1,9})(@(.+))?\.[A-Za-z0-9_]+\.swap$)");
+  std::smatch m;
+  if (!std::regex_match(filename, m, re)) return std::nullopt;
+  return SwapFileOwner{std::stol(m[1].str()), m[3].str()};
+}
+
+int open_unnamed(const std::string& dir, const std::string& path, bool direct) {
+  const int flags = O_RDWR | O_CLOEXEC | (direct ? O_DIRECT : 0);
+  if (!std::getenv("ZT_NVME_NO_TMPFILE")) {
+    const int fd = open(dir.c_str(), flags | O_TMPFILE, 0600);
+    // EOPNOTSUPP: this filesystem has no O_TMPFILE; EISDIR: the kernel predates it (O_TMPFILE
+    // includes O_DIRECTORY). Any other error (EINVAL for O_DIRECT, EACCES, ...) is the answer.
+    if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR)) return fd;
+  }
+  const int fd = open(path.c_str(), flags | O_CREAT | O_EXCL, 0600);
+  const int saved = errno;
+  // O_EXCL: whatever is at `path` now is ours, also after a failure past the creation (a filesystem
+  // refuses O_DIRECT only once the file exists).
+  if ((fd >= 0 || saved != EEXIST) && unlink(path.c_str()) != 0 && fd >= 0) {
+    const int unlink_errno = errno;
+    close(fd);
+    errno = unlink_errno;
+    return -1;
+  }
+  errno = saved;
+  return fd;
 }
 
 SwapFile::SwapFile(std::string path, size_t bytes, bool direct) : path_(std::move(path)), bytes_(bytes) {
-  fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | (direct ? O_DIRECT : 0), 0600);
-  ZT_CHECK_ERRNO(fd_ >= 0, "open(\"" << path_ << "\", O_CREAT | O_EXCL" << (direct ? " | O_DIRECT" : "") << ")");
-  slot_ = register_for_unlink(path_);
+  const size_t slash = path_.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path_.substr(0, std::max<size_t>(slash, 1));
+  fd_ = open_unnamed(dir, path_, direct);
+  ZT_CHECK_ERRNO(fd_ >= 0, "open an unnamed swap file (\"" << path_ << "\")" << (direct ? " with O_DIRECT" : ""));
   // Reserve the blocks now: a disk that fills up later would fail a write in the middle of a step.
   // Filesystems without fallocate get a sparse file (the start-up check counted the space).
   const off_t n = off_t(file_bytes());
   int rc = n > 0 ? posix_fallocate(fd_, 0, n) : 0;
   if (rc == EOPNOTSUPP || rc == EINVAL) rc = ftruncate(fd_, n) == 0 ? 0 : errno;
   if (rc != 0) {
-    errno = rc;
-    const int saved = errno;
     close(fd_);
-    unlink(path_.c_str());
-    unregister_for_unlink(slot_);
-    errno = saved;
+    errno = rc;
     ZT_CHECK_ERRNO(false, "posix_fallocate(\"" << path_ << "\", " << n << " bytes)");
   }
 }
 
 SwapFile::~SwapFile() {
-  // Unchecked on purpose: a destructor cannot report, and unlink fails with ENOENT when a signal
-  // handler removed the file first (the open descriptor kept it usable until here).
+  // Unchecked on purpose: a destructor cannot report. The last close frees the blocks.
   if (fd_ >= 0) close(fd_);
-  unlink(path_.c_str());
-  unregister_for_unlink(slot_);
 }
 
 void SwapFile::read_all(void* dst) const {

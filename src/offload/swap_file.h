@@ -2,10 +2,12 @@
 // that lives on disk instead of in memory. Opened with O_DIRECT where the filesystem has it, so
 // the state neither sits in the page cache nor costs a copy through it; every transfer is then a
 // multiple of kIoAlign bytes, at a multiple of kIoAlign, from a kIoAlign-aligned buffer, which is
-// why the file is padded to a multiple of kIoAlign. The file is created when the store is built
-// and removed when it is destroyed, and on SIGTERM / SIGINT (offload/unlink_list.h).
+// why the file is padded to a multiple of kIoAlign. The file has no name on disk: it is created
+// unnamed (O_TMPFILE) or unlinked right after it is opened, so its blocks go back to the filesystem
+// when the process ends, however it ends (a signal, an abort, SIGKILL), and no handler is needed.
 #pragma once
 #include <cstddef>
+#include <optional>
 #include <string>
 
 namespace zt::offload {
@@ -29,8 +31,8 @@ struct SwapSpec {
 
 class SwapFile {
  public:
-  // Creates `path` (it must not exist), reserves io_round_up(bytes) on disk (zeros) and registers
-  // it for unlinking on signals.
+  // Creates an unnamed file in the directory of `path` (open_unnamed) and reserves
+  // io_round_up(bytes) on disk (zeros).
   SwapFile(std::string path, size_t bytes, bool direct);
   ~SwapFile();
   SwapFile(const SwapFile&) = delete;
@@ -39,6 +41,7 @@ class SwapFile {
   int fd() const { return fd_; }
   size_t bytes() const { return bytes_; }          // the buffer's bytes
   size_t file_bytes() const { return io_round_up(bytes_); }
+  // The name the file would have (it has none on disk): for messages.
   const std::string& path() const { return path_; }
 
   // Whole-buffer copies for capturing and restoring a TrainState (not on the step's path):
@@ -56,11 +59,28 @@ class SwapFile {
   std::string path_;
   size_t bytes_;
   int fd_ = -1;
-  int slot_ = -1;
 };
 
-// "<dir>/zerotrain.r<rank>.p<pid>.<tag>.swap": rank and pid, so ranks and concurrent runs
-// sharing a directory never collide and a file left by SIGKILL says whose it was.
+// "<dir>/zerotrain.r<rank>.p<pid>@<host>.<tag>.swap": the name a swap file has where the filesystem
+// lacks O_TMPFILE, from its creation to its unlink a moment later. Rank, pid and host, so ranks and
+// concurrent runs sharing a directory never collide, and a file left by a process killed in that
+// moment says whose it was (check_nvme_dir removes it at the next start).
 std::string swap_file_path(const std::string& dir, int rank, const std::string& tag);
+
+// Who left a file named by swap_file_path; host is empty for the names of earlier versions
+// ("zerotrain.r<rank>.p<pid>.<tag>.swap", always made on the host that reads them). Nothing for
+// any other name.
+struct SwapFileOwner {
+  long pid = 0;
+  std::string host;
+};
+std::optional<SwapFileOwner> swap_file_owner(const std::string& filename);
+std::string this_host();  // gethostname(2)
+
+// A new file in `dir` that no directory entry names: O_TMPFILE, or, where the filesystem refuses it,
+// `path` created (O_EXCL) and unlinked at once. O_RDWR | O_CLOEXEC, plus O_DIRECT when `direct`.
+// Returns the descriptor, or -1 with errno set by the open that failed (EINVAL: no O_DIRECT here).
+// ZT_NVME_NO_TMPFILE acts out a filesystem without O_TMPFILE (tests of the second way).
+int open_unnamed(const std::string& dir, const std::string& path, bool direct);
 
 }  // namespace zt::offload

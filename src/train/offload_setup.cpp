@@ -49,6 +49,11 @@ offload::SwapSpec prepare_offload(const Plan& plan, int world, int rank, int loc
   detail << format_bytes(double(per_rank)) << " per rank in " << files << " files x " << local_world
          << " rank(s) on this host, as ./train estimate reports";
   const offload::NvmeDir d = offload::check_nvme_dir(plan.offload.nvme_dir, per_rank * uint64_t(local_world), detail.str());
+  // Said by the rank that removed them (one per host), before the banner: the next line may be a refusal.
+  if (!d.removed.empty()) {
+    std::printf("%s\n", d.removed.c_str());
+    std::fflush(stdout);
+  }
   return swap_spec_of(plan.offload, rank, d.direct);
 }
 

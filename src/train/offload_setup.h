@@ -9,7 +9,8 @@
 
 namespace zt {
 
-// The spec the store and optimizer run with (disabled without offload). Throws one line when
+// The spec the store and optimizer run with (disabled without offload); prints the line of
+// check_nvme_dir on stale swap files it removed. Throws one line when
 // nvme_dir cannot take this host's swap files (local_world ranks share it), or when the backend
 // keeps its state off the host (host_backend false: the CPU AdamW cannot update device memory).
 offload::SwapSpec prepare_offload(const Plan& plan, int world, int rank, int local_world, bool host_backend);

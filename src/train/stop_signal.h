@@ -1,9 +1,13 @@
-// SIGTERM / SIGINT / SIGUSR1 during training (docs/design.md §3.7): the handler only sets a flag; the loop
-// finishes the step it is in, the ranks agree that one of them was asked to stop, save a
-// checkpoint and return, and the process exits 0. Installed only while a run with checkpoint.dir
-// trains (elsewhere the signals keep their default: end the process). A second signal of the same
-// kind ends the process at once. SIGUSR1 is there for mpirun: Open MPI forwards it to every rank
+// SIGTERM / SIGINT / SIGUSR1 during training (docs/design.md §3.7). With checkpoint.dir, the handler
+// only sets a flag; the loop finishes the step it is in, the ranks agree that one of them was asked
+// to stop, save a checkpoint and return, and the process exits 0. A second signal of the same kind
+// ends the process at once. SIGUSR1 is there for mpirun: Open MPI forwards it to every rank
 // (ess_base_forward_signals), while SIGTERM to mpirun ends the job after odls_base_sigkill_timeout.
+//
+// Without checkpoint.dir, SIGTERM and SIGINT keep their default action (the process ends; swap
+// files have no name on disk, so nothing is left, offload/swap_file.h), and SIGUSR1, which asks for
+// a checkpoint, is ignored with a warning: there is nowhere to save it, and ending the run because
+// of it would throw away what the run did so far.
 #pragma once
 #include <string>
 
@@ -13,17 +17,19 @@ namespace zt {
 
 class StopSignals {
  public:
-  explicit StopSignals(bool install);  // install = false: does nothing
+  // can_save: checkpoint.dir is set. warn: print the warning for SIGUSR1 without it (rank 0 only,
+  // since mpirun forwards the signal to every rank).
+  StopSignals(bool can_save, bool warn);
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
-  static int received();  // the signal number, 0 when none came
+  static int received();  // the signal number, 0 when none came (always 0 without checkpoint.dir)
   // Collective: whether any rank received one; "" or which signal and rank ("SIGTERM on rank 1").
   static std::string agree(Comm& comm);
   static void reset();    // tests run several trainings in one process
 
  private:
-  bool installed_ = false;
+  bool can_save_ = false;
 };
 
 }  // namespace zt

@@ -80,13 +80,18 @@ class Trainer {
     const double tokens_per_step = double(B) * Tn * accum * comm_.world();
     std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
     const bool tty = decorate_;
-    // SIGTERM / SIGINT / SIGUSR1 end the run cleanly (stop_signal.h) when there is somewhere to save to.
-    const StopSignals signals(!plan_.checkpoint.dir.empty());
+    // SIGTERM / SIGINT / SIGUSR1 end the run cleanly (stop_signal.h) when there is somewhere to save to;
+    // without, SIGUSR1 is ignored with a warning.
+    const StopSignals signals(!plan_.checkpoint.dir.empty(), root_);
     const auto t_start = Clock::now();
     double train_seconds = 0.0;
 
     const int world = comm_.world();
     const int stop = ctl_.stop_at >= 0 ? std::min(ctl_.stop_at, run.steps) : run.steps;
+    // Throughput, losses and the "done" line count the steps this process runs, not the step reached.
+    const int first = int(state_.step);
+    if (root_ && !resume_from_.empty() && first >= run.steps)
+      std::printf("nothing to do: checkpoint is at step %d = run.steps\n", first);
     // Stages 1-2 with overlap: each step's lookup is prepared ahead of the parameter all-gathers by
     // the step before (ZeroEngine::prepare_lookup), the first one here; the last step prepares one
     // that no forward uses, so that every step sends the same bytes.
@@ -139,7 +144,7 @@ class Trainer {
       bytes_per_step_ = cs.bytes;
 
       if (root_) {
-        log_->write({{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"ms", ms},
+        log_->write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"ms", ms},
                      {"tokens_per_s", tokens_per_step / (ms / 1e3)}, {"comm_bytes", cs.bytes},
                      {"comm_wait_ms", cs.wait_s * 1e3}});
         const double eta = train_seconds / (step + 1) * (run.steps - step - 1);
@@ -203,18 +208,26 @@ class Trainer {
       ZT_REQUIRE(trace_error.empty(), trace_error << " (training finished; rank 0 logged the summary)");
       return res;
     }
-    std::printf("\ndone: %d steps in %s (%.0f tokens/s while training); final loss %.4f", res.steps,
-                format_duration(wall).c_str(), tokens_per_step * res.steps / train_seconds, res.final_loss);
-    if (res.final_val_loss >= 0) std::printf(", val loss %.4f", res.final_val_loss);
-    std::printf("\n\nmemory per rank (tracked, current and peak):\n%s", mem_.table(true).c_str());
+    const int ran = int(res.losses.size());
+    const nlohmann::json none;  // null in the summary: nothing of the kind happened in this process
+    if (ran > 0) {
+      std::printf("\ndone: %d steps", ran);
+      if (first > 0) std::printf(" (resumed at step %d)", first);
+      std::printf(" in %s (%.0f tokens/s while training); final loss %.4f", format_duration(wall).c_str(),
+                  tokens_per_step * ran / train_seconds, res.final_loss);
+      if (res.final_val_loss >= 0) std::printf(", val loss %.4f", res.final_val_loss);
+      std::printf("\n");
+    }
+    std::printf("\nmemory per rank (tracked, current and peak):\n%s", mem_.table(true).c_str());
     if (comm_.world() > 1)
       std::printf("communication: %s sent per rank per step (%s)\n", format_bytes(double(bytes_per_step_)).c_str(),
                   partition_->bytes_formula().c_str());
     log_->write({{"summary",
                   {{"steps", res.steps},
-                   {"final_loss", res.final_loss},
-                   {"final_val_loss", res.final_val_loss},
-                   {"tokens_per_s", tokens_per_step * res.steps / train_seconds},
+                   {"steps_run", ran},
+                   {"final_loss", ran > 0 ? nlohmann::json(res.final_loss) : none},
+                   {"final_val_loss", res.final_val_loss >= 0 ? nlohmann::json(res.final_val_loss) : none},
+                   {"tokens_per_s", ran > 0 ? nlohmann::json(tokens_per_step * ran / train_seconds) : none},
                    {"wall_s", wall},
                    {"peak_memory_bytes", mem_.peak_json()},
                    {"peak_rss_bytes", process_peak_rss_bytes()},  // rank 0's VmHWM: tracked + untracked
@@ -497,7 +510,7 @@ class Trainer {
     if (comm_.world() > 1) comm_.all_reduce_sum(&sum, 1);
     const double val = sum / double(n * comm_.world());
     if (root_) {
-      log_->write({{"step", step}, {"val_loss", val}});
+      log_->write({{"step", step + 1}, {"val_loss", val}});
       std::printf("step %5d | val loss %.4f (%lld batches)\n", step + 1, val, (long long)(n * comm_.world()));
     }
     return val;

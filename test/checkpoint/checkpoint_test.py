@@ -2,7 +2,7 @@
 """Sharded checkpoints end to end (docs/design.md §3.7), through the real binary under mpirun.
 
   resume   train 20 steps (saving at 10 and 20) vs resume from step 10 and train 10 more: the
-           losses of steps 10-19 and the final weights (run.final_weights) are identical bit for
+           losses of steps 11-20 and the final weights (run.final_weights) are identical bit for
            bit, zero stages 0-3 x world 1 and 3.
   reshard  saved at world 4 stage 3; resumed at world 2 stage 1, world 3 stage 0 and world 1
            stage 2 (same global batch through grad_accum): every continued loss within 1e-5
@@ -128,8 +128,8 @@ def part_resume(tmp):
             run(world, sets(a, stage, checkpoint__dir=os.path.join(a, "ckpt"), checkpoint__every=10))
             run(world, sets(b, stage, checkpoint__resume=os.path.join(a, "ckpt", "step_00000010")))
             la, lb = losses(a), losses(b)
-            check(sorted(lb) == list(range(10, 20)) and all(la[s] == lb[s] for s in lb),
-                  f"world {world} stage {stage}: resumed losses of steps 10-19 equal the uninterrupted run's bit for bit")
+            check(sorted(lb) == list(range(11, 21)) and all(la[s] == lb[s] for s in lb),
+                  f"world {world} stage {stage}: resumed losses of steps 11-20 equal the uninterrupted run's bit for bit")
             check(same_bytes(os.path.join(a, "final.bin"), os.path.join(b, "final.bin")),
                   f"world {world} stage {stage}: final weights identical bit for bit")
     # Optimizer state offloaded to swap files (docs/design.md §3.6) is saved and loaded like any other:
@@ -142,7 +142,7 @@ def part_resume(tmp):
             b = os.path.join(tmp, f"ob{world}{stage}{len(extra)}")
             run(world, sets(b, stage, checkpoint__resume=os.path.join(a, "ckpt", "step_00000010"), **extra))
             la, lb = losses(a), losses(b)
-            check(sorted(lb) == list(range(10, 20)) and all(la[s] == lb[s] for s in lb),
+            check(sorted(lb) == list(range(11, 21)) and all(la[s] == lb[s] for s in lb),
                   f"world {world} stage {stage}: offloaded run's checkpoint resumed {name}: losses bit for bit")
             check(same_bytes(os.path.join(a, "final.bin"), os.path.join(b, "final.bin")),
                   f"world {world} stage {stage}: offloaded run's checkpoint resumed {name}: final weights bit for bit")
@@ -158,8 +158,8 @@ def part_reshard(tmp):
         p = run(world, sets(b, stage, accum=accum, checkpoint__resume=os.path.join(a, "ckpt", "step_00000010")))
         lb = losses(b)
         worst = max(abs(lb[s] - ref[s]) / abs(ref[s]) for s in lb)
-        check(sorted(lb) == list(range(10, 20)) and worst <= 1e-5,
-              f"saved at world 4 stage 3, resumed at world {world} stage {stage}: losses of steps 10-19 within 1e-5 "
+        check(sorted(lb) == list(range(11, 21)) and worst <= 1e-5,
+              f"saved at world 4 stage 3, resumed at world {world} stage {stage}: losses of steps 11-20 within 1e-5 "
               f"relative of the world-4 run (worst {worst:.2e})")
         check("checkpoint: loaded" in p.stdout and "GB/s" in p.stdout, f"world {world}: one load summary line")
     bad = run(2, sets(os.path.join(tmp, "c"), 1, accum=3, checkpoint__resume=os.path.join(a, "ckpt")),

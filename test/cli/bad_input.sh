@@ -114,6 +114,11 @@ expect params_nvme_missing_parent 'offload.nvme_dir: "'"$inp/plain_file/swap"'" 
   "{$good_data}" "${pnvme[@]}" --set offload.nvme_dir="$inp/plain_file/swap"
 ZT_NVME_FREE_BYTES=20000000 expect params_nvme_too_small 'offload.nvme_dir: the swap files need 24.78 MiB (24.78 MiB per rank in 4 files x 1 rank(s) on this host, as ./train estimate reports) but "'"$inp"'" has 19.07 MiB free (ZT_NVME_FREE_BYTES)' \
   "{$good_data}" "${pnvme[@]}" --set offload.nvme_dir="$inp/swap"
+# A path that cannot be looked up at all (a symlink loop) is refused naming the key and the cause,
+# not later by mkdir.
+ln -s loop_b "$inp/loop_a"; ln -s loop_a "$inp/loop_b"
+expect nvme_symlink_loop     'offload.nvme_dir: "'"$inp/loop_a/swap"'" cannot be used: Too many levels of symbolic links' \
+  "{$good_data}" "${nvme[@]}" --set offload.nvme_dir="$inp/loop_a/swap"
 mk junk "$inp/junk.bin" 4096
 expect val_not_a_shard       'data.val: data file '"$inp/junk.bin"': bad magic' "{$good_data}" "${small[@]}" \
   --set data.val="$inp/junk.bin"

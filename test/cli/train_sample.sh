@@ -29,7 +29,7 @@ assert len(steps) == 40, len(steps)
 for r in steps:
     for k in ("step", "loss", "lr", "grad_norm", "ms", "tokens_per_s"):
         assert k in r, (k, r)
-assert [r["step"] for r in vals] == [19, 39], vals
+assert [r["step"] for r in vals] == [20, 40], vals  # numbered from 1, as the console prints them
 assert len(summ) == 1 and summ[0]["steps"] == 40
 assert summ[0]["peak_memory_bytes"]["host"]["params"] > 0
 first = sum(r["loss"] for r in steps[:5]) / 5

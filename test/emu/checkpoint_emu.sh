@@ -4,7 +4,7 @@
 #   1. bf16: 6 steps (saving at 3 and 6) vs resume from step 3: final weights identical bit for bit;
 #      the checkpoint holds bf16 parameters (/bf16 in model.h5) and fp32 master weights (/h/...).
 #   2. the CPU backend continues the bf16 checkpoint (fp32 parameters from the master weights) and
-#      the bf16 run continues the CPU one (parameters rounded to bf16): losses of steps 3-5 within
+#      the bf16 run continues the CPU one (parameters rounded to bf16): losses of steps 4-6 within
 #      2e-2 relative of the run they continue (the bf16 vs fp32 bound of train_emu.sh).
 # usage: checkpoint_emu.sh path/to/train path/to/zt_train_emu
 set -euo pipefail
@@ -46,7 +46,7 @@ def check(cond, what):
     ok &= bool(cond)
 g, g2, c, gc, cg = (losses(n) for n in ("g", "g2", "c", "gc", "cg"))
 check(open(f"{w}/g/final.bin", "rb").read() == open(f"{w}/g2/final.bin", "rb").read()
-      and all(g[s] == g2[s] for s in g2) and sorted(g2) == [3, 4, 5],
+      and all(g[s] == g2[s] for s in g2) and sorted(g2) == [4, 5, 6],
       "emulated bf16: resumed from step 3, losses and final weights identical bit for bit")
 with h5py.File(f"{w}/g/ckpt/step_00000006/model.h5", "r") as f:
     check(f.attrs["param_dtype"] == "bf16" and f["bf16/h/0/attn/c_attn/weight"].dtype == "uint16"
@@ -55,7 +55,7 @@ with h5py.File(f"{w}/g/ckpt/step_00000006/model.h5", "r") as f:
           "bf16 checkpoint: bf16 parameters (as uint16) and fp32 master weights")
 for name, got, ref in (("CPU continues the bf16 checkpoint", gc, g), ("bf16 continues the CPU checkpoint", cg, c)):
     worst = max(abs(got[s] - ref[s]) / abs(ref[s]) for s in got)
-    check(sorted(got) == [3, 4, 5] and worst <= 2e-2, f"{name}: steps 3-5 within 2e-2 (worst {worst:.2e})")
+    check(sorted(got) == [4, 5, 6] and worst <= 2e-2, f"{name}: steps 4-6 within 2e-2 (worst {worst:.2e})")
 print("checkpoint_emu (EMULATED CUDA, not a GPU):", "ok" if ok else "FAILED")
 sys.exit(0 if ok else 1)
 PY

@@ -74,6 +74,8 @@ for stage in 0 1 2 3; do
     fi
   fi
   grep -q "did not complete within $TIMEOUT_S" "$out" || why+=("no 'did not complete within $TIMEOUT_S' message")
+  # One "rank R:" per line: main's "error: rank R:" prefix, none inside the message (issue 23).
+  ! grep -qE "rank [0-9]+: rank [0-9]+:" "$out" || why+=("a line repeats its rank prefix: $(grep -m1 -E "rank [0-9]+: rank [0-9]+:" "$out")")
   grep -q "last collectives on this rank:" "$out" || why+=("no ring dump header ('last collectives on this rank:')")
   grep -qE "^ +#[0-9]+ +[a-z_]+ .* done" "$out" || why+=("the ring dump shows no completed collective")
   if grep -qE "Segmentation fault|signal 11|free\(\)|MPI_ERR_TRUNCATE|double free|corrupted" "$out"; then

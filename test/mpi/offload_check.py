@@ -11,11 +11,16 @@
             swap file is left afterwards.
   rss       a model with ~52 MiB of moments (C 128, L 2, N 1, stage 1): the measured peak resident
             memory (VmHWM) falls by at least 80% of the moments' bytes with offload.
-  cleanup   swap files exist while a run trains (one per rank per state, the estimate's size
-            padded to 4 KiB) and are gone after SIGTERM (N = 1, and N = 2 through mpirun, which
-            forwards it), after SIGINT, and after an error in the middle of a run (a diverged loss
-            at N = 1 and 3; a hung collective at N = 2, which ends in MPI_Abort); a missing
-            nvme_dir is created.
+  cleanup   swap files are held open while a run trains (one per rank per state, the estimate's
+            size padded to 4 KiB) with no name on disk (found through /proc), and are gone after
+            SIGTERM (N = 1, and N = 2 through mpirun, which forwards it), SIGINT, SIGHUP, SIGQUIT,
+            SIGKILL, two SIGTERMs 0.01 / 0.05 / 0.15 s apart with checkpoint.dir (the second one
+            ends the process at once), and after an error in the middle of a run (a diverged loss
+            at N = 1 and 3; a hung collective at N = 2, which ends in MPI_Abort); SIGUSR1 without
+            checkpoint.dir is ignored with a warning; a missing nvme_dir is created. At start,
+            named swap files of processes that no longer run on this host are removed in one line
+            and their space counted; those of live processes and other hosts stay byte-identical
+            and are named when the space falls short.
 
 offload.params "nvme" (stage 3: the parameter and gradient shards in swap files):
 
@@ -34,10 +39,13 @@ About two minutes on 2 cores.
         [--only parity|rss|cleanup|params|prss|pcleanup]
 """
 import argparse
+import hashlib
 import json
 import os
+import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -66,6 +74,25 @@ def params_sets(swap_dir, optimizer=True, subgroup_mb=SUBGROUP_MB):
 
 def swap_files(d):
     return sorted(f for f in os.listdir(d) if f.endswith(".swap")) if os.path.isdir(d) else []
+
+
+def held_files(d):
+    """(pid, bytes, links) of every file under d that a process holds open, through /proc: swap
+    files have no name on disk while a run uses them (docs/design.md §3.6)."""
+    prefix, out = os.path.abspath(d) + "/", []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix):
+                    st = os.stat(f"/proc/{pid}/fd/{fd}")
+                    out.append((int(pid), st.st_size, st.st_nlink))
+            except OSError:
+                continue
+    return out
 
 
 def cmd_for(train, mpirun, n, stage, work, extra, accum=1):
@@ -224,34 +251,51 @@ def start(args, n, work, swap, extra, stage=2, sets=None):
     os.makedirs(work, exist_ok=True)
     cmd = cmd_for(args.train, args.mpirun, n, stage, work, (sets if sets is not None else nvme_sets(swap)) + extra)
     return subprocess.Popen(cmd, cwd=ROOT, env=zm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True,  # no core file from SIGQUIT
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
 
 
 def wait_gone(swap, seconds=10):
+    """What is left of the swap files: names in the directory, and files a process still holds."""
     t0 = time.monotonic()
-    while swap_files(swap) and time.monotonic() - t0 < seconds:
+    while (swap_files(swap) or held_files(swap)) and time.monotonic() - t0 < seconds:
         time.sleep(0.1)
-    return swap_files(swap)
+    return swap_files(swap) + [f"held by pid {h[0]}" for h in held_files(swap)]
 
 
-def killed(args, tmp, n, sig, fails, params=False):
-    name = f"{signal.Signals(sig).name} at N={n}" + (" (params + optimizer)" if params else "")
-    work = os.path.join(tmp, f"sig_{n}_{sig}_{params}")
+def killed(args, tmp, n, sig, fails, params=False, then=(), extra=(), name=None):
+    """Signal `sig` to a training run once its swap files are open and a step is logged, then `then`: (seconds, signal)
+    pairs sent that long after the one before. No swap file may be left, named or held."""
+    name = name or f"{signal.Signals(sig).name} at N={n}" + (" (params + optimizer)" if params else "")
+    work = os.path.join(tmp, "sig_" + "".join(c if c.isalnum() else "_" for c in name))
     swap = os.path.join(work, "new", "swap")
     stage, sets = (3, params_sets(swap)) if params else (2, nvme_sets(swap))
     est = run_estimate(args, n, work, swap, stage, sets)
     want = [b["bytes"] for b in est["buffers"] if b["tier"] == "nvme"]
     per_rank = len(want)
-    p = start(args, n, work, swap, ["--set", "run.steps=100000"], stage, sets)
-    t0, seen = time.monotonic(), []
+    p = start(args, n, work, swap, ["--set", "run.steps=100000"] + list(extra), stage, sets)
+    t0, held = time.monotonic(), []
     while time.monotonic() - t0 < 60 and p.poll() is None:
-        seen = swap_files(swap)
-        if len(seen) == per_rank * n:
+        held = held_files(swap)
+        if len(held) == per_rank * n:
             break
         time.sleep(0.05)
-    sizes = sorted(os.path.getsize(os.path.join(swap, f)) for f in seen)
+    named = swap_files(swap)
+    sizes = sorted(h[1] for h in held)
+    log = os.path.join(work, "metrics.jsonl")  # signalled while it trains (the step handlers are installed)
+    while time.monotonic() - t0 < 60 and p.poll() is None and not (os.path.exists(log) and '"loss"' in open(log).read()):
+        time.sleep(0.02)
     padded = sorted((b + BLOCK - 1) // BLOCK * BLOCK for b in want * n)
     os.kill(p.pid, sig)
+    alive_after = None
+    for delay, s in then:
+        time.sleep(delay)
+        if alive_after is None:
+            alive_after = p.poll() is None
+        try:
+            os.kill(p.pid, s)
+        except ProcessLookupError:
+            pass
     try:
         out = p.communicate(timeout=60)[0].decode(errors="replace")
     except subprocess.TimeoutExpired:
@@ -259,16 +303,86 @@ def killed(args, tmp, n, sig, fails, params=False):
         out = p.communicate()[0].decode(errors="replace")
     left = wait_gone(swap)
     errs = []
-    if len(seen) != per_rank * n or sizes != padded:
-        errs.append(f"during the run: {seen} of sizes {sizes}, expected {per_rank * n} files of {padded}")
-    if p.returncode == 0:
+    if len(held) != per_rank * n or sizes != padded:
+        errs.append(f"during the run: {len(held)} swap files held open, of sizes {sizes}, expected {per_rank * n} of {padded}")
+    if named or any(h[2] != 0 for h in held):
+        errs.append(f"during the run the swap files have names on disk (links {[h[2] for h in held]}): {named}")
+    if p.returncode == 0 and not then:
         errs.append("exit code 0")
     if left:
         errs.append(f"left behind: {left}")
-    print(("FAIL " if errs else "ok   ") + f"cleanup {name}: {len(seen)} swap files during the run "
+    print(("FAIL " if errs else "ok   ") + f"cleanup {name}: {len(held)} unnamed swap files during the run "
           f"({sizes[0] if sizes else 0} bytes each), {len(left)} after (exit {p.returncode})" +
           "".join("\n     " + e for e in errs) + ("\n" + out[-800:] if errs else ""))
     fails += [f"cleanup {name}: {e}" for e in errs]
+    return out, alive_after
+
+
+def signals_without_dir(args, tmp, fails):
+    """SIGUSR1 asks for a checkpoint: without checkpoint.dir the run goes on, with one warning."""
+    out, alive = killed(args, tmp, 1, signal.SIGUSR1, fails, then=[(0.5, signal.SIGTERM)],
+                        name="SIGUSR1 without checkpoint.dir, then SIGTERM")
+    warning = "warning: SIGUSR1 asks for a checkpoint, but checkpoint.dir is not set"
+    ok = alive and out.count(warning) == 1
+    print(("ok   " if ok else "FAIL ") + f"SIGUSR1 without checkpoint.dir: running 0.5 s later: {alive}, "
+          f"warned once: {out.count(warning) == 1}")
+    if not ok:
+        fails.append("SIGUSR1 without checkpoint.dir ended the run or did not warn once")
+
+
+def digest(d):
+    return {f: hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest() for f in sorted(os.listdir(d))}
+
+
+def stale_at_start(args, tmp, fails):
+    """Named swap files of dead processes on this host (a kill in the moment between creating and
+    unlinking one, or an earlier version) are removed at start and count as free space; the files
+    of a live process, of another host and anything else stay byte-identical."""
+    work = os.path.join(tmp, "stale")
+    swap = os.path.join(work, "swap")
+    os.makedirs(swap)
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that no longer runs
+    host, MiB = socket.gethostname(), 1 << 20
+    stale = {f"zerotrain.r0.p{gone.pid}@{host}.adam_m.swap": 3 * MiB,
+             f"zerotrain.r1.p{gone.pid}.adam_v.swap": MiB}  # an earlier version's name: no host
+    live = f"zerotrain.r0.p{os.getpid()}@{host}.adam_m.swap"
+    kept = {live: MiB, f"zerotrain.r0.p{gone.pid}@elsewhere.example.adam_m.swap": MiB, "notes.txt": 100}
+    for f, size in {**stale, **kept}.items():
+        with open(os.path.join(swap, f), "wb") as fh:
+            fh.write(os.urandom(size))
+    before = digest(swap)
+    need = sum((b["bytes"] + BLOCK - 1) // BLOCK * BLOCK for b in run_estimate(args, 1, work, swap)["buffers"]
+               if b["tier"] == "nvme")
+    results = []
+    for free in (need - 2 * MiB, 0):  # enough only with the stale files' 4 MiB; not enough at all
+        os.environ["ZT_NVME_FREE_BYTES"] = str(max(free, 0))
+        try:
+            p = start(args, 1, work, swap, ["--set", "run.steps=2"])
+            out = p.communicate(timeout=120)[0].decode(errors="replace")
+        finally:
+            del os.environ["ZT_NVME_FREE_BYTES"]
+        results.append((p.returncode, out))
+    after = digest(swap)
+    errs = []
+    (rc, out), (rc2, out2) = results
+    lines = [l for l in out.splitlines() if "stale swap file" in l]
+    if rc != 0 or len(lines) != 1 or not lines[0].startswith("offload.nvme_dir: removed 2 stale swap file(s) (4.00 MiB)") \
+            or not all(f in lines[0] for f in stale):
+        errs.append(f"expected exit 0 and one line 'offload.nvme_dir: removed 2 stale swap file(s) (4.00 MiB) ...' "
+                    f"naming {sorted(stale)}; got exit {rc}, lines {lines}")
+    if any(f in after for f in stale):
+        errs.append(f"stale files still there: {sorted(set(stale) & set(after))}")
+    if {f: h for f, h in before.items() if f in kept} != after:
+        errs.append(f"files that are not stale swap files changed: {sorted(kept)} -> {sorted(after)}")
+    err_lines = [l for l in out2.splitlines() if l.startswith("error:")]
+    if rc2 == 0 or len(err_lines) != 1 or live not in err_lines[0] or "not removed" not in err_lines[0]:
+        errs.append(f"too little space: expected one error line naming the live process's file {live}, got exit "
+                    f"{rc2}: {err_lines}")
+    print(("FAIL " if errs else "ok   ") + "stale swap files at start: 2 of dead processes removed in one line and "
+          "counted free, 3 other files untouched, named when the space falls short" +
+          "".join("\n     " + e for e in errs) + ("\n" + out[-800:] if errs else ""))
+    fails += [f"stale swap files at start: {e}" for e in errs]
 
 
 def run_estimate(args, n, work, swap, stage=2, offload_sets=None):
@@ -312,8 +426,15 @@ def main():
         if args.only in (None, "rss"):
             rss(args, tmp, fails)
         if args.only in (None, "cleanup"):
-            for n, sig in ((1, signal.SIGTERM), (2, signal.SIGTERM), (1, signal.SIGINT)):
+            for n, sig in ((1, signal.SIGTERM), (2, signal.SIGTERM), (1, signal.SIGINT), (1, signal.SIGHUP),
+                           (1, signal.SIGQUIT), (1, signal.SIGKILL)):
                 killed(args, tmp, n, sig, fails)
+            for gap in (0.01, 0.05, 0.15):  # a double Ctrl-C while the first one's checkpoint is saved
+                killed(args, tmp, 1, signal.SIGTERM, fails, then=[(gap, signal.SIGTERM)],
+                       extra=["--set", f"checkpoint.dir={os.path.join(tmp, f'ckpt_{gap}')}"],
+                       name=f"two SIGTERMs {gap} s apart with checkpoint.dir")
+            signals_without_dir(args, tmp, fails)
+            stale_at_start(args, tmp, fails)
             for n in (1, 3):  # every rank throws
                 failed_mid_run(args, tmp, n, "a diverged loss", ["--set", "optim.lr=1e30"], "diverged", fails)
             # One rank skips a collective at step 2: the other times out and MPI_Abort ends the job.

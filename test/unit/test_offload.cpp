@@ -5,10 +5,12 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -152,14 +154,66 @@ TEST_F(Offload, StoreKeepsOffloadedStateInSwapFiles) {
     EXPECT_EQ(store.get<float>(StateId::adam_m), nullptr);
     ASSERT_NE(store.file(StateId::adam_v), nullptr);
     struct stat st {};
-    ASSERT_EQ(stat(store.file(StateId::adam_v)->path().c_str(), &st), 0);
+    ASSERT_EQ(fstat(store.file(StateId::adam_v)->fd(), &st), 0);
     EXPECT_EQ(size_t(st.st_size), offload::io_round_up(4 * part.shard_total()));
+    EXPECT_EQ(st.st_nlink, 0u) << "a swap file has a name on disk";
     EXPECT_EQ(mem.current(Tier::nvme, Category::optimizer), nvme);
     EXPECT_EQ(mem.current(Tier::host, Category::staging), pool);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(store.raw(StateId::swap_buffers)) % offload::kIoAlign, 0u);
   }
   EXPECT_EQ(mem.current_total(Tier::nvme), 0u);
   EXPECT_TRUE(std::filesystem::is_empty(spec.dir)) << "the store's swap files were not removed";
+}
+
+// Swap files have no name on disk (docs/design.md §3.6), made with O_TMPFILE or, on a filesystem
+// without it (acted out by ZT_NVME_NO_TMPFILE), created and unlinked at once; either way they work.
+TEST_F(Offload, SwapFilesHaveNoName) {
+  for (const bool tmpfile : {true, false}) {
+    SCOPED_TRACE(tmpfile ? "O_TMPFILE" : "created and unlinked");
+    if (!tmpfile) setenv("ZT_NVME_NO_TMPFILE", "1", 1);
+    {
+      offload::SwapFile f(offload::swap_file_path(dir_.string(), 0, "m"), 5000 * 4, direct());
+      struct stat st {};
+      ASSERT_EQ(fstat(f.fd(), &st), 0);
+      EXPECT_EQ(st.st_nlink, 0u);
+      EXPECT_EQ(size_t(st.st_size), offload::io_round_up(5000 * 4));
+      EXPECT_TRUE(std::filesystem::is_empty(dir_)) << "a name is left in the directory";
+      std::vector<float> want(5000, 1.5f), got(5000);
+      f.write_all(want.data());
+      f.read_all(got.data());
+      EXPECT_EQ(got, want);
+    }
+    unsetenv("ZT_NVME_NO_TMPFILE");
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir_));
+}
+
+// Named swap files of processes that no longer run on this host are removed by the start-up check,
+// in one line, and count as free space; a live process's, another host's and other files stay.
+TEST_F(Offload, StartupRemovesStaleSwapFilesOfDeadProcesses) {
+  const pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(waitpid(gone, nullptr, 0), gone);
+  const std::string host = offload::this_host(), g = std::to_string(gone), me = std::to_string(getpid());
+  const std::vector<std::string> stale = {"zerotrain.r0.p" + g + "@" + host + ".adam_m.swap",
+                                          "zerotrain.r1.p" + g + ".adam_v.swap"};  // an earlier version's name
+  const std::vector<std::string> kept = {"zerotrain.r0.p" + me + "@" + host + ".adam_m.swap",
+                                         "zerotrain.r0.p" + g + "@elsewhere.example.adam_m.swap", "zerotrain.r0.p" + g,
+                                         "notes.swap"};
+  for (const auto& n : stale) std::ofstream(path(n)) << std::string(8192, 'x');
+  for (const auto& n : kept) std::ofstream(path(n)) << "x";
+  EXPECT_FALSE(offload::swap_file_owner("zerotrain.r0.p12.swap"));
+  EXPECT_EQ(offload::swap_file_owner("zerotrain.r3.p12@a.b.c.grad.swap")->host, "a.b.c");
+  EXPECT_EQ(offload::swap_file_owner(stale[1])->pid, long(gone));
+  const offload::NvmeDir d = offload::check_nvme_dir(dir_.string(), 0, "test");
+  EXPECT_NE(d.removed.find("offload.nvme_dir: removed 2 stale swap file(s)"), std::string::npos) << d.removed;
+  for (const auto& n : stale) {
+    EXPECT_NE(d.removed.find(n), std::string::npos) << d.removed;
+    EXPECT_FALSE(std::filesystem::exists(path(n))) << n;
+  }
+  for (const auto& n : kept) EXPECT_TRUE(std::filesystem::exists(path(n))) << n;
+  EXPECT_EQ(offload::check_nvme_dir(dir_.string(), 0, "test").removed, "") << "a second look finds nothing stale";
 }
 
 // offload.params (docs/design.md §3.6): initial values are written range by range at any byte
