@@ -9,13 +9,19 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build train test test-gpu test-emu bench data clean
+.PHONY: all build configure train test test-gpu test-emu bench data clean
 all: build
 
-$(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+# The stamp is written only when CMake succeeds. A failed configure (a package missing) leaves a
+# CMakeCache.txt but no Makefile; keyed on the cache, every later `make` skipped configuring and said
+# "No rule to make target 'Makefile'" forever. Its cache goes too, so the retry starts clean.
+$(BUILD)/.configured:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) || { rm -f $(BUILD)/CMakeCache.txt; exit 1; }
+	touch $@
 
-build: $(BUILD)/CMakeCache.txt
+configure: $(BUILD)/.configured
+
+build: $(BUILD)/.configured
 	cmake --build $(BUILD) -j $(JOBS)
 
 data:

@@ -219,3 +219,18 @@ endforeach()
 add_executable(zt_bench_offload ${CMAKE_SOURCE_DIR}/test/bench/bench_offload.cpp)
 target_link_libraries(zt_bench_offload PRIVATE zt)
 target_compile_options(zt_bench_offload PRIVATE -fno-math-errno)
+
+# ---- issue 23 (plan and command line): comm.* plan keys reach the comm, estimate without a GPU ------
+# comm_settings: 2 ranks with comm.ring false / ZT_COMM_THREAD=0 train the defaults' losses, plan.json
+# records what ran, a rank with a different override is refused; about 15 s.
+add_test(NAME comm_settings COMMAND bash ${CMAKE_SOURCE_DIR}/test/mpi/comm_settings.sh $<TARGET_FILE:train>
+                                    ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(comm_settings PROPERTIES RUN_SERIAL TRUE TIMEOUT 300 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+# cli_estimate_cuda: train estimate --set device=cuda with no GPU visible, stages 0-3 x fp32/bf16, and
+# the run's own message for a head size the CUDA kernels lack.
+if(ZT_HAVE_CUDA)
+  add_test(NAME cli_estimate_cuda COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/estimate_cuda.sh $<TARGET_FILE:train>
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(cli_estimate_cuda PROPERTIES TIMEOUT 120)
+endif()
