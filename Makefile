@@ -1,5 +1,6 @@
 # Front door. The real build is CMake in build/; these targets wrap it.
 #   make            build ./train (and the test binaries)
+#   make configure  only run CMake (again after a failure: see the stamp below)
 #   make train      prepare the default data if missing, then train plans/default.json
 #   make test       build and run every test through ctest (GPU tests report "Skipped" without a GPU)
 #   make test-gpu   only the GPU tests: CUDA ops vs CPU ops, the model on the GPU vs the CPU backend

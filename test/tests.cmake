@@ -234,3 +234,5 @@ if(ZT_HAVE_CUDA)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(cli_estimate_cuda PROPERTIES TIMEOUT 120)
 endif()
+# make_retry: a failed configure is run again by the next `make` (Makefile's configure stamp); 1 s.
+add_test(NAME make_retry COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/make_retry.sh WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})

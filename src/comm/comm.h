@@ -174,7 +174,7 @@ struct CommTimeout : Error {
 };
 
 // MPI for host buffers. Initialises MPI (MPI_THREAD_MULTIPLE for the communication thread of
-// mpi_comm.cpp; MPI_THREAD_FUNNELED with ZT_COMM_THREAD=0) if nobody has; finalises at exit
+// mpi_comm.cpp; MPI_THREAD_FUNNELED with opts.thread false) if nobody has; finalises at exit
 // (atexit) only if it initialised MPI, and only after every rank has reached the exit (a barrier
 // with a timeout of 2*timeout_s + 5 s that aborts the job instead: Open MPI 4.1's mpirun can hang
 // when one rank sits in MPI_Finalize while another calls MPI_Abort). May be called more than once
