@@ -93,8 +93,7 @@ class UsageFormatter : public CLI::Formatter {
   std::string what = e.what();
   for (char& c : what)
     if (c == '\n') c = ' ';
-  throw zt::Error("command line: " + what + " (usage: " + kTrainForm + " | " + kEstimateForm + " | " + kExportForm +
-                  ")");
+  throw zt::Error("command line: " + what + " (the forms it takes: ./train --help)");
 }
 
 int run(int argc, char** argv) {

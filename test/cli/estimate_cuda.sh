@@ -34,6 +34,9 @@ EOF
     echo "ok   $name"
   done
 done
+# 8192 positions: past CUB's single-tile sort (its scratch then depends on the architecture's policy).
+"$TRAIN" estimate plans/base.json --set device=cuda --set batch.micro_batch=64 >/dev/null 2>"$work/err" \
+  && echo "ok   8192 positions" || fail "8192 positions: $(cat "$work/err")"
 "$TRAIN" estimate plans/base.json --set device=cuda >"$work/table" 2>"$work/err" && grep -q 'backend cuda-bf16 (device "cuda")' "$work/table" \
   && echo "ok   table names the CUDA backend" || fail "table: $(head -3 "$work/table") $(cat "$work/err")"
 
