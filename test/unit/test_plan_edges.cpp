@@ -74,7 +74,7 @@ struct ScopedEnv {
 // (l + every - 1) / every overflowed for every near 2^31: block 0 was recomputed but counted as
 // kept, so activations and the kept-slot indices were wrong (losses differed from none).
 TEST(RecomputeEvery, RecomputedBlocksAreCountedWithoutOverflow) {
-  for (const int every : {1, 2, 3, 7, 8, 9, INT_MAX - 1, INT_MAX}) {
+  for (const int every : {1, 2, 3, 7, 8, 9, INT_MAX - 6, INT_MAX - 4, INT_MAX - 1, INT_MAX}) {
     const zt::Recompute rc = zt::Recompute::from("block", every);
     int recomputed = 0;
     for (int l = 0; l <= 9; ++l) {
@@ -97,9 +97,13 @@ TEST(RecomputeEvery, EveryPastTheLayersEstimatesAsEveryNLayer) {
   const uint64_t none = activations({});
   const uint64_t at_l = activations({"recompute.policy=block", "recompute.every=6"});
   EXPECT_LE(at_l, none);
-  for (const char* every : {"7", "1073741824", "2147483646", "2147483647"}) {
+  // Before: every in [2^31 - 5, 2^31 - 3] made (6 + every - 1) / every wrap to -1, so 7 of 6 layers
+  // were counted as kept (more than none); the others counted block 0 as kept.
+  std::vector<int64_t> everies = {7, 1073741824};
+  for (int64_t e = INT_MAX - 7; e <= INT_MAX; ++e) everies.push_back(e);
+  for (const int64_t every : everies) {
     SCOPED_TRACE(every);
-    EXPECT_EQ(activations({"recompute.policy=block", std::string("recompute.every=") + every}), at_l);
+    EXPECT_EQ(activations({"recompute.policy=block", "recompute.every=" + std::to_string(every)}), at_l);
   }
   EXPECT_EQ(error_of([] { plan_with({"recompute.policy=block", "recompute.every=2147483648"}); }),
             "plan: recompute.every: must be <= 2147483647, got 2147483648");
