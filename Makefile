@@ -1,5 +1,6 @@
 # Front door. The real build is CMake in build/; these targets wrap it.
 #   make            build ./train (and the test binaries)
+#   make configure  only run CMake (again after a failure: see the stamp below)
 #   make train      prepare the default data if missing, then train plans/default.json
 #   make test       build and run every test through ctest (GPU tests report "Skipped" without a GPU)
 #   make test-gpu   only the GPU tests: CUDA ops vs CPU ops, the model on the GPU vs the CPU backend
@@ -9,13 +10,19 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build train test test-gpu test-emu bench data clean
+.PHONY: all build configure train test test-gpu test-emu bench data clean
 all: build
 
-$(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+# The stamp is written only when CMake succeeds. A failed configure (a package missing) leaves a
+# CMakeCache.txt but no Makefile; keyed on the cache, every later `make` skipped configuring and said
+# "No rule to make target 'Makefile'" forever. Its cache goes too, so the retry starts clean.
+$(BUILD)/.configured:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) || { rm -f $(BUILD)/CMakeCache.txt; exit 1; }
+	touch $@
 
-build: $(BUILD)/CMakeCache.txt
+configure: $(BUILD)/.configured
+
+build: $(BUILD)/.configured
 	cmake --build $(BUILD) -j $(JOBS)
 
 data:

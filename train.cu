@@ -44,8 +44,61 @@ void check_same_plan_everywhere(const zt::Plan& plan, zt::Comm& comm) {
                                                  << "); give every rank the same plan file, --set flags and build");
 }
 
+// The plan's comm section as the comm layer takes it (it knows no plan), with the ZT_COMM_*
+// overrides applied. What runs is written back into the plan, so that plan.json repeats this run and
+// the plan hash every rank compares covers it (ranks disagreeing on the ring or the thread would
+// not match their collectives). `notes`: one line per override, printed at start.
+zt::CommOptions comm_options(zt::Plan& plan, std::vector<std::string>& notes) {
+  zt::CommOptions co;
+  co.timeout_s = plan.comm.timeout_s;
+  co.fault_skip_rank = plan.comm.fault_skip_rank;
+  co.fault_skip_step = plan.comm.fault_skip_step;
+  co.thread = plan.comm.thread;
+  co.ring = plan.comm.ring;
+  co.inflight = plan.comm.inflight;
+  co.poll_us = plan.comm.poll_us;
+  for (const zt::CommEnvOverride& o : zt::apply_comm_env(co))
+    notes.push_back("environment: " + o.variable + "=" + o.value + " overrides comm." + o.field + " (plan: " +
+                    plan.resolved["comm"][o.field].dump() + ")");
+  plan.comm.thread = co.thread;
+  plan.comm.ring = co.ring;
+  plan.comm.inflight = co.inflight;
+  plan.comm.poll_us = co.poll_us;
+  nlohmann::json& c = plan.resolved["comm"];
+  c["thread"] = co.thread;
+  c["ring"] = co.ring;
+  c["inflight"] = co.inflight;
+  c["poll_us"] = co.poll_us;
+  return co;
+}
+
+// The forms ./train takes. CLI11's generated line ("[OPTIONS] [plan] [SUBCOMMAND]") suggested
+// ./train PLAN estimate, which is not one of them.
+const char* const kTrainForm = "./train PLAN.json [--set KEY=VALUE ...]";
+const char* const kEstimateForm = "./train estimate PLAN.json [--world N] [--json] [--set KEY=VALUE ...]";
+const char* const kExportForm = "./train export CHECKPOINT --format hdf5|llmc --out FILE";
+
+class UsageFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App* app, std::string) const override {
+    if (app->get_name() == "estimate") return std::string("Usage: ") + kEstimateForm + "\n";
+    if (app->get_name() == "export") return std::string("Usage: ") + kExportForm + "\n";
+    return std::string("Usage: ") + kTrainForm + "\n       " + kEstimateForm + "\n       " + kExportForm + "\n";
+  }
+};
+
+// A command line CLI11 refused, as the one-line zt::Error every failure is (exit 1; CLI11's own exit
+// codes and two-line messages are for --help and --version only).
+[[noreturn]] void refuse_command_line(const CLI::ParseError& e) {
+  std::string what = e.what();
+  for (char& c : what)
+    if (c == '\n') c = ' ';
+  throw zt::Error("command line: " + what + " (the forms it takes: ./train --help)");
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"zerotrain: train GPT-2 from a JSON plan (see README.md and plans/)"};
+  app.formatter(std::make_shared<UsageFormatter>());  // before the subcommands, which inherit it
   // Names the backends too: test/cli/bad_input.sh checks it against the build's ZT_HAVE_CUDA.
   app.set_version_flag("--version", std::string("zerotrain " ZT_VERSION) +
                                         (zt::support::device_built("cuda") ? " (CUDA backend: built)"
@@ -58,8 +111,9 @@ int run(int argc, char** argv) {
 
   CLI::App* est = app.add_subcommand("estimate", "per-rank memory (tier x category) and bytes sent per step");
   std::string world_text = "1";  // parsed by zt::parse_world: one clear line for any bad value
+  std::string est_plan;          // its own variable: a plan before "estimate" is refused, not taken
   bool as_json = false;
-  est->add_option("plan", plan_path, "plan file")->required();
+  est->add_option("plan", est_plan, "plan file");
   est->add_option("--world", world_text, "number of ranks, 1-65536 (default 1)")->type_name("N");
   est->add_option("--set", overrides, "override a plan field")->type_name("KEY=VALUE");
   est->add_flag("--json", as_json, "print JSON instead of a table");
@@ -80,13 +134,28 @@ int run(int argc, char** argv) {
              zt::support::help());
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    refuse_command_line(e);
   }
+  // The plan goes after the subcommand; export reads a checkpoint and takes no plan at all.
+  ZT_REQUIRE(!(est->parsed() && !plan_path.empty()),
+             "command line: the plan goes after \"estimate\": " << kEstimateForm);
+  ZT_REQUIRE(!(exp->parsed() && (!plan_path.empty() || !overrides.empty())),
+             "command line: export takes no plan or --set, only a checkpoint: " << kExportForm);
 
   if (est->parsed()) {
+    ZT_REQUIRE(!est_plan.empty(), "command line: no plan given: " << kEstimateForm);
     const int world = zt::parse_world(world_text);
-    const zt::Plan plan = zt::load_plan(plan_path, overrides, /*check_files=*/false);
+    zt::Plan plan = zt::load_plan(est_plan, overrides, /*check_files=*/false);
+    // The backend the run would use, with the run's checks, except that a GPU need not be here:
+    // planning a GPU run on a machine without one is what estimate is for.
+    zt::record_backend(plan, zt::planned_backend(plan, world));
     const zt::Estimate e = zt::estimate_plan(plan, world);
     if (as_json)
       std::printf("%s\n", nlohmann::json{{"memory", e.memory}, {"buffers", e.buffers}, {"bytes_per_step", e.bytes_per_step},
@@ -100,20 +169,18 @@ int run(int argc, char** argv) {
     std::printf("%s -> %s (%s)\n", t.summary("exported").c_str(), out_path.c_str(), format.c_str());
     return 0;
   }
-  ZT_REQUIRE(!plan_path.empty(), "no plan given: ./train PLAN.json (see ./train --help)");
+  ZT_REQUIRE(!plan_path.empty(), "command line: no plan given: " << kTrainForm << " (see ./train --help)");
 
   zt::Plan plan = zt::load_plan(plan_path, overrides);
-  zt::CommOptions co;
-  co.timeout_s = plan.comm.timeout_s;
-  co.fault_skip_rank = plan.comm.fault_skip_rank;
-  co.fault_skip_step = plan.comm.fault_skip_step;
-  g_comm = zt::make_mpi_comm(co);
+  std::vector<std::string> env_notes;
+  g_comm = zt::make_mpi_comm(comm_options(plan, env_notes));
   check_same_plan_everywhere(plan, *g_comm);
   // Refuse what cannot run here before writing anything; the plan written beside the log then
   // names the device and precision that run rather than "auto".
   zt::record_backend(plan, zt::choose_backend(plan, g_comm->world()));
   if (g_comm->rank() == 0) {
     for (const std::string& w : plan.warnings) std::fprintf(stderr, "warning: plan: %s\n", w.c_str());
+    for (const std::string& n : env_notes) std::printf("%s\n", n.c_str());
     print_plan(plan);
   }
   const zt::TrainResult r = zt::train(plan, *g_comm);

@@ -256,3 +256,19 @@ add_test(NAME unit_openblas_haswell
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(unit_openblas_haswell PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300
                      ENVIRONMENT "OMP_NUM_THREADS=2")
+# ---- issue 23 (plan and command line): comm.* plan keys reach the comm, estimate without a GPU ------
+# comm_settings: 2 ranks with comm.ring false / ZT_COMM_THREAD=0 train the defaults' losses, plan.json
+# records what ran, a rank with a different override is refused; about 15 s.
+add_test(NAME comm_settings COMMAND bash ${CMAKE_SOURCE_DIR}/test/mpi/comm_settings.sh $<TARGET_FILE:train>
+                                    ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(comm_settings PROPERTIES RUN_SERIAL TRUE TIMEOUT 300 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+# cli_estimate_cuda: train estimate --set device=cuda with no GPU visible, stages 0-3 x fp32/bf16, and
+# the run's own message for a head size the CUDA kernels lack.
+if(ZT_HAVE_CUDA)
+  add_test(NAME cli_estimate_cuda COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/estimate_cuda.sh $<TARGET_FILE:train>
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(cli_estimate_cuda PROPERTIES TIMEOUT 120)
+endif()
+# make_retry: a failed configure is run again by the next `make` (Makefile's configure stamp); 1 s.
+add_test(NAME make_retry COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/make_retry.sh WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})

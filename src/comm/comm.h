@@ -84,7 +84,28 @@ struct CommOptions {
   // (-1 = off): recorded as skipped, data untouched, the handle is already complete. Once per Comm.
   int fault_skip_rank = -1;
   int64_t fault_skip_step = -1;
+  // The MPI backend's communication thread (docs/design.md §3.4); the defaults are the plan's
+  // (comm.thread, comm.ring, comm.inflight, comm.poll_us in plans/base.json).
+  bool thread = true;  // a thread starts and progresses collectives; false: only inside test()/wait()
+  bool ring = true;    // large float collectives as ring schedules (ring.h) on that thread; false: MPI's own
+  int inflight = 2;    // collectives started in issue order in flight at once, 0 to kMaxCommInflight (0 = no limit)
+  int poll_us = 50;    // microseconds between polls while any is in flight, 0 to kMaxCommPollUs (0 = yield)
 };
+constexpr int kMaxCommInflight = 1024;
+constexpr int kMaxCommPollUs = 100000;
+
+// One ZT_COMM_* variable that replaced a field of CommOptions.
+struct CommEnvOverride {
+  std::string variable;  // "ZT_COMM_INFLIGHT"
+  std::string value;     // as set: "4"
+  std::string field;     // "inflight"
+};
+
+// The environment's overrides of the communication settings: ZT_COMM_THREAD and ZT_COMM_RING
+// (0 or 1), ZT_COMM_INFLIGHT (0 to kMaxCommInflight) and ZT_COMM_POLL_US (0 to kMaxCommPollUs),
+// each replacing its field of `opts` when set and not empty. Anything else is refused before any
+// field changes (zt::Error naming the variable). Returns the overrides applied, in that order.
+std::vector<CommEnvOverride> apply_comm_env(CommOptions& opts);
 
 struct CommStepStats {
   uint64_t bytes = 0;          // model-state bytes this rank sent in the step (byte model)
@@ -153,7 +174,7 @@ struct CommTimeout : Error {
 };
 
 // MPI for host buffers. Initialises MPI (MPI_THREAD_MULTIPLE for the communication thread of
-// mpi_comm.cpp; MPI_THREAD_FUNNELED with ZT_COMM_THREAD=0) if nobody has; finalises at exit
+// mpi_comm.cpp; MPI_THREAD_FUNNELED with opts.thread false) if nobody has; finalises at exit
 // (atexit) only if it initialised MPI, and only after every rank has reached the exit (a barrier
 // with a timeout of 2*timeout_s + 5 s that aborts the job instead: Open MPI 4.1's mpirun can hang
 // when one rank sits in MPI_Finalize while another calls MPI_Abort). May be called more than once

@@ -9,15 +9,17 @@
 //
 // With the communication thread (below), float all_reduce / reduce_scatter / all_gather of at least
 // 256 KiB per rank run instead as ring schedules of point-to-point rounds (ring.h: Open MPI's libnbc
-// algorithms send 2-3x the ring's bytes time on a slow link); ZT_COMM_RING=0 keeps MPI's.
+// algorithms send 2-3x the ring's bytes time on a slow link); CommOptions::ring false (comm.ring,
+// or ZT_COMM_RING=0) keeps MPI's.
 //
 // Communication thread (the CPU analogue of a communication stream; default with world > 1, off with
-// ZT_COMM_THREAD=0): Open MPI advances a non-blocking collective over TCP only inside MPI calls, so a
-// collective started between units of compute barely moves until the next wait (measured: 0-7% of
-// the communication hidden on a 1 Gbit/s link). With the thread, the caller only enqueues: one
-// thread per Comm starts the collectives in the order they were issued (so every rank starts them
-// in the same order) and polls MPI_Testsome every ZT_COMM_POLL_US microseconds (default 50) while
-// any is in flight, sleeping on a condition variable otherwise; completion is an atomic flag that
+// CommOptions::thread false: comm.thread, or ZT_COMM_THREAD=0): Open MPI advances a non-blocking
+// collective over TCP only inside MPI calls, so a collective started between units of compute barely
+// moves until the next wait (measured: 0-7% of the communication hidden on a 1 Gbit/s link). With the
+// thread, the caller only enqueues: one thread per Comm starts the collectives in the order they were
+// issued (so every rank starts them in the same order) and polls MPI_Testsome every
+// CommOptions::poll_us microseconds (comm.poll_us, default 50) while any is in flight, sleeping on a
+// condition variable otherwise; completion is an atomic flag that
 // test()/wait() read without calling MPI. The bookkeeping (CollLog) stays on the caller's thread.
 // MPI is initialised with MPI_THREAD_MULTIPLE for it (falls back to the caller's thread when the
 // library provides less).
@@ -53,9 +55,6 @@ namespace {
 using mpi_thread::CommThread;
 using mpi_thread::Job;
 using mpi_thread::Ring;
-using mpi_thread::comm_poll_us;
-using mpi_thread::comm_inflight;
-using mpi_thread::comm_thread_wanted;
 
 // Process-wide MPI lifetime: initialised by the first make_mpi_comm (unless someone else did),
 // finalised at exit (atexit) only if we initialised it, after an exit barrier with a timeout.
@@ -135,7 +134,9 @@ void stop_comm_threads() {
   for (auto& t : ts) t->shutdown();
 }
 
-void ensure_mpi() {
+// `thread`: the comm thread is wanted (MPI_THREAD_MULTIPLE); read only by the first call, which
+// initialises MPI.
+void ensure_mpi(bool thread) {
   int initialized = 0, finalized = 0;
   ZT_CHECK_MPI(MPI_Initialized(&initialized));
   ZT_CHECK_MPI(MPI_Finalized(&finalized));
@@ -143,7 +144,7 @@ void ensure_mpi() {
                          "MPI_Finalize (MPI cannot be initialised twice)");
   if (!initialized) {
     int provided = 0;
-    const int want = comm_thread_wanted() ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+    const int want = thread ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
     ZT_CHECK_MPI(MPI_Init_thread(nullptr, nullptr, want, &provided));
     g_we_initialised = true;
     ZT_REQUIRE(provided >= MPI_THREAD_FUNNELED,
@@ -187,8 +188,8 @@ constexpr double kAbortGraceS = 5;  // abort_all's watchdog
 
 class MpiComm final : public Comm {
  public:
-  explicit MpiComm(const CommOptions& opts) : comm_(dup_world()), rank_(comm_rank(comm_)), world_(comm_size(comm_)),
-                                              log_(rank_, world_, opts) {
+  explicit MpiComm(const CommOptions& opts) : comm_(dup_world(opts.thread)), rank_(comm_rank(comm_)), world_(comm_size(comm_)),
+                                              log_(rank_, world_, opts), ring_(opts.ring) {
     channels_.push_back(comm_);
     if (world_ > 1) {
       for (int k = 1; k < kChannels; ++k) {
@@ -203,8 +204,8 @@ class MpiComm final : public Comm {
     ZT_CHECK_MPI(MPI_Comm_size(node, &local_world_));
     ZT_CHECK_MPI(MPI_Comm_free(&node));
     gather_u64_.resize(world_);
-    if (world_ > 1 && g_thread_multiple && comm_thread_wanted()) {
-      thread_ = CommThread::launch(comm_poll_us(), comm_inflight());
+    if (world_ > 1 && g_thread_multiple && opts.thread) {
+      thread_ = CommThread::launch(unsigned(opts.poll_us), unsigned(opts.inflight));
       std::lock_guard<std::mutex> g(g_threads_mu);
       g_threads.push_back(thread_);
     }
@@ -455,8 +456,8 @@ class MpiComm final : public Comm {
                    pending_.end());
   }
 
-  static MPI_Comm dup_world() {
-    ensure_mpi();
+  static MPI_Comm dup_world(bool thread) {
+    ensure_mpi(thread);
     MPI_Comm c = MPI_COMM_NULL;
     ZT_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &c));
     ZT_CHECK_MPI(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
@@ -545,7 +546,7 @@ class MpiComm final : public Comm {
   std::vector<int> idx_;
   std::vector<MPI_Status> statuses_;
   std::vector<uint64_t> gather_u64_;
-  bool ring_ = mpi_thread::comm_ring_wanted();  // large float collectives as rings (ring.h), with the thread
+  bool ring_;  // large float collectives as rings (ring.h), with the thread
   std::shared_ptr<CommThread> thread_;  // null: collectives are started and progressed on the caller's thread
 };
 
@@ -553,6 +554,9 @@ class MpiComm final : public Comm {
 
 std::unique_ptr<Comm> make_mpi_comm(const CommOptions& opts) {
   ZT_REQUIRE(opts.timeout_s > 0, "comm timeout must be > 0 s, got " << opts.timeout_s);
+  ZT_REQUIRE(opts.inflight >= 0 && opts.inflight <= kMaxCommInflight && opts.poll_us >= 0 && opts.poll_us <= kMaxCommPollUs,
+             "comm: inflight " << opts.inflight << " / poll_us " << opts.poll_us << " out of range (0-"
+                               << kMaxCommInflight << " / 0-" << kMaxCommPollUs << ")");
   g_exit_timeout_s = std::max(g_exit_timeout_s, 2 * opts.timeout_s + 5);
   return std::make_unique<MpiComm>(opts);
 }

@@ -6,8 +6,8 @@
 // Large float collectives run as ring schedules of point-to-point rounds (ring.h), which the
 // thread advances round by round; the rest are MPI's own non-blocking collectives.
 //
-// Like a stream, it does not start everything at once: at most ZT_COMM_INFLIGHT collectives
-// (default 2) started in issue order are in flight, the next starting as one completes. Started
+// Like a stream, it does not start everything at once: at most CommOptions::inflight collectives
+// (comm.inflight, default 2) started in issue order are in flight, the next starting as one completes. Started
 // together, collectives share the link and the one needed first finishes last (the parameter
 // all-gathers of stages 1-2 are all issued after the optimizer step, forward needs them one by
 // one). A collective that someone waits for starts at once, ahead of the queue (promote): the
@@ -37,37 +37,6 @@
 
 namespace zt::mpi_thread {
 
-// An on/off environment switch: unset or empty = on; "1" on, "0" off; anything else is refused.
-inline bool env_switch(const char* name) {
-  const char* e = std::getenv(name);
-  if (!e || !*e || std::strcmp(e, "1") == 0) return true;
-  ZT_REQUIRE(std::strcmp(e, "0") == 0, name << "=" << e << ": expected 0 (off) or 1 (on)");
-  return false;
-}
-
-// ZT_COMM_THREAD=0 turns the thread off (collectives then progress only inside test()/wait()).
-inline bool comm_thread_wanted() { return env_switch("ZT_COMM_THREAD"); }
-
-// ZT_COMM_POLL_US: microseconds between polls while collectives are in flight (default 50, 0 = yield).
-inline unsigned comm_poll_us() {
-  const char* e = std::getenv("ZT_COMM_POLL_US");
-  if (!e || !*e) return 50;
-  const long v = std::strtol(e, nullptr, 10);
-  return v < 0 ? 0 : v > 100000 ? 100000 : unsigned(v);
-}
-
-// ZT_COMM_INFLIGHT: collectives started in issue order that may be in flight at once (default 2,
-// 0 = no limit: every collective starts as soon as it is issued).
-inline unsigned comm_inflight() {
-  const char* e = std::getenv("ZT_COMM_INFLIGHT");
-  if (!e || !*e) return 2;
-  const long v = std::strtol(e, nullptr, 10);
-  return v < 0 ? 0 : v > 1024 ? 1024 : unsigned(v);
-}
-
-// ZT_COMM_RING=0: large float collectives use MPI's own non-blocking collectives (libnbc in Open MPI)
-// instead of the ring schedules of ring.h (the naive path, kept for comparison).
-inline bool comm_ring_wanted() { return env_switch("ZT_COMM_RING"); }
 // Below this many bytes per rank a collective is latency-bound: MPI's algorithms (fewer rounds) win.
 // Measured: 3 ranks on 2 cores (shared memory, oversubscribed), stage 3 with 66 KiB per rank per
 // unit: 1480 tokens/s with the ring from 64 KiB, 2110 with it from 256 KiB (MPI's: 2050).
@@ -225,7 +194,7 @@ class CommThread {
   bool stop_ = false;
   bool busy_ = false;  // collectives queued or in flight
   unsigned poll_us_;
-  unsigned max_inflight_;   // ZT_COMM_INFLIGHT
+  unsigned max_inflight_;   // CommOptions::inflight
   unsigned in_order_ = 0;   // started in issue order and not done (thread only)
   std::thread thread_;
 };

@@ -123,13 +123,36 @@ __global__ void encoder_backward_wte_kernel(T* __restrict__ dwte, const T* __res
 // on a 256-byte boundary (CUB also aligns its own piece, and asks for the padding in its size).
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
+// CUB's temporary storage for sorting BT (int key, int value) pairs, without a device. CUB's own size
+// query (SortPairs with a null pointer) first asks the device which compiled architecture it runs
+// (cub::PtxVersion), so it fails where no GPU is, and `train estimate` must size a CUDA run there
+// (docs/design.md §3.5). The size depends only on that architecture's tuning policy, so ask CUB's
+// dispatch for every architecture this file is compiled for (__CUDA_ARCH_LIST__; the device runs one
+// of them) and take the largest: the run allocates the same, so estimate = tracked on any GPU, and
+// SortPairs checks on the device that it got at least what that device's policy needs.
 size_t sort_temp_bytes(int BT) {
+#if ZT_EMU
+  // The emulated CUB (test/emu) has no policies, and its size query needs no device.
   size_t bytes = 0;
-  // With a null temp pointer CUB only computes the size; no work is launched.
   ZT_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int*>(nullptr),
                                                 static_cast<int*>(nullptr), static_cast<const int*>(nullptr),
                                                 static_cast<int*>(nullptr), BT));
   return bytes;
+#else
+  // As cub::DeviceRadixSort::SortPairs (ascending, not in place, all 32 key bits) dispatches.
+  using Offset = cub::detail::choose_offset_t<int>;
+  using Dispatch = cub::DispatchRadixSort<cub::SortOrder::Ascending, int, int, Offset>;
+  size_t most = 0;
+  for (const int ptx : {__CUDA_ARCH_LIST__}) {
+    cub::DoubleBuffer<int> keys(nullptr, nullptr), values(nullptr, nullptr);
+    size_t bytes = 0;
+    Dispatch d(nullptr, bytes, keys, values, Offset(BT), 0, int(sizeof(int) * 8), /*is_overwrite_okay=*/false,
+               /*stream=*/nullptr, ptx);
+    ZT_CHECK_CUDA(Dispatch::max_policy_t::Invoke(ptx, d));
+    most = std::max(most, bytes);
+  }
+  return most;
+#endif
 }
 
 }  // namespace

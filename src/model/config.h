@@ -45,8 +45,11 @@ struct Recompute {
     return r;
   }
   bool recomputes_block(int l) const { return policy == Policy::block && l % every == 0; }
-  // Recomputed blocks among 0..l-1.
-  int blocks_recomputed_before(int l) const { return policy == Policy::block ? (l + every - 1) / every : 0; }
+  // Recomputed blocks among 0..l-1: ceil(l / every), written so that no sum can overflow (every may
+  // be anything up to INT_MAX; every >= L recomputes block 0 only, as every = L does).
+  int blocks_recomputed_before(int l) const {
+    return policy == Policy::block && l > 0 ? (l - 1) / every + 1 : 0;
+  }
 };
 
 }  // namespace zt

@@ -254,7 +254,9 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
   // Missing keys take their defaults, so partial JSON built by hand works too.
   json r = base_plan_json();
   check_schema(base_plan_json(), resolved, "", "");
-  deep_merge(r, resolved);
+  json given = resolved;
+  unset_nulls(base_plan_json(), given);
+  deep_merge(r, given);
 
   Plan p;
   p.resolved = r;
@@ -336,6 +338,11 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
   p.comm.timeout_s = get_positive(r, "comm.timeout_s");
   p.comm.fault_skip_rank = get_int(r, "comm.fault_skip_rank", -1);
   p.comm.fault_skip_step = get_int(r, "comm.fault_skip_step", -1);
+  p.comm.thread = get_bool(r, "comm.thread");
+  p.comm.ring = get_bool(r, "comm.ring");
+  // The limits of zt::CommOptions (comm/comm.h), which the plan layer does not include.
+  p.comm.inflight = static_cast<int>(get_i64(r, "comm.inflight", 0, 1024));
+  p.comm.poll_us = static_cast<int>(get_i64(r, "comm.poll_us", 0, 100000));
 
   p.recompute.policy = get_choice(r, "recompute.policy", {"none", "selective", "block"});
   p.recompute.every = get_int(r, "recompute.every", 1);

@@ -57,6 +57,12 @@ struct CommSection {
   double timeout_s = 300;     // a collective not done after this long is a hang: diagnose and abort all ranks
   int fault_skip_rank = -1;   // fault injection for tests: this rank skips its first collective
   int fault_skip_step = -1;   // ... of this training step (-1 = off)
+  // The MPI backend's communication thread (docs/design.md §3.4; zt::CommOptions, which train.cu
+  // fills from these; ZT_COMM_THREAD / _RING / _INFLIGHT / _POLL_US override them).
+  bool thread = true;         // collectives started and progressed by a thread of their own
+  bool ring = true;           // large float collectives as ring schedules on that thread (false: MPI's own)
+  int inflight = 2;           // collectives in flight at once, in issue order (0 = no limit, at most 1024)
+  int poll_us = 50;           // microseconds between polls while any is in flight (0 = yield, at most 100000)
 };
 
 struct RecomputeSection {

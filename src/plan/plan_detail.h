@@ -17,6 +17,9 @@ std::string describe(const json& v);
 // Walks `v` against schema `s`; the first unknown key or wrong type throws
 // "plan: <msg><where>" (where = "" or " (in FILE)").
 void check_schema(const json& s, const json& v, const std::string& path, const std::string& where);
+// Replaces every null leaf of `v` (accepted by check_schema: keys whose default is "") with its
+// default from schema `s`.
+void unset_nulls(const json& s, json& v);
 // Objects merge key by key, recursively; any other value replaces.
 void deep_merge(json& dst, const json& src);
 

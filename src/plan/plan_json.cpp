@@ -169,6 +169,29 @@ std::string unknown_key_message(const json& section, const std::string& section_
   return msg + " (allowed keys in \"" + section_path + "\": " + key_list(section) + ")";
 }
 
+// JSON null means "unset": the default, and only where the default is "" (a path that is off unless
+// given: model.init, checkpoint.dir, run.final_weights, run.trace). Elsewhere it has no meaning
+// (--set checkpoint.dir=null once became a directory named "null"), so it is refused.
+bool unsettable(const json& s) { return s.is_string() && s.get_ref<const std::string&>().empty(); }
+
+std::string null_refused(const json& s) {
+  return "null (unset) is accepted only by keys that are off by default (\"\"); give " + expected_type(s) +
+         " (the default is " + shown(s) + ")";
+}
+
+// Replaces every null leaf of `v` (checked by check_schema) with its default from schema `s`.
+void unset_nulls(const json& s, json& v) {
+  if (v.is_null()) {
+    v = s;
+    return;
+  }
+  if (!v.is_object() || !s.is_object()) return;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    auto sit = s.find(it.key());
+    if (sit != s.end()) unset_nulls(*sit, *it);
+  }
+}
+
 // Walks `v` against schema `s`; the first unknown key or wrong type throws
 // "plan: <msg><where>" (where = "" or " (in FILE)").
 void check_schema(const json& s, const json& v, const std::string& path, const std::string& where) {
@@ -183,6 +206,10 @@ void check_schema(const json& s, const json& v, const std::string& path, const s
       check_schema(*sit, *it, join_key(path, it.key()), where);
     }
     return;
+  }
+  if (v.is_null() && !path.empty()) {
+    if (unsettable(s)) return;
+    throw Error("plan: " + path + ": " + null_refused(s) + where);
   }
   if (!type_matches(s, v))
     throw Error("plan: " + path + ": expected " + expected_type(s) + ", got " + describe(v) + where);
@@ -356,6 +383,7 @@ json resolve_file(const std::string& path, const std::string& extended_by, std::
     own.erase("extends");
   }
   check_schema(base_plan_json(), own, "", where);
+  unset_nulls(base_plan_json(), own);
   deep_merge(merged, own);
   return merged;
 }
@@ -427,9 +455,13 @@ nlohmann::json resolve_plan(const std::string& path, const std::vector<std::stri
     if (sp.kind == ShapeProblem::none) {
       try {
         json parsed = json::parse(text);
-        if (!s->is_string() || parsed.is_string()) value = std::move(parsed);
+        if (!s->is_string() || parsed.is_string() || parsed.is_null()) value = std::move(parsed);
       } catch (const json::parse_error&) {
       }
+    }
+    if (value.is_null()) {  // as in a plan file; a path named "null" is --set 'KEY="null"'
+      if (!unsettable(*s)) throw Error(pre + null_refused(*s));
+      value = *s;
     }
     if (!type_matches(*s, value)) throw Error(pre + "expected " + expected_type(*s) + ", got " + describe(value));
     *target = value;

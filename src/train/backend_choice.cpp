@@ -71,9 +71,8 @@ void check_backend_limits(const support::Backend& b, const Plan& plan, int world
                                                                 << b.max_batch_x_heads << ")");
 }
 
-}  // namespace
-
-std::string choose_backend(const Plan& plan, int world) {
+// need_device: the run is here (choose_backend), not planned for another machine (planned_backend).
+std::string pick_backend(const Plan& plan, int world, bool need_device) {
   const std::string dev = resolve_device(plan);
   if (dev == "cpu") {
     // Only "auto" gets here with bf16 (the plan refuses it with device "cpu"): training in fp32
@@ -87,9 +86,16 @@ std::string choose_backend(const Plan& plan, int world) {
   // What the CUDA path cannot run is refused first, on any machine; then whether a GPU is there.
   const std::string name = plan.precision.compute == "fp32" ? "cuda-fp32" : "cuda-bf16";
   check_backend_limits(support::backend(name), plan, world);
-  ZT_REQUIRE(device::available(), "device: \"cuda\" but no CUDA device is visible (check nvidia-smi and "
-                                  "CUDA_VISIBLE_DEVICES), or set device to \"cpu\"");
+  ZT_REQUIRE(!need_device || device::available(), "device: \"cuda\" but no CUDA device is visible (check nvidia-smi and "
+                                                  "CUDA_VISIBLE_DEVICES), or set device to \"cpu\"");
   return name;
 }
 
+}  // namespace
+
+std::string planned_backend(const Plan& plan, int world) { return pick_backend(plan, world, false); }
+
+std::string choose_backend(const Plan& plan, int world) { return pick_backend(plan, world, true); }
+
 }  // namespace zt
+

@@ -218,4 +218,51 @@ if "$TRAIN" "$work/does_not_exist.json" >/dev/null 2>"$work/err"; then echo "FAI
 elif ! grep -q 'cannot open' "$work/err"; then echo "FAIL nonexistent plan:"; cat "$work/err"; fails=$((fails+1));
 else echo "ok   nonexistent plan: $(cat "$work/err")"; fi
 
+# ---- issue 23: recompute.every past int, communication settings, JSON null, the command line ----
+expect every_int64_max 'recompute.every: must be <= 2147483647, got 9223372036854775807' "{$good_data}" \
+  --set recompute.policy=block --set recompute.every=9223372036854775807
+# comm.* are plan keys (plans/base.json); ZT_COMM_* override them, strictly parsed (abc once meant "no limit").
+ZT_COMM_INFLIGHT=abc expect comm_inflight_abc 'ZT_COMM_INFLIGHT=abc: expected an integer from 0 (no limit) to 1024' "{$good_data}"
+ZT_COMM_INFLIGHT=-1 expect comm_inflight_negative 'ZT_COMM_INFLIGHT=-1: expected an integer' "{$good_data}"
+ZT_COMM_INFLIGHT=99999999999 expect comm_inflight_huge 'ZT_COMM_INFLIGHT=99999999999: expected an integer' "{$good_data}"
+ZT_COMM_POLL_US=abc expect comm_poll_abc 'ZT_COMM_POLL_US=abc: expected an integer from 0 (yield between polls) to 100000' "{$good_data}"
+ZT_COMM_POLL_US=-1 expect comm_poll_negative 'ZT_COMM_POLL_US=-1: expected an integer' "{$good_data}"
+expect comm_inflight_plan 'plan: comm.inflight: must be >= 0, got -1' "{$good_data}" --set comm.inflight=-1
+expect comm_poll_plan     'plan: comm.poll_us: must be <= 100000, got 99999999999' "{$good_data}" --set comm.poll_us=99999999999
+expect comm_ring_plan     'plan: comm.ring: expected true or false, got string "yes"' "{\"comm\": {\"ring\": \"yes\"}, $good_data}"
+# null unsets a key that is off by default (""); elsewhere it is refused naming the key.
+expect null_run_log 'run.log=null: null (unset) is accepted only by keys that are off by default' "{$good_data}" --set run.log=null
+expect null_in_file 'plan: zero.stage: null (unset) is accepted only by keys that are off by default' \
+  "{\"zero\": {\"stage\": null}, $good_data}"
+# The command line: every parse error one line on stderr, exit 1, nothing on stdout.
+expect_cli() {
+  local name=$1 want=$2; shift 2
+  local dir="$work/$name"; mkdir -p "$dir"
+  "$TRAIN" "$@" >"$dir/stdout" 2>"$dir/stderr"
+  local rc=$? lines; lines=$(wc -l < "$dir/stderr")
+  if [ $rc -ne 1 ]; then echo "FAIL $name: exit code $rc, not 1"; cat "$dir/stderr"; fails=$((fails+1)); return; fi
+  if [ "$lines" -ne 1 ]; then echo "FAIL $name: $lines lines on stderr:"; cat "$dir/stderr"; fails=$((fails+1)); return; fi
+  if ! grep -qF -- "$want" "$dir/stderr"; then echo "FAIL $name: stderr lacks '$want':"; cat "$dir/stderr"; fails=$((fails+1)); return; fi
+  if [ -s "$dir/stdout" ]; then echo "FAIL $name: printed on stdout:"; head -5 "$dir/stdout"; fails=$((fails+1)); return; fi
+  echo "ok   $name: $(cat "$dir/stderr")"
+}
+expect_cli cli_plan_before_estimate 'the plan goes after "estimate"' plans/base.json estimate
+expect_cli cli_plan_before_estimate2 'the plan goes after "estimate"' plans/base.json estimate plans/base.json
+expect_cli cli_plan_before_export 'export takes no plan or --set' plans/base.json export "$work/ck" --format llmc --out "$work/x.bin"
+expect_cli cli_set_with_export 'export takes no plan or --set' --set zero.stage=1 export "$work/ck" --format llmc --out "$work/x.bin"
+expect_cli cli_unknown_option 'command line: ' --bogus
+expect_cli cli_estimate_no_plan 'no plan given' estimate
+expect_cli cli_export_no_format '--format is required' export "$work/ck" --out "$work/x.bin"
+expect_cli cli_two_plans 'command line: ' plans/base.json plans/base.json
+expect_cli cli_set_no_value 'command line: ' plans/base.json --set
+[ -e "$work/x.bin" ] && { echo "FAIL cli: export wrote $work/x.bin"; fails=$((fails+1)); }
+for flag in --help --version; do
+  if ! "$TRAIN" $flag >"$work/out" 2>"$work/err" || [ -s "$work/err" ]; then echo "FAIL cli $flag: non-zero or stderr"; fails=$((fails+1))
+  else echo "ok   cli $flag: exit 0"; fi
+done
+# The usage line shows the real forms (it once suggested ./train PLAN estimate).
+if "$TRAIN" --help | grep -qF 'Usage: ./train PLAN.json' && "$TRAIN" --help | grep -qF './train estimate PLAN.json' \
+   && ! "$TRAIN" --help | grep -qF '[plan] [SUBCOMMAND]'; then echo "ok   cli usage line"
+else echo "FAIL cli usage line:"; "$TRAIN" --help | head -4; fails=$((fails+1)); fi
+
 [ $fails -eq 0 ] && echo "all bad-input cases rejected cleanly" || { echo "$fails case(s) failed"; exit 1; }

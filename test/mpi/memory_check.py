@@ -82,7 +82,7 @@ peak_rss_bytes_per_rank) must be within RSS_SLACK (8 MiB), either way, of
                   unit by unit; at stage 3 the embedding is split into block-sized row chunks, so
                   P_max is a block: 1.5 MiB for the large model). Where a unit's share is at least
                   256 KiB per rank the comm thread runs a ring (src/comm/ring.h): per reduce-scatter in
-                  flight (at most 2, ZT_COMM_INFLIGHT) a received chunk and a partial sum, 2·4·P_max/N
+                  flight (at most 2, comm.inflight) a received chunk and a partial sum, 2·4·P_max/N
                   bytes, on every rank. Below that, Open MPI's non-blocking reduce-scatter (libnbc)
                   reduces into a temporary of twice the message on the way to rank 0 (binomial tree,
                   then scatter): 2·4·P_max bytes on rank 0 (less elsewhere).
@@ -277,7 +277,7 @@ def compare(where, got, want, failures):
 
 
 RING_MIN_BYTES = 256 * 1024  # src/comm/mpi_thread.h, kRingMinBytes
-COMM_INFLIGHT = 2           # src/comm/mpi_thread.h, ZT_COMM_INFLIGHT's default
+COMM_INFLIGHT = 2           # comm.inflight, its default in plans/base.json
 
 
 def mpi_temporary(m, world, stage):

@@ -335,6 +335,7 @@ TEST(Comm, OverlappingBuffersRejected) {
 TEST(Comm, FaultInjectionSkipsFirstModelStateCollectiveOfStep) {
   const int N = g_comm->world(), r = g_comm->rank();
   zt::CommOptions opts;
+  zt::apply_comm_env(opts);  // ZT_COMM_RING=0 / ZT_COMM_THREAD=0: the naive paths (test/tests.cmake)
   opts.timeout_s = 60;
   opts.fault_skip_rank = r;
   opts.fault_skip_step = 5;
@@ -389,6 +390,7 @@ TEST(Comm, TimeoutNamesTheCollective) {
   const int N = g_comm->world(), r = g_comm->rank();
   if (N < 2) GTEST_SKIP() << "needs two ranks";
   zt::CommOptions opts;
+  zt::apply_comm_env(opts);  // ZT_COMM_RING=0 / ZT_COMM_THREAD=0: the naive paths (test/tests.cmake)
   opts.timeout_s = 0.5;
   std::unique_ptr<zt::Comm> c = zt::make_mpi_comm(opts);
   c->begin_step(3);
@@ -446,6 +448,7 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   zt::CommOptions opts;
+  zt::apply_comm_env(opts);  // ZT_COMM_RING=0 / ZT_COMM_THREAD=0: the naive paths (test/tests.cmake)
   opts.timeout_s = 60;  // a test that desynchronises the ranks fails instead of hanging
   std::unique_ptr<zt::Comm> comm;
   try {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
@@ -264,7 +265,7 @@ TEST(Recompute, EveryPolicyMatchesNoneBitForBitAndAllocatesWhatItSays) {
   const Out ref = run(Recompute::from("none", 1));
   const size_t none_bytes = Model::activation_bytes(cfg, B, Tn, Recompute::from("none", 1));
   for (const auto& [name, every] : std::vector<std::pair<std::string, int>>{
-           {"selective", 1}, {"block", 1}, {"block", 2}, {"block", 5}, {"block", 6}}) {
+           {"selective", 1}, {"block", 1}, {"block", 2}, {"block", 5}, {"block", 6}, {"block", INT_MAX}}) {
     SCOPED_TRACE(name + " every " + std::to_string(every));
     const Recompute rc = Recompute::from(name, every);
     const Out o = run(rc);

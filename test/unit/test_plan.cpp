@@ -369,7 +369,10 @@ TEST(PlanSchema, WrongTypes) {
             "plan: batch.micro_batch: expected an integer, got number 8.5");
   EXPECT_EQ(plan_error(base_with("optim", "lr", "0.1")), "plan: optim.lr: expected a number, got string \"0.1\"");
   EXPECT_EQ(plan_error(base_with("data", "shuffle", "yes")), "plan: data.shuffle: expected true or false, got string \"yes\"");
-  EXPECT_EQ(plan_error(base_with("run", "log", nullptr)), "plan: run.log: expected a string, got null");
+  // null means "unset" only where the default is "" (test_plan_edges.cpp): run.log must be given.
+  EXPECT_EQ(plan_error(base_with("run", "log", nullptr)),
+            "plan: run.log: null (unset) is accepted only by keys that are off by default (\"\"); give a string "
+            "(the default is \"runs/base/metrics.jsonl\")");
   EXPECT_EQ(plan_error(base_with("optim", "betas", json::parse("[0.9, 0.95, 0.99]"))),
             "plan: optim.betas: expected an array of 2 numbers, got array [0.9,0.95,0.99]");
   EXPECT_EQ(plan_error(base_with("optim", "betas", json::parse("[0.9, \"x\"]"))),

@@ -126,7 +126,10 @@ def main():
                     "zero.prefetch_units": prefetch, "data.tokenizer": "",
                     # Whole logits (the activation formula's) with overlap, 7-position classifier
                     # chunks without: at stage 3 with a split embedding, Pc = Pe gathered again.
-                    "recompute.classifier_chunk": 0 if overlap else 7}
+                    "recompute.classifier_chunk": 0 if overlap else 7,
+                    # The formulas are the CPU backend's (fp32, host memory); estimate resolves
+                    # device "auto" as a run does, to the GPU where one is visible.
+                    "device": "cpu"}
             cmd = [args.train, "estimate", "plans/default.json", "--world", str(N), "--json"]
             for k, v in sets.items():
                 cmd += ["--set", f"{k}={v}"]
