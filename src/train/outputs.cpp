@@ -115,7 +115,7 @@ std::string open_run_outputs(const Plan& plan, const RunOutputs& out) {
   // run cannot know whether they matter, and a stale trace.rank1.json must not join this run's.
   std::string moved;
   std::vector<fs::path> earlier;
-  for (const fs::path p : {fs::path(out.log), fs::path(out.plan_json)}) {
+  for (const fs::path& p : {fs::path(out.log), fs::path(out.plan_json)}) {
     std::error_code ec;
     if (fs::exists(fs::symlink_status(p, ec))) earlier.push_back(p);
   }
