@@ -157,6 +157,11 @@ if(ZT_HAVE_CUDA)
   # so it means the same with and without a GPU.
   add_test(NAME gpu_expect_switch COMMAND bash ${CMAKE_SOURCE_DIR}/test/gpu/expect_gpu.sh $<TARGET_FILE:zt_gpu_tests>)
   set_tests_properties(gpu_expect_switch PROPERTIES LABELS gpu TIMEOUT 60)
+  # Device memory on a GPU: estimate == tracked <= cudaMemGetInfo's count <= estimate + 2% + 64 MiB
+  # (scripts/device/memory_check.py; exit 77 = skipped without a GPU).
+  add_test(NAME gpu_memory_estimate COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/scripts/device/memory_check.py
+           $<TARGET_FILE:train> --quick)
+  set_tests_properties(gpu_memory_estimate PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77)
   add_executable(zt_bench_kernels ${CMAKE_SOURCE_DIR}/test/gpu/bench_kernels.cpp)
   target_link_libraries(zt_bench_kernels PRIVATE zt)
 endif()

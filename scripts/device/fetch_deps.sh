@@ -5,7 +5,8 @@
 #   scripts/device/fetch_deps.sh [--force] [--no-data]
 #
 # Packages: Open MPI (libopenmpi-dev, libopenmpi3, openmpi-bin, openmpi-common), CLI11,
-# nlohmann-json, GoogleTest, OpenBLAS (OpenMP build), liburing (optimizer offload), and the run-time closure of their shared
+# nlohmann-json, GoogleTest, OpenBLAS (OpenMP build), liburing (optimizer offload), serial HDF5
+# (checkpoints; its libcurl brings most of the closure), and the run-time closure of their shared
 # libraries minus BASE_SONAMES below (what every Ubuntu 24.04 image with a C++ compiler has).
 # They are fetched with `apt-get download` into .deps/debs, unpacked with `dpkg -x` into
 # .deps/root (a prefix: .deps/root/usr/...), pruned (docs, man pages, static libraries other than
@@ -54,6 +55,7 @@ DIRECT_PKGS=(
   libcli11-dev nlohmann-json3-dev libgtest-dev
   libopenblas-openmp-dev libopenblas0-openmp
   liburing-dev liburing2
+  libhdf5-dev libhdf5-103-1
 )
 # The shared-library closure of the above (found with readelf -d; checked again below), minus the
 # base. libhwloc15 needs libudev1 (in Ubuntu base images, shipped anyway: run.sh prefers the
@@ -63,6 +65,9 @@ DIRECT_PKGS=(
 CLOSURE_PKGS=(
   libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libpmix2 libmunge2
   libgfortran5 libquadmath0 libudev1
+  libsz2 libaec0 libcurl4 libssl3 libbrotli1 libzstd1 libldap-2.5-0 libgnutls30 libgmp10 libhogweed6
+  libnettle8 libtasn1-6 libunistring2 libidn2-0 libp11-kit0 libffi8 libsasl2-2 libgssapi-krb5-2
+  libkrb5support0 libcom-err2 libk5crypto3 libkrb5-3 libkeyutils1 libpsl5 libssh2-1 librtmp1 libnghttp2-14
 )
 PKGS=("${DIRECT_PKGS[@]}" "${CLOSURE_PKGS[@]}")
 

@@ -324,6 +324,21 @@ def build(res):
                         f"MFU ({b['gpu']}: peak unknown)",
                         mfu + f"; {b['flops_per_token'] / 1e9:.3f} GFLOP/token = 6N+12LCT, N={b['params_nonembedding']:,}",
                         ""])
+    ps = status.get("paths")
+    if ps is None:
+        summary.append(["emulator's checks on the GPU (test/emu/*.sh)", "not run", verdict("paths", None)])
+    else:
+        logs = sorted(glob.glob(os.path.join(res, "paths_*.log")))
+        summary.append(["emulator's checks on the GPU (test/emu/*.sh)",
+                        ps.get("note") or f"{len(logs)} scripts passed", verdict("paths", ps["status"] == "ok")])
+    m = load_json(os.path.join(res, "memory.json"))
+    if m is None:
+        summary.append(["device memory vs estimate", "not run", verdict("memory", None)])
+    else:
+        txt = "; ".join(f"{r['config']}: est {r['estimate'] / 2**20:.0f} MiB, used {r['used'] / 2**20:.0f} MiB "
+                        f"({100 * r['overhead'] / max(r['estimate'], 1):+.1f}%), ctx {r['context_and_workspace'] / 2**20:.0f} MiB"
+                        for r in m.get("rows", []))
+        summary.append(["device memory vs estimate", txt, verdict("memory", m.get("ok"))])
     if k is None:
         summary.append(["kernel benchmark", "not run", verdict("kernels", None)])
 
@@ -341,7 +356,8 @@ def build(res):
         lines += [md_table(cols, rows) if cols else "```\n" + json.dumps(k, indent=1)[:4000] + "\n```", ""]
     failed = [x["phase"] for x in ph if x.get("status") == "fail"]
     lines.append(f"failed phases: {', '.join(failed) if failed else 'none'}")
-    results = {"gpu": name, "phases": ph, "test": t, "sanitize": s, "parity": p, "bench": b, "kernels": k}
+    results = {"gpu": name, "phases": ph, "test": t, "sanitize": s, "parity": p, "bench": b, "kernels": k,
+               "memory": m}
     return "\n".join(lines) + "\n", results
 
 

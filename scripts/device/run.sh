@@ -3,7 +3,7 @@
 # bf16-vs-fp32 loss parity, GPT-2 124M throughput next to PyTorch, kernel benchmarks. Run from
 # the repo root, with .deps/pack and data/brown carried (scripts/device/fetch_deps.sh makes them):
 #
-#   bash scripts/device/run.sh [PHASE...]      PHASE: build test sanitize parity bench kernels
+#   bash scripts/device/run.sh [PHASE...]      PHASE: build test paths parity memory bench kernels sanitize
 #                                              (default: all of them, in that order)
 #
 # Never stops at the first failure: each phase is timed, recorded and the next one runs; the exit
@@ -40,13 +40,14 @@ BENCH_B="${ZT_BENCH_B:-16}"
 BENCH_STEPS="${ZT_BENCH_STEPS:-30}"
 BENCH_WARMUP="${ZT_BENCH_WARMUP:-5}"
 PARITY_STEPS="${ZT_PARITY_STEPS:-200}"
+BUILD_TARGETS="${ZT_BUILD_TARGETS:-train zt_gpu_tests zt_bench_kernels}"
 PY="$(command -v python3 || echo /usr/bin/python3)"
 # This machine is meant to have a GPU: a missing or broken one must fail the GPU tests (and the
 # kernels phase), not skip them (test/gpu/gpu_test_util.h). ZT_EXPECT_GPU=0 restores skipping.
 export ZT_EXPECT_GPU="${ZT_EXPECT_GPU:-1}"
 REPORT=(env PYTHONDONTWRITEBYTECODE=1 "$PY" "$ROOT/scripts/device/report.py" --res "$RES" --out "$OUTDIR")
 
-ALL_PHASES=(build test sanitize parity bench kernels)
+ALL_PHASES=(build test paths parity memory bench kernels sanitize)
 PHASES=("$@")
 [ "${#PHASES[@]}" -gt 0 ] || PHASES=("${ALL_PHASES[@]}")
 for p in "${PHASES[@]}"; do
@@ -90,10 +91,17 @@ setup_deps() {
       # newer): use the system's, so that nothing else in the process sees an older Debian copy.
       local so sys_libs
       sys_libs="$(ldconfig -p 2>/dev/null)"   # (not piped into grep -q: SIGPIPE + pipefail)
-      for so in libudev.so.1 libgfortran.so.5 libquadmath.so.0; do
+      # (HDF5's libcurl closure too: python3's ssl module must not load Debian's libssl.)
+      for so in libudev.so.1 libgfortran.so.5 libquadmath.so.0 libcurl.so.4 libssl.so.3 libcrypto.so.3 \
+                libbrotlidec.so.1 libbrotlicommon.so.1 libzstd.so.1 libldap-2.5.so.0 liblber-2.5.so.0 \
+                libgnutls.so.30 libgmp.so.10 libhogweed.so.6 libnettle.so.8 libtasn1.so.6 libunistring.so.2 \
+                libidn2.so.0 libp11-kit.so.0 libffi.so.8 libsasl2.so.2 libgssapi_krb5.so.2 libkrb5support.so.0 \
+                libcom_err.so.2 libk5crypto.so.3 libkrb5.so.3 libkeyutils.so.1 libpsl.so.5 libssh2.so.1 \
+                librtmp.so.1 libnghttp2.so.14; do
         if grep -q "^[[:space:]]$so " <<<"$sys_libs"; then
           mkdir -p "$DEPS_DIR/shadowed"
-          mv "$DEPS_ROOT/usr/lib/$ARCH/$so" "$DEPS_DIR/shadowed/" 2>/dev/null &&
+          { mv "$DEPS_ROOT/usr/lib/$ARCH/$so" "$DEPS_DIR/shadowed/" 2>/dev/null ||
+            mv "$DEPS_ROOT/lib/$ARCH/$so" "$DEPS_DIR/shadowed/" 2>/dev/null; } &&
             log "using the system's $so"
         fi
       done
@@ -222,7 +230,11 @@ phase_build() {
   # Keep going past a failing target, so that the phases whose binaries did build can still run.
   local keep=(-k)
   grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja' "$BUILD/CMakeCache.txt" && keep=(-k 0)
-  timeout "$t" cmake --build "$BUILD" -j "$JOBS" -- "${keep[@]}" > "$RES/build.log" 2>&1
+  # Only what the phases run (ZT_BUILD_TARGETS=all builds everything: the CPU tests and the emulator
+  # builds need no GPU and are CI's, so they would only spend device time).
+  local targets=()
+  [ "$BUILD_TARGETS" = all ] || for t1 in $BUILD_TARGETS; do targets+=(--target "$t1"); done
+  timeout "$t" cmake --build "$BUILD" "${targets[@]}" -j "$JOBS" -- "${keep[@]}" > "$RES/build.log" 2>&1
   local rc=$?
   if [ "$rc" -ne 0 ]; then
     grep -E -m 20 'error|Error' "$RES/build.log"; tail -5 "$RES/build.log"
@@ -317,6 +329,38 @@ phase_bench() {
   "${REPORT[@]}" --check bench || true
 }
 
+# The checks CI runs under the CUDA emulator (test/emu/*.sh), with the real CUDA build in the
+# emulator's place: device=cuda fp32/bf16 against the CPU backend; mpirun -np 2 and 3 sharing the
+# GPU (host-staged collectives), stages 0-3, against N = 1; optimizer offload cpu/nvme against no
+# offload; checkpoints through device memory. The scripts' bounds are the emulated ones.
+phase_paths() {
+  need_bin "$BUILD/train" || return
+  local mpiexec="$DEPS_ROOT/usr/bin/mpiexec.openmpi" s rc t failed=() args=()
+  for s in train_emu multirank_emu offload_emu checkpoint_emu; do
+    t=$(( T - (SECONDS - PHASE_T0) ))
+    if [ "$t" -lt 15 ]; then failed+=("$s(no time)"); continue; fi
+    case "$s" in
+      multirank_emu) args=("$BUILD/train" "$BUILD/train" "$mpiexec") ;;
+      offload_emu) args=("$BUILD/train" "$mpiexec") ;;
+      *) args=("$BUILD/train" "$BUILD/train") ;;
+    esac
+    OMP_NUM_THREADS=2 timeout "$t" bash "test/emu/$s.sh" "${args[@]}" > "$RES/paths_$s.log" 2>&1
+    rc=$?
+    log "   $s: exit $rc"
+    [ "$rc" -eq 0 ] || { tail -8 "$RES/paths_$s.log"; failed+=("$s"); }
+  done
+  [ "${#failed[@]}" -eq 0 ] || fail 1 "failed: ${failed[*]} (paths_*.log)"
+}
+
+# Device memory: train estimate vs the tracker vs cudaMemGetInfo (scripts/device/memory_check.py).
+phase_memory() {
+  need_bin "$BUILD/train" || return
+  timeout "$T" "$PY" scripts/device/memory_check.py "$BUILD/train" --json "$RES/memory.json" > "$RES/memory.log" 2>&1
+  local rc=$?
+  tail -12 "$RES/memory.log"
+  [ "$rc" -eq 0 ] || fail "$rc" "a run failed or memory outside the bound (memory.log)"
+}
+
 phase_kernels() {
   local exe="$BUILD/zt_bench_kernels"
   need_bin "$exe" || return
@@ -354,11 +398,13 @@ fi
 for p in "${PHASES[@]}"; do
   case "$p" in
     build) run_phase build 900 ;;
-    test) run_phase test 900 ;;
-    sanitize) run_phase sanitize 600 ;;
-    parity) run_phase parity 600 ;;
-    bench) run_phase bench 900 ;;
-    kernels) run_phase kernels 300 ;;
+    test) run_phase test 240 ;;
+    paths) run_phase paths 240 ;;
+    parity) run_phase parity 180 ;;
+    memory) run_phase memory 150 ;;
+    bench) run_phase bench 300 ;;
+    kernels) run_phase kernels 120 ;;
+    sanitize) run_phase sanitize 300 ;;
   esac
 done
 

@@ -7,6 +7,7 @@
 // when the process ends, however it ends (a signal, an abort, SIGKILL), and no handler is needed.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 

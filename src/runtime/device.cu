@@ -37,6 +37,12 @@ size_t free_bytes() {
   return free_b;
 }
 
+size_t total_bytes() {
+  size_t free_b = 0, total_b = 0;
+  ZT_CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  return total_b;
+}
+
 void* alloc(size_t bytes) {
   void* p = nullptr;
   const cudaError_t rc = cudaMalloc(&p, bytes);

@@ -23,6 +23,8 @@ bool available();
 std::string describe();
 // Bytes free on the current device right now.
 size_t free_bytes();
+// The current device's size in bytes (0 without the CUDA backend).
+size_t total_bytes();
 void* alloc(size_t bytes);  // throws DeviceOutOfMemory
 void free(void* p);
 // Page-locked host memory (cudaMallocHost), for buffers that asynchronous copies read and write

@@ -12,6 +12,7 @@ bool built_with_cuda() { return false; }
 bool available() { return false; }
 std::string describe() { return ""; }
 size_t free_bytes() { return 0; }
+size_t total_bytes() { return 0; }
 void* alloc(size_t) { no_cuda(); }
 void free(void*) {}
 void* alloc_pinned(size_t) { no_cuda(); }

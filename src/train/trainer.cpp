@@ -130,6 +130,7 @@ class Trainer {
                                               << " (lower optim.lr, or raise optim.warmup_steps)");
       prepare_lookup(step + 1);
       engine_->optimizer_step(lr, clip_scale(norm, plan_.optim.grad_clip));
+      sample_device_memory();
       if (tracer_)
         tracer_->complete("step " + std::to_string(step), Tracer::kStep, trace_t0, Tracer::now_us() - trace_t0,
                           "\"step\":" + std::to_string(step) + ",\"loss\":" + std::to_string(loss));
@@ -163,6 +164,7 @@ class Trainer {
       if ((run.eval_every > 0 && (step + 1) % run.eval_every == 0) || last) {
         const double te = tracer_ ? Tracer::now_us() : 0;
         res.final_val_loss = evaluate(step);
+        sample_device_memory();
         if (tracer_) tracer_->complete("eval", Tracer::kStep, te, Tracer::now_us() - te);
       }
       if (tokenizer_ && ((run.sample_every > 0 && (step + 1) % run.sample_every == 0) || last)) sample(step);
@@ -235,6 +237,7 @@ class Trainer {
                    {"bytes_sent_per_step", bytes_per_step_},
                    {"bytes_sent_per_step_theory", partition_->bytes_per_step()},
                    {"max_gathered_units", engine_->max_gathered_alive()},
+                   {"device_memory", device_memory_json()},
                    {"world", comm_.world()},
                    {"zero_stage", plan_.zero.stage},
                    {"backend", Ops::name}}}});
@@ -244,8 +247,33 @@ class Trainer {
   }
 
  private:
+  // Device memory as the CUDA runtime counts it (cudaMemGetInfo), beside the tracker's device tier:
+  // free once the context exists (the driver's own memory and cuBLASLt's workspace already taken),
+  // then the lowest free seen after any step. The difference is what this run allocated, tracked or
+  // not, rounded up by the allocator; other processes on the same GPU count too.
+  struct DeviceUse {
+    size_t total = 0, free_at_start = 0, free_min = 0;
+  };
+  DeviceUse dev_use_;
+  void sample_device_memory() {
+    if constexpr (Ops::tier == Tier::device) dev_use_.free_min = std::min(dev_use_.free_min, device::free_bytes());
+  }
+  nlohmann::json device_memory_json() const {
+    if (Ops::tier != Tier::device) return nullptr;
+    return {{"total_bytes", dev_use_.total},
+            {"free_at_start_bytes", dev_use_.free_at_start},
+            {"used_peak_bytes", dev_use_.free_at_start - std::min(dev_use_.free_at_start, dev_use_.free_min)}};
+  }
+
   void setup() {
     const int world = comm_.world();
+    if constexpr (Ops::tier == Tier::device) {
+#if ZT_HAVE_CUDA
+      (void)cuda::Context::get();  // the context and its workspace exist before the first count
+#endif
+      dev_use_.total = device::total_bytes();
+      dev_use_.free_at_start = dev_use_.free_min = device::free_bytes();
+    }
     // Ranks on one host share its cores.
     const int threads = plan_.run.threads > 0 ? plan_.run.threads : std::max(1, omp_get_num_procs() / comm_.local_world());
     omp_set_num_threads(threads);
