@@ -4,6 +4,7 @@
 # the repo root, with .deps/pack and data/brown carried (scripts/device/fetch_deps.sh makes them):
 #
 #   bash scripts/device/run.sh [PHASE...]      PHASE: build test paths parity memory bench kernels sanitize
+#                                              or "remaining" (those without a result yet)
 #                                              (default: all of them, in that order)
 #
 # Never stops at the first failure: each phase is timed, recorded and the next one runs; the exit
@@ -50,6 +51,16 @@ REPORT=(env PYTHONDONTWRITEBYTECODE=1 "$PY" "$ROOT/scripts/device/report.py" --r
 ALL_PHASES=(build test paths parity memory bench kernels sanitize)
 PHASES=("$@")
 [ "${#PHASES[@]}" -gt 0 ] || PHASES=("${ALL_PHASES[@]}")
+# "remaining": every phase that has no result yet on this machine (none, or skipped for time), so a
+# second call on a still-warm machine can be sent without reading the first one's report.
+if [ "${PHASES[*]}" = remaining ]; then
+  PHASES=()
+  for p in "${ALL_PHASES[@]}"; do
+    f="$BUILD/device/phase_$p.json"
+    if [ ! -f "$f" ] || grep -q '"status": "skip"' "$f"; then PHASES+=("$p"); fi
+  done
+  [ "${#PHASES[@]}" -gt 0 ] || { echo "run.sh: every phase has a result already"; PHASES=(kernels); }
+fi
 for p in "${PHASES[@]}"; do
   case " ${ALL_PHASES[*]} " in *" $p "*) ;; *) echo "run.sh: unknown phase '$p' (phases: ${ALL_PHASES[*]})" >&2; exit 2 ;; esac
 done
