@@ -40,13 +40,22 @@
 // Row stride: `ld` (default OC) replaces OC as the leading dimension of out / dout above, so the
 // LM head writes and reads one vocabulary chunk's columns of the (N, Vp) logits in place.
 //
-// Descriptors are created and destroyed per call (cheap host objects): no global state.
+// Descriptors are created and destroyed per call (cheap host objects). The heuristic's answer is not
+// cheap (tens of microseconds of host time per call, ~150 GEMMs per GPT-2 124M step) and depends only
+// on what it is given, so it is remembered per (handle, shape, layout, epilogue, alignment,
+// workspace): the one piece of process-wide state here. ZT_CUBLASLT_CACHE=0 asks the heuristic every
+// time (the naive version, for benchmarks; same algorithm, same result).
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/matmul.h"
@@ -95,6 +104,46 @@ const char* epilogue_name(cublasLtEpilogue_t e) {
     case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "gelu_aux_bias";
     default: return "other";
   }
+}
+
+// ---- the heuristic's answers, remembered ----------------------------------------------------------
+using HeuristicKey = std::tuple<uintptr_t, int, bool, bool, int, int, int, int, int, int, int, bool, bool, int64_t,
+                                uint32_t, uint32_t, uint32_t, size_t>;
+struct HeuristicAnswer {
+  cublasStatus_t status;
+  cublasLtMatmulHeuristicResult_t result;
+  int found;
+};
+struct HeuristicCache {
+  std::mutex mu;
+  std::map<HeuristicKey, HeuristicAnswer> answers;
+  const bool enabled = [] {
+    const char* e = std::getenv("ZT_CUBLASLT_CACHE");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+};
+HeuristicCache& heuristic_cache() {
+  static HeuristicCache c;
+  return c;
+}
+bool heuristic_lookup(const HeuristicKey& k, cublasStatus_t* status, cublasLtMatmulHeuristicResult_t* result,
+                      int* found) {
+  HeuristicCache& c = heuristic_cache();
+  if (!c.enabled) return false;
+  std::lock_guard<std::mutex> lock(c.mu);
+  const auto it = c.answers.find(k);
+  if (it == c.answers.end()) return false;
+  *status = it->second.status;
+  *result = it->second.result;
+  *found = it->second.found;
+  return true;
+}
+void heuristic_store(const HeuristicKey& k, cublasStatus_t status, const cublasLtMatmulHeuristicResult_t& result,
+                     int found) {
+  HeuristicCache& c = heuristic_cache();
+  if (!c.enabled) return;
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.answers[k] = HeuristicAnswer{status, result, found};
 }
 
 // One column-major GEMM: D (m x n) = alpha op(A) op(B) + beta D, optional epilogue.
@@ -171,8 +220,15 @@ bool run_gemm(const Gemm& g, const Blas& blas, bool required) {
   // An optional (fused) attempt treats every failure as "no algorithm": the required fallback call
   // that follows reports any real error (bad handle, bad shape). A required call throws on anything
   // but NOT_SUPPORTED, which gets the descriptive message below.
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(blas.lt, op.get(), a.get(), b.get(), d.get(), d.get(),
-                                                           pref.get(), 1, &heur, &found);
+  const HeuristicKey key{reinterpret_cast<uintptr_t>(blas.lt), int(type), g.trans_a, g.trans_b, g.m, g.n, g.k,
+                         g.lda, g.ldb, g.ldd, int(g.epilogue), g.bias != nullptr, g.aux != nullptr, g.aux_ld,
+                         align_a, align_b, align_d, ws};
+  cublasStatus_t hs;
+  if (!heuristic_lookup(key, &hs, &heur, &found)) {
+    hs = cublasLtMatmulAlgoGetHeuristic(blas.lt, op.get(), a.get(), b.get(), d.get(), d.get(), pref.get(), 1, &heur,
+                                        &found);
+    heuristic_store(key, hs, heur, found);
+  }
   if (required && hs != CUBLAS_STATUS_NOT_SUPPORTED) ZT_CHECK_CUBLAS(hs);
   if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
     if (!required) return false;

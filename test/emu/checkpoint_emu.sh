@@ -12,6 +12,8 @@ TRAIN=${1:?usage: checkpoint_emu.sh path/to/train path/to/zt_train_emu}
 EMU=${2:?usage: checkpoint_emu.sh path/to/train path/to/zt_train_emu}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
+# numpy/h5py: Debian's /usr/bin/python3 here; scripts/device/run.sh sets ZT_PYTHON on the GPU machine.
+PY=${ZT_PYTHON:-/usr/bin/python3}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 
 common=(plans/default.json
@@ -33,7 +35,7 @@ run "$work/gc.out" "$TRAIN" "${common[@]}" --set device=cpu --set checkpoint.res
 run "$work/cg.out" "$EMU" "${common[@]}" "${gpu[@]}" --set checkpoint.resume="$work/c/ckpt/step_00000003" \
   --set run.log="$work/cg/metrics.jsonl"
 
-/usr/bin/python3 - "$work" <<'PY'
+"$PY" - "$work" <<'PY'
 import json, sys
 import h5py
 w = sys.argv[1]

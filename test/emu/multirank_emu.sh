@@ -17,6 +17,8 @@ EMU=${2:?}
 MPIRUN=${3:?}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
+# numpy/h5py: Debian's /usr/bin/python3 here; scripts/device/run.sh sets ZT_PYTHON on the GPU machine.
+PY=${ZT_PYTHON:-/usr/bin/python3}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 common=(plans/default.json
@@ -49,7 +51,7 @@ done
 run f32_n3_s1 3 fp32 1 2
 run f32_n3_s3 3 fp32 3 2
 
-/usr/bin/python3 - "$work" <<'PY'
+"$PY" - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
 def rows(name):

@@ -19,6 +19,8 @@ EMU=${1:?usage: offload_emu.sh zt_train_emu mpiexec}
 MPIRUN=${2:?}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
+# numpy/h5py: Debian's /usr/bin/python3 here; scripts/device/run.sh sets ZT_PYTHON on the GPU machine.
+PY=${ZT_PYTHON:-/usr/bin/python3}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 common=(plans/default.json
@@ -42,7 +44,7 @@ for cfg in "1 1" "2 3"; do
       else "$MPIRUN" -np "$np" "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }; fi
       # train estimate (the CUDA backend's list) against what the run tracked, tier by tier, exactly.
       "$EMU" estimate "${cmd[@]:1}" --world "$np" --json 2>/dev/null > "$work/$name.est"
-      /usr/bin/python3 - "$work/$name.est" "$work/$name/metrics.jsonl" "$name" <<'PY' || fail=1
+      "$PY" - "$work/$name.est" "$work/$name/metrics.jsonl" "$name" <<'PY' || fail=1
 import json, sys
 est = json.load(open(sys.argv[1]))["memory"]
 got = next(json.loads(l)["summary"] for l in open(sys.argv[2]) if '"summary"' in l)["peak_memory_bytes"]
@@ -50,13 +52,13 @@ ok = est == got
 print(f"{sys.argv[3]}: estimate {'==' if ok else '!='} tracked: {est}" + ("" if ok else f" vs tracked {got}: FAILED"))
 sys.exit(0 if ok else 1)
 PY
-      grep -h '"loss"' "$work/$name/metrics.jsonl" | /usr/bin/python3 -c \
+      grep -h '"loss"' "$work/$name/metrics.jsonl" | "$PY" -c \
         'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in sys.stdin if "step" in json.loads(l)))' \
         > "$work/$name.losses"
       if [ -n "$(ls -A "$work/swap" 2>/dev/null)" ]; then echo "FAILED: swap files left after $name"; fail=1; fi
       if [ "$off" != none ]; then
         ref="n${np}_s${stage}_${prec}_none"
-        /usr/bin/python3 - "$work" "$name" "$ref" "$prec" <<'PY' || fail=1
+        "$PY" - "$work" "$name" "$ref" "$prec" <<'PY' || fail=1
 import numpy as np, sys
 w, name, ref, prec = sys.argv[1:]
 la = [float(x) for x in open(f"{w}/{name}.losses").read().split()]

@@ -9,6 +9,8 @@ TRAIN=${1:?usage: train_emu.sh path/to/train path/to/zt_train_emu}
 EMU=${2:?usage: train_emu.sh path/to/train path/to/zt_train_emu}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
+# numpy/h5py: Debian's /usr/bin/python3 here; scripts/device/run.sh sets ZT_PYTHON on the GPU machine.
+PY=${ZT_PYTHON:-/usr/bin/python3}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 
 common=(plans/default.json
@@ -28,7 +30,7 @@ echo "== CUDA backend, EMULATED on the CPU (test/emu), bf16"
 "$EMU" "${common[@]}" --set device=cuda --set precision.compute=bf16 --set run.log="$work/bf16/metrics.jsonl" \
   | tee "$work/bf16.out" | grep -E "device|backend|step +[0-9]" || true
 
-/usr/bin/python3 - "$work" <<'PY'
+"$PY" - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
 def losses(name):
