@@ -16,8 +16,8 @@
 #
 # Time: one device command may run 10 minutes, so phases stop starting once ZT_DEADLINE_S
 # (default 560) seconds have passed since the start, and each phase's own timeout is cut to what
-# is left; what was skipped says so in the report. Typical split into two calls:
-#   bash scripts/device/run.sh build test sanitize   and   bash scripts/device/run.sh parity bench kernels
+# is left; what was skipped says so in the report. All phases took 264 s on an H200 (2026-11-26),
+# so one call runs them all; `run.sh remaining` on the still-warm machine picks up what was skipped.
 #
 # Environment (all optional): ZT_BUILD_DIR (build-gpu), ZT_CUDA (ON), ZT_CUDA_ARCHS (90),
 # ZT_BENCH_B (16), ZT_BENCH_STEPS (30), ZT_BENCH_WARMUP (5), ZT_PARITY_STEPS (200),
