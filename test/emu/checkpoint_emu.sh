@@ -14,6 +14,10 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 # numpy/h5py: Debian's /usr/bin/python3 here; scripts/device/run.sh sets ZT_PYTHON on the GPU machine.
 PY=${ZT_PYTHON:-/usr/bin/python3}
+# What ran: the emulator (zt_train_emu, version "...-emu"), or the real CUDA build on a GPU
+# (scripts/device/run.sh runs these scripts there with ./train in the emulator's place).
+case "$("$EMU" --version 2>/dev/null)" in *-emu*) WHERE="EMULATED CUDA, not a GPU" ;; *) WHERE="CUDA on a GPU" ;; esac
+export WHERE
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 
 common=(plans/default.json
@@ -36,7 +40,7 @@ run "$work/cg.out" "$EMU" "${common[@]}" "${gpu[@]}" --set checkpoint.resume="$w
   --set run.log="$work/cg/metrics.jsonl"
 
 "$PY" - "$work" <<'PY'
-import json, sys
+import json, os, sys
 import h5py
 w = sys.argv[1]
 def losses(name):
@@ -58,6 +62,6 @@ with h5py.File(f"{w}/g/ckpt/step_00000006/model.h5", "r") as f:
 for name, got, ref in (("CPU continues the bf16 checkpoint", gc, g), ("bf16 continues the CPU checkpoint", cg, c)):
     worst = max(abs(got[s] - ref[s]) / abs(ref[s]) for s in got)
     check(sorted(got) == [4, 5, 6] and worst <= 2e-2, f"{name}: steps 4-6 within 2e-2 (worst {worst:.2e})")
-print("checkpoint_emu (EMULATED CUDA, not a GPU):", "ok" if ok else "FAILED")
+print("checkpoint_emu (" + os.environ["WHERE"] + "):", "ok" if ok else "FAILED")
 sys.exit(0 if ok else 1)
 PY

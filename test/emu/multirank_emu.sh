@@ -19,6 +19,10 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 # numpy/h5py: Debian's /usr/bin/python3 here; scripts/device/run.sh sets ZT_PYTHON on the GPU machine.
 PY=${ZT_PYTHON:-/usr/bin/python3}
+# What ran: the emulator (zt_train_emu, version "...-emu"), or the real CUDA build on a GPU
+# (scripts/device/run.sh runs these scripts there with ./train in the emulator's place).
+case "$("$EMU" --version 2>/dev/null)" in *-emu*) WHERE="EMULATED CUDA, not a GPU" ;; *) WHERE="CUDA on a GPU" ;; esac
+export WHERE
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 common=(plans/default.json
@@ -99,6 +103,6 @@ for est in sorted(glob.glob(f"{w}/*.est")):
     e, t = json.load(open(est))["memory"], summary(name)["peak_memory_bytes"]
     ok &= e == t
     print(f"{name:12s} estimate {'==' if e == t else '!='} tracked {'ok' if e == t else f'FAILED: {e} vs {t}'}")
-print("multirank_emu (EMULATED CUDA, not a GPU):", "ok" if ok else "FAILED")
+print("multirank_emu (" + os.environ["WHERE"] + "):", "ok" if ok else "FAILED")
 sys.exit(0 if ok else 1)
 PY

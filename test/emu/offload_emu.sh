@@ -21,6 +21,10 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 # numpy/h5py: Debian's /usr/bin/python3 here; scripts/device/run.sh sets ZT_PYTHON on the GPU machine.
 PY=${ZT_PYTHON:-/usr/bin/python3}
+# What ran: the emulator (zt_train_emu, version "...-emu"), or the real CUDA build on a GPU
+# (scripts/device/run.sh runs these scripts there with ./train in the emulator's place).
+case "$("$EMU" --version 2>/dev/null)" in *-emu*) WHERE="EMULATED CUDA, not a GPU" ;; *) WHERE="CUDA on a GPU" ;; esac
+export WHERE
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 common=(plans/default.json
@@ -92,5 +96,5 @@ for off in cpu nvme; do
     echo "FAILED: refusal of offload.optimizer $off with checkpoint.dir:"; cat "$work/refused.err"; fail=1
   else echo "refused as it should: $(grep -v '^zt-emu' "$work/refused.err")"; fi
 done
-echo "offload_emu (EMULATED CUDA, not a GPU): $([ $fail = 0 ] && echo ok || echo FAILED)"
+echo "offload_emu ($WHERE): $([ $fail = 0 ] && echo ok || echo FAILED)"
 exit $fail

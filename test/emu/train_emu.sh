@@ -11,6 +11,10 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 # numpy/h5py: Debian's /usr/bin/python3 here; scripts/device/run.sh sets ZT_PYTHON on the GPU machine.
 PY=${ZT_PYTHON:-/usr/bin/python3}
+# What ran: the emulator (zt_train_emu, version "...-emu"), or the real CUDA build on a GPU
+# (scripts/device/run.sh runs these scripts there with ./train in the emulator's place).
+case "$("$EMU" --version 2>/dev/null)" in *-emu*) WHERE="EMULATED CUDA, not a GPU" ;; *) WHERE="CUDA on a GPU" ;; esac
+export WHERE
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 
 common=(plans/default.json
@@ -23,15 +27,15 @@ common=(plans/default.json
 
 echo "== CPU backend (fp32)"
 "$TRAIN" "${common[@]}" --set device=cpu --set run.log="$work/cpu/metrics.jsonl" > "$work/cpu.out"
-echo "== CUDA backend, EMULATED on the CPU (test/emu), fp32"
+echo "== CUDA backend ($WHERE), fp32"
 "$EMU" "${common[@]}" --set device=cuda --set precision.compute=fp32 --set run.log="$work/fp32/metrics.jsonl" \
   | tee "$work/fp32.out" | grep -E "device|backend|step +[0-9]" || true
-echo "== CUDA backend, EMULATED on the CPU (test/emu), bf16"
+echo "== CUDA backend ($WHERE), bf16"
 "$EMU" "${common[@]}" --set device=cuda --set precision.compute=bf16 --set run.log="$work/bf16/metrics.jsonl" \
   | tee "$work/bf16.out" | grep -E "device|backend|step +[0-9]" || true
 
 "$PY" - "$work" <<'PY'
-import json, sys
+import json, os, sys
 w = sys.argv[1]
 def losses(name):
     return [r["loss"] for r in map(json.loads, open(f"{w}/{name}/metrics.jsonl")) if "loss" in r]
@@ -43,6 +47,6 @@ for s, (c, a, b) in enumerate(zip(cpu, f32, b16)):
     ea, eb = abs(a - c) / abs(c), abs(b - c) / abs(c)
     print(f"{s:4d}  {c:.8f}  {a:.8f}          {ea:.2e}   {b:.8f}          {eb:.2e}")
     ok &= ea <= 1e-6 and eb <= 2e-2
-print("train_emu (EMULATED CUDA, not a GPU):", "ok" if ok else "FAILED (bounds: fp32 1e-6, bf16 2e-2 relative)")
+print("train_emu (" + os.environ["WHERE"] + "):", "ok" if ok else "FAILED (bounds: fp32 1e-6, bf16 2e-2 relative)")
 sys.exit(0 if ok else 1)
 PY
