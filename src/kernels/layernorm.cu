@@ -174,17 +174,37 @@ __global__ void layernorm_backward_kernel(T* __restrict__ dinp, float* __restric
 
 // dweight (C) += sum over blocks of partials[blk][0], dbias (C) += ... [blk][1]: one thread per
 // channel, blocks in order.
+// Column sums of the per-block partials (nblocks rows of 2C floats) into dweight / dbias. A block
+// owns 32 columns (one warp reads 128 contiguous bytes of a partial row) and its 32 warps take every
+// 32nd partial row; the 32 warp sums are then added in a fixed order, so the result is
+// deterministic. (One thread per column over all partial rows gave GPT-2's C = 768 only 3 blocks of
+// serial loads: 6 % of a 124M step's kernel time under ncu on an H200, scripts/device/RESULTS.md.)
+constexpr int kReduceCols = kWarp;
+constexpr int kReduceThreads = 1024;
+constexpr int kReduceGroups = kReduceThreads / kWarp;
+
 template <class T>
-__global__ void layernorm_backward_reduce_kernel(T* __restrict__ dweight, T* __restrict__ dbias,
-                                                 const float* __restrict__ partials, int nblocks, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+__global__ void __launch_bounds__(kReduceThreads)
+    layernorm_backward_reduce_kernel(T* __restrict__ dweight, T* __restrict__ dbias,
+                                     const float* __restrict__ partials, int nblocks, int C) {
+  __shared__ float w_sum[kReduceGroups][kReduceCols], b_sum[kReduceGroups][kReduceCols];
+  const int lane = threadIdx.x % kWarp, group = threadIdx.x / kWarp;
+  const int c = blockIdx.x * kReduceCols + lane;
   float sw = 0.0f, sb = 0.0f;
-#pragma unroll 8
-  for (int blk = 0; blk < nblocks; blk++) {
-    const float* p = partials + size_t(blk) * 2 * C;
-    sw += p[c];
-    sb += p[C + c];
+  if (c < C) {
+    for (int blk = group; blk < nblocks; blk += kReduceGroups) {
+      const float* p = partials + size_t(blk) * 2 * C;
+      sw += p[c];
+      sb += p[C + c];
+    }
+  }
+  w_sum[group][lane] = sw;
+  b_sum[group][lane] = sb;
+  __syncthreads();
+  if (group != 0 || c >= C) return;
+  for (int g = 1; g < kReduceGroups; g++) {
+    sw += w_sum[g][lane];
+    sb += b_sum[g][lane];
   }
   dweight[c] = from_float<T>(to_float(dweight[c]) + sw);
   dbias[c] = from_float<T>(to_float(dbias[c]) + sb);
@@ -239,8 +259,8 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
   layernorm_backward_kernel<T><<<nblocks, kBlock, 0, stream>>>(dinp, partials, dout, inp, weight, mean, rstd, N, C,
                                                                 rows_per_block);
   ZT_CHECK_LAUNCH();
-  layernorm_backward_reduce_kernel<T><<<ceil_div(size_t(C), kBlock), kBlock, 0, stream>>>(dweight, dbias, partials,
-                                                                                          nblocks, C);
+  layernorm_backward_reduce_kernel<T><<<ceil_div(size_t(C), kReduceCols), kReduceThreads, 0, stream>>>(
+      dweight, dbias, partials, nblocks, C);
   ZT_CHECK_LAUNCH();
 }
 
