@@ -5,6 +5,9 @@
 #   make test       build and run every test through ctest (GPU tests report "Skipped" without a GPU)
 #   make test-gpu   only the GPU tests: CUDA ops vs CPU ops, the model on the GPU vs the CPU backend
 #   make test-emu   the GPU tests and a short device=cuda run under CPU emulation (test/emu, label emu)
+#   make test-LABEL one concept's tests (ctest -L LABEL): test-zero, test-comm, test-checkpoint,
+#                   test-offload, test-recompute, test-cli, test-model, test-data, test-parity,
+#                   test-docs, test-unit (the second-scale unit binary); test/tests.cmake lists them
 #   make bench      CPU throughput vs PyTorch (scripts/bench_cpu.sh)
 BUILD ?= build
 JOBS ?= $(shell nproc)
@@ -39,6 +42,10 @@ test-gpu: build
 
 test-emu: build
 	cd $(BUILD) && ctest -L emu --output-on-failure -j $(JOBS)
+
+# Any other label (test/tests.cmake); a label that matches nothing is an error, not a silent pass.
+test-%: build
+	cd $(BUILD) && ctest -L '^$*$$' --no-tests=error --output-on-failure -j $(JOBS)
 
 bench: build data
 	scripts/bench_cpu.sh

@@ -38,7 +38,7 @@ import json,statistics,sys
 r=[json.loads(l) for l in open('$out/$name/metrics.jsonl')]
 s=[x['tokens_per_s'] for x in r if 'tokens_per_s' in x and 'step' in x][$WARM:]
 print(statistics.median(s))")
-  theirs=$($PY test/ref/torch_bench.py --layers $L --heads $NH --embd $C --seq $T --batch $B \
+  theirs=$($PY bench/torch_bench.py --layers $L --heads $NH --embd $C --seq $T --batch $B \
       --steps $STEPS --warmup-steps $WARM --threads $THREADS | tail -n 1 | $PY -c "import json,sys; print(json.load(sys.stdin)['tokens_per_s'])")
   printf '%-16s %12d %14.0f %14.0f %7.2fx\n' "$name" $((B * T)) "$ours" "$theirs" "$($PY -c "print($ours/$theirs)")" >> "$out/table"
 done

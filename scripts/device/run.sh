@@ -343,7 +343,7 @@ phase_bench() {
     "$B" "$BENCH_STEPS" "$BENCH_WARMUP" "$rc" > "$RES/bench_meta.json"
   [ "$B" = "$BENCH_B" ] || PHASE_NOTE="B=$BENCH_B failed for ours (see bench_ours.log); both ran at B=$B"
   [ "$rc" -eq 0 ] || fail "$rc" "ours failed at B=$B (bench_ours.log)"
-  PYTHONUNBUFFERED=1 timeout "$(( T - (SECONDS - PHASE_T0) - 5 ))" "$PY" test/ref/torch_gpu_bench.py \
+  PYTHONUNBUFFERED=1 timeout "$(( T - (SECONDS - PHASE_T0) - 5 ))" "$PY" bench/torch_gpu_bench.py \
     --B "$B" --T 1024 --steps "$BENCH_STEPS" --warmup "$BENCH_WARMUP" \
     --json-out "$RES/bench_torch.json" > "$RES/bench_torch.log" 2>&1
   local rc2=$?

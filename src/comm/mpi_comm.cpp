@@ -177,7 +177,7 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 // MPI matches collectives by their order on a communicator, so with a single one, a rank that
 // skips (or adds) a collective gets its later ones matched with different collectives of the
 // other ranks: wrong data when the sizes agree, MPI_ERR_TRUNCATE and, in Open MPI 4.1's libnbc,
-// heap corruption (free(): invalid next size) when they differ -- observed in hang_train. With
+// heap corruption (free(): invalid next size) when they differ -- observed in test/comm/hang_train.sh. With
 // channels, a collective can only meet collectives of the same sequence number (mod kChannels) on
 // the other ranks, so a skip makes every rank wait (and time out, naming the sequence number)
 // instead, as long as no rank gets kChannels collectives ahead: it cannot, unless more than about

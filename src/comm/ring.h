@@ -1,5 +1,5 @@
 // Ring collectives over point-to-point messages, driven by the comm thread (mpi_thread.h;
-// docs/design.md §3.4). Included by mpi_thread.h only.
+// docs/design.md §3.4). Included by mpi_thread.h (and test/comm/ring_test.cpp).
 //
 // Why not MPI's own non-blocking collectives: Open MPI 4.1 runs MPI_I* collectives through libnbc,
 // whose algorithms for large buffers are not bandwidth-optimal. Measured between two hosts on a
@@ -19,6 +19,8 @@
 // Each round is two requests (Irecv, Isend); the thread adds the received chunk between rounds.
 // Messages run on the collective's own channel communicator (mpi_comm.cpp), so rounds of different
 // collectives in flight never match each other, and MPI's non-overtaking rule orders the rounds.
+// The schedule and the chunks are plain arithmetic (reduce_round, gather_round, chunk_begin), which
+// test/comm/ring_test.cpp checks without MPI.
 #pragma once
 #include "comm/mpi_check.h"  // first: includes <mpi.h> without the C++ bindings
 
@@ -55,6 +57,15 @@ class Ring {
     return g;
   }
 
+  // Round s of a phase, rank r of N: the chunk sent to r+1 and the chunk received from r-1.
+  struct Round {
+    int send, recv;
+  };
+  static Round reduce_round(int r, int s, int N) { return {mod(r - s - 1, N), mod(r - s - 2, N)}; }
+  static Round gather_round(int r, int s, int N) { return {mod(r - s, N), mod(r - s - 1, N)}; }
+  // Chunk c of a full buffer of `total` elements is [chunk_begin(c), chunk_begin(c + 1)).
+  static size_t chunk_begin(int c, size_t total, int N) { return size_t(c) * total / size_t(N); }
+
   // Posts the current round's receive and send into req[0], req[1]. Returns an MPI error code.
   int post(MPI_Request req[2]) {
     if (round_ == 0) prepare();
@@ -62,14 +73,15 @@ class Ring {
     const int next = (r + 1) % N, prev = (r + N - 1) % N;
     if (in_reduce_phase()) {
       const int s = round_;
-      send_chunk_ = mod(r - s - 1), recv_chunk_ = mod(r - s - 2);
+      const Round rd = reduce_round(r, s, N);
+      send_chunk_ = rd.send, recv_chunk_ = rd.recv;
       const float* src = (s == 0 || in_place_) ? send_ + off(send_chunk_) : partial_.data();
       int rc = MPI_Irecv(recv_tmp_.data(), count(recv_chunk_), MPI_FLOAT, prev, kTag, comm_, &req[0]);
       if (rc != MPI_SUCCESS) return rc;
       return MPI_Isend(src, count(send_chunk_), MPI_FLOAT, next, kTag, comm_, &req[1]);
     }
-    const int s = round_ - reduce_rounds();
-    send_chunk_ = mod(r - s), recv_chunk_ = mod(r - s - 1);
+    const Round rd = gather_round(r, round_ - reduce_rounds(), N);
+    send_chunk_ = rd.send, recv_chunk_ = rd.recv;
     int rc = MPI_Irecv(full_ + off(recv_chunk_), count(recv_chunk_), MPI_FLOAT, prev, kTag, comm_, &req[0]);
     if (rc != MPI_SUCCESS) return rc;
     return MPI_Isend(full_ + off(send_chunk_), count(send_chunk_), MPI_FLOAT, next, kTag, comm_, &req[1]);
@@ -100,8 +112,8 @@ class Ring {
   int reduce_rounds() const { return kind_ == Kind::all_gather ? 0 : world_ - 1; }
   int gather_rounds() const { return kind_ == Kind::reduce_scatter ? 0 : world_ - 1; }
   bool in_reduce_phase() const { return round_ < reduce_rounds(); }
-  int mod(int c) const { return ((c % world_) + world_) % world_; }
-  size_t off(int c) const { return size_t(c) * total_ / size_t(world_); }
+  static int mod(int c, int N) { return ((c % N) + N) % N; }
+  size_t off(int c) const { return chunk_begin(c, total_, world_); }
   size_t size(int c) const { return off(c + 1) - off(c); }
   int count(int c) const { return int(size(c)); }  // <= INT_MAX: checked by the caller (mpi_count)
 

@@ -77,7 +77,7 @@ class MemoryTracker {
 };
 
 // Peak resident set size of this process so far (VmHWM in /proc/self/status), in bytes; 0 where
-// the kernel does not report it. Everything resident counts, tracked or not: test/mpi/memory_check.py
+// the kernel does not report it. Everything resident counts, tracked or not: test/zero/memory_formulas.py
 // holds it against the tracked total plus a fixed runtime overhead.
 size_t process_peak_rss_bytes();
 

@@ -4,7 +4,7 @@
 // (tensor, offset, count) ranges of the parameter layout it holds. list_model_state() computes the
 // list from the layout and the partition without allocating; StateStore allocates exactly that list
 // through the MemoryTracker. `train estimate` prints the same list, so "estimate = tracked" holds
-// by construction (and test/mpi/zero_matrix.py, memory_check.py check it per category).
+// by construction (and test/zero/zero_equivalence.py, memory_formulas.py check it per category).
 //
 //   id                 stage  elements       holds (global ranges)
 //   params             0-2    Ψ              every tensor, whole

@@ -214,7 +214,7 @@ void ten_adamw_steps(const std::string& name, int chunk) {
   // The attention key bias gets no gradient in exact arithmetic (it shifts all of a query's scores
   // alike; softmax ignores that), so its values move only by rounding noise that Adam turns into
   // updates of about lr * noise / eps: that third of c_attn.bias is compared in absolute terms
-  // (as test/mpi/zero_matrix.py does), its query and value thirds like every other tensor.
+  // (as test/zero/zero_equivalence.py does), its query and value thirds like every other tensor.
   constexpr double kL2Tol = 1e-4, kMaxTol = 1e-3, kKeyBiasAbs = 1e-4;
   MemoryTracker mem2;
   Model final_ref(ref.g, ref.B, ref.Tn, mem2);

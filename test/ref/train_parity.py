@@ -2,7 +2,7 @@
 """The real `train` binary against PyTorch, gradient accumulation and ranks included.
 
 test/parity/ checks the model and one optimizer step against PyTorch with its own step loop, and
-test/mpi/zero_matrix.py checks every distributed plan against single-rank training with the same
+test/zero/zero_equivalence.py checks every distributed plan against single-rank training with the same
 global batch. Neither checks how train() itself scales and accumulates gradients: an error that
 depends only on world x grad_accum (say, micro-step gradients summed instead of averaged) would
 pass both. Here PyTorch is the oracle for the whole loop:

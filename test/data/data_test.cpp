@@ -16,7 +16,7 @@
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "runtime/error.h"
-#include "temp_dir_test.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using zt::DataLoader;

@@ -15,7 +15,7 @@
 
 #include "plan/plan.h"
 #include "runtime/error.h"
-#include "temp_dir_test.h"
+#include "temp_dir.h"
 #include "runtime/output_path.h"
 #include "train/outputs.h"
 

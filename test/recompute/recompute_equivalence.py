@@ -3,11 +3,11 @@
 
 On the CPU backend, for one rank at stage 0 and three ranks at stage 3 (overlap on, grad_accum 2,
 so each micro-step's backward regathers units and recomputes from them), every policy runs the
-20-step model of test/mpi/zero_matrix.py next to `none` in the same configuration and must give
+20-step model of test/zero/zero_equivalence.py next to `none` in the same configuration and must give
 
   * every step's loss and grad norm                      identical (==, not a tolerance)
   * the final weights (llm.c .bin written by the run)    identical, tensor by tensor
-  * bytes sent per step                                  == the theory of zero_matrix.py: at stage 3 the
+  * bytes sent per step                                  == the theory of zero_equivalence.py: at stage 3 the
                                                             recomputed forward uses the units backward
                                                             gathered anyway, so recomputing sends nothing
   * tracked peak memory per category                    == `train estimate` for that policy
@@ -18,7 +18,7 @@ anything short of bit equality is a bug (a stale scratch, a parameter not gather
 different fused/unfused op). Last, two ranks at stages 0-2 with classifier chunks and the
 overlapped LM-head gradient against one rank with whole logits. About 20 runs of a few seconds each.
 
-  /usr/bin/python3 test/mpi/recompute_check.py [--train ./train] [--mpirun mpirun] [--keep]
+  /usr/bin/python3 test/recompute/recompute_equivalence.py [--train ./train] [--mpirun mpirun] [--keep]
 """
 import argparse
 import os
@@ -29,20 +29,20 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import zero_matrix as zm  # noqa: E402  (the model, the runner and the byte/memory checks)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "zero"))
+import zero_equivalence as zm  # noqa: E402  (the model, the runner and the byte/memory checks)
 
 POLICIES = [("selective", 1), ("block", 1), ("block", 2)]
 CONFIGS = [(1, 0, 1), (3, 3, 2)]  # (ranks, stage, grad_accum)
 # Classifier chunks (recompute.classifier_chunk, docs/design.md §3.11): 0 = whole logits, 37 positions
 # (divides neither T = 31 nor B*T; the auto default is 1 position at this C, slow, and is covered by
-# memory_check and the unit tests). Every policy runs with each; the bit
+# memory_formulas and the unit tests). Every policy runs with each; the bit
 # comparison is against none with the same chunk. Chunked none against whole none: the same
 # formulas, but a BLAS call may sum a row in another order for another number of rows (OpenBLAS's
 # Haswell and Zen kernels do) and the head's weight gradient is summed chunk by chunk, so
-# zero_matrix's tolerances from step 1 (docs/design.md §3.11). At N = 3 stage 3 the embedding is
+# zero_equivalence's tolerances from step 1 (docs/design.md §3.11). At N = 3 stage 3 the embedding is
 # split: the log-sum-exp is folded over its vocabulary chunks (another rounding), and bytes per
-# step include the embedding gathered once more for its gradient (zero_matrix.theory_bytes, regather).
+# step include the embedding gathered once more for its gradient (zero_equivalence.theory_bytes, regather).
 CHUNKS = [0, 37]
 
 
@@ -65,7 +65,7 @@ def bitwise(res, ref):
 
 
 def close(res, ref):
-    """Chunked against whole logits: zero_matrix's tolerances."""
+    """Chunked against whole logits: zero_equivalence's tolerances."""
     errs = []
     a, b = [r["loss"] for r in res["steps"]], [r["loss"] for r in ref["steps"]]
     worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
@@ -87,8 +87,8 @@ def main():
     args = ap.parse_args()
     train = os.path.abspath(args.train)
     if not os.access(train, os.X_OK):
-        sys.exit(f"recompute_check: {train} is not executable")
-    work = tempfile.mkdtemp(prefix="recompute_check.")
+        sys.exit(f"recompute_equivalence: {train} is not executable")
+    work = tempfile.mkdtemp(prefix="recompute_equivalence.")
     t0 = time.monotonic()
     failures = []
     whole_none = {}  # (N, stage) -> the none run with whole logits
@@ -146,7 +146,7 @@ def main():
     # is exchanged at the end (bytes term X); with chunks, the head part is written chunk by chunk
     # into the buffer that early reduction sends. Two ranks, grad_accum 2 (the exchange is deferred
     # to the last micro-step), against one rank with whole logits and the same global batch:
-    # zero_matrix's tolerances, its byte theory and the estimate.
+    # zero_equivalence's tolerances, its byte theory and the estimate.
     try:
         ref = zm.run_train(train, args.mpirun, 1, 0, True, 4, os.path.join(work, "defer_ref"), args.timeout,
                            extra=sets("none", 1, 0))
@@ -175,7 +175,7 @@ def main():
         sys.exit(1)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
-    print("recompute_check passed")
+    print("recompute_equivalence passed")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """offload.optimizer "nvme" (docs/design.md §3.6), end to end on the CPU backend.
 
-  parity    the zero_matrix model (test/mpi/zero_matrix.py), 20 steps, N in {1, 3} x stage 1-3:
+  parity    the zero_equivalence model (test/zero/zero_equivalence.py), 20 steps, N in {1, 3} x stage 1-3:
             with the AdamW moments in swap files (sub-groups of 2 I/O blocks, so every shard is
             several sub-groups and the read / update / write pipeline runs full) the loss curve and
             the final weights are BIT FOR BIT those of the same plan without offload (and once more
@@ -35,7 +35,7 @@ offload.params "nvme" (stage 3: the parameter and gradient shards in swap files)
             (N = 1 and 2) and after an error mid-run (N = 3).
 
 About two minutes on 2 cores.
-  /usr/bin/python3 test/mpi/offload_check.py [--train ./train] [--mpirun mpirun]
+  /usr/bin/python3 test/offload/offload_equivalence.py [--train ./train] [--mpirun mpirun]
         [--only parity|rss|cleanup|params|prss|pcleanup]
 """
 import argparse
@@ -51,8 +51,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import zero_matrix as zm  # noqa: E402  (the model, plan overrides, environment and launcher)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "zero"))
+import zero_equivalence as zm  # noqa: E402  (the model, plan overrides, environment and launcher)
 
 ROOT = zm.ROOT
 BLOCK = 4096
@@ -453,9 +453,9 @@ def main():
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
     if fails:
-        print(f"offload_check: {len(fails)} failure(s)")
+        print(f"offload_equivalence: {len(fails)} failure(s)")
         sys.exit(1)
-    print("offload_check passed")
+    print("offload_equivalence passed")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ so several buckets), twice: zero.overlap_comm true and false. For each run:
     With overlap on at least one does; with overlap off none does (each bucket's collective is
     waited on before the next unit's backward starts).
 
-  /usr/bin/python3 test/mpi/trace_check.py --train build/train [--mpirun mpirun] [--keep]
+  /usr/bin/python3 test/zero/trace_overlap.py --train build/train [--mpirun mpirun] [--keep]
 """
 import argparse
 import glob
@@ -55,11 +55,11 @@ def run(train, mpirun, overlap, work):
     p = subprocess.run(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=300)
     if p.returncode != 0:
-        raise SystemExit(f"trace_check: run failed ({p.returncode}):\n{p.stdout[-3000:]}")
+        raise SystemExit(f"trace_overlap: run failed ({p.returncode}):\n{p.stdout[-3000:]}")
     files = sorted(glob.glob(os.path.join(work, "trace.rank*.json")))
     want = [os.path.join(work, f"trace.rank{r}.json") for r in range(NP)]
     if files != want:
-        raise SystemExit(f"trace_check: expected {want}, found {files}")
+        raise SystemExit(f"trace_overlap: expected {want}, found {files}")
     return files
 
 
@@ -163,7 +163,7 @@ def main():
     if fails:
         print("FAILED:\n  " + "\n  ".join(fails))
         return 1
-    print("trace_check: OK")
+    print("trace_overlap: OK")
     return 0
 
 

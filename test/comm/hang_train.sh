@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A hung collective in a real training run must end the job by itself, with a diagnostic.
 #
-#   test/mpi/hang_train.sh [PATH/TO/train] [MPIEXEC]     (defaults: ./train, mpirun)
+#   test/comm/hang_train.sh [PATH/TO/train] [MPIEXEC]     (defaults: ./train, mpirun)
 #
 # 3 ranks train a tiny model; at step 2 rank 1 skips its first model-state collective
 # (comm.fault_skip_rank/fault_skip_step, see src/comm/comm.h). The other ranks must give up after

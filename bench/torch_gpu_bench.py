@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch GPT-2 training-throughput baseline for the GPU (the number zerotrain is measured against).
 
-    python3 test/ref/torch_gpu_bench.py --B 16 --T 1024 --steps 30 [--warmup 5]
-    /usr/bin/python3 test/ref/torch_gpu_bench.py --device cpu --no-compile --steps 2 --B 1 --T 64
+    python3 bench/torch_gpu_bench.py --B 16 --T 1024 --steps 30 [--warmup 5]
+    /usr/bin/python3 bench/torch_gpu_bench.py --device cpu --no-compile --steps 2 --B 1 --T 64
 
 Model: GPT-2 as in torch_gpt.py (learned wte + wpe; pre-LN blocks; fused qkv with bias; causal
 attention; GELU tanh MLP 4C; LayerNorm eps 1e-5; LM head tied to wte), written nanoGPT-style for

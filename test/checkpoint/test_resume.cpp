@@ -1,7 +1,7 @@
 // In-memory resume (docs/design.md §3.9): for every ZeRO stage, running steps 0-9 in one go and
 // running 0-4, rebuilding model, store, engine and loop from the step-5 TrainState and running
 // 5-9 give bit-identical losses and model state (parameters or parameter shard, AdamW moments) on
-// every rank. Run under mpirun at N = 1 and 3 (ctest: resume_np1, resume_np3). Stages 1-3 again
+// every rank. Run under mpirun at N = 1 and 3 (ctest: resume_in_memory_np1, resume_in_memory_np3). Stages 1-3 again
 // with the optimizer state in swap files (offload.optimizer nvme, docs/design.md §3.6): the state
 // is captured from and restored into the files; stage 3 once more with the parameter shard in a
 // swap file too (offload.params nvme).

@@ -1,6 +1,6 @@
 """The parameter layout's size rules (src/model/layout.h, src/zero/partition.h), written out for
 the multi-rank tests' independent arithmetic: what each unit holds, in elements, for a model
-(L, C, T, Vp) at a world size and ZeRO stage. Shared by zero_matrix.py and memory_check.py."""
+(L, C, T, Vp) at a world size and ZeRO stage. Shared by zero_equivalence.py and memory_formulas.py."""
 import math
 
 

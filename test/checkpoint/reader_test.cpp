@@ -14,7 +14,7 @@
 #include "checkpoint/rank_file.h"
 #include "checkpoint/reader.h"
 #include "model/layout.h"
-#include "temp_dir_test.h"
+#include "temp_dir.h"
 
 namespace {
 

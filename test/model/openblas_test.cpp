@@ -2,7 +2,7 @@
 // again with OPENBLAS_CORETYPE=Haswell, so that a claim of equal bits that holds on one kernel only
 // fails in CI whatever machine CI gets; this test says whether the library honoured the variable (a
 // DYNAMIC_ARCH build such as Debian's does, one built for a single target ignores it), and
-// test/unit/openblas_kernel.sh reports Skipped, never Passed, where it did not.
+// test/model/openblas_kernel.sh reports Skipped, never Passed, where it did not.
 #include <cblas.h>
 #include <gtest/gtest.h>
 #include <strings.h>

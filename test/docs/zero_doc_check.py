@@ -4,12 +4,12 @@
 The formulas are read from the document itself (the tables between `<!-- formulas: ... -->` and
 `<!-- end formulas -->`, plus the activation formula), so the document cannot drift from the code
 without this test failing. The symbols they use (Ψ, P0, Pe, Pl, Pc, Pmax, Pblk, Bk, S, G, X) are computed
-here from the layout rules written out independently of the C++ code (test/mpi/layout_rules.py:
+here from the layout rules written out independently of the C++ code (test/zero/layout_rules.py:
 units: embedding (Vp+T)·C, at stage 3 in block-sized row chunks, blocks 12C²+13C, final norm 2C,
 each padded to lcm(N, 128); buckets: blocks and final norm from the final norm down, closed once
 they hold bucket_mb MiB, one unit per bucket without overlap; each embedding unit alone).
 
-  /usr/bin/python3 test/unit/zero_doc_check.py --train ./train
+  /usr/bin/python3 test/docs/zero_doc_check.py --train ./train
 """
 import argparse
 import itertools
@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "test", "mpi"))
+sys.path.insert(0, os.path.join(ROOT, "test", "zero"))
 import layout_rules  # noqa: E402  (the layout's size rules, shared with the multi-rank tests)
 DOC = os.path.join(ROOT, "docs", "zero.md")
 

@@ -1,5 +1,5 @@
 // Fault-injection probe for the collective timeout: rank 1 skips its first collective of step 0.
-// Run by test/mpi/hang_test.sh: `mpirun --oversubscribe -np 3 ./hang_probe` under `timeout 30`;
+// Run by test/comm/hang_probe.sh: `mpirun --oversubscribe -np 3 ./hang_probe` under `timeout 30`;
 // the job must end on its own (CommTimeout -> abort_all(3)) with the diagnostic, well before 30 s.
 #include <cstdio>
 #include <exception>

@@ -2,7 +2,7 @@
 """Per-rank memory against formulas written here, and resident memory against the tracked total.
 
 `train estimate` and the tracked memory of a run both come from the model-state store's list
-(list_model_state, src/zero/store.h) and GPT::activation_bytes(), so comparing them with each other (test/mpi/zero_matrix.py) cannot catch a
+(list_model_state, src/zero/store.h) and GPT::activation_bytes(), so comparing them with each other (test/zero/zero_equivalence.py) cannot catch a
 buffer that both size wrongly. Here every category is computed from the ZeRO layout rules and the
 GPT-2 activation shapes, independently of the code:
 
@@ -16,7 +16,7 @@ GPT-2 activation shapes, independently of the code:
               stage 0-1: nothing else
               stage 2: embedding gradient staging P_0 + S staging slots of the largest bucket
                        (2 with overlap, else 1) + reduce-scatter receive (slots·bucket + P_0)/N
-              stage 3: the embedding in block-sized row chunks (test/mpi/layout_rules.py), so no
+              stage 3: the embedding in block-sized row chunks (test/zero/layout_rules.py), so no
                        P_0; bucket staging and receive as stage 2, the chunks buckets of their own;
                        + gathered-unit slots ((prefetch + 1) with overlap, else 1) of the largest
                        unit (a block); all × 4 bytes. Buckets: blocks in backward order (final norm,
@@ -95,7 +95,7 @@ The large model at N = 4, stage 3 is then held to it, rank by rank (seen: rank 0
 the others -1.9 to +1.4 MiB): a buffer outside the estimate, or an estimated one never allocated, of
 more than 8 MiB fails.
 
-  /usr/bin/python3 test/mpi/memory_check.py [--train ./train] [--mpirun mpirun] [--keep]
+  /usr/bin/python3 test/zero/memory_formulas.py [--train ./train] [--mpirun mpirun] [--keep]
 """
 import argparse
 import json
@@ -108,7 +108,7 @@ import sys
 import tempfile
 import time
 
-import layout_rules  # test/mpi/layout_rules.py: the layout's size rules, shared with zero_matrix.py
+import layout_rules  # test/zero/layout_rules.py: the layout's size rules, shared with zero_equivalence.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MiB = 1 << 20
@@ -411,7 +411,7 @@ def main():
     args = ap.parse_args()
     train = os.path.abspath(args.train)
     if not os.access(train, os.X_OK):
-        sys.exit(f"memory_check: {train} is not executable")
+        sys.exit(f"memory_formulas: {train} is not executable")
     # The small model's units really get padded at both world sizes, and its buckets are not trivial.
     for w in (1, 3):
         assert all(p != n for p, n in zip(padded_units(SMALL, w), unit_numels(SMALL))), padded_units(SMALL, w)
@@ -423,7 +423,7 @@ def main():
             units, E = padded_units(m, w, 3), embedding_units(m, w, 3)
             assert E > 10 and max(units) == units[E], (m, w, E, units[:E + 1])
 
-    work = tempfile.mkdtemp(prefix="memory_check.")
+    work = tempfile.mkdtemp(prefix="memory_formulas.")
     t0 = time.monotonic()
     failures = []
 
@@ -491,11 +491,11 @@ def main():
     if not args.keep and not failures:
         shutil.rmtree(work, ignore_errors=True)
     if failures:
-        print(f"memory_check FAILED ({len(failures)}):")
+        print(f"memory_formulas FAILED ({len(failures)}):")
         for f in failures:
             print("  - " + f)
         sys.exit(1)
-    print("memory_check passed")
+    print("memory_formulas passed")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Collective-timeout test: runs hang_probe (rank 1 skips a collective) on 3 ranks under `timeout 30`.
-#   test/mpi/hang_test.sh PATH/TO/hang_probe [MPIEXEC]      (MPIEXEC defaults to mpirun)
+#   test/comm/hang_probe.sh PATH/TO/hang_probe [MPIEXEC]      (MPIEXEC defaults to mpirun)
 # Passes when the job ends by itself (abort_all(3) after CommTimeout), non-zero, within timeout_s + 10 s,
 # naming the op and sequence number, with the ring buffer.
 set -u
-probe=${1:?usage: hang_test.sh PATH/TO/hang_probe [MPIEXEC]}
+probe=${1:?usage: hang_probe.sh PATH/TO/hang_probe [MPIEXEC]}
 mpiexec=${2:-mpirun}
 np=3
 probe_timeout_s=3   # opts.timeout_s in hang_probe.cpp
@@ -17,9 +17,9 @@ timeout -k 5 30 "$mpiexec" --oversubscribe -np $np "$probe" >"$out" 2>&1
 rc=$?
 elapsed_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
 cat "$out"
-echo "--- hang_test: exit code $rc after ${elapsed_ms} ms"
+echo "--- hang_probe: exit code $rc after ${elapsed_ms} ms"
 
-fail() { echo "hang_test FAILED: $*"; exit 1; }
+fail() { echo "hang_probe FAILED: $*"; exit 1; }
 [ "$rc" -ne 0 ] || fail "the job exited 0; a skipped collective must end it with an error"
 [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "the job hung until 'timeout 30' killed it (exit $rc)"
 [ "$elapsed_ms" -lt $(( (probe_timeout_s + 10) * 1000 )) ] || fail "took ${elapsed_ms} ms, expected < $((probe_timeout_s + 10)) s"
@@ -34,4 +34,4 @@ grep -q "skipped (fault injection)" "$out" || fail "rank 1's ring dump with the 
 if grep -qE "Segmentation fault|signal 11|free\(\)|MPI_ERR_TRUNCATE|NBC_Progress|double free|corrupted" "$out"; then
   fail "the job crashed instead of timing out"
 fi
-echo "hang_test passed"
+echo "hang_probe passed"

@@ -18,7 +18,7 @@
 #include "model/layout.h"
 #include "offload/nvme_dir.h"
 #include "offload/swap_pipeline.h"
-#include "temp_dir_test.h"
+#include "temp_dir.h"
 #include "zero/partition.h"
 #include "zero/store.h"
 

@@ -2,7 +2,7 @@
 """PyTorch CPU training-throughput baseline for the GPT-2 in torch_gpt.py.
 
 Usage (Debian's torch lives in /usr/bin/python3 only):
-    /usr/bin/python3 test/ref/torch_bench.py --layers 4 --heads 4 --embd 128 --seq 128 \
+    /usr/bin/python3 bench/torch_bench.py --layers 4 --heads 4 --embd 128 --seq 128 \
         --batch 8 --steps 10 --warmup-steps 2 --threads 2
 
 One full step = zero_grad(set_to_none) + forward + loss + backward + clip_grad_norm_ +
@@ -44,7 +44,7 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 import torch  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "ref"))
 import torch_gpt as tg  # noqa: E402
 
 

@@ -21,7 +21,7 @@ fault to its exit is measured by polling the namespaces' process lists every 50 
 Skipped (exit 77, with the reason) where namespaces cannot be made (not root, no ip/tc, no
 permission). Prints one table of exit times per fault.
 
-  /usr/bin/python3 test/mpi/multihost_faults.py [--train ./train] [--faults link,kill9] [--ranks-per-host 1]
+  /usr/bin/python3 test/comm/multihost_faults.py [--train ./train] [--faults link,kill9] [--ranks-per-host 1]
 """
 import argparse
 import json

@@ -39,7 +39,7 @@ The model is a tiny GPT on the committed sample data whose unit sizes are divisi
 3 nor 4 (so every unit really gets padded and split unevenly before padding); the arithmetic is
 asserted below. Runs are sequential (the reference machine has 2 cores).
 
-  /usr/bin/python3 test/mpi/zero_matrix.py [--train ./train] [--quick] [--keep]
+  /usr/bin/python3 test/zero/zero_equivalence.py [--train ./train] [--quick] [--keep]
 
 Exit status 0 when every configuration passes; otherwise a list of failures and exit 1.
 """
@@ -55,7 +55,7 @@ import time
 
 import numpy as np
 
-import layout_rules  # test/mpi/layout_rules.py: the layout's size rules, shared with memory_check.py
+import layout_rules  # test/zero/layout_rules.py: the layout's size rules, shared with memory_formulas.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -290,7 +290,7 @@ def plan_sets(stage, overlap, accum, workdir, bucket_mb, extra=None):
         "data.train": "data/sample/train_*.bin", "data.val": "data/sample/val.bin", "data.tokenizer": "",
         "batch.micro_batch": B, "batch.grad_accum": accum,
         "optim.lr": LR, "optim.warmup_steps": WARMUP, "optim.grad_clip": CLIP,
-        "recompute.classifier_chunk": 0,  # whole logits: the matrix is about ZeRO (chunks: recompute_check)
+        "recompute.classifier_chunk": 0,  # whole logits: the matrix is about ZeRO (chunks: recompute_equivalence)
         "zero.stage": stage, "zero.overlap_comm": "true" if overlap else "false",
         "zero.bucket_mb": bucket_mb, "zero.prefetch_units": PREFETCH,
         "run.steps": STEPS, "run.eval_every": 0, "run.eval_batches": 1, "run.sample_every": 0,
@@ -322,7 +322,7 @@ def launcher(mpirun, n_ranks):
 
 
 def run_train(train, mpirun, n_ranks, stage, overlap, accum, workdir, timeout_s, bucket_mb=0.05, extra=None):
-    """extra: more plan fields to set ({"recompute.policy": "block"}, test/mpi/recompute_check.py)."""
+    """extra: more plan fields to set ({"recompute.policy": "block"}, test/recompute/recompute_equivalence.py)."""
     os.makedirs(workdir, exist_ok=True)
     sets = plan_sets(stage, overlap, accum, workdir, bucket_mb, extra)
     cmd = launcher(mpirun, n_ranks) + [train, "plans/default.json"] + sets
@@ -475,9 +475,9 @@ def main():
         return main_hosts(args)
     train = os.path.abspath(args.train)
     if not os.access(train, os.X_OK):
-        sys.exit(f"zero_matrix: {train} is not an executable (build it, or pass --train)")
+        sys.exit(f"zero_equivalence: {train} is not an executable (build it, or pass --train)")
     if shutil.which(args.mpirun) is None:
-        sys.exit(f"zero_matrix: {args.mpirun} not found")
+        sys.exit(f"zero_equivalence: {args.mpirun} not found")
     check_unit_arithmetic()
     check_bucket_arithmetic()
 
@@ -489,7 +489,7 @@ def main():
     rows = [(0.05, ov, a) for ov in overlaps for a in ACCUMS_SMALL_BUCKETS]
     rows += [(mb, True, a) for mb in BUCKETS if mb != 0.05 for a in ACCUMS_LARGE_BUCKETS]
     accums = sorted({a for _, _, a in rows})
-    work = tempfile.mkdtemp(prefix="zero_matrix.")
+    work = tempfile.mkdtemp(prefix="zero_equivalence.")
     t_all = time.monotonic()
     failures = []
 
@@ -561,11 +561,11 @@ def main():
     if not args.keep and not failures:
         shutil.rmtree(work, ignore_errors=True)
     if failures:
-        print(f"\nzero_matrix FAILED ({len(failures)}):")
+        print(f"\nzero_equivalence FAILED ({len(failures)}):")
         for f in failures:
             print("  - " + f)
         sys.exit(1)
-    print("zero_matrix passed")
+    print("zero_equivalence passed")
 
 
 def main_hosts(args):
@@ -575,10 +575,10 @@ def main_hosts(args):
     STEPS = args.steps or STEPS
     train = os.path.abspath(args.train)
     if not os.access(train, os.X_OK):
-        sys.exit(f"zero_matrix: {train} is not an executable (build it, or pass --train)")
+        sys.exit(f"zero_equivalence: {train} is not an executable (build it, or pass --train)")
     chk = subprocess.run([CLUSTER, "check"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if chk.returncode != 0:
-        print(f"zero_matrix --hosts SKIPPED: {chk.stdout.strip()}")
+        print(f"zero_equivalence --hosts SKIPPED: {chk.stdout.strip()}")
         sys.exit(77)
     check_unit_arithmetic()
     specs = []
@@ -595,12 +595,12 @@ def main_hosts(args):
             sys.exit(1)
     signal.signal(signal.SIGTERM, down)
     signal.signal(signal.SIGINT, down)
-    work = tempfile.mkdtemp(prefix="zero_matrix_hosts.")
+    work = tempfile.mkdtemp(prefix="zero_equivalence_hosts.")
     failures, t_all, n_runs = [], time.monotonic(), 0
     try:
         p = subprocess.run([CLUSTER, "up", str(max_h)], env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if p.returncode != 0:
-            print(f"zero_matrix --hosts: scripts/cluster up failed: {p.stderr.strip()}")
+            print(f"zero_equivalence --hosts: scripts/cluster up failed: {p.stderr.strip()}")
             sys.exit(1)
         names = subprocess.run([CLUSTER, "hosts"], env=env(), stdout=subprocess.PIPE, text=True).stdout.split()
         print(f"cluster {CLUSTER_NAME}: {' '.join(names)}; mpirun options: {p.stdout.strip()}")
@@ -636,12 +636,12 @@ def main_hosts(args):
         down()
     print(f"\n{n_runs} multi-host configurations + {len(refs)} references in {time.monotonic() - t_all:.0f} s")
     if failures:
-        print(f"\nzero_matrix --hosts FAILED ({len(failures)}), run directories in {work}:")
+        print(f"\nzero_equivalence --hosts FAILED ({len(failures)}), run directories in {work}:")
         for f in failures:
             print("  - " + f)
         sys.exit(1)
     shutil.rmtree(work, ignore_errors=True)
-    print("zero_matrix --hosts passed")
+    print("zero_equivalence --hosts passed")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ Each folder of src/ is a layer; a file may include headers of the layers its own
 below, nothing else. Angle-bracket includes (system and third-party headers) are not checked.
 Exit 0 when every include points an allowed way, 1 with one line per violation otherwise.
 
-  python3 test/lint/include_rules.py [SOURCE_DIR]        (default: the repository of this file)
+  python3 test/docs/include_rules.py [SOURCE_DIR]        (default: the repository of this file)
 """
 import os
 import re
@@ -78,7 +78,7 @@ def main():
             print(f"known departure: {key[0]} includes \"{key[1]}\" ({why})")
         else:
             print(f"note: known departure {key[0]} -> \"{key[1]}\" no longer present: remove it from "
-                  f"KNOWN_DEPARTURES in test/lint/include_rules.py and docs/design.md §2")
+                  f"KNOWN_DEPARTURES in test/docs/include_rules.py and docs/design.md §2")
     if files == 0:
         errors.append(f"no source files under {src}")
     for e in errors:

@@ -1,0 +1,11 @@
+# Benchmarks: built with the project, never run by ctest (`make test`); their scripts run them.
+#   zt_bench_offload   CPU AdamW and NVMe swap-file I/O (scripts/bench_offload.sh)
+#   zt_bench_kernels   every CUDA kernel at GPT-2 124M shapes (scripts/device/run.sh, phase kernels)
+#   torch_bench.py, torch_gpu_bench.py   the PyTorch baselines (scripts/bench_cpu.sh, run.sh)
+add_executable(zt_bench_offload ${CMAKE_SOURCE_DIR}/bench/bench_offload.cpp)
+target_link_libraries(zt_bench_offload PRIVATE zt)
+target_compile_options(zt_bench_offload PRIVATE -fno-math-errno)
+if(ZT_HAVE_CUDA)
+  add_executable(zt_bench_kernels ${CMAKE_SOURCE_DIR}/bench/bench_kernels.cpp)
+  target_link_libraries(zt_bench_kernels PRIVATE zt)
+endif()

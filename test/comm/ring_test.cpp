@@ -1,0 +1,112 @@
+// The ring collectives' schedule (src/comm/ring.h) as arithmetic, without MPI: the rounds of every
+// rank played together, message by message, for N = 1..9. What the ring promises, and what the
+// code relies on:
+//   - a message's chunk is the chunk its receiver expects (rank r's send = rank r+1's receive);
+//   - reduce-scatter: round s sends the chunk summed in round s-1 (Ring sends partial_ whatever its
+//     index), and after N-1 rounds rank r holds chunk r summed over every rank exactly once;
+//   - all-gather: a rank sends only chunks it holds, receives each chunk it lacks exactly once, and
+//     ends with all N;
+//   - per round the N messages carry N different chunks, and per phase a rank sends every chunk
+//     but one: (N-1)/N of the buffer, the byte model of comm.h.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "comm/ring.h"
+
+namespace zt {
+namespace {
+
+using mpi_thread::Ring;
+
+TEST(RingChunks, TileTheBufferInSizesThatDifferByAtMostOne) {
+  for (size_t total : {size_t(0), size_t(1), size_t(7), size_t(128), size_t(1000003)})
+    for (int N = 1; N <= 9; ++N) {
+      EXPECT_EQ(Ring::chunk_begin(0, total, N), 0u);
+      EXPECT_EQ(Ring::chunk_begin(N, total, N), total);
+      size_t lo = total, hi = 0;
+      for (int c = 0; c < N; ++c) {
+        const size_t n = Ring::chunk_begin(c + 1, total, N) - Ring::chunk_begin(c, total, N);
+        lo = std::min(lo, n), hi = std::max(hi, n);
+        EXPECT_LE(Ring::chunk_begin(c, total, N), Ring::chunk_begin(c + 1, total, N));
+      }
+      EXPECT_LE(hi - lo, 1u) << "total " << total << " N " << N;
+    }
+}
+
+TEST(RingSchedule, ReduceScatterSumsEveryRankOnceIntoItsOwnChunk) {
+  for (int N = 1; N <= 9; ++N) {
+    // partial[r]: the ranks whose contributions rank r's last summed chunk holds (a multiset).
+    std::vector<std::multiset<int>> partial(static_cast<size_t>(N));
+    for (int s = 0; s + 1 < N; ++s) {
+      std::vector<std::multiset<int>> next(static_cast<size_t>(N));
+      std::set<int> chunks_this_round;
+      for (int r = 0; r < N; ++r) {
+        const Ring::Round me = Ring::reduce_round(r, s, N);
+        const int to = (r + 1) % N;
+        chunks_this_round.insert(me.send);
+        EXPECT_EQ(me.send, Ring::reduce_round(to, s, N).recv) << "N " << N << " round " << s << " rank " << r;
+        if (s > 0) EXPECT_EQ(me.send, Ring::reduce_round(r, s - 1, N).recv) << "sends what it summed last round";
+        // What goes out: my own contribution in round 0, my running sum after that.
+        std::multiset<int> msg = s == 0 ? std::multiset<int>{r} : partial[size_t(r)];
+        msg.insert(to);  // the receiver adds its own contribution to the chunk
+        next[size_t(to)] = msg;
+      }
+      EXPECT_EQ(int(chunks_this_round.size()), N) << "N " << N << " round " << s;
+      partial = next;
+    }
+    std::multiset<int> everyone;
+    for (int r = 0; r < N; ++r) everyone.insert(r);
+    for (int r = 0; r < N && N > 1; ++r) {
+      EXPECT_EQ(Ring::reduce_round(r, N - 2, N).recv, r) << "N " << N << ": rank " << r << " ends on its own chunk";
+      EXPECT_EQ(partial[size_t(r)], everyone) << "N " << N << " rank " << r;
+    }
+  }
+}
+
+TEST(RingSchedule, AllGatherDeliversEveryChunkOnceToEveryRank) {
+  for (int N = 1; N <= 9; ++N) {
+    std::vector<std::set<int>> have(static_cast<size_t>(N));
+    for (int r = 0; r < N; ++r) have[size_t(r)] = {r};
+    for (int s = 0; s + 1 < N; ++s) {
+      std::vector<std::set<int>> after = have;
+      std::set<int> chunks_this_round;
+      for (int r = 0; r < N; ++r) {
+        const Ring::Round me = Ring::gather_round(r, s, N);
+        const int to = (r + 1) % N;
+        chunks_this_round.insert(me.send);
+        EXPECT_EQ(me.send, Ring::gather_round(to, s, N).recv) << "N " << N << " round " << s << " rank " << r;
+        EXPECT_TRUE(have[size_t(r)].count(me.send)) << "N " << N << " round " << s << ": rank " << r
+                                                    << " sends chunk " << me.send << " it does not hold";
+        EXPECT_TRUE(after[size_t(to)].insert(me.send).second)
+            << "N " << N << " round " << s << ": rank " << to << " receives chunk " << me.send << " again";
+      }
+      EXPECT_EQ(int(chunks_this_round.size()), N) << "N " << N << " round " << s;
+      have = after;
+    }
+    for (int r = 0; r < N; ++r) EXPECT_EQ(int(have[size_t(r)].size()), N) << "N " << N << " rank " << r;
+  }
+}
+
+TEST(RingSchedule, EachPhaseSendsEveryChunkButOne) {
+  const size_t total = 1000003;
+  for (int N = 1; N <= 9; ++N)
+    for (int r = 0; r < N; ++r)
+      for (auto round : {&Ring::reduce_round, &Ring::gather_round}) {
+        std::set<int> sent;
+        size_t bytes = 0;
+        for (int s = 0; s + 1 < N; ++s) {
+          const int c = round(r, s, N).send;
+          EXPECT_TRUE(sent.insert(c).second) << "N " << N << " rank " << r << " sends chunk " << c << " twice";
+          bytes += Ring::chunk_begin(c + 1, total, N) - Ring::chunk_begin(c, total, N);
+        }
+        EXPECT_EQ(int(sent.size()), N - 1);
+        // (N-1)/N of the buffer, to within one element per chunk.
+        EXPECT_NEAR(double(bytes), double(total) * (N - 1) / N, double(N)) << "N " << N << " rank " << r;
+      }
+}
+
+}  // namespace
+}  // namespace zt
