@@ -36,30 +36,39 @@ TEST(RingChunks, TileTheBufferInSizesThatDifferByAtMostOne) {
     }
 }
 
+TEST(RingSchedule, EachMessageIsTheChunkItsReceiverExpects) {
+  for (int N = 1; N <= 9; ++N)
+    for (auto round : {&Ring::reduce_round, &Ring::gather_round})
+      for (int s = 0; s + 1 < N; ++s) {
+        std::set<int> chunks;  // one message per rank and round: N different chunks on the ring
+        for (int r = 0; r < N; ++r) {
+          chunks.insert(round(r, s, N).send);
+          EXPECT_EQ(round(r, s, N).send, round((r + 1) % N, s, N).recv) << "N " << N << " round " << s << " rank " << r;
+        }
+        EXPECT_EQ(int(chunks.size()), N) << "N " << N << " round " << s;
+      }
+}
+
 TEST(RingSchedule, ReduceScatterSumsEveryRankOnceIntoItsOwnChunk) {
-  for (int N = 1; N <= 9; ++N) {
+  for (int N = 2; N <= 9; ++N) {
     // partial[r]: the ranks whose contributions rank r's last summed chunk holds (a multiset).
     std::vector<std::multiset<int>> partial(static_cast<size_t>(N));
     for (int s = 0; s + 1 < N; ++s) {
       std::vector<std::multiset<int>> next(static_cast<size_t>(N));
-      std::set<int> chunks_this_round;
       for (int r = 0; r < N; ++r) {
-        const Ring::Round me = Ring::reduce_round(r, s, N);
-        const int to = (r + 1) % N;
-        chunks_this_round.insert(me.send);
-        EXPECT_EQ(me.send, Ring::reduce_round(to, s, N).recv) << "N " << N << " round " << s << " rank " << r;
-        if (s > 0) EXPECT_EQ(me.send, Ring::reduce_round(r, s - 1, N).recv) << "sends what it summed last round";
-        // What goes out: my own contribution in round 0, my running sum after that.
+        if (s > 0) EXPECT_EQ(Ring::reduce_round(r, s, N).send, Ring::reduce_round(r, s - 1, N).recv)
+            << "N " << N << " round " << s << " rank " << r << " sends what it summed last round";
+        // What goes out: my own contribution in round 0, my running sum after that; the receiver
+        // adds its own contribution.
         std::multiset<int> msg = s == 0 ? std::multiset<int>{r} : partial[size_t(r)];
-        msg.insert(to);  // the receiver adds its own contribution to the chunk
-        next[size_t(to)] = msg;
+        msg.insert((r + 1) % N);
+        next[size_t((r + 1) % N)] = msg;
       }
-      EXPECT_EQ(int(chunks_this_round.size()), N) << "N " << N << " round " << s;
       partial = next;
     }
     std::multiset<int> everyone;
     for (int r = 0; r < N; ++r) everyone.insert(r);
-    for (int r = 0; r < N && N > 1; ++r) {
+    for (int r = 0; r < N; ++r) {
       EXPECT_EQ(Ring::reduce_round(r, N - 2, N).recv, r) << "N " << N << ": rank " << r << " ends on its own chunk";
       EXPECT_EQ(partial[size_t(r)], everyone) << "N " << N << " rank " << r;
     }
@@ -72,18 +81,13 @@ TEST(RingSchedule, AllGatherDeliversEveryChunkOnceToEveryRank) {
     for (int r = 0; r < N; ++r) have[size_t(r)] = {r};
     for (int s = 0; s + 1 < N; ++s) {
       std::vector<std::set<int>> after = have;
-      std::set<int> chunks_this_round;
       for (int r = 0; r < N; ++r) {
-        const Ring::Round me = Ring::gather_round(r, s, N);
-        const int to = (r + 1) % N;
-        chunks_this_round.insert(me.send);
-        EXPECT_EQ(me.send, Ring::gather_round(to, s, N).recv) << "N " << N << " round " << s << " rank " << r;
-        EXPECT_TRUE(have[size_t(r)].count(me.send)) << "N " << N << " round " << s << ": rank " << r
-                                                    << " sends chunk " << me.send << " it does not hold";
-        EXPECT_TRUE(after[size_t(to)].insert(me.send).second)
-            << "N " << N << " round " << s << ": rank " << to << " receives chunk " << me.send << " again";
+        const int c = Ring::gather_round(r, s, N).send, to = (r + 1) % N;
+        EXPECT_TRUE(have[size_t(r)].count(c)) << "N " << N << " round " << s << ": rank " << r << " sends chunk "
+                                              << c << " it does not hold";
+        EXPECT_TRUE(after[size_t(to)].insert(c).second)
+            << "N " << N << " round " << s << ": rank " << to << " receives chunk " << c << " again";
       }
-      EXPECT_EQ(int(chunks_this_round.size()), N) << "N " << N << " round " << s;
       have = after;
     }
     for (int r = 0; r < N; ++r) EXPECT_EQ(int(have[size_t(r)].size()), N) << "N " << N << " rank " << r;
