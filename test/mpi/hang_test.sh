@@ -2,7 +2,7 @@
 # Collective-timeout test: runs hang_probe (rank 1 skips a collective) on 3 ranks under `timeout 30`.
 #   test/mpi/hang_test.sh PATH/TO/hang_probe [MPIEXEC]      (MPIEXEC defaults to mpirun)
 # Passes when the job ends by itself (abort_all(3) after CommTimeout), non-zero, within timeout_s + 10 s,
-# naming the op and sequence number, with the ring buffer.
+# naming the op and sequence number, with the collective log.
 set -u
 probe=${1:?usage: hang_test.sh PATH/TO/hang_probe [MPIEXEC]}
 mpiexec=${2:-mpirun}

@@ -6,7 +6,7 @@
 # 3 ranks train a tiny model; at step 2 rank 1 skips its first model-state collective
 # (comm.fault_skip_rank/fault_skip_step, see src/comm/comm.h). The other ranks must give up after
 # comm.timeout_s = 3 s, print which collective (rank, op, sequence number) "did not complete" and
-# a dump of their collective ring buffer, and take the whole job down (abort_all). Under
+# a dump of their collective log, and take the whole job down (abort_all). Under
 # `timeout 60` the job must exit non-zero, not by the outer timeout, within timeout_s + 10 s.
 # Checked for every ZeRO stage, each in the collective that its step starts with (EXPECTED_OP):
 #   stage 0  all_reduce      (DDP: the first gradient bucket, in backward)
@@ -55,7 +55,7 @@ for stage in 0 1 2 3; do
   [ "$elapsed_ms" -lt $(( (TIMEOUT_S + SLACK) * 1000 )) ] ||
     why+=("took ${elapsed_ms} ms, expected < $((TIMEOUT_S + SLACK)) s")
   # The diagnostic of a rank that waited: "rank R: collective OP #SEQ (N bytes, step S) did not
-  # complete within 3 s ..." (also repeated in its "error: rank R: ..." line), then its ring buffer.
+  # complete within 3 s ..." (also repeated in its "error: rank R: ..." line), then its collective log.
   op=${EXPECTED_OP[$stage]}
   waits=$(grep -oE "rank [02]: collective [a-z_]+ #[0-9]+ \([0-9]+ bytes, step [0-9]+\) did not complete" "$out" | sort -u)
   if [ -z "$waits" ]; then
