@@ -201,6 +201,10 @@ set_tests_properties(compare_plans PROPERTIES RUN_SERIAL TRUE TIMEOUT 300 ENVIRO
 add_test(NAME include_rules COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/lint/include_rules.py ${CMAKE_SOURCE_DIR})
 set_tests_properties(include_rules PROPERTIES ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
 
+# ---- README.md and docs/: every link, repository path and source file named exists ---------------
+add_test(NAME doc_links COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/lint/doc_links.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(doc_links PROPERTIES ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+
 # ---- docs/zero.md: every memory and traffic formula against `train estimate --json` --------------
 add_test(NAME zero_doc_formulas
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/unit/zero_doc_check.py --train $<TARGET_FILE:train>
