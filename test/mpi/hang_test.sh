@@ -28,9 +28,9 @@ fail() { echo "hang_test FAILED: $*"; exit 1; }
 grep -qE "rank [02]: collective all_reduce #1 \(" "$out" || fail "no waiting rank (0 or 2) names the skipped collective all_reduce #1"
 grep -qE "rank 1: collective all_reduce #2 \(" "$out" || fail "rank 1 (the skipper) does not report waiting in all_reduce #2"
 grep -q "did not complete within $probe_timeout_s s" "$out" || fail "the timeout message is missing"
-grep -q "last collectives on this rank:" "$out" || fail "the ring dump header is missing"
-grep -qE "^  #1 all_reduce .* pending since .* TIMED OUT" "$out" || fail "the ring dump has no pending, timed-out #1"
-grep -q "skipped (fault injection)" "$out" || fail "rank 1's ring dump with the skipped collective is missing"
+grep -q "last collectives on this rank:" "$out" || fail "the log dump header is missing"
+grep -qE "^  #1 all_reduce .* pending since .* TIMED OUT" "$out" || fail "the log dump has no pending, timed-out #1"
+grep -q "skipped (fault injection)" "$out" || fail "rank 1's log dump with the skipped collective is missing"
 if grep -qE "Segmentation fault|signal 11|free\(\)|MPI_ERR_TRUNCATE|NBC_Progress|double free|corrupted" "$out"; then
   fail "the job crashed instead of timing out"
 fi

@@ -16,7 +16,7 @@
 #   stage 2  reduce_scatter  (the same)
 #   stage 3  all_gather      (the embedding's parameters, gathered before the forward)
 # The waiting ranks 0 and 2 must time out in that op at step 2, both in the same collective (one
-# sequence number); where rank 1's ring dump made it out before the abort, its "skipped (fault
+# sequence number); where rank 1's log dump made it out before the abort, its "skipped (fault
 # injection)" record must be that same op and sequence number. A skip that hit the wrong collective,
 # or a diagnostic naming the wrong one, fails.
 set -u
@@ -67,7 +67,7 @@ for stage in 0 1 2 3; do
     [ "$(wc -l <<<"$seqs")" -eq 1 ] || why+=("ranks 0 and 2 time out in different collectives: $(tr '\n' ' ' <<<"$seqs")")
     seq=$(head -1 <<<"$seqs")
     grep -qE "^ +$seq +$op .* step 2 pending .*TIMED OUT" "$out" ||
-      why+=("the ring dump shows no timed-out '$seq $op' at step 2")
+      why+=("the log dump shows no timed-out '$seq $op' at step 2")
     skip=$(grep -E "^ +#[0-9]+ +[a-z_]+ .* skipped \(fault injection\)" "$out" | sort -u)
     if [ -n "$skip" ] && ! grep -qE "^ +$seq +$op .* step 2 skipped" <<<"$skip"; then
       why+=("rank 1 skipped '$(head -1 <<<"$skip" | sed 's/^ *//')', not $seq $op at step 2")
@@ -76,8 +76,8 @@ for stage in 0 1 2 3; do
   grep -q "did not complete within $TIMEOUT_S" "$out" || why+=("no 'did not complete within $TIMEOUT_S' message")
   # One "rank R:" per line: main's "error: rank R:" prefix, none inside the message (issue 23).
   ! grep -qE "rank [0-9]+: rank [0-9]+:" "$out" || why+=("a line repeats its rank prefix: $(grep -m1 -E "rank [0-9]+: rank [0-9]+:" "$out")")
-  grep -q "last collectives on this rank:" "$out" || why+=("no ring dump header ('last collectives on this rank:')")
-  grep -qE "^ +#[0-9]+ +[a-z_]+ .* done" "$out" || why+=("the ring dump shows no completed collective")
+  grep -q "last collectives on this rank:" "$out" || why+=("no log dump header ('last collectives on this rank:')")
+  grep -qE "^ +#[0-9]+ +[a-z_]+ .* done" "$out" || why+=("the log dump shows no completed collective")
   if grep -qE "Segmentation fault|signal 11|free\(\)|MPI_ERR_TRUNCATE|double free|corrupted" "$out"; then
     why+=("the job crashed instead of timing out (mismatched collectives after the skip)")
   fi
