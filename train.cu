@@ -20,6 +20,7 @@
 #include "plan/plan.h"
 #include "runtime/error.h"
 #include "runtime/support.h"
+#include "train/backend_choice.h"
 #include "train/trainer.h"
 #include "zero/estimate.h"
 
@@ -124,7 +125,7 @@ int run(int argc, char** argv) {
       ->required();
   exp->add_option("--out", out_path, "output file")->required();
   app.footer("Multi-rank: mpirun -np N ./train PLAN.json.\n"
-             "Checkpoints (README \"Checkpoints\"): checkpoint.dir (\"\" = none), checkpoint.every (0 = only on "
+             "Checkpoints (docs/checkpoints.md): checkpoint.dir (\"\" = none), checkpoint.every (0 = only on "
              "SIGTERM/SIGINT/SIGUSR1), checkpoint.keep (3), checkpoint.resume (\"none\", \"auto\" = latest in checkpoint.dir, "
              "or a path); ./train export CKPT --format hdf5|llmc --out FILE.\n"
              "Activation recomputation: recompute.policy \"none\" (default: keep every activation), \"selective\"\n"

@@ -78,14 +78,14 @@ int io(const std::string& dir, size_t mib, unsigned qd) {
   SwapFile f(swap_file_path(dir, 0, "bench"), bytes, true);
   unsigned char* buf = static_cast<unsigned char*>(std::aligned_alloc(kIoAlign, chunk));
   std::memset(buf, 1, chunk);  // not zeros: a virtual disk may skip writing (or reading) blocks of zeros
-  Uring ring(qd);
+  Uring uring(qd);
   auto pass = [&](bool write) {
     for (size_t off = 0; off < bytes; off += chunk) {
       const size_t n = std::min(chunk, bytes - off);
-      if (write) ring.write(f.fd(), buf, n, off, 0, "bench");
-      else ring.read(f.fd(), buf, n, off, 0, "bench");
+      if (write) uring.write(f.fd(), buf, n, off, 0, "bench");
+      else uring.read(f.fd(), buf, n, off, 0, "bench");
     }
-    ring.wait(0);
+    uring.wait(0);
   };
   const double tw = best_of(3, [&] { pass(true); });
   const double tr = best_of(3, [&] { pass(false); });
@@ -123,7 +123,7 @@ int io(const std::string& dir, size_t mib, unsigned qd) {
   std::printf("{\"what\": \"io\", \"mib\": %zu, \"queue_depth\": %u, \"io_uring\": %s, \"write_gb_per_s\": %.3f, "
               "\"read_gb_per_s\": %.3f, \"pipeline_read_plus_write_gb_per_s\": %.3f, \"pipeline_io_s\": %.4f, "
               "\"update_s\": %.4f, \"pipeline_with_update_s\": %.4f, \"overlap\": %.3f}\n",
-              mib, qd, ring.available() ? "true" : "false", double(bytes) / tw / 1e9, double(bytes) / tr / 1e9,
+              mib, qd, uring.available() ? "true" : "false", double(bytes) / tw / 1e9, double(bytes) / tr / 1e9,
               2.0 * double(bytes) / tp / 1e9, tp, t_update, tf, hidden);
   return 0;
 }

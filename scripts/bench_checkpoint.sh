@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Checkpoint benchmark (docs/design.md §3.7): save, load and export of a GPT-2 124M-shaped model
-# (L12 H12 C768, vocabulary 50257; seq_len 64 as in bench_comm.sh, so the position table has 64
-# rows instead of 1024: 123.7M parameters instead of 124.4M) at world 1 (stage 0) and world 4
-# (stage 3), against dd on the same disk. A benchmark, not a test: it prints a table.
+# Checkpoint benchmark (docs/design.md §3.7; the numbers: docs/checkpoints.md): save, load and
+# export of a GPT-2 124M-shaped model (L12 H12 C768, vocabulary 50257; seq_len 64 as in
+# bench_comm.sh, so the position table has 64 rows instead of 1024: 123.7M parameters instead of
+# 124.4M) at world 1 (stage 0) and world 4 (stage 3), against dd on the same disk. A benchmark,
+# not a test: it prints a table.
 #
 #   scripts/bench_checkpoint.sh [--dir DIR] [--train PATH] [--np "1 4"]
 #

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Communication benchmark of the ZeRO engine on the CPU backend: 2 ranks under mpirun, one thread
-# each, every stage with overlap_comm on and off. A benchmark, not a test: it prints a table.
+# each, every stage with overlap_comm on and off. A benchmark, not a test: it prints a table
+# (the numbers: docs/multihost.md; every benchmark: docs/benchmarks.md).
 #
 #   scripts/bench_comm.sh [--model gpt2-124m|small|mh|ovl] [--steps N] [--warmup N] [--np N] [--train PATH]
 #                         [--hosts H --rate RATE] [--repeat R] [--trace] [--stages "0 1 2 3"]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CPU training throughput of zerotrain next to PyTorch, same model, same batch, same threads,
 # in the same run. Prints a table; numbers are medians over the timed steps (first steps untimed).
+# Every benchmark: docs/benchmarks.md.
 #   scripts/bench_cpu.sh [--threads N] [--steps N]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Optimizer-state offload (docs/design.md §3.6), measured on this machine in one run:
+# Optimizer-state offload (docs/design.md §3.6; the numbers: docs/offload.md), measured on this
+# machine in one run:
 #   1. CPU AdamW parameters/s: ours (kernels/adamw.cpp) vs torch.optim.AdamW (foreach and the
 #      single-tensor loop, same threads) vs the streaming limit measured by the same binary (a
 #      kernel with AdamW's 28 bytes/parameter of traffic: read p, g, m, v; write p, m, v).

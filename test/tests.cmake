@@ -283,6 +283,9 @@ set_tests_properties(train_parity PROPERTIES LABELS parity TIMEOUT 300 ENVIRONME
 # include_rules: who may include whom (docs/design.md §2), on the #include lines of src/.
 add_test(NAME include_rules COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/docs/include_rules.py ${CMAKE_SOURCE_DIR})
 set_tests_properties(include_rules PROPERTIES LABELS docs ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+# doc_links: every link, repository path and source file named in README.md and docs/ exists.
+add_test(NAME doc_links COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/docs/doc_links.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(doc_links PROPERTIES LABELS docs ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
 # zero_doc_formulas: docs/zero.md's every memory and traffic formula against `train estimate --json`.
 add_test(NAME zero_doc_formulas
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/docs/zero_doc_check.py --train $<TARGET_FILE:train>

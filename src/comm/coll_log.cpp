@@ -124,7 +124,7 @@ uint64_t model_bytes_broadcast(uint64_t bytes, int world, bool is_root) {
 }
 
 CollLog::CollLog(int rank, int world, const CommOptions& opts)
-    : rank_(rank), world_(world), opts_(opts), t0_(std::chrono::steady_clock::now()), ring_(kRing) {
+    : rank_(rank), world_(world), opts_(opts), t0_(std::chrono::steady_clock::now()), records_(kLogRecords) {
   t0_us_ = std::chrono::duration<double, std::micro>(t0_.time_since_epoch()).count();
   if (world > 1) install_term_note(rank);
 }
@@ -143,7 +143,7 @@ bool CollLog::take_fault(CollOp op) {
 
 uint64_t CollLog::start(CollOp op, uint64_t bytes, bool skipped) {
   const uint64_t seq = next_seq_++;
-  CollRecord& r = ring_[seq % kRing];
+  CollRecord& r = records_[seq % kLogRecords];
   r = CollRecord{};
   r.seq = seq;
   r.op = op;
@@ -169,7 +169,7 @@ uint64_t CollLog::start(CollOp op, uint64_t bytes, bool skipped) {
 void CollLog::finish(uint64_t seq) { finish(seq, now()); }
 
 void CollLog::finish(uint64_t seq, double t_end) {
-  CollRecord& r = ring_[seq % kRing];
+  CollRecord& r = records_[seq % kLogRecords];
   if (r.seq != seq || r.state != CollState::pending) return;
   r.state = CollState::done;
   r.t_end = std::max(t_end, r.t_start);
@@ -187,7 +187,7 @@ void CollLog::trace_wait(double t0, double t1) const {
 }
 
 void CollLog::mark_timed_out(uint64_t seq) {
-  CollRecord& r = ring_[seq % kRing];
+  CollRecord& r = records_[seq % kLogRecords];
   if (r.seq == seq) r.timed_out = true;
 }
 
@@ -198,15 +198,15 @@ void CollLog::begin_step(int64_t step) {
 
 const CollRecord* CollLog::find(uint64_t seq) const {
   if (seq == 0) return nullptr;
-  const CollRecord& r = ring_[seq % kRing];
+  const CollRecord& r = records_[seq % kLogRecords];
   return r.seq == seq ? &r : nullptr;
 }
 
 std::vector<CollRecord> CollLog::records() const {
   std::vector<CollRecord> out;
   const uint64_t last = next_seq_ - 1;
-  const uint64_t first = last >= kRing ? last - kRing + 1 : 1;
-  for (uint64_t s = first; s <= last; ++s) out.push_back(ring_[s % kRing]);
+  const uint64_t first = last >= kLogRecords ? last - kLogRecords + 1 : 1;
+  for (uint64_t s = first; s <= last; ++s) out.push_back(records_[s % kLogRecords]);
   return out;
 }
 

@@ -1,6 +1,6 @@
-// Collective bookkeeping shared by the MPI and NCCL backends: sequence numbers, the ring buffer of
-// the last kRing records, per-step counters under the byte model of comm.h, fault injection, and
-// the timeout diagnostic. Knows nothing about MPI, CUDA or NCCL.
+// Collective bookkeeping shared by the MPI and NCCL backends: sequence numbers, the collective log
+// (a circular buffer of the last kLogRecords records), per-step counters under the byte model of
+// comm.h, fault injection, and the timeout diagnostic. Knows nothing about MPI, CUDA or NCCL.
 #pragma once
 #include <sched.h>
 #include <unistd.h>
@@ -26,7 +26,7 @@ bool coll_op_is_control(CollOp op);
 
 class CollLog {
  public:
-  static constexpr size_t kRing = 256;
+  static constexpr size_t kLogRecords = 256;
 
   CollLog(int rank, int world, const CommOptions& opts);
 
@@ -43,7 +43,7 @@ class CollLog {
   // New record (pending, or skipped when `skipped`), counted in the step stats unless skipped.
   // Returns its sequence number (1, 2, ...).
   uint64_t start(CollOp op, uint64_t bytes, bool skipped = false);
-  void finish(uint64_t seq);          // done at now(); no-op if the record left the ring
+  void finish(uint64_t seq);          // done at now(); no-op if the record left the log
   void finish(uint64_t seq, double t_end);  // done at t_end (seconds since creation), e.g. measured
                                             // by a communication thread
   void mark_timed_out(uint64_t seq);
@@ -83,13 +83,13 @@ class CollLog {
   int64_t step() const { return step_; }
   const CommStepStats& stats() const { return stats_; }
 
-  const CollRecord* find(uint64_t seq) const;  // nullptr once it left the ring
+  const CollRecord* find(uint64_t seq) const;  // nullptr once it left the log
   std::vector<CollRecord> records() const;     // oldest first
   std::string dump(size_t n) const;            // last n records, one line each
 
   // Timeout diagnostic: the one-line headline (CommTimeout::what(); no rank in it: main prefixes
   // "error: rank R:") and the full text printed to stderr: "rank R: " + headline + "; last
-  // collectives on this rank:" + the ring dump.
+  // collectives on this rank:" + the log dump.
   std::string timeout_headline(uint64_t seq) const;
   std::string timeout_report(uint64_t seq, size_t dump_n = 16) const;
 
@@ -106,7 +106,7 @@ class CollLog {
   int rank_, world_;
   CommOptions opts_;
   std::chrono::steady_clock::time_point t0_;
-  std::vector<CollRecord> ring_;
+  std::vector<CollRecord> records_;
   uint64_t next_seq_ = 1;
   int64_t step_ = -1;
   bool fault_fired_ = false;

@@ -4,7 +4,7 @@
 // caller overlaps work and then wait()s. Blocking helpers are built on the same path so that a hang
 // anywhere becomes a timeout error.
 //
-// Bookkeeping: every collective gets a sequence number and a record in a per-rank ring buffer
+// Bookkeeping: every collective gets a sequence number and a record in a per-rank collective log
 // (op, bytes, sequence, start/end time, state), and bytes sent are counted per step under the ring
 // model stated below, so tests can compare them with theory exactly.
 //
@@ -78,7 +78,7 @@ struct CommHandle {
 };
 
 struct CommOptions {
-  double timeout_s = 300;  // a wait longer than this is a hang: print the ring buffer, throw CommTimeout
+  double timeout_s = 300;  // a wait longer than this is a hang: print the collective log, throw CommTimeout
   // Fault injection for tests: at training step `fault_skip_step`, rank `fault_skip_rank` silently
   // skips its first model-state collective (all_reduce, reduce_scatter or all_gather) of that step
   // (-1 = off): recorded as skipped, data untouched, the handle is already complete. Once per Comm.
@@ -129,7 +129,7 @@ class Comm {
   virtual CommHandle all_gather(const float* send, float* recv, size_t send_n) = 0;      // recv: N*send_n
   virtual CommHandle broadcast(void* buf, size_t bytes, int root) = 0;
 
-  // Completes the collective; throws CommTimeout (after printing the ring buffer) past timeout_s.
+  // Completes the collective; throws CommTimeout (after printing the collective log) past timeout_s.
   virtual void wait(CommHandle h) = 0;
   // Progresses outstanding collectives (MPI moves non-blocking collectives only inside MPI calls);
   // returns true when h has completed (h invalid: just progresses and returns true).
@@ -149,9 +149,9 @@ class Comm {
   // Step bookkeeping: begin_step resets the per-step counters; step_stats reads them.
   virtual void begin_step(int64_t step) = 0;
   virtual const CommStepStats& step_stats() const = 0;
-  // The last `n` records of the ring buffer, one per line (op, bytes, sequence, step, state, times).
-  virtual std::string ring_dump(size_t n = 16) const = 0;
-  // Every record still in the ring (oldest first), for tests.
+  // The last `n` records of the collective log, one per line (op, bytes, sequence, step, state, times).
+  virtual std::string log_dump(size_t n = 16) const = 0;
+  // Every record still in the log (oldest first), for tests.
   virtual std::vector<CollRecord> records() const = 0;
   // run.trace: each collective, when it completes, becomes a comm event (start to completion, with
   // its sequence number and bytes); each wait() a wait event. nullptr (the default) = off. Calls

@@ -171,7 +171,7 @@ class NcclComm final : public Comm {
     boot_.begin_step(step);
   }
   const CommStepStats& step_stats() const override { return log_.stats(); }
-  std::string ring_dump(size_t n) const override { return log_.dump(n); }
+  std::string log_dump(size_t n) const override { return log_.dump(n); }
   std::vector<CollRecord> records() const override { return log_.records(); }
   void set_tracer(Tracer* t) override { log_.set_tracer(t); }
 

@@ -4,7 +4,7 @@
 // make_nccl_comm: rank 0 creates the ncclUniqueId, the MPI `bootstrap` comm broadcasts it, every
 // rank selects GPU local_rank % device_count and joins with ncclCommInitRank. Collectives are
 // enqueued on the comm's own non-blocking stream, each followed by an event: test() queries the
-// event, wait() polls it until timeout_s (then prints the ring buffer, ncclCommAbort, CommTimeout).
+// event, wait() polls it until timeout_s (then prints the collective log, ncclCommAbort, CommTimeout).
 // Control helpers (all_reduce_sum, barrier, all_gather_u64) go through `bootstrap`, which must
 // outlive this comm; they are recorded in both comms' rings. begin_step is forwarded to it too.
 //

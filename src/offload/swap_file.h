@@ -1,10 +1,12 @@
-// One swap file (docs/design.md §3.6): a state buffer of one rank (AdamW m, v, or master weights)
-// that lives on disk instead of in memory. Opened with O_DIRECT where the filesystem has it, so
-// the state neither sits in the page cache nor costs a copy through it; every transfer is then a
-// multiple of kIoAlign bytes, at a multiple of kIoAlign, from a kIoAlign-aligned buffer, which is
-// why the file is padded to a multiple of kIoAlign. The file has no name on disk: it is created
-// unnamed (O_TMPFILE) or unlinked right after it is opened, so its blocks go back to the filesystem
-// when the process ends, however it ends (a signal, an abort, SIGKILL), and no handler is needed.
+// One swap file (docs/design.md §3.6; docs/offload.md): a state buffer of one rank that lives on
+// disk instead of in memory: AdamW m or v or the master weights (offload.optimizer "nvme"), the
+// parameter shard or the gradient shard (offload.params "nvme"). Opened with O_DIRECT where the
+// filesystem has it, so the state neither sits in the page cache nor costs a copy through it; every
+// transfer is then a multiple of kIoAlign bytes, at a multiple of kIoAlign, from a kIoAlign-aligned
+// buffer, which is why the file is padded to a multiple of kIoAlign. The file has no name on disk:
+// it is created unnamed (O_TMPFILE) or unlinked right after it is opened, so its blocks go back to
+// the filesystem when the process ends, however it ends (a signal, an abort, SIGKILL), and no
+// handler is needed.
 #pragma once
 #include <cstddef>
 #include <cstdint>

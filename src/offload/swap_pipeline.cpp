@@ -26,7 +26,7 @@ size_t pool_numel(const SwapSpec& spec, size_t numel, int states) {
 SwapPipeline::SwapPipeline(std::vector<SwapFile*> files, size_t numel, float* pool, const SwapSpec& spec,
                            std::vector<bool> read_only)
     : files_(std::move(files)), read_only_(std::move(read_only)), numel_(numel), sub_(subgroup_of(spec, numel)), pool_(pool),
-      sets_(int(sets_of(spec, numel))), ahead_(size_t(spec.buffer_count) - 2), ring_(spec.queue_depth) {
+      sets_(int(sets_of(spec, numel))), ahead_(size_t(spec.buffer_count) - 2), uring_(spec.queue_depth) {
   ZT_ASSERT(!files_.empty() && spec.buffer_count >= 2 && sub_ > 0 && (sub_ * 4) % kIoAlign == 0);
   ZT_ASSERT(reinterpret_cast<uintptr_t>(pool_) % kIoAlign == 0);
   for (const SwapFile* f : files_) ZT_ASSERT(f->bytes() == numel_ * 4);
@@ -41,8 +41,8 @@ void SwapPipeline::transfer(size_t k, bool write) {
   for (size_t s = 0; s < files_.size(); ++s) {
     SwapFile& f = *files_[s];
     if (write && read_only_[s]) continue;
-    if (write) ring_.write(f.fd(), buffer(k, s), len, begin * 4, int(2 * k + 1), f.path().c_str());
-    else ring_.read(f.fd(), buffer(k, s), len, begin * 4, int(2 * k), f.path().c_str());
+    if (write) uring_.write(f.fd(), buffer(k, s), len, begin * 4, int(2 * k + 1), f.path().c_str());
+    else uring_.read(f.fd(), buffer(k, s), len, begin * 4, int(2 * k), f.path().c_str());
   }
 }
 
@@ -55,19 +55,19 @@ void SwapPipeline::for_each_subgroup(const Update& update) {
       // Read ahead as far as the sets allow: k + B - 2 (one set is being updated, one written from).
       // A set is free once the write of its previous tenant, j - B, is on disk.
       for (; next_read < G && next_read <= k + ahead_; ++next_read) {
-        if (next_read >= B) ring_.wait(int(2 * (next_read - B) + 1));
+        if (next_read >= B) uring_.wait(int(2 * (next_read - B) + 1));
         transfer(next_read, false);
       }
-      ring_.wait(int(2 * k));
+      uring_.wait(int(2 * k));
       for (size_t s = 0; s < files_.size(); ++s) bufs[s] = buffer(k, s);
       update(k * sub_, std::min(sub_, numel_ - k * sub_), bufs.data());
       transfer(k, true);
     }
-    ring_.drain();
+    uring_.drain();
   } catch (...) {
     // No transfer may outlive the step: the pool is reused and the files may go. The first error
     // is the one reported.
-    ring_.abandon();
+    uring_.abandon();
     throw;
   }
 }

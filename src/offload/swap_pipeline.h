@@ -36,7 +36,7 @@ class SwapPipeline {
   void for_each_subgroup(const Update& update);
 
   size_t subgroups() const { return (numel_ + sub_ - 1) / sub_; }
-  bool async() const { return ring_.available(); }
+  bool async() const { return uring_.available(); }
 
  private:
   float* buffer(size_t k, size_t s) const { return pool_ + ((k % size_t(sets_)) * files_.size() + s) * sub_; }
@@ -48,7 +48,7 @@ class SwapPipeline {
   float* pool_;
   int sets_;      // buffer sets in use: buffer_count, or fewer when the shard has fewer sub-groups
   size_t ahead_;  // reads run up to sub-group k + ahead_ while k is updated
-  Uring ring_;
+  Uring uring_;
 };
 
 }  // namespace zt::offload

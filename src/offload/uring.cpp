@@ -17,13 +17,13 @@ Uring::Uring(unsigned queue_depth) : depth_(queue_depth) {
   // Refused by policy or absent: run synchronously (header). Anything else is a real failure.
   if (rc == -ENOSYS || rc == -EPERM || rc == -EACCES) return;
   ZT_CHECK_URING(rc, "io_uring_queue_init(" << queue_depth << " entries)");
-  ring_ok_ = true;
+  ok_ = true;
   pieces_.resize(depth_);
   for (size_t i = depth_; i-- > 0;) free_.push_back(i);
 }
 
 Uring::~Uring() {
-  if (!ring_ok_) return;
+  if (!ok_) return;
   abandon();  // an exception between queue and wait: the kernel must be done with the buffers first
   io_uring_queue_exit(&ring_);
 }
@@ -63,7 +63,7 @@ void Uring::queue(const Piece& whole) {
   for (size_t at = 0; at < whole.len; at += kMaxIo) {
     Piece p = whole;
     p.buf += at, p.off += at, p.len = std::min(kMaxIo, whole.len - at);
-    if (!ring_ok_) {
+    if (!ok_) {
       sync_io(p);
       continue;
     }
@@ -83,7 +83,7 @@ void Uring::queue(const Piece& whole) {
 void Uring::push(size_t slot) {
   const Piece& p = pieces_[slot];
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-  ZT_ASSERT(sqe != nullptr);  // at most depth_ pieces exist, and the ring has depth_ entries
+  ZT_ASSERT(sqe != nullptr);  // at most depth_ pieces exist, and the submission queue has depth_ entries
   if (p.write) io_uring_prep_write(sqe, p.fd, p.buf, unsigned(p.len), p.off);
   else io_uring_prep_read(sqe, p.fd, p.buf, unsigned(p.len), p.off);
   io_uring_sqe_set_data64(sqe, slot);

@@ -27,7 +27,7 @@ class Uring {
   Uring(const Uring&) = delete;
   Uring& operator=(const Uring&) = delete;
 
-  bool available() const { return ring_ok_; }
+  bool available() const { return ok_; }
   // Queues (and submits) a transfer of len bytes at file offset off; buf stays untouched by the
   // caller until wait(tag) returns. `what` names the file in error messages.
   void read(int fd, void* buf, size_t len, uint64_t off, int tag, const char* what);
@@ -59,7 +59,7 @@ class Uring {
   void sync_io(const Piece& p);
 
   io_uring ring_{};
-  bool ring_ok_ = false;
+  bool ok_ = false;
   unsigned depth_;
   std::vector<Piece> pieces_;    // indexed by slot (the SQE's user_data)
   std::vector<size_t> free_;     // free slots

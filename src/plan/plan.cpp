@@ -117,10 +117,10 @@ std::string get_choice(const json& root, const std::string& path, const std::vec
 // ---- what this build supports -----------------------------------------------------------------
 //
 // The plan side of the support table (runtime/support.h): devices and precisions no built backend
-// runs, and the features (offload, master_weights false) none runs yet. Limits of a
-// backend that depend on the run (ranks, zero.stage, head sizes, index limits) are checked where
-// the backend is chosen (choose_backend, train/trainer.cpp), from the same table. Everything
-// rejected here is a valid plan (it passed the range and combination checks).
+// runs, and the feature values (offload, checkpoints, master_weights false) this build does not
+// run. Limits of a backend that depend on the run (ranks, zero.stage, head sizes, index limits) are
+// checked where the backend is chosen (choose_backend, train/backend_choice.h), from the same
+// table. Everything rejected here is a valid plan (it passed the range and combination checks).
 void check_supported_by_this_build(const Plan& p) {
   auto unsupported = [](const std::string& path, const std::string& value, const std::string& supported) {
     bad(path, value + " is not supported by this build yet (supported: " + supported + ")");
@@ -148,15 +148,15 @@ void check_supported_by_this_build(const Plan& p) {
   auto in = [](const std::vector<std::string>& v, const std::string& x) {
     return std::find(v.begin(), v.end(), x) != v.end();
   };
-  if (p.offload.params == "cpu" && !in(f.offload, "cpu"))
+  if (p.offload.params == "cpu" && !in(f.offload_params, "cpu"))
     // As for the optimizer: nothing to move on the CPU backend; not built for the CUDA backend.
     bad("offload.params", std::string("\"cpu\" ") +
                               (p.device == "cuda" ? "is not implemented yet for the CUDA backend"
                                                   : "changes nothing on the CPU backend, which already keeps everything "
                                                     "in host memory") +
                               "; use \"nvme\" to move the parameter shard to disk (zero.stage 3), or \"none\"");
-  if (!in(f.offload, p.offload.params))
-    unsupported("offload.params", json(p.offload.params).dump(), quoted(f.offload));
+  if (!in(f.offload_params, p.offload.params))
+    unsupported("offload.params", json(p.offload.params).dump(), quoted(f.offload_params));
   if (p.offload.optimizer == "cpu") {
     // Host memory is where the CPU backend keeps everything already; the CUDA backend runs AdamW on
     // the CPU from pinned host memory (f.offload_optimizer lists "cpu" only where a CUDA backend is built).

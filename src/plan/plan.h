@@ -81,7 +81,7 @@ struct OffloadSection {
   double subgroup_mb = 4.0;
 };
 
-// Sharded checkpoints (docs/design.md §3.7; README "Checkpoints").
+// Sharded checkpoints (docs/design.md §3.7; docs/checkpoints.md).
 struct CheckpointSection {
   std::string dir;     // where step_NNNNNNNN/ directories and `latest` go; "" = no checkpoints
   int every = 0;       // save every this many steps (and after the last); 0 = only on SIGTERM/SIGINT/SIGUSR1

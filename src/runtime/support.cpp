@@ -53,7 +53,7 @@ bool precision_built(const std::string& precision) {
 const Features& features() {
   static const Features f = [] {
     Features x;
-    x.offload = {"none", "nvme"};
+    x.offload_params = {"none", "nvme"};
     x.checkpoint_saving = true;
     x.checkpoint_resume = true;
     x.master_weights_off = false;

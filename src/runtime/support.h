@@ -1,7 +1,7 @@
 // What this build supports, in one table: for each backend its device, precision, world size, ZeRO
-// stages, head sizes, n_embd multiple and 32-bit index limits; and the plan features no backend
-// runs yet (offload, master_weights false). Read by plan validation (src/plan), the
-// backend choice (choose_backend, src/train/trainer.cpp) and ./train --help / --version (train.cu);
+// stages, head sizes, n_embd multiple and 32-bit index limits; and which values of the plan features
+// (offload, checkpoints, master_weights) this build runs. Read by plan validation (src/plan), the
+// backend choice (choose_backend, src/train/backend_choice.h) and ./train --help / --version (train.cu);
 // nothing else decides what this build can run. Relax an entry here when a feature lands.
 //
 // It lives in the runtime (the ground, docs/design.md §2) because the plan, which may include only
@@ -41,7 +41,7 @@ bool precision_built(const std::string& precision);
 
 // Plan features, for every backend of this build.
 struct Features {
-  std::vector<std::string> offload;            // values of offload.params
+  std::vector<std::string> offload_params;     // values of offload.params
   bool checkpoint_saving = false;              // checkpoint.every > 0
   bool checkpoint_resume = false;              // checkpoint.resume other than "none"
   bool master_weights_off = false;             // precision.master_weights false

@@ -1,6 +1,6 @@
 // Timeline traces (plan field run.trace): a Chrome / Perfetto JSON trace per rank. Ground level:
-// knows nothing of ZeRO, the model or communication; the parts that own an event emit it (README
-// "Timeline traces"; docs/design.md §3.4).
+// knows nothing of ZeRO, the model or communication; the parts that own an event emit it
+// (docs/traces.md; docs/design.md §3.4).
 //
 // File: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}. Complete events
 // ("ph": "X") with ts and dur in microseconds of the host's monotonic clock (steady_clock, so ranks

@@ -1,5 +1,6 @@
-// Which backend runs a plan, and what to try when a plan does not fit: the decisions made before a
-// Trainer exists (docs/design.md §3.8; runtime/support.h is the one table of what each backend supports).
+// Which backend runs a plan, and what to try when a plan does not fit (declared in backend_choice.h).
+#include "train/backend_choice.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <sstream>
@@ -8,7 +9,6 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/support.h"
-#include "train/trainer.h"
 
 namespace zt {
 

@@ -8,8 +8,8 @@
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include "zero/estimate.h"
+#include "zero/offload_plan.h"
 #include "zero/store.h"
-#include "zero/swap_spec.h"
 
 namespace zt {
 

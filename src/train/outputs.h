@@ -1,5 +1,5 @@
 // The files a run writes: the metrics log, the resolved plan beside it, the final weights (rank 0)
-// and a trace per rank. Checked (runtime/output_path.h) before anything is allocated, written only
+// and a trace per rank (docs/running.md). Checked (runtime/output_path.h) before anything is allocated, written only
 // once every check has passed, so a refused plan writes nothing and a run that starts never
 // silently destroys an earlier one or one of its own inputs.
 #pragma once

@@ -1,4 +1,5 @@
-// What the loop prints and logs: the metrics JSONL, durations, and whether to decorate progress.
+// What the loop prints and logs (docs/running.md): the metrics JSONL, durations, and whether to
+// decorate progress.
 #pragma once
 #include <fstream>
 #include <string>

@@ -33,6 +33,7 @@
 #include "runtime/memory.h"
 #include "runtime/support.h"
 #include "runtime/trace.h"
+#include "train/backend_choice.h"
 #include "train/offload_setup.h"
 #include "train/outputs.h"
 #include "train/progress.h"
@@ -363,7 +364,7 @@ class Trainer {
     }
     agree_on_startup(refusal);
     // The first write: rank 0 moves an earlier run's files aside (its traces too) before any rank
-    // opens its trace (README "Timeline traces").
+    // opens its trace (docs/traces.md).
     std::string moved;
     if (root_) moved = open_run_outputs(plan_, outputs_);
     if (!outputs_.trace.empty()) {

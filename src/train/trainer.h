@@ -32,16 +32,4 @@ struct RunControl {
 // collective that timed out, ...).
 TrainResult train(const Plan& plan, Comm& comm, const RunControl& ctl = {});
 
-// The backend train() will use for this plan on `world` ranks: "cpu-fp32", "cuda-fp32" or
-// "cuda-bf16". Throws (one clear line) when this build or machine cannot run it, so the caller
-// can check before writing anything.
-std::string choose_backend(const Plan& plan, int world);
-// The same choice and checks for planning (train estimate): device "cuda" needs no GPU here, so that
-// a GPU run can be sized on a machine without one (device "auto" still means a GPU only if one is here).
-std::string planned_backend(const Plan& plan, int world);
-
-// The next rung of the memory ladder for a run that did not fit on the device (appended to the
-// out-of-memory message): what to change in the plan, using only options this build runs.
-std::string next_memory_step(const Plan& plan, int world);
-
 }  // namespace zt

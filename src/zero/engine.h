@@ -88,7 +88,7 @@ class ZeroEngine : public UnitHooks {
   }
   ShardedOptimizer<Ops>& optimizer() { return optimizer_; }
 
-  // run.trace (README "Timeline traces"): forward / backward per unit on the compute track, the
+  // run.trace (docs/traces.md): forward / backward per unit on the compute track, the
   // optimizer's parts on the optimizer track, and the bucket / unit of each collective as tags.
   // nullptr (the default) = off: one test per hook.
   void set_tracer(Tracer* t);

@@ -11,9 +11,9 @@
 #endif
 #include "runtime/checked.h"
 #include "runtime/error.h"
+#include "zero/offload_plan.h"
 #include "zero/partition.h"
 #include "zero/store.h"
-#include "zero/swap_spec.h"
 
 namespace zt {
 

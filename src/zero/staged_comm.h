@@ -1,5 +1,5 @@
 // Collectives on device buffers through the MPI comm, host-staged (docs/design.md §3.4 "Device
-// buffers over MPI"): the CUDA backend's multi-rank path. The engine hands device pointers to a
+// buffers over MPI"; docs/gpu.md): the CUDA backend's multi-rank path. The engine hands device pointers to a
 // StagedComm; it copies each operand to its pinned host mirror (StateId::host_staging, one fp32
 // mirror per buffer host_staged() lists, zero/store.h), runs the MPI collective there, and copies the
 // result back, ordered against the compute stream with events:
@@ -59,7 +59,7 @@ class StagedComm final : public Comm {
   std::vector<uint64_t> all_gather_u64(uint64_t v) override { return inner_.all_gather_u64(v); }
   void begin_step(int64_t step) override { inner_.begin_step(step); }
   const CommStepStats& step_stats() const override { return inner_.step_stats(); }
-  std::string ring_dump(size_t n) const override { return inner_.ring_dump(n); }
+  std::string log_dump(size_t n) const override { return inner_.log_dump(n); }
   std::vector<CollRecord> records() const override { return inner_.records(); }
   void set_tracer(Tracer* t) override { inner_.set_tracer(t); }
   [[noreturn]] void abort_all(int code) override { inner_.abort_all(code); }

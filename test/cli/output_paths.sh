@@ -165,7 +165,7 @@ merge_refused() {  # NAME WANT ARGS...
   if [ "$(listing "$tr")" != "$tr_before" ]; then fail "$name: the traces changed"; return; fi
   ok "$name: $(cat "$work/$name.err")"
 }
-(cd "$tr" && cp trace.rank1.json.1 trace.rank1.json)   # two ranks' files, as the README's glob finds them
+(cd "$tr" && cp trace.rank1.json.1 trace.rank1.json)   # two ranks' files, as the glob in docs/traces.md finds them
 tr_before=$(listing "$tr")
 merge_refused merge_output_forgotten "named like one rank's trace" "$tr/trace.rank0.json" "$tr/trace.rank1.json"
 merge_refused merge_output_is_input "is one of this command's inputs" "$work/r1.json" "$tr/trace.rank0.json" "$work/./r1.json"

@@ -14,7 +14,7 @@
 #include "plan/plan.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
-#include "train/trainer.h"
+#include "train/backend_choice.h"
 #include "zero/estimate.h"
 
 namespace fs = std::filesystem;

@@ -34,6 +34,6 @@ int main() {
   }
   // Not reached: ranks 0 and 2 wait in #1 (skipped by rank 1), rank 1 waits in #2.
   std::fprintf(stderr, "hang_probe rank %d: both all-reduces returned (unexpected); last collectives:\n%s", rank,
-               comm->ring_dump(4).c_str());
+               comm->log_dump(4).c_str());
   return 0;
 }

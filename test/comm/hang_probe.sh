@@ -2,7 +2,7 @@
 # Collective-timeout test: runs hang_probe (rank 1 skips a collective) on 3 ranks under `timeout 30`.
 #   test/comm/hang_probe.sh PATH/TO/hang_probe [MPIEXEC]      (MPIEXEC defaults to mpirun)
 # Passes when the job ends by itself (abort_all(3) after CommTimeout), non-zero, within timeout_s + 10 s,
-# naming the op and sequence number, with the ring buffer.
+# naming the op and sequence number, with the collective log.
 set -u
 probe=${1:?usage: hang_probe.sh PATH/TO/hang_probe [MPIEXEC]}
 mpiexec=${2:-mpirun}
@@ -28,9 +28,9 @@ fail() { echo "hang_probe FAILED: $*"; exit 1; }
 grep -qE "rank [02]: collective all_reduce #1 \(" "$out" || fail "no waiting rank (0 or 2) names the skipped collective all_reduce #1"
 grep -qE "rank 1: collective all_reduce #2 \(" "$out" || fail "rank 1 (the skipper) does not report waiting in all_reduce #2"
 grep -q "did not complete within $probe_timeout_s s" "$out" || fail "the timeout message is missing"
-grep -q "last collectives on this rank:" "$out" || fail "the ring dump header is missing"
-grep -qE "^  #1 all_reduce .* pending since .* TIMED OUT" "$out" || fail "the ring dump has no pending, timed-out #1"
-grep -q "skipped (fault injection)" "$out" || fail "rank 1's ring dump with the skipped collective is missing"
+grep -q "last collectives on this rank:" "$out" || fail "the log dump header is missing"
+grep -qE "^  #1 all_reduce .* pending since .* TIMED OUT" "$out" || fail "the log dump has no pending, timed-out #1"
+grep -q "skipped (fault injection)" "$out" || fail "rank 1's log dump with the skipped collective is missing"
 if grep -qE "Segmentation fault|signal 11|free\(\)|MPI_ERR_TRUNCATE|NBC_Progress|double free|corrupted" "$out"; then
   fail "the job crashed instead of timing out"
 fi

@@ -6,7 +6,7 @@
 # 3 ranks train a tiny model; at step 2 rank 1 skips its first model-state collective
 # (comm.fault_skip_rank/fault_skip_step, see src/comm/comm.h). The other ranks must give up after
 # comm.timeout_s = 3 s, print which collective (rank, op, sequence number) "did not complete" and
-# a dump of their collective ring buffer, and take the whole job down (abort_all). Under
+# a dump of their collective log, and take the whole job down (abort_all). Under
 # `timeout 60` the job must exit non-zero, not by the outer timeout, within timeout_s + 10 s.
 # Checked for every ZeRO stage, each in the collective that its step starts with (EXPECTED_OP):
 #   stage 0  all_reduce      (DDP: the first gradient bucket, in backward)
@@ -16,7 +16,7 @@
 #   stage 2  reduce_scatter  (the same)
 #   stage 3  all_gather      (the embedding's parameters, gathered before the forward)
 # The waiting ranks 0 and 2 must time out in that op at step 2, both in the same collective (one
-# sequence number); where rank 1's ring dump made it out before the abort, its "skipped (fault
+# sequence number); where rank 1's log dump made it out before the abort, its "skipped (fault
 # injection)" record must be that same op and sequence number. A skip that hit the wrong collective,
 # or a diagnostic naming the wrong one, fails.
 set -u
@@ -55,7 +55,7 @@ for stage in 0 1 2 3; do
   [ "$elapsed_ms" -lt $(( (TIMEOUT_S + SLACK) * 1000 )) ] ||
     why+=("took ${elapsed_ms} ms, expected < $((TIMEOUT_S + SLACK)) s")
   # The diagnostic of a rank that waited: "rank R: collective OP #SEQ (N bytes, step S) did not
-  # complete within 3 s ..." (also repeated in its "error: rank R: ..." line), then its ring buffer.
+  # complete within 3 s ..." (also repeated in its "error: rank R: ..." line), then its collective log.
   op=${EXPECTED_OP[$stage]}
   waits=$(grep -oE "rank [02]: collective [a-z_]+ #[0-9]+ \([0-9]+ bytes, step [0-9]+\) did not complete" "$out" | sort -u)
   if [ -z "$waits" ]; then
@@ -67,7 +67,7 @@ for stage in 0 1 2 3; do
     [ "$(wc -l <<<"$seqs")" -eq 1 ] || why+=("ranks 0 and 2 time out in different collectives: $(tr '\n' ' ' <<<"$seqs")")
     seq=$(head -1 <<<"$seqs")
     grep -qE "^ +$seq +$op .* step 2 pending .*TIMED OUT" "$out" ||
-      why+=("the ring dump shows no timed-out '$seq $op' at step 2")
+      why+=("the log dump shows no timed-out '$seq $op' at step 2")
     skip=$(grep -E "^ +#[0-9]+ +[a-z_]+ .* skipped \(fault injection\)" "$out" | sort -u)
     if [ -n "$skip" ] && ! grep -qE "^ +$seq +$op .* step 2 skipped" <<<"$skip"; then
       why+=("rank 1 skipped '$(head -1 <<<"$skip" | sed 's/^ *//')', not $seq $op at step 2")
@@ -76,8 +76,8 @@ for stage in 0 1 2 3; do
   grep -q "did not complete within $TIMEOUT_S" "$out" || why+=("no 'did not complete within $TIMEOUT_S' message")
   # One "rank R:" per line: main's "error: rank R:" prefix, none inside the message (issue 23).
   ! grep -qE "rank [0-9]+: rank [0-9]+:" "$out" || why+=("a line repeats its rank prefix: $(grep -m1 -E "rank [0-9]+: rank [0-9]+:" "$out")")
-  grep -q "last collectives on this rank:" "$out" || why+=("no ring dump header ('last collectives on this rank:')")
-  grep -qE "^ +#[0-9]+ +[a-z_]+ .* done" "$out" || why+=("the ring dump shows no completed collective")
+  grep -q "last collectives on this rank:" "$out" || why+=("no log dump header ('last collectives on this rank:')")
+  grep -qE "^ +#[0-9]+ +[a-z_]+ .* done" "$out" || why+=("the log dump shows no completed collective")
   if grep -qE "Segmentation fault|signal 11|free\(\)|MPI_ERR_TRUNCATE|double free|corrupted" "$out"; then
     why+=("the job crashed instead of timing out (mismatched collectives after the skip)")
   fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Network faults end a multi-host job (README "Several hosts"; docs/design.md §3.8).
+"""Network faults end a multi-host job (docs/multihost.md; docs/design.md §3.8).
 
 Hosts are network namespaces (scripts/cluster); mpirun runs on host 0 and starts Open MPI's
 daemons on the others through the cluster's launch agent, so ranks on different hosts talk over

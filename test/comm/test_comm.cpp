@@ -250,7 +250,7 @@ TEST(Comm, RingKeepsLast256InOrder) {
   }
   EXPECT_EQ(last.seq, first.seq + 299);
   const std::vector<zt::CollRecord> recs = c.records();
-  ASSERT_EQ(recs.size(), zt::CollLog::kRing);
+  ASSERT_EQ(recs.size(), zt::CollLog::kLogRecords);
   EXPECT_EQ(recs.back().seq, last.seq);
   for (size_t i = 1; i < recs.size(); ++i) EXPECT_EQ(recs[i].seq, recs[i - 1].seq + 1);
   for (size_t i = recs.size() - 200; i < recs.size(); ++i) {
@@ -264,7 +264,7 @@ TEST(Comm, RingKeepsLast256InOrder) {
   EXPECT_EQ(c.step_stats().collectives, 300u);
   EXPECT_EQ(c.step_stats().bytes, 300 * all_reduce_bytes(N, N));
 
-  const std::string dump = c.ring_dump(3);
+  const std::string dump = c.log_dump(3);
   EXPECT_EQ(std::count(dump.begin(), dump.end(), '\n'), 3) << dump;
   EXPECT_NE(dump.find("#" + std::to_string(last.seq) + " all_reduce "), std::string::npos) << dump;
   EXPECT_NE(dump.find("step 42 done "), std::string::npos) << dump;
@@ -370,7 +370,7 @@ TEST(Comm, FaultInjectionSkipsFirstModelStateCollectiveOfStep) {
   EXPECT_EQ(rec.bytes, all_reduce_bytes(buf.size(), N));  // what it would have sent
   EXPECT_EQ(rec.step, 5);
   EXPECT_EQ(c->step_stats().bytes, bytes_before);
-  EXPECT_NE(c->ring_dump(4).find("skipped (fault injection)"), std::string::npos) << c->ring_dump(4);
+  EXPECT_NE(c->log_dump(4).find("skipped (fault injection)"), std::string::npos) << c->log_dump(4);
 
   // Only the first one of the step, and only once.
   std::vector<float> recv(2);
@@ -416,12 +416,12 @@ TEST(Comm, TimeoutNamesTheCollective) {
     EXPECT_EQ(what.find('\n'), std::string::npos) << "what() must be one line: " << what;
     EXPECT_TRUE(last_record(*c).timed_out);
     EXPECT_EQ(last_record(*c).state, zt::CollState::pending);
-    EXPECT_NE(c->ring_dump(2).find("TIMED OUT"), std::string::npos) << c->ring_dump(2);
+    EXPECT_NE(c->log_dump(2).find("TIMED OUT"), std::string::npos) << c->log_dump(2);
     EXPECT_GE(c->step_stats().wait_s, 0.5);
     g_comm->barrier();
     c->wait(h);  // the others have joined now
     EXPECT_EQ(last_record(*c).state, zt::CollState::done);
-    EXPECT_NE(c->ring_dump(2).find("(timed out earlier)"), std::string::npos) << c->ring_dump(2);
+    EXPECT_NE(c->log_dump(2).find("(timed out earlier)"), std::string::npos) << c->log_dump(2);
   } else {
     g_comm->barrier();
     c->wait(c->all_reduce(buf.data(), buf.size()));

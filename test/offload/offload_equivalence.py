@@ -179,7 +179,7 @@ def params_parity(args, tmp, fails):
 
 
 def headline_plan(args, fails):
-    """plans/largest_cpu_nvme.json (the README's 3B run, too long for a test): its estimate puts
+    """plans/largest_cpu_nvme.json (the 3B run of docs/offload.md, too long for a test): its estimate puts
     model states of more than twice a 24 GiB machine on disk, and keeps the host part small."""
     p = subprocess.run([args.train, "estimate", "plans/largest_cpu_nvme.json", "--json"], cwd=ROOT, env=zm.env(),
                        stdout=subprocess.PIPE, check=True, timeout=60)

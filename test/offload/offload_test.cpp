@@ -110,19 +110,19 @@ TEST_F(Offload, UringReportsAFailedTransfer) {
   const int fd = open(path("write_only").c_str(), O_CREAT | O_WRONLY, 0600);
   ASSERT_GE(fd, 0);
   std::vector<char> buf(8192);
-  offload::Uring ring(4);
+  offload::Uring uring(4);
   std::string msg;
   try {
-    ring.read(fd, buf.data(), buf.size(), 0, 0, "a write-only file");
-    ring.wait(0);
+    uring.read(fd, buf.data(), buf.size(), 0, 0, "a write-only file");
+    uring.wait(0);
   } catch (const Error& e) {
     msg = e.what();
   }
   EXPECT_NE(msg.find("read of a write-only file"), std::string::npos) << msg;
   EXPECT_NE(msg.find("Bad file descriptor"), std::string::npos) << msg;
-  ring.drain();  // returns: the failed piece is not counted as in flight
-  ring.write(fd, buf.data(), buf.size(), 0, 1, "a write-only file");
-  ring.wait(1);
+  uring.drain();  // returns: the failed piece is not counted as in flight
+  uring.write(fd, buf.data(), buf.size(), 0, 1, "a write-only file");
+  uring.wait(1);
   close(fd);
 }
 
@@ -245,11 +245,11 @@ TEST_F(Offload, WriteAtKeepsNeighboursAndReadOnlyFilesAreNotWritten) {
   g.read_all(got.data());
   EXPECT_EQ(got, want);
 
-  offload::Uring ring(4);
+  offload::Uring uring(4);
   std::unique_ptr<float, FreeDeleter> blk(static_cast<float*>(std::aligned_alloc(offload::kIoAlign, offload::kIoAlign)));
-  EXPECT_TRUE(ring.done(5));  // nothing queued under the tag
-  ring.read(g.fd(), blk.get(), offload::kIoAlign, offload::kIoAlign, 5, "grad");
-  while (!ring.done(5)) {
+  EXPECT_TRUE(uring.done(5));  // nothing queued under the tag
+  uring.read(g.fd(), blk.get(), offload::kIoAlign, offload::kIoAlign, 5, "grad");
+  while (!uring.done(5)) {
   }
   EXPECT_EQ(blk.get()[0], want[1024]);
 }

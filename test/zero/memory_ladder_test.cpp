@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "plan/plan.h"
-#include "train/trainer.h"
+#include "train/backend_choice.h"
 
 namespace {
 const std::string kBase = std::string(ZT_SOURCE_DIR) + "/plans/base.json";

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Timeline traces (plan field run.trace, README "Timeline traces"): the events are well-formed and
+"""Timeline traces (plan field run.trace, docs/traces.md): the events are well-formed and
 show what the engine does.
 
 A 2-rank ZeRO-2 run of a tiny model (grad_accum 1, a bucket size that makes one bucket per unit,

@@ -1,4 +1,5 @@
-// The plan's `offload` section as the store and the optimizer take it (docs/design.md §3.6).
+// The plan's `offload` section as the store and the optimizer take it: an offload::SwapSpec
+// (offload/swap_file.h), built here because the offload layer knows no plan (docs/design.md §2, §3.6).
 #pragma once
 #include <algorithm>
 #include <cmath>
