@@ -55,7 +55,9 @@ size_t elem_bytes(Elem kind) {
   return kind == Elem::token ? sizeof(int) : kind == Elem::t ? sizeof(T) : sizeof(S);
 }
 
+// What model/recompute.h's field table says of a BlockActs field.
 Elem block_field_kind(int f) { return block_field_is_stat(f) ? Elem::s : Elem::t; }
+
 // Pointers to the fields of a BlockActs, in declaration order (the type is deduced: it is private).
 template <class A>
 std::array<void**, kBlockFields> block_fields(A& a) {
