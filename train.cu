@@ -159,10 +159,9 @@ int run(int argc, char** argv) {
     zt::record_backend(plan, zt::planned_backend(plan, world));
     const zt::Estimate e = zt::estimate_plan(plan, world);
     if (as_json)
-      std::printf("%s\n", nlohmann::json{{"memory", e.memory}, {"buffers", e.buffers}, {"bytes_per_step", e.bytes_per_step},
-                                         {"world", world}, {"stage", plan.zero.stage}, {"recompute", e.recompute}}.dump(2).c_str());
+      std::printf("%s\n", zt::estimate_json(e).dump(2).c_str());
     else
-      std::printf("%s", e.table.c_str());
+      std::printf("%s", zt::estimate_text(e).c_str());
     return 0;
   }
   if (exp->parsed()) {

@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# Installs the Debian packages that the build, the data preparation and the tests need.
+# Installs the Debian packages that building ./train and preparing the data need; with --test,
+# also those of the tests (GoogleTest, and PyTorch, h5py and matplotlib for the reference and
+# checkpoint tests and scripts/compare).
 # Idempotent: when everything is present it only checks and returns in about a second.
+#   bash scripts/install_deps.sh [--test]
 set -euo pipefail
 
 PKGS=(build-essential cmake g++ make pkg-config git
-      libopenblas-dev libopenblas-openmp-dev libcli11-dev nlohmann-json3-dev libgtest-dev
-      libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools liburing-dev
-      python3 python3-numpy python3-torch python3-h5py python3-matplotlib
+      libopenblas-dev libopenblas-openmp-dev libcli11-dev nlohmann-json3-dev
+      libopenmpi-dev openmpi-bin libhdf5-dev liburing-dev
       nodejs npm)
+TEST_PKGS=(libgtest-dev hdf5-tools python3 python3-numpy python3-torch python3-h5py python3-matplotlib)
+
+case "${1:-}" in
+  "") ;;
+  --test) PKGS+=("${TEST_PKGS[@]}") ;;
+  *) echo "usage: bash scripts/install_deps.sh [--test]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -55,41 +55,12 @@ size_t elem_bytes(Elem kind) {
   return kind == Elem::token ? sizeof(int) : kind == Elem::t ? sizeof(T) : sizeof(S);
 }
 
-// The fields of GPT::BlockActs in declaration order: elements per token, kind, and whether the
-// selective policy drops them (docs/design.md §3.11): the LayerNorm outputs, the residual sum
-// that feeds ln2 (recomputed with it by the same fused op) and the GELU output are cheap to
-// recompute. Matmul and attention outputs and the LayerNorm statistics stay. fcproj is read by
-// nothing in backward: no policy keeps it (one layer of scratch, rewritten by every block).
-constexpr int kFields = 14;
-constexpr int kFcproj = 13;
-constexpr Elem kBlockKind[kFields] = {Elem::t, Elem::s, Elem::s, Elem::t, Elem::t, Elem::s, Elem::t,
-                                      Elem::t, Elem::t, Elem::s, Elem::s, Elem::t, Elem::t, Elem::t};
-constexpr bool kSelectiveDrops[kFields] = {true,  false, false, false, false, false, false,
-                                           true,  true,  false, false, false, true,  true};
-size_t block_field_width(const GPTConfig& cfg, int f) {
-  const size_t C = size_t(cfg.C);
-  const size_t w[kFields] = {C, 1, 1, 3 * C, C, size_t(cfg.NH), C, C, C, 1, 1, 4 * C, 4 * C, C};
-  return w[f];
-}
-// Whether layer l keeps field f for backward; and l's index among the layers that keep their
-// fields (under every policy, a field kept per layer is kept by the same layers).
-bool keeps(const Recompute& rc, int f, int l) {
-  if (f == kFcproj) return false;
-  switch (rc.policy) {
-    case Recompute::Policy::none: return true;
-    case Recompute::Policy::selective: return !kSelectiveDrops[f];
-    case Recompute::Policy::block: return !rc.recomputes_block(l);
-  }
-  return true;
-}
-int kept_index(const Recompute& rc, int l) { return l - rc.blocks_recomputed_before(l); }
-int kept_layers(const Recompute& rc, int L, int f) {
-  if (f == kFcproj) return 0;
-  return rc.policy == Recompute::Policy::selective && kSelectiveDrops[f] ? 0 : kept_index(rc, L);
-}
+// What model/recompute.h's field table says of a BlockActs field.
+Elem block_field_kind(int f) { return block_field_is_stat(f) ? Elem::s : Elem::t; }
+
 // Pointers to the fields of a BlockActs, in declaration order (the type is deduced: it is private).
 template <class A>
-std::array<void**, kFields> block_fields(A& a) {
+std::array<void**, kBlockFields> block_fields(A& a) {
   return {(void**)&a.ln1,       (void**)&a.ln1_mean, (void**)&a.ln1_rstd, (void**)&a.qkv,      (void**)&a.atty,
           (void**)&a.att_lse,   (void**)&a.attproj,  (void**)&a.residual2, (void**)&a.ln2,     (void**)&a.ln2_mean,
           (void**)&a.ln2_rstd,  (void**)&a.fch,      (void**)&a.fch_gelu, (void**)&a.fcproj};
@@ -116,8 +87,8 @@ size_t classifier_rows_for(const GPTConfig& cfg, int B, int Tn, const Recompute&
   if (rc.classifier_chunk > 0) return std::min(BT, size_t(rc.classifier_chunk));
   if (rc.classifier_chunk == 0) return BT;
   size_t per_token = 0;
-  for (int f = 0; f < kFields; ++f)
-    per_token += block_field_width(cfg, f) * (kBlockKind[f] == Elem::t ? t_bytes : s_bytes);
+  for (int f = 0; f < kBlockFields; ++f)
+    per_token += block_field_width(cfg, f) * (block_field_is_stat(f) ? s_bytes : t_bytes);
   const size_t rows = product({BT, per_token}) / product({size_t(cfg.Vp), t_bytes});
   return std::clamp<size_t>(rows, std::min(BT, kMinAutoRows), BT);
 }
@@ -128,10 +99,10 @@ std::vector<FieldSize> activation_sizes(const GPTConfig& cfg, int B, int Tn, con
   const size_t BTC = product({BT, C}), LBTC = product({L, BT, C});
   const Elem i = Elem::token, t = Elem::t, s = Elem::s;
   std::vector<FieldSize> sizes = {{BT, i}, {BT, i}, {BTC, t}};
-  for (int f = 0; f < kFields; ++f)
-    sizes.push_back({product({size_t(kept_layers(rc, cfg.L, f)), BT, block_field_width(cfg, f)}), kBlockKind[f]});
-  for (int f = 0; f < kFields; ++f)
-    sizes.push_back({kept_layers(rc, cfg.L, f) < cfg.L ? product({BT, block_field_width(cfg, f)}) : 0, kBlockKind[f]});
+  for (int f = 0; f < kBlockFields; ++f)
+    sizes.push_back({product({size_t(kept_layers(rc, cfg.L, f)), BT, block_field_width(cfg, f)}), block_field_kind(f)});
+  for (int f = 0; f < kBlockFields; ++f)
+    sizes.push_back({kept_layers(rc, cfg.L, f) < cfg.L ? product({BT, block_field_width(cfg, f)}) : 0, block_field_kind(f)});
   // Logits: one classifier chunk's rows (all B*T without chunks).
   const size_t rows = classifier_rows_for(cfg, B, Tn, rc, sizeof(T), sizeof(S));
   // With chunks, the log-sum-exp and the running sum of exp per position (a split embedding's
@@ -173,12 +144,12 @@ int GPT<Ops>::classifier_rows(const GPTConfig& cfg, int B, int Tn, const Recompu
 
 template <class Ops>
 typename GPT<Ops>::BlockActs GPT<Ops>::block_acts(int l) const {
-  static_assert(kBlockFields == kFields);
+  static_assert(sizeof(BlockActs) == kBlockFields * sizeof(void*), "model/recompute.h lists every BlockActs field");
   BlockActs a{}, kept = acts_.kept, scratch = acts_.scratch;
   const auto out = block_fields(a), k = block_fields(kept), s = block_fields(scratch);
   const size_t BT = size_t(B_) * size_t(T_);
-  for (int f = 0; f < kFields; ++f) {
-    const size_t layer = BT * block_field_width(cfg_, f) * elem_bytes<T, S>(kBlockKind[f]);
+  for (int f = 0; f < kBlockFields; ++f) {
+    const size_t layer = BT * block_field_width(cfg_, f) * elem_bytes<T, S>(block_field_kind(f));
     *out[f] = keeps(rc_, f, l) ? static_cast<char*>(*k[f]) + size_t(kept_index(rc_, l)) * layer : *s[f];
   }
   return a;
@@ -303,27 +274,11 @@ double GPT<Ops>::forward(const int* host_inputs, const int* host_targets, int B,
   const int C = cfg_.C, L = cfg_.L, N = B * Tn;
   last_B_ = B;
   last_T_ = Tn;
-  const int* inputs = acts_.inputs;
-  const int* targets = host_targets ? acts_.targets : nullptr;
   Ops::h2d(acts_.inputs, host_inputs, size_t(N) * sizeof(int));
   if (host_targets) Ops::h2d(acts_.targets, host_targets, size_t(N) * sizeof(int));
   const size_t layer_stride = size_t(B_) * size_t(T_) * size_t(C);  // (B, T, C) of one layer
 
-  // Lookup, the unit holding wpe first: encoded = wpe[t], then += each chunk's wte rows (with one
-  // unit, wte + wpe in one pass: the same sum, so splitting changes no bit of it).
-  const int E = layout_.embedding_units();
-  for (int e = E - 1; e >= 0; --e) {
-    const VocabRows r = layout_.vocab_rows(e);
-    hooks_->before_forward(e);
-    if (lookup_given_) {  // the engine wrote the embedding's output (lookup_given)
-      lookup_given_ = false;
-      hooks_->after_forward(e);
-      continue;
-    }
-    Ops::encoder_forward(acts_.encoded, inputs, wte_rows(e), e == layout_.wpe_unit() ? param(ParamId::wpe) : nullptr, B,
-                         Tn, C, r.row0, r.rows);
-    hooks_->after_forward(e);
-  }
+  lookup_forward(B, Tn);
 
   const T* x = acts_.encoded;
   for (int l = 0; l < L; ++l) {
@@ -337,55 +292,25 @@ double GPT<Ops>::forward(const int* host_inputs, const int* host_targets, int B,
   Ops::layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, x, param(ParamId::lnfw), param(ParamId::lnfb), N, C);
   hooks_->after_forward(layout_.final_unit());
 
-  // Tied LM head: logits = lnf @ wte^T over the padded vocabulary, one embedding unit's columns at
-  // a time. With classifier chunks (one-unit embedding only) the logits buffer holds P rows: forward
-  // runs the head and the loss chunk by chunk and keeps the losses; backward recomputes each
-  // chunk's logits for its dlogits (docs/design.md §3.11). Without targets (sampling) only the last
-  // chunk's rows are computed: logits_row() reads the last position.
-  const int P = std::min(cls_rows_, N);
-  logits_row0_ = targets ? 0 : N - P;
-  if (!targets || P == N) {
-    for (int e = 0; e < E; ++e) {
-      const VocabRows r = layout_.vocab_rows(e);
-      hooks_->before_forward(e);
-      Ops::matmul_forward(acts_.logits + r.row0, acts_.lnf + size_t(logits_row0_) * size_t(C), wte_rows(e), nullptr,
-                          N - logits_row0_, C, r.rows, cfg_.Vp);
+  return classifier_forward(host_targets ? acts_.targets : nullptr, N, write_dlogits, dloss);
+}
+
+template <class Ops>
+void GPT<Ops>::lookup_forward(int B, int Tn) {
+  // The unit holding wpe first: encoded = wpe[t], then += each chunk's wte rows (with one unit,
+  // wte + wpe in one pass: the same sum, so splitting changes no bit of it).
+  for (int e = layout_.embedding_units() - 1; e >= 0; --e) {
+    const VocabRows r = layout_.vocab_rows(e);
+    hooks_->before_forward(e);
+    if (lookup_given_) {  // the engine wrote the embedding's output (lookup_given)
+      lookup_given_ = false;
       hooks_->after_forward(e);
+      continue;
     }
-    if (!targets) return 0.0;
-    Ops::softmax_xent(acts_.logits, acts_.losses, targets, dloss, N, cfg_.V, cfg_.Vp, write_dlogits);
-  } else if (E == 1) {
-    hooks_->before_forward(0);
-    for (int c0 = 0; c0 < N; c0 += P) {
-      const int n = std::min(P, N - c0);
-      Ops::matmul_forward(acts_.logits, acts_.lnf + size_t(c0) * size_t(C), wte_rows(0), nullptr, n, C, cfg_.Vp,
-                          cfg_.Vp);
-      Ops::softmax_xent(acts_.logits, acts_.losses + c0, targets + c0, dloss, n, cfg_.V, cfg_.Vp, false);
-    }
-    hooks_->after_forward(0);
-  } else {
-    // Vocabulary chunks outer (each gathered once), positions inner: an online log-sum-exp per
-    // position across the chunks; the target's logit waits in losses until the last.
-    for (int e = 0; e < E; ++e) {
-      const VocabRows r = layout_.vocab_rows(e);
-      hooks_->before_forward(e);
-      for (int c0 = 0; c0 < N; c0 += P) {
-        const int n = std::min(P, N - c0);
-        Ops::matmul_forward(acts_.logits, acts_.lnf + size_t(c0) * size_t(C), wte_rows(e), nullptr, n, C, r.rows,
-                            cfg_.Vp);
-        Ops::xent_chunk_partial(acts_.logits, cfg_.Vp, n, r.row0, r.rows, cfg_.V, targets + c0, acts_.lse + c0,
-                                acts_.lse_sum + c0, acts_.losses + c0, e == 0);
-      }
-      hooks_->after_forward(e);
-    }
-    Ops::xent_chunk_finish(acts_.losses, acts_.lse, acts_.lse_sum, acts_.losses, N);
+    Ops::encoder_forward(acts_.encoded, acts_.inputs, wte_rows(e), e == layout_.wpe_unit() ? param(ParamId::wpe) : nullptr,
+                         B, Tn, cfg_.C, r.row0, r.rows);
+    hooks_->after_forward(e);
   }
-  last_dloss_ = write_dlogits ? dloss : S(0);
-  std::vector<S> losses(static_cast<size_t>(N));
-  Ops::d2h(losses.data(), acts_.losses, losses.size() * sizeof(S));  // waits for the forward to finish
-  double sum = 0.0;
-  for (int i = 0; i < N; ++i) sum += double(losses[size_t(i)]);
-  return sum / double(N);
 }
 
 // ---- backward --------------------------------------------------------------------------------
@@ -399,49 +324,10 @@ void GPT<Ops>::backward() {
   const size_t nC = size_t(N) * size_t(C);
   const size_t layer_stride = size_t(B_) * size_t(T_) * size_t(C);
 
-  // LM head (tied to wte). Whole: the logits buffer holds dlogits (B*T, Vp) from
-  // forward(write_dlogits); its input gradient dlnf = sum over units of dlogits[:, rows] @ W_rows,
-  // its weight gradient waits for the end, where it needs no parameters (UnitHooks). In chunks:
-  // each chunk's logits are recomputed with the parameters gathered here, turned into dlogits by
-  // the same op as forward, and both gradients taken from them at once, so the embedding's
-  // gradient is open from here to the end of backward (UnitHooks; docs/design.md §3.11).
-  const int E = layout_.embedding_units();
-  const int P = std::min(cls_rows_, N);
-  Ops::zero(gs_.dC, nC);
-  if (P == N) {
-    for (int e = E - 1; e >= 0; --e) {
-      const VocabRows r = layout_.vocab_rows(e);
-      hooks_->before_backward(e);
-      Ops::matmul_backward(gs_.dC, nullptr, nullptr, acts_.logits + r.row0, acts_.lnf, wte_rows(e), N, C, r.rows,
-                           scratch, cfg_.Vp);
-      hooks_->after_backward(e);
-    }
-  } else if (E == 1) {
-    hooks_->before_backward(0);
-    hooks_->before_grads(0);
-    const int Vp = cfg_.Vp;
-    for (int c0 = 0; c0 < N; c0 += P) {
-      const int n = std::min(P, N - c0);
-      const T* lnf = acts_.lnf + size_t(c0) * size_t(C);
-      Ops::matmul_forward(acts_.logits, lnf, wte_rows(0), nullptr, n, C, Vp, Vp);
-      Ops::softmax_xent(acts_.logits, acts_.losses + c0, acts_.targets + c0, last_dloss_, n, cfg_.V, Vp, true);
-      Ops::matmul_backward(gs_.dC + size_t(c0) * size_t(C), wte_grad_rows(0), nullptr, acts_.logits, lnf, wte_rows(0),
-                           n, C, Vp, scratch, Vp);
-    }
-    hooks_->after_backward(0);
-  } else {
-    // Split embedding: dlogits from the kept log-sum-exp, chunk by chunk; the input gradient
-    // here, the weight gradient at the end (after the blocks, with the unit gathered again).
-    for (int e = E - 1; e >= 0; --e) {
-      hooks_->before_backward(e);
-      for (int c0 = 0; c0 < N; c0 += P)
-        classifier_chunk_grad(e, c0, std::min(P, N - c0), gs_.dC + size_t(c0) * size_t(C), nullptr, scratch);
-      hooks_->after_backward(e);
-    }
-  }
+  classifier_backward();
   // Deferred lookup: the LM-head part of the embedding's gradient now, so that the engine reduces
   // it while the blocks' backward runs (dlogits and lnf are final from here). Whole logits: written
-  // here from dlogits; in chunks (one unit): already written chunk by chunk above into the same
+  // here from dlogits; in chunks (one unit): already written by classifier_backward into the same
   // wte_grad_rows(0), so only grads_ready(0) remains.
   if (defer_lookup_) embedding_grads(false);
 
@@ -471,43 +357,6 @@ void GPT<Ops>::backward() {
   // only its lookup part, which the engine adds (UnitHooks::embedding_lookup_deferred).
   if (defer_lookup_) hooks_->embedding_lookup_deferred();
   else embedding_grads(true);
-}
-
-template <class Ops>
-void GPT<Ops>::embedding_grads(bool with_lookup) {
-  // Unit by unit: LM-head part dW_rows += dlogits[:, rows]^T @ lnf, then the lookup's rows (and
-  // wpe's gradient in its unit). The same order of sums as one unit.
-  const int B = last_B_, Tn = last_T_, C = cfg_.C, N = B * Tn;
-  const int E = layout_.embedding_units(), P = std::min(cls_rows_, N);
-  void* scratch = scratch_.data();
-  for (int e = E - 1; e >= 0; --e) {
-    const VocabRows r = layout_.vocab_rows(e);
-    if (P == N) {
-      hooks_->before_grads(e);
-      Ops::matmul_backward(nullptr, wte_grad_rows(e), nullptr, acts_.logits + r.row0, acts_.lnf, nullptr, N, C, r.rows,
-                           scratch, cfg_.Vp);
-    } else if (E > 1) {
-      hooks_->before_backward(e);  // the unit's parameters again: its logits are recomputed
-      hooks_->before_grads(e);
-      for (int c0 = 0; c0 < N; c0 += P) classifier_chunk_grad(e, c0, std::min(P, N - c0), nullptr, wte_grad_rows(e), scratch);
-    }
-    // (One unit in chunks: before_grads(0) and the LM-head part came with the input gradient.)
-    if (with_lookup)
-      Ops::encoder_backward(wte_grad_rows(e), e == layout_.wpe_unit() ? grad(ParamId::wpe) : nullptr, gs_.dresidual,
-                            acts_.inputs, B, Tn, C, r.row0, r.rows, scratch);
-    if (P < N && E > 1) hooks_->after_backward(e);
-    hooks_->grads_ready(e);
-  }
-}
-
-template <class Ops>
-void GPT<Ops>::classifier_chunk_grad(int e, int c0, int n, T* dlnf, T* dwte, void* scratch) {
-  const VocabRows r = layout_.vocab_rows(e);
-  const int C = cfg_.C, Vp = cfg_.Vp;
-  const T* lnf = acts_.lnf + size_t(c0) * size_t(C);
-  Ops::matmul_forward(acts_.logits, lnf, wte_rows(e), nullptr, n, C, r.rows, Vp);
-  Ops::xent_chunk_grad(acts_.logits, Vp, n, r.row0, r.rows, cfg_.V, acts_.targets + c0, acts_.lse + c0, last_dloss_);
-  Ops::matmul_backward(dlnf, dwte, nullptr, acts_.logits, lnf, dlnf ? wte_rows(e) : nullptr, n, C, r.rows, scratch, Vp);
 }
 
 template <class Ops>

@@ -13,6 +13,7 @@
 
 #include "model/config.h"
 #include "model/layout.h"
+#include "model/recompute.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
 
@@ -33,7 +34,7 @@ namespace zt {
 // before_grads(0) comes right after backward's before_backward(0); grads_ready(0) stays at the end,
 // after the lookup part. With E units, each is used once more at the end: before_backward(e),
 // before_grads(e), its LM-head part (logits recomputed from its parameters) and lookup part,
-// after_backward(e), grads_ready(e) (classifier_regathers()).
+// after_backward(e), grads_ready(e) (classifier_regathers).
 // With set_defer_lookup_grads(true) (one embedding unit only) the embedding's gradients are
 // written right after the LM head's input gradient instead (whole logits: before_grads(0), the
 // LM-head part, grads_ready(0); chunked: the LM-head part already written chunk by chunk with the
@@ -73,10 +74,16 @@ class GPT {
   static size_t activation_bytes(const GPTConfig& cfg, int B, int Tn, const Recompute& rc = {});
   // Positions per classifier chunk at (B, Tn) under rc (B*Tn: not chunked); resolves auto (-1).
   static int classifier_rows(const GPTConfig& cfg, int B, int Tn, const Recompute& rc);
+  // Whether backward gathers the embedding's units once more for their gradients: a chunked
+  // classifier over a split embedding of embedding_units units (UnitHooks; docs/design.md §3.11).
+  static bool classifier_regathers(const GPTConfig& cfg, int B, int Tn, const Recompute& rc, int embedding_units) {
+    return classifier_rows(cfg, B, Tn, rc) < B * Tn && embedding_units > 1;
+  }
   // Matmul and attention FLOPs of one forward pass at (B, Tn), and those backward spends
-  // recomputing forward work under rc (docs/design.md §3.11). Pointwise work is not counted.
+  // recomputing forward work under rc with that many embedding units (model/recompute.cpp).
+  // Pointwise work is not counted.
   static double forward_flops(const GPTConfig& cfg, int B, int Tn);
-  static double recompute_flops(const GPTConfig& cfg, int B, int Tn, const Recompute& rc);
+  static double recompute_flops(const GPTConfig& cfg, int B, int Tn, const Recompute& rc, int embedding_units);
 
   const GPTConfig& config() const { return cfg_; }
   const Recompute& recompute() const { return rc_; }
@@ -151,9 +158,6 @@ class GPT {
   // (B, Tn, Vp), stride Vp; with classifier chunks and no targets, rows logits_row0().. only.
   const T* logits() const { return acts_.logits; }
   int logits_row0() const { return logits_row0_; }
-  // Whether backward gathers the embedding's units once more for their gradients: a chunked
-  // classifier over a split embedding (UnitHooks; docs/design.md §3.11).
-  bool classifier_regathers() const { return cls_rows_ < B_ * T_ && layout_.embedding_units() > 1; }
   const S* losses() const { return acts_.losses; }  // (B, Tn)
   // One row of logits (the first V entries) copied to the host, for sampling.
   std::vector<float> logits_row(int row) const;
@@ -187,7 +191,6 @@ class GPT {
     T* fch_gelu;    // (B, T, 4C)
     T* fcproj;      // (B, T, C)    forward only: backward never reads it
   };
-  static constexpr int kBlockFields = 14;  // pointers in BlockActs
 
   // Activations kept for backward. Layer-indexed buffers have a layer stride from the allocated
   // (B_, T_), so smaller batches (sampling) reuse the same memory.
@@ -221,21 +224,33 @@ class GPT {
 
   // Where layer l's activations are under the recompute policy: its kept slices or the scratch.
   BlockActs block_acts(int l) const;
+  // The lookup, unit by unit: encoded = wpe[t] + wte[token] (after lookup_given(): nothing).
+  void lookup_forward(int B, int Tn);
   // Block l (src/model/gpt_block.cpp): forward; the part of it whose outputs backward reads (what
-  // a recomputed block reruns); recomputing what the policy dropped, with the parameters the
-  // before_backward hook made available; backward.
+  // a recomputed block reruns); backward.
   void block_forward(int l, const T* x, int B, int Tn);
   void block_forward_inner(int l, const BlockActs& a, const T* x, int B, int Tn);
-  void block_recompute(int l, const BlockActs& a, const T* x, int B, int Tn);
   void block_backward(int l, const BlockActs& a, const T* x, int B, int Tn);
+  // What the policy dropped of block l, rewritten with the parameters the before_backward hook
+  // made available (src/model/recompute.cpp).
+  void block_recompute(int l, const BlockActs& a, const T* x, int B, int Tn);
+
+  // The tied LM head and its loss (src/model/classifier.cpp), in one of three variants per pass:
+  // whole logits, chunks (one embedding unit), regather (chunks over a split embedding).
+  enum class Head { whole, chunks, regather };
+  Head head(int N, bool with_targets) const;
+  // Forward from lnf: the logits (no targets: the last chunk's rows, returns 0) or the mean loss
+  // over the N positions, with dlogits written or kept for backward when write_dlogits.
+  double classifier_forward(const int* targets, int N, bool write_dlogits, S dloss);
+  // Backward's first part: dlnf into gs_.dC (in chunks over one unit, the head's weight gradient too).
+  void classifier_backward();
   // The embedding's gradients, unit by unit, between before_grads(e) and grads_ready(e): the
-  // LM-head part dW_rows += dlogits[:, rows]^T @ lnf (whole logits; split embedding in chunks:
-  // recomputed per chunk; one unit in chunks: already written at the top of backward), then
-  // (with_lookup) the lookup's rows and wpe.
+  // LM-head part dW_rows += dlogits[:, rows]^T @ lnf (whole logits; regather: recomputed per
+  // chunk; chunks: already written by classifier_backward), then (with_lookup) the lookup's rows and wpe.
   void embedding_grads(bool with_lookup);
-  // Split embedding, chunked classifier: positions [c0, c0 + n) of embedding unit e's logits,
-  // recomputed and turned into dlogits from the kept log-sum-exp; then dlnf += dlogits @ W_e
-  // and/or dwte += dlogits^T @ lnf (whichever is not null).
+  // Regather: positions [c0, c0 + n) of embedding unit e's logits, recomputed and turned into
+  // dlogits from the kept log-sum-exp; then dlnf += dlogits @ W_e and/or dwte += dlogits^T @ lnf
+  // (whichever is not null).
   void classifier_chunk_grad(int e, int c0, int n, T* dlnf, T* dwte, void* scratch);
 
   GPTConfig cfg_;

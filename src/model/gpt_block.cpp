@@ -1,6 +1,7 @@
-// A transformer block's forward and backward, and what backward recomputes of its forward under a
-// recompute policy (docs/design.md §3.11). Where each activation lives (kept per layer or in one
-// layer's scratch) is GPT::block_acts; the code here only reads and writes through BlockActs.
+// A transformer block's forward and backward. What backward recomputes of its forward under a
+// recompute policy is model/recompute.cpp (docs/design.md §3.11); where each activation lives
+// (kept per layer or in one layer's scratch) is GPT::block_acts; the code here only reads and
+// writes through BlockActs.
 #include "model/gpt.h"
 
 #include "backend/ops_cpu.h"
@@ -43,25 +44,6 @@ void GPT<Ops>::block_forward_inner(int l, const BlockActs& a, const T* x, int B,
   }
 }
 
-// Rewrites what the policy did not keep for layer l, with the same ops on the same inputs as
-// forward, so backward sees bit for bit what forward computed. Called between the unit's
-// before_backward hook and its backward: at stage 3 the parameters are the ones the hook
-// gathered for backward, so recomputing costs no communication.
-template <class Ops>
-void GPT<Ops>::block_recompute(int l, const BlockActs& a, const T* x, int B, int Tn) {
-  if (rc_.recomputes_block(l)) {
-    block_forward_inner(l, a, x, B, Tn);
-    return;
-  }
-  if (rc_.policy != Recompute::Policy::selective) return;
-  const int C = cfg_.C, N = B * Tn;
-  // The LayerNorm ops also write mean and rstd: into the kept statistics, the values they hold.
-  Ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, param(ParamId::ln1w, l), param(ParamId::ln1b, l), N, C);
-  Ops::residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.attproj, param(ParamId::ln2w, l),
-                                  param(ParamId::ln2b, l), N, C);
-  Ops::gelu_forward(a.fch_gelu, a.fch, size_t(N) * size_t(4 * C));
-}
-
 template <class Ops>
 void GPT<Ops>::block_backward(int l, const BlockActs& a, const T* x, int B, int Tn) {
   // On entry gs_.dresidual = dL/d residual3; on exit dL/dx. The residual adds pass the gradient
@@ -95,39 +77,11 @@ void GPT<Ops>::block_backward(int l, const BlockActs& a, const T* x, int B, int 
                           param(ParamId::ln1w, l), a.ln1_mean, a.ln1_rstd, N, C, scratch);
 }
 
-namespace {
-// 2 FLOPs per multiply-add. Causal attention: row t of each head scores t + 1 keys (q k^T) and
-// sums as many values, so B * C * Tn * (Tn + 1) multiply-adds over the heads.
-double block_inner_flops(const GPTConfig& cfg, int B, int Tn) {
-  const double N = double(B) * Tn, C = cfg.C;
-  return 2 * N * (3 * C * C + C * C + 4 * C * C) + 2 * double(B) * C * Tn * (double(Tn) + 1);
-}
-}  // namespace
-
-template <class Ops>
-double GPT<Ops>::forward_flops(const GPTConfig& cfg, int B, int Tn) {
-  const double N = double(B) * Tn, C = cfg.C;
-  const double block = block_inner_flops(cfg, B, Tn) + 2 * N * 4 * C * C;  // + fcproj
-  return cfg.L * block + 2 * N * C * cfg.Vp;                                // + LM head
-}
-
-template <class Ops>
-double GPT<Ops>::recompute_flops(const GPTConfig& cfg, int B, int Tn, const Recompute& rc) {
-  // selective recomputes pointwise work only (two LayerNorms and a GELU per layer). A chunked
-  // classifier runs the LM head's forward matmul once more, in backward.
-  const double N = double(B) * Tn;
-  const double head = classifier_rows(cfg, B, Tn, rc) < N ? 2 * N * cfg.C * cfg.Vp : 0.0;
-  return rc.blocks_recomputed_before(cfg.L) * block_inner_flops(cfg, B, Tn) + head;
-}
-
 // The members defined here, for the backends gpt.cpp instantiates the class with.
 #define ZT_GPT_BLOCK_MEMBERS(O)                                                                                    \
   template void GPT<O>::block_forward(int, const GPT<O>::T*, int, int);                                          \
   template void GPT<O>::block_forward_inner(int, const GPT<O>::BlockActs&, const GPT<O>::T*, int, int);          \
-  template void GPT<O>::block_recompute(int, const GPT<O>::BlockActs&, const GPT<O>::T*, int, int);              \
-  template void GPT<O>::block_backward(int, const GPT<O>::BlockActs&, const GPT<O>::T*, int, int);               \
-  template double GPT<O>::forward_flops(const GPTConfig&, int, int);                                              \
-  template double GPT<O>::recompute_flops(const GPTConfig&, int, int, const Recompute&);
+  template void GPT<O>::block_backward(int, const GPT<O>::BlockActs&, const GPT<O>::T*, int, int);
 ZT_GPT_BLOCK_MEMBERS(CpuOps<float>)
 ZT_GPT_BLOCK_MEMBERS(CpuOps<double>)
 #if ZT_HAVE_CUDA

@@ -19,10 +19,9 @@ namespace {
 uint64_t swap_file_bytes(const Plan& plan, int world, int* files, uint64_t* pool = nullptr) {
   uint64_t total = 0;
   *files = 0;
-  for (const auto& b : estimate_plan(plan, world).buffers) {
-    if (b["tier"] == "nvme") total += offload::io_round_up(b["bytes"].get<uint64_t>()), ++*files;
-    if (pool && (b["name"] == state_name(StateId::swap_buffers) || b["name"] == state_name(StateId::param_io)))
-      *pool += b["bytes"].get<uint64_t>();
+  for (const EstimatedBuffer& b : estimate_plan(plan, world).buffers) {
+    if (b.tier == Tier::nvme) total += offload::io_round_up(b.bytes), ++*files;
+    if (pool && (b.name == state_name(StateId::swap_buffers) || b.name == state_name(StateId::param_io))) *pool += b.bytes;
   }
   return total;
 }

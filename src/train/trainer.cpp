@@ -41,6 +41,7 @@
 #include "train/state.h"
 #include "train/stop_signal.h"
 #include "zero/engine.h"
+#include "zero/engine_settings.h"
 #include "zero/estimate.h"
 #include "zero/partition.h"
 #include "zero/store.h"
@@ -281,8 +282,9 @@ class Trainer {
     openblas_set_num_threads(threads);
 
     const ModelSection& m = plan_.model;
-    cfg_ = GPTConfig::make(m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size);
-    const int B = plan_.batch.micro_batch, Tn = m.seq_len;
+    const EngineSettings es = engine_settings<Ops>(plan_, world, comm_.rank());  // as `train estimate` sizes it
+    cfg_ = es.model;
+    const int B = es.micro_batch, Tn = es.seq_len;
 
     // Everything that can refuse the plan comes before the first large allocation and the first
     // write: a refused plan has allocated and written nothing, and nothing that could be known now
@@ -312,26 +314,15 @@ class Trainer {
     // Units padded so every rank's shard has the same size. The model keeps no parameters or
     // gradients of its own: they are the store's (zero/store.h), pointed at by the engine.
     const int stage = plan_.zero.stage;
-    model_ = std::make_unique<GPT<Ops>>(cfg_, B, Tn, mem_, zero_pad_multiple(world), false, false,
-                                        Recompute::from(plan_.recompute.policy, plan_.recompute.every,
-                                                        plan_.recompute.classifier_chunk),
-                                        zero_embedding_rows(cfg_, stage, world));
-    ZeroConfig zc;
-    zc.stage = stage; zc.world = world; zc.rank = comm_.rank(); zc.overlap = plan_.zero.overlap_comm;
-    zc.bucket_mb = plan_.zero.bucket_mb; zc.prefetch_units = plan_.zero.prefetch_units;
-    zc.grad_accum = plan_.batch.grad_accum; zc.elem_bytes = sizeof(T);
-    zc.micro_tokens = size_t(B) * size_t(Tn); zc.host = Ops::tier == Tier::host;
-    zc.classifier_regather = model_->classifier_regathers();
-    partition_ = std::make_unique<Partition>(model_->layout(), zc);
-    StateTypes types = state_types_of<Ops>();
-    // The CUDA backend's AdamW on the host (offload.optimizer "cpu" / "nvme", zero/host_optimizer.cpp).
-    types.host_optimizer = Ops::tier == Tier::device && plan_.offload.optimizer != "none";
-    store_ = std::make_unique<StateStore>(list_model_state(model_->layout(), *partition_, types, swap_), mem_, swap_);
+    model_ = std::make_unique<GPT<Ops>>(es.model, B, Tn, mem_, es.pad_multiple, false, false, es.recompute,
+                                        es.embedding_rows);
+    partition_ = std::make_unique<Partition>(model_->layout(), es.zero);
+    store_ = std::make_unique<StateStore>(list_model_state(model_->layout(), *partition_, es.types, swap_), mem_, swap_);
     // The CUDA backend's collectives go through pinned host mirrors (zero/staged_comm.h).
     Comm* engine_comm = &comm_;
 #if ZT_HAVE_CUDA
     if constexpr (Ops::tier == Tier::device) {
-      staged_comm_ = std::make_unique<StagedComm>(comm_, *store_, state_types_of<Ops>().param, stage);
+      staged_comm_ = std::make_unique<StagedComm>(comm_, *store_, es.types.param, stage);
       engine_comm = staged_comm_.get();
     }
 #endif
@@ -459,10 +450,8 @@ class Trainer {
     const HostMemory avail = host_memory_available();
     if (avail.bytes == 0) return;  // nothing to compare with (not Linux)
     // Host memory of every kind: pageable, and pinned (the CUDA backend's staging and offloaded state).
-    const nlohmann::json mem = estimate_plan(plan_, comm_.world()).memory;
-    uint64_t per_rank = 0;
-    for (const char* tier : {"host", "pinned"})
-      if (mem.contains(tier)) per_rank += mem[tier]["total"].get<uint64_t>();
+    const Estimate est = estimate_plan(plan_, comm_.world());
+    const uint64_t per_rank = est.tier_total(Tier::host) + est.tier_total(Tier::pinned);
     const uint64_t need = per_rank * uint64_t(comm_.local_world());
     ZT_REQUIRE(need <= avail.bytes,
                "memory: this plan needs " << format_bytes(double(need)) << " on this host (" << format_bytes(double(per_rank))

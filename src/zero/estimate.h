@@ -1,22 +1,64 @@
 // `train estimate`: the per-rank memory table (tier x category) and the bytes sent per step for a
-// plan at a world size, computed from the same Partition the engine allocates from, without
-// allocating or reading data. Tests assert the tracked memory of a real run equals it exactly.
+// plan at a world size, computed from the same settings (zero/engine_settings.h) and Partition the
+// engine allocates from, without allocating or reading data. Tests assert the tracked memory of a
+// real run equals it exactly. estimate_plan computes the numbers; estimate_text and estimate_json
+// (zero/estimate_report.cpp) render them.
 #pragma once
+#include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "plan/plan.h"
+#include "runtime/memory.h"
 
 namespace zt {
 
+// One buffer of the store's list (zero/store.h), or the activations.
+struct EstimatedBuffer {
+  Category category;
+  std::string name;
+  Tier tier;
+  size_t bytes;
+};
+
+// The recompute policy's price next to the alternatives (docs/design.md §3.11).
+struct RecomputeEstimate {
+  std::string policy;
+  int every = 1;
+  size_t activation_bytes = 0;  // this plan's
+  int classifier_rows = 0;      // positions per classifier chunk (B * seq_len: whole)
+  size_t logits_bytes = 0;      // one chunk's logits
+  // Activation bytes of each policy (none, selective, block; every 1) with this plan's classifier
+  // chunk, and with whole logits.
+  std::map<std::string, size_t> by_policy, by_policy_whole_logits;
+  // Per micro-step: forward FLOPs (matmuls and attention) and those backward spends again.
+  double forward_flops = 0, extra_forward_flops = 0;
+};
+
 struct Estimate {
-  nlohmann::json memory;       // {"host": {"params": bytes, ..., "total": bytes}}
-  nlohmann::json buffers;      // [{"category", "name", "bytes"}]
+  // What was estimated.
+  std::string plan_source;
+  int stage = 0, world = 1, micro_batch = 0, seq_len = 0;
+  size_t num_params = 0, padded_params = 0;
+  Tier backend_tier = Tier::host;
+  std::string backend_name;
+  bool cpu_for_gpu_plan = false;  // the CPU backend's sizes for a plan that names cuda or bf16 (no CUDA build)
+
+  std::vector<EstimatedBuffer> buffers;                  // in allocation order, activations last
+  std::map<std::pair<Tier, Category>, size_t> by_tier_category;
+  std::map<Tier, size_t> tier_totals;                    // tiers that hold anything
   uint64_t bytes_per_step = 0;
   std::string bytes_formula;
-  nlohmann::json recompute;    // policy, activation bytes per policy, extra forward FLOPs (docs/design.md §3.11)
-  std::string table;           // human-readable
+  RecomputeEstimate recompute;
+
+  size_t tier_total(Tier t) const {
+    const auto it = tier_totals.find(t);
+    return it == tier_totals.end() ? 0 : it->second;
+  }
 };
 
 // Ranks an estimate accepts: far past any run, and keeps the padding lcm(world, 128) small.
@@ -27,5 +69,10 @@ int parse_world(const std::string& text);
 
 // world in [1, kMaxWorld]. Throws when a size does not fit in 64 bits.
 Estimate estimate_plan(const Plan& plan, int world);
+
+// What `train estimate` prints, and with --json: {"memory": {tier: {category: bytes, ..., "total"}},
+// "buffers": [{"category", "name", "tier", "bytes"}], "bytes_per_step", "world", "stage", "recompute"}.
+std::string estimate_text(const Estimate& e);
+nlohmann::json estimate_json(const Estimate& e);
 
 }  // namespace zt

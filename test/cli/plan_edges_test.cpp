@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "comm/comm.h"
-#include "model/config.h"
+#include "model/recompute.h"
 #include "plan/plan.h"
 #include "runtime/error.h"
 #include "zero/estimate.h"
@@ -92,7 +92,7 @@ TEST(RecomputeEvery, EveryPastTheLayersEstimatesAsEveryNLayer) {
   auto activations = [](const std::vector<std::string>& sets) {
     std::vector<std::string> s = sets;
     s.push_back("model.n_layer=6");
-    return zt::estimate_plan(plan_with(s), 1).recompute["activation_bytes"].get<uint64_t>();
+    return zt::estimate_plan(plan_with(s), 1).recompute.activation_bytes;
   };
   const uint64_t none = activations({});
   const uint64_t at_l = activations({"recompute.policy=block", "recompute.every=6"});

@@ -845,7 +845,7 @@ TEST(PlanSizes, EstimateNumbersUnchangedForSizesThatFit) {
     std::vector<std::string> sets = c.sets;
     sets.push_back("batch.micro_batch=8");
     const zt::Estimate est = zt::estimate_plan(zt::load_plan(kSrc + "/plans/gpt2-124m.json", sets, false), c.world);
-    EXPECT_EQ(est.memory["host"], c.memory);
+    EXPECT_EQ(zt::estimate_json(est)["memory"]["host"], c.memory);
     EXPECT_EQ(est.bytes_per_step, c.bytes_per_step);
   }
   // Huge but representable: 2.4e18 bytes of activations, exactly (2.5e18 while fcproj was kept).
@@ -853,8 +853,8 @@ TEST(PlanSizes, EstimateNumbersUnchangedForSizesThatFit) {
       plan_with({"model.n_layer=1000", "model.n_embd=16384", "model.seq_len=65536", "batch.micro_batch=32767",
                  "zero.stage=3"}),
       4);
-  EXPECT_EQ(big.memory["host"]["activations"].get<uint64_t>(), 2395216873901522944ull);
-  EXPECT_EQ(big.memory["host"]["total"].get<uint64_t>(), 2395229834723033088ull);
+  EXPECT_EQ(big.by_tier_category.at({zt::Tier::host, zt::Category::activations}), 2395216873901522944ull);
+  EXPECT_EQ(big.tier_total(zt::Tier::host), 2395229834723033088ull);
   // 3Ψ x 3/4 x 4 = 9Ψ, Ψ = 3,223,336,419,328: wte is smaller than a block here, so the embedding
   // stays one unit, and backward's lookup no longer gathers it (before: 9Ψ + 3 P0 = 29015721541632).
   EXPECT_EQ(big.bytes_per_step, 29010027773952ull);

@@ -1,0 +1,186 @@
+// The tied LM head (logits = lnf @ wte^T over the padded vocabulary) and its cross-entropy, in three
+// variants (docs/design.md §3.11). P = positions per chunk (GPT::classifier_rows), N = B * Tn:
+//
+//   whole     P = N, or no targets (sampling: only the last chunk's rows). The (N, Vp) logits
+//             exist; forward overwrites them with dlogits; backward reads them for the input
+//             gradient first and for the embedding's weight gradient at the end.
+//   chunks    one embedding unit: P rows of logits at a time; forward keeps the losses only;
+//             backward recomputes each chunk's logits and takes both gradients from it at once,
+//             so the embedding's gradient is open from the top of backward to its end.
+//   regather  chunks over a split embedding (stage 3): vocabulary chunks outer (each unit gathered
+//             once), positions inner, an online log-sum-exp per position across the units;
+//             backward recomputes each chunk's logits twice: for the input gradient at the top,
+//             and for each unit's weight gradient at the end, the unit gathered once more
+//             (GPT::classifier_regathers).
+//
+// Hooks are called as model/gpt.h's UnitHooks describes; each unit's columns of the logits are
+// computed between before_forward(e) / after_forward(e) or before_backward(e) / after_backward(e).
+#include <algorithm>
+#include <vector>
+
+#include "backend/ops_cpu.h"
+#if ZT_HAVE_CUDA
+#include "backend/ops_cuda.h"
+#endif
+#include "model/gpt.h"
+
+namespace zt {
+
+template <class Ops>
+typename GPT<Ops>::Head GPT<Ops>::head(int N, bool with_targets) const {
+  if (!with_targets || std::min(cls_rows_, N) == N) return Head::whole;
+  return layout_.embedding_units() == 1 ? Head::chunks : Head::regather;
+}
+
+template <class Ops>
+double GPT<Ops>::classifier_forward(const int* targets, int N, bool write_dlogits, S dloss) {
+  const int C = cfg_.C, E = layout_.embedding_units();
+  const int P = std::min(cls_rows_, N);
+  logits_row0_ = targets ? 0 : N - P;  // logits_row() reads the last position
+  switch (head(N, targets != nullptr)) {
+    case Head::whole:
+      for (int e = 0; e < E; ++e) {
+        const VocabRows r = layout_.vocab_rows(e);
+        hooks_->before_forward(e);
+        Ops::matmul_forward(acts_.logits + r.row0, acts_.lnf + size_t(logits_row0_) * size_t(C), wte_rows(e), nullptr,
+                            N - logits_row0_, C, r.rows, cfg_.Vp);
+        hooks_->after_forward(e);
+      }
+      if (!targets) return 0.0;
+      Ops::softmax_xent(acts_.logits, acts_.losses, targets, dloss, N, cfg_.V, cfg_.Vp, write_dlogits);
+      break;
+    case Head::chunks:
+      hooks_->before_forward(0);
+      for (int c0 = 0; c0 < N; c0 += P) {
+        const int n = std::min(P, N - c0);
+        Ops::matmul_forward(acts_.logits, acts_.lnf + size_t(c0) * size_t(C), wte_rows(0), nullptr, n, C, cfg_.Vp,
+                            cfg_.Vp);
+        Ops::softmax_xent(acts_.logits, acts_.losses + c0, targets + c0, dloss, n, cfg_.V, cfg_.Vp, false);
+      }
+      hooks_->after_forward(0);
+      break;
+    case Head::regather:
+      // The target's logit waits in losses until the last unit.
+      for (int e = 0; e < E; ++e) {
+        const VocabRows r = layout_.vocab_rows(e);
+        hooks_->before_forward(e);
+        for (int c0 = 0; c0 < N; c0 += P) {
+          const int n = std::min(P, N - c0);
+          Ops::matmul_forward(acts_.logits, acts_.lnf + size_t(c0) * size_t(C), wte_rows(e), nullptr, n, C, r.rows,
+                              cfg_.Vp);
+          Ops::xent_chunk_partial(acts_.logits, cfg_.Vp, n, r.row0, r.rows, cfg_.V, targets + c0, acts_.lse + c0,
+                                  acts_.lse_sum + c0, acts_.losses + c0, e == 0);
+        }
+        hooks_->after_forward(e);
+      }
+      Ops::xent_chunk_finish(acts_.losses, acts_.lse, acts_.lse_sum, acts_.losses, N);
+      break;
+  }
+  last_dloss_ = write_dlogits ? dloss : S(0);
+  std::vector<S> losses(static_cast<size_t>(N));
+  Ops::d2h(losses.data(), acts_.losses, losses.size() * sizeof(S));  // waits for the forward to finish
+  double sum = 0.0;
+  for (int i = 0; i < N; ++i) sum += double(losses[size_t(i)]);
+  return sum / double(N);
+}
+
+template <class Ops>
+void GPT<Ops>::classifier_backward() {
+  // Whole: dlnf = sum over units of dlogits[:, rows] @ W_rows; the weight gradient waits for the
+  // end, where it needs no parameters (UnitHooks). Chunks: each chunk's logits recomputed with the
+  // parameters gathered here, turned into dlogits by the same op as forward, both gradients taken
+  // from them at once. Regather: the input gradient here, the weight gradient at the end.
+  const int C = cfg_.C, E = layout_.embedding_units(), N = last_B_ * last_T_;
+  const int P = std::min(cls_rows_, N);
+  void* scratch = scratch_.data();
+  Ops::zero(gs_.dC, size_t(N) * size_t(C));
+  switch (head(N, true)) {
+    case Head::whole:
+      for (int e = E - 1; e >= 0; --e) {
+        const VocabRows r = layout_.vocab_rows(e);
+        hooks_->before_backward(e);
+        Ops::matmul_backward(gs_.dC, nullptr, nullptr, acts_.logits + r.row0, acts_.lnf, wte_rows(e), N, C, r.rows,
+                             scratch, cfg_.Vp);
+        hooks_->after_backward(e);
+      }
+      break;
+    case Head::chunks: {
+      hooks_->before_backward(0);
+      hooks_->before_grads(0);
+      const int Vp = cfg_.Vp;
+      for (int c0 = 0; c0 < N; c0 += P) {
+        const int n = std::min(P, N - c0);
+        const T* lnf = acts_.lnf + size_t(c0) * size_t(C);
+        Ops::matmul_forward(acts_.logits, lnf, wte_rows(0), nullptr, n, C, Vp, Vp);
+        Ops::softmax_xent(acts_.logits, acts_.losses + c0, acts_.targets + c0, last_dloss_, n, cfg_.V, Vp, true);
+        Ops::matmul_backward(gs_.dC + size_t(c0) * size_t(C), wte_grad_rows(0), nullptr, acts_.logits, lnf,
+                             wte_rows(0), n, C, Vp, scratch, Vp);
+      }
+      hooks_->after_backward(0);
+      break;
+    }
+    case Head::regather:
+      for (int e = E - 1; e >= 0; --e) {
+        hooks_->before_backward(e);
+        for (int c0 = 0; c0 < N; c0 += P)
+          classifier_chunk_grad(e, c0, std::min(P, N - c0), gs_.dC + size_t(c0) * size_t(C), nullptr, scratch);
+        hooks_->after_backward(e);
+      }
+      break;
+  }
+}
+
+template <class Ops>
+void GPT<Ops>::embedding_grads(bool with_lookup) {
+  // Unit by unit: LM-head part dW_rows += dlogits[:, rows]^T @ lnf, then the lookup's rows (and
+  // wpe's gradient in its unit). The same order of sums as one unit.
+  const int B = last_B_, Tn = last_T_, C = cfg_.C, N = B * Tn;
+  const int E = layout_.embedding_units(), P = std::min(cls_rows_, N);
+  const Head h = head(N, true);
+  void* scratch = scratch_.data();
+  for (int e = E - 1; e >= 0; --e) {
+    const VocabRows r = layout_.vocab_rows(e);
+    if (h == Head::whole) {
+      hooks_->before_grads(e);
+      Ops::matmul_backward(nullptr, wte_grad_rows(e), nullptr, acts_.logits + r.row0, acts_.lnf, nullptr, N, C, r.rows,
+                           scratch, cfg_.Vp);
+    } else if (h == Head::regather) {
+      hooks_->before_backward(e);  // the unit's parameters again: its logits are recomputed
+      hooks_->before_grads(e);
+      for (int c0 = 0; c0 < N; c0 += P) classifier_chunk_grad(e, c0, std::min(P, N - c0), nullptr, wte_grad_rows(e), scratch);
+    }
+    // (Chunks: before_grads(0) and the LM-head part came with the input gradient.)
+    if (with_lookup)
+      Ops::encoder_backward(wte_grad_rows(e), e == layout_.wpe_unit() ? grad(ParamId::wpe) : nullptr, gs_.dresidual,
+                            acts_.inputs, B, Tn, C, r.row0, r.rows, scratch);
+    if (h == Head::regather) hooks_->after_backward(e);
+    hooks_->grads_ready(e);
+  }
+}
+
+template <class Ops>
+void GPT<Ops>::classifier_chunk_grad(int e, int c0, int n, T* dlnf, T* dwte, void* scratch) {
+  const VocabRows r = layout_.vocab_rows(e);
+  const int C = cfg_.C, Vp = cfg_.Vp;
+  const T* lnf = acts_.lnf + size_t(c0) * size_t(C);
+  Ops::matmul_forward(acts_.logits, lnf, wte_rows(e), nullptr, n, C, r.rows, Vp);
+  Ops::xent_chunk_grad(acts_.logits, Vp, n, r.row0, r.rows, cfg_.V, acts_.targets + c0, acts_.lse + c0, last_dloss_);
+  Ops::matmul_backward(dlnf, dwte, nullptr, acts_.logits, lnf, dlnf ? wte_rows(e) : nullptr, n, C, r.rows, scratch, Vp);
+}
+
+// The members defined here, for the backends gpt.cpp instantiates the class with.
+#define ZT_GPT_CLASSIFIER_MEMBERS(O)                                                   \
+  template typename GPT<O>::Head GPT<O>::head(int, bool) const;                        \
+  template double GPT<O>::classifier_forward(const int*, int, bool, GPT<O>::S);        \
+  template void GPT<O>::classifier_backward();                                         \
+  template void GPT<O>::embedding_grads(bool);                                         \
+  template void GPT<O>::classifier_chunk_grad(int, int, int, GPT<O>::T*, GPT<O>::T*, void*);
+ZT_GPT_CLASSIFIER_MEMBERS(CpuOps<float>)
+ZT_GPT_CLASSIFIER_MEMBERS(CpuOps<double>)
+#if ZT_HAVE_CUDA
+ZT_GPT_CLASSIFIER_MEMBERS(CudaOps<float>)
+ZT_GPT_CLASSIFIER_MEMBERS(CudaOps<bf16>)
+#endif
+#undef ZT_GPT_CLASSIFIER_MEMBERS
+
+}  // namespace zt

@@ -1,0 +1,108 @@
+// Activation recomputation (model/recompute.h): which fields each policy keeps, the block
+// recompute backward runs before a block's backward, and the FLOPs it costs.
+#include "model/recompute.h"
+
+#include "backend/ops_cpu.h"
+#if ZT_HAVE_CUDA
+#include "backend/ops_cuda.h"
+#endif
+#include "model/gpt.h"
+
+namespace zt {
+
+namespace {
+// GPT::BlockActs field by field: ln1, ln1_mean, ln1_rstd, qkv, atty, att_lse, attproj, residual2,
+// ln2, ln2_mean, ln2_rstd, fch, fch_gelu, fcproj.
+constexpr int kFcproj = 13;
+constexpr bool kIsStat[kBlockFields] = {false, true,  true,  false, false, true,  false,
+                                        false, false, true,  true,  false, false, false};
+constexpr bool kSelectiveDrops[kBlockFields] = {true,  false, false, false, false, false, false,
+                                                true,  true,  false, false, false, true,  true};
+}  // namespace
+
+size_t block_field_width(const GPTConfig& cfg, int f) {
+  const size_t C = size_t(cfg.C);
+  const size_t w[kBlockFields] = {C, 1, 1, 3 * C, C, size_t(cfg.NH), C, C, C, 1, 1, 4 * C, 4 * C, C};
+  return w[f];
+}
+
+bool block_field_is_stat(int f) { return kIsStat[f]; }
+
+bool keeps(const Recompute& rc, int f, int l) {
+  if (f == kFcproj) return false;
+  switch (rc.policy) {
+    case Recompute::Policy::none: return true;
+    case Recompute::Policy::selective: return !kSelectiveDrops[f];
+    case Recompute::Policy::block: return !rc.recomputes_block(l);
+  }
+  return true;
+}
+
+int kept_index(const Recompute& rc, int l) { return l - rc.blocks_recomputed_before(l); }
+
+int kept_layers(const Recompute& rc, int L, int f) {
+  if (f == kFcproj) return 0;
+  return rc.policy == Recompute::Policy::selective && kSelectiveDrops[f] ? 0 : kept_index(rc, L);
+}
+
+// Rewrites what the policy did not keep for layer l, with the same ops on the same inputs as
+// forward, so backward sees bit for bit what forward computed. Called between the unit's
+// before_backward hook and its backward: at stage 3 the parameters are the ones the hook
+// gathered for backward, so recomputing costs no communication.
+template <class Ops>
+void GPT<Ops>::block_recompute(int l, const BlockActs& a, const T* x, int B, int Tn) {
+  if (rc_.recomputes_block(l)) {
+    block_forward_inner(l, a, x, B, Tn);
+    return;
+  }
+  if (rc_.policy != Recompute::Policy::selective) return;
+  const int C = cfg_.C, N = B * Tn;
+  // The LayerNorm ops also write mean and rstd: into the kept statistics, the values they hold.
+  Ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, param(ParamId::ln1w, l), param(ParamId::ln1b, l), N, C);
+  Ops::residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.attproj, param(ParamId::ln2w, l),
+                                  param(ParamId::ln2b, l), N, C);
+  Ops::gelu_forward(a.fch_gelu, a.fch, size_t(N) * size_t(4 * C));
+}
+
+namespace {
+// 2 FLOPs per multiply-add. Causal attention: row t of each head scores t + 1 keys (q k^T) and
+// sums as many values, so B * C * Tn * (Tn + 1) multiply-adds over the heads.
+double block_inner_flops(const GPTConfig& cfg, int B, int Tn) {
+  const double N = double(B) * Tn, C = cfg.C;
+  return 2 * N * (3 * C * C + C * C + 4 * C * C) + 2 * double(B) * C * Tn * (double(Tn) + 1);
+}
+}  // namespace
+
+template <class Ops>
+double GPT<Ops>::forward_flops(const GPTConfig& cfg, int B, int Tn) {
+  const double N = double(B) * Tn, C = cfg.C;
+  const double block = block_inner_flops(cfg, B, Tn) + 2 * N * 4 * C * C;  // + fcproj
+  return cfg.L * block + 2 * N * C * cfg.Vp;                                // + LM head
+}
+
+template <class Ops>
+double GPT<Ops>::recompute_flops(const GPTConfig& cfg, int B, int Tn, const Recompute& rc, int embedding_units) {
+  // selective recomputes pointwise work only (two LayerNorms and a GELU per layer). A chunked
+  // classifier runs the LM head's forward matmul once more in backward; over a split embedding,
+  // twice (input gradient first, each unit's weight gradient at the end; model/classifier.cpp).
+  const double N = double(B) * Tn;
+  const double head = classifier_rows(cfg, B, Tn, rc) < N ? 2 * N * cfg.C * cfg.Vp : 0.0;
+  const double regather =
+      classifier_regathers(cfg, B, Tn, rc, embedding_units) ? 2.0 * B * Tn * cfg.C * cfg.Vp : 0.0;
+  return rc.blocks_recomputed_before(cfg.L) * block_inner_flops(cfg, B, Tn) + head + regather;
+}
+
+// The members defined here, for the backends gpt.cpp instantiates the class with.
+#define ZT_GPT_RECOMPUTE_MEMBERS(O)                                                                   \
+  template void GPT<O>::block_recompute(int, const GPT<O>::BlockActs&, const GPT<O>::T*, int, int); \
+  template double GPT<O>::forward_flops(const GPTConfig&, int, int);                                 \
+  template double GPT<O>::recompute_flops(const GPTConfig&, int, int, const Recompute&, int);
+ZT_GPT_RECOMPUTE_MEMBERS(CpuOps<float>)
+ZT_GPT_RECOMPUTE_MEMBERS(CpuOps<double>)
+#if ZT_HAVE_CUDA
+ZT_GPT_RECOMPUTE_MEMBERS(CudaOps<float>)
+ZT_GPT_RECOMPUTE_MEMBERS(CudaOps<bf16>)
+#endif
+#undef ZT_GPT_RECOMPUTE_MEMBERS
+
+}  // namespace zt

@@ -1,0 +1,88 @@
+// `train estimate`'s output: the numbers of estimate_plan (zero/estimate.cpp) as text and as JSON.
+#include <iomanip>
+#include <sstream>
+
+#include "zero/estimate.h"
+
+namespace zt {
+
+nlohmann::json estimate_json(const Estimate& e) {
+  nlohmann::json memory, buffers = nlohmann::json::array();
+  for (const auto& [tier, total] : e.tier_totals) {
+    nlohmann::json row = nlohmann::json::object();
+    for (const auto& [key, bytes] : e.by_tier_category)
+      if (key.first == tier) row[category_name(key.second)] = bytes;
+    row["total"] = total;
+    memory[tier_name(tier)] = row;
+  }
+  for (const EstimatedBuffer& b : e.buffers)
+    buffers.push_back({{"category", category_name(b.category)}, {"name", b.name}, {"tier", tier_name(b.tier)},
+                       {"bytes", b.bytes}});
+  const RecomputeEstimate& r = e.recompute;
+  const nlohmann::json recompute = {{"policy", r.policy},
+                                    {"every", r.every},
+                                    {"activation_bytes", r.activation_bytes},
+                                    {"classifier_chunk_rows", r.classifier_rows},
+                                    {"classifier_chunk_logits_bytes", r.logits_bytes},
+                                    {"activation_bytes_by_policy", r.by_policy},
+                                    {"activation_bytes_by_policy_whole_logits", r.by_policy_whole_logits},
+                                    {"extra_forward_flops_per_micro_step", r.extra_forward_flops},
+                                    {"forward_flops_per_micro_step", r.forward_flops}};
+  return {{"memory", memory}, {"buffers", buffers}, {"bytes_per_step", e.bytes_per_step},
+          {"world", e.world},   {"stage", e.stage},     {"recompute", recompute}};
+}
+
+std::string estimate_text(const Estimate& e) {
+  std::ostringstream os;
+  os << "plan " << e.plan_source << ": zero stage " << e.stage << ", world " << e.world << ", "
+     << double(e.num_params) / 1e6 << "M parameters (" << e.padded_params << " padded), micro_batch " << e.micro_batch
+     << " x seq_len " << e.seq_len << "\n\n";
+  if (e.backend_tier == Tier::device)
+    os << "backend " << e.backend_name << " (device \"cuda\"): device memory as the run tracks it; the CUDA context and\n"
+          "cuBLASLt's workspace are not counted\n\n";
+  else if (e.cpu_for_gpu_plan)
+    os << "note: this estimate models the CPU backend (fp32, host memory); with device \"cuda\" in a CUDA build it\n"
+          "models the CUDA backend's sizes (bf16 storage, fp32 master weights and AdamW state, device memory)\n\n";
+  os << "per-rank memory:\n";
+  for (const EstimatedBuffer& b : e.buffers)
+    os << "  " << std::left << std::setw(12) << category_name(b.category) << std::setw(38) << b.name << std::setw(8)
+       << tier_name(b.tier) << std::right << std::setw(14) << format_bytes(double(b.bytes)) << "\n";
+  os << "\n  " << std::left << std::setw(12) << "category";
+  for (const auto& [tier, total] : e.tier_totals) os << std::right << std::setw(14) << tier_name(tier);
+  os << "\n";
+  std::map<Category, bool> cats;
+  for (const auto& [key, bytes] : e.by_tier_category) cats[key.second] = true;
+  for (const auto& [cat, _] : cats) {
+    os << "  " << std::left << std::setw(12) << category_name(cat);
+    for (const auto& [tier, total] : e.tier_totals) {
+      const auto it = e.by_tier_category.find({tier, cat});
+      os << std::right << std::setw(14) << (it == e.by_tier_category.end() ? "-" : format_bytes(double(it->second)));
+    }
+    os << "\n";
+  }
+  os << "  " << std::left << std::setw(12) << "total";
+  for (const auto& [tier, total] : e.tier_totals) os << std::right << std::setw(14) << format_bytes(double(total));
+  os << "\n";
+
+  const RecomputeEstimate& r = e.recompute;
+  os << "\nactivations by recompute.policy: none " << format_bytes(double(r.by_policy.at("none"))) << ", selective "
+     << format_bytes(double(r.by_policy.at("selective"))) << ", block " << format_bytes(double(r.by_policy.at("block")))
+     << " (this plan: " << r.policy;
+  if (r.policy == "block") os << ", every " << r.every;
+  os << ")\nclassifier: ";
+  if (r.classifier_rows < e.micro_batch * e.seq_len)
+    os << "chunks of " << r.classifier_rows << " positions (" << format_bytes(double(r.logits_bytes))
+       << " of logits; whole: none " << format_bytes(double(r.by_policy_whole_logits.at("none"))) << ", block "
+       << format_bytes(double(r.by_policy_whole_logits.at("block"))) << ")";
+  else
+    os << "whole (" << format_bytes(double(r.logits_bytes)) << " of logits)";
+  const double extra = r.extra_forward_flops, fwd = r.forward_flops;
+  os << "\nrecompute: " << std::fixed << std::setprecision(1) << extra / 1e9 << " GFLOP of forward again per micro-step ("
+     << 100.0 * extra / (3.0 * fwd) << "% of a step's ~3 x " << fwd / 1e9
+     << " GFLOP forward; matmuls and attention, pointwise work not counted)\n";
+  os << "\nsent per rank per optimizer step: " << format_bytes(double(e.bytes_per_step)) << " (" << e.bytes_per_step
+     << " bytes)\n  " << e.bytes_formula << "\n";
+  return os.str();
+}
+
+}  // namespace zt
