@@ -15,7 +15,7 @@ namespace zt {
 template <class Ops>
 ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm,
                             const OptimSection& optim)
-    : model_(model), part_(part), store_(store), comm_(comm), rules_(part.rules()),
+    : model_(model), store_(store), comm_(comm), rules_(part.rules()),
       lookup_(model, part, store, comm), reducer_(model, part, store, comm, lookup_), gatherer_(model, part, store, comm),
       optimizer_(model.layout(), part, store, comm, optim) {
   ZT_ASSERT(comm.world() == part.config().world && comm.rank() == part.config().rank);

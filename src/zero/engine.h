@@ -85,12 +85,10 @@ class ZeroEngine : public UnitHooks {
     gatherer_.wait_all();
     lookup_.wait();
   }
-  // Stages 1-2 with the lookup from shards (Partition::lookup_numel() > 0): the next training
-  // forward's tokens (micro-step 0 of the next step, host memory, B*Tn). Called before
-  // optimizer_step, it starts the token ids' all-gather now and the rows' reduce-scatter right
-  // after the update, ahead of the parameter all-gathers, so the next forward's lookup does not
-  // queue behind them (docs/design.md §3.4). A forward whose tokens differ does its own lookup.
-  // Returns false (and does nothing) where the lookup is not from shards or overlap is off.
+  // Stages 1-2 with the lookup from shards: called before optimizer_step with the next training
+  // forward's tokens (micro-step 0 of the next step, host memory, B*Tn), it starts that lookup
+  // ahead of the parameter all-gathers (zero/embedding_exchange.h). False (nothing done) where the
+  // lookup is not from shards or overlap is off.
   bool prepare_lookup(const int* tokens, int B, int Tn) { return lookup_.prepare(tokens, B, Tn); }
   bool lookup_preparable() const { return lookup_.preparable(); }
   ShardedOptimizer<Ops>& optimizer() { return optimizer_; }
@@ -114,7 +112,6 @@ class ZeroEngine : public UnitHooks {
 
  private:
   GPT<Ops>& model_;
-  const Partition& part_;
   StateStore& store_;
   Comm& comm_;
   StageRules rules_;
