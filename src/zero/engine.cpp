@@ -15,8 +15,8 @@ namespace zt {
 template <class Ops>
 ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm,
                             const OptimSection& optim)
-    : model_(model), part_(part), store_(store), comm_(comm), rules_(part.rules()),
-      reducer_(model, part, store, comm), gatherer_(model, part, store, comm),
+    : model_(model), store_(store), comm_(comm), rules_(part.rules()),
+      lookup_(model, part, store, comm), reducer_(model, part, store, comm, lookup_), gatherer_(model, part, store, comm),
       optimizer_(model.layout(), part, store, comm, optim) {
   ZT_ASSERT(comm.world() == part.config().world && comm.rank() == part.config().rank);
 #if ZT_HAVE_CUDA
@@ -96,55 +96,41 @@ void ZeroEngine<Ops>::save_llmc(const std::string& path, bool writer) {
 }
 
 template <class Ops>
+void ZeroEngine<Ops>::set_tracer(Tracer* t) {
+  tr_ = t;
+  reducer_.set_tracer(t);
+  gatherer_.set_tracer(t);
+  lookup_.set_tracer(t);
+  traced_.reset(t ? new TracedHooks(*this, *t, micro_) : nullptr);
+  model_.set_hooks(traced_ ? static_cast<UnitHooks*>(traced_.get()) : this);
+}
+
+// ---- the step: gradients complete, norm, update, parameters back --------------------------------
+
+template <class Ops>
 void ZeroEngine<Ops>::begin_step(int64_t step) {
   comm_.begin_step(step);
   reducer_.begin_step();
 }
 
 template <class Ops>
-void ZeroEngine<Ops>::set_tracer(Tracer* t) {
-  tr_ = t;
-  reducer_.set_tracer(t);
-  gatherer_.set_tracer(t);
-}
-
-template <class Ops>
-void ZeroEngine<Ops>::finish_gradients() {
-  const double t0 = tr_ ? Tracer::now_us() : 0;
-  reducer_.finish();
-  if (tr_) tr_->complete("finish gradients", Tracer::kCompute, t0, Tracer::now_us() - t0);
-}
-
-template <class Ops>
-double ZeroEngine<Ops>::grad_norm() {
-  const double t0 = tr_ ? Tracer::now_us() : 0;
-  const double norm = optimizer_.grad_norm(reducer_.unit_sum_squares());
-  if (tr_) tr_->complete("grad norm", Tracer::kOptimizer, t0, Tracer::now_us() - t0);
-  return norm;
-}
-
-template <class Ops>
 void ZeroEngine<Ops>::begin_pass(int micro, bool with_backward) {
   micro_ = micro;
-  model_.set_defer_lookup_grads(with_backward && reducer_.defer_lookup(micro));
-  // Stages 1-2: the first micro-step of every optimizer step looks its rows up from the shards, so
-  // the embedding's all-gather (still in flight from the last step) is needed only at the LM head.
-  // Every step, the first one too, so that every step sends the same bytes.
-  lookup_pass_ = with_backward && micro == 0 && rules_.gather_params && part_.lookup_numel() > 0;
-  lookup_done_ = false;
+  lookup_.begin_pass(micro, with_backward);
   reducer_.begin_pass(micro);
   gatherer_.begin_pass(with_backward);
 }
 
 template <class Ops>
-bool ZeroEngine<Ops>::prepare_lookup(const int* tokens, int B, int Tn) {
-  // The naive path (overlap off) keeps the lookup where the forward needs it.
-  if (!lookup_preparable() || gatherer_.lookup_started())
-    return false;
-  prepared_tokens_.assign(tokens, tokens + size_t(B) * size_t(Tn));
-  prepared_B_ = B, prepared_T_ = Tn;
-  gatherer_.lookup_begin(tokens, B, Tn);
-  return true;
+void ZeroEngine<Ops>::finish_gradients() {
+  TraceSpan s(tr_, "finish gradients", Tracer::kCompute);
+  reducer_.finish();
+}
+
+template <class Ops>
+double ZeroEngine<Ops>::grad_norm() {
+  TraceSpan s(tr_, "grad norm", Tracer::kOptimizer);
+  return optimizer_.grad_norm(reducer_.unit_sum_squares());
 }
 
 // The queue on the link after the update (stages 1-2, prepared lookup, overlap on):
@@ -156,20 +142,15 @@ bool ZeroEngine<Ops>::prepare_lookup(const int* tokens, int B, int Tn) {
 // every all-gather, and the forward's first unit would wait for the whole embedding to cross.
 template <class Ops>
 void ZeroEngine<Ops>::optimizer_step(double lr, double grad_scale) {
-  if (!tr_) {
+  {
+    TraceSpan s(tr_, "adamw", Tracer::kOptimizer);
     optimizer_.step(lr, grad_scale);
-    if (gatherer_.lookup_started()) gatherer_.lookup_start_rows();  // from the updated shard
-    gatherer_.after_optimizer_step();
-    return;
+    if (tr_) s.args = "\"steps_taken\":" + std::to_string(optimizer_.steps_taken());
   }
-  const double t0 = Tracer::now_us();
-  optimizer_.step(lr, grad_scale);
-  const double t1 = Tracer::now_us();
-  tr_->complete("adamw", Tracer::kOptimizer, t0, t1 - t0, "\"steps_taken\":" + std::to_string(optimizer_.steps_taken()));
-  if (gatherer_.lookup_started()) gatherer_.lookup_start_rows();
+  // With overlap only started here (waited in the next forward).
+  TraceSpan s(rules_.gather_params ? tr_ : nullptr, "parameter all-gather", Tracer::kOptimizer);
+  lookup_.after_update();  // a prepared lookup's rows, from the updated shard
   gatherer_.after_optimizer_step();
-  if (rules_.gather_params)  // with overlap only started here (waited in the next forward)
-    tr_->complete("parameter all-gather", Tracer::kOptimizer, t1, Tracer::now_us() - t1);
 }
 
 // ---- hooks: stage 3 gathers around each use; the others progress what is in flight ----------
@@ -184,86 +165,42 @@ void ZeroEngine<Ops>::gather_or_progress(int u) {
   comm_.test(CommHandle{});
 }
 
-// Traced spans start after the hook's own work (a gather's wait, a staging slot's completion) and
-// end before the next hook's: they are the unit's compute.
 template <class Ops>
 void ZeroEngine<Ops>::before_forward(int u) {
-  if (u == 0 && lookup_pass_ && !lookup_done_) {
-    lookup_done_ = true;
-    const int B = model_.last_batch(), Tn = model_.last_seq_len();
-    const int* tokens = model_.lookup_inputs();
-    const bool prepared = !prepared_tokens_.empty() && B == prepared_B_ && Tn == prepared_T_ &&
-                          std::equal(prepared_tokens_.begin(), prepared_tokens_.end(), tokens);
-    if (!prepared_tokens_.empty()) {  // completed either way: the collectives are under way
-      prepared_tokens_.clear();
-      gatherer_.lookup_finish(model_.lookup_output());
-    }
-    if (!prepared) gatherer_.lookup_rows(tokens, B, Tn, model_.lookup_output());
-    model_.lookup_given();
-    comm_.test(CommHandle{});
-  } else {
-    gather_or_progress(u);
-  }
-  if (tr_) span_t0_ = Tracer::now_us();
+  if (u == 0 && lookup_.forward_lookup()) comm_.test(CommHandle{});  // the lookup from the shards
+  else gather_or_progress(u);
 }
 
 template <class Ops>
 void ZeroEngine<Ops>::after_forward(int u) {
-  if (tr_)
-    tr_->complete("fwd u" + std::to_string(u), Tracer::kCompute, span_t0_, Tracer::now_us() - span_t0_,
-                  "\"unit\":" + std::to_string(u) + ",\"micro\":" + std::to_string(micro_));
   if (rules_.gather_units) gatherer_.release(u);
 }
 
 template <class Ops>
 void ZeroEngine<Ops>::before_backward(int u) {
   gather_or_progress(u);
-  in_backward_span_ = true;
-  if (tr_) span_t0_ = Tracer::now_us();
+  in_backward_ = true;
 }
 
 template <class Ops>
 void ZeroEngine<Ops>::before_grads(int u) {
   reducer_.before_grads(u);
-  if (grads_opened_at_.size() <= size_t(u)) grads_opened_at_.resize(size_t(u) + 1, 0);
-  grads_opened_at_[size_t(u)] = spans_closed_;
-  // Gradients written without parameters (the embedding's, last) are a backward span of their own.
-  grads_span_ = !in_backward_span_;
-  if (grads_span_) comm_.test(CommHandle{});
-  if (tr_) span_t0_ = Tracer::now_us();
+  if (!in_backward_) comm_.test(CommHandle{});  // gradients without parameters: the embedding's, last
 }
 
 template <class Ops>
 void ZeroEngine<Ops>::grads_ready(int u) {
-  if (grads_span_ && tr_) backward_span(u);
-  if (!grads_span_ && !in_backward_span_ && tr_ && size_t(u) < grads_opened_at_.size() &&
-      spans_closed_ - grads_opened_at_[size_t(u)] > 1) {
-    span_t0_ = last_close_t_;
-    backward_span(u);
-  }
-  grads_span_ = false;
   reducer_.grads_ready(u);
 }
 
 template <class Ops>
 void ZeroEngine<Ops>::embedding_lookup_deferred() {
-  const double t0 = tr_ ? Tracer::now_us() : 0;
   reducer_.lookup_deferred();
-  if (tr_) tr_->complete("embedding lookup gradient", Tracer::kCompute, t0, Tracer::now_us() - t0);
-}
-
-template <class Ops>
-void ZeroEngine<Ops>::backward_span(int u) {
-  tr_->complete("bwd u" + std::to_string(u), Tracer::kCompute, span_t0_, Tracer::now_us() - span_t0_,
-                "\"unit\":" + std::to_string(u) + ",\"micro\":" + std::to_string(micro_));
 }
 
 template <class Ops>
 void ZeroEngine<Ops>::after_backward(int u) {
-  if (tr_) backward_span(u);
-  in_backward_span_ = false;
-  ++spans_closed_;
-  if (tr_) last_close_t_ = Tracer::now_us();
+  in_backward_ = false;
   if (rules_.gather_units) gatherer_.release(u);
 }
 

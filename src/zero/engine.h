@@ -7,6 +7,10 @@
 //                          (where a unit is gathered and released)
 //   zero/optimizer.h       AdamW over the store's owned slices (where a shard is updated)
 //
+// beside them: zero/embedding_exchange.h (the lookup's rows and gradients between ranks, stages
+// 0-2), offload/shard_source.h (where a unit's shard is read from or written to: memory or NVMe)
+// and zero/traced_hooks.h (run.trace around the hooks).
+//
 // This class wires them to the model's unit hooks, initialises the parameters shard-wise, and
 // streams them out. What a stage does is data (StageRules, partition.h), read by the parts.
 //
@@ -34,18 +38,20 @@
 // no prefetch. Kept for teaching and A/B.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
-#include <vector>
 
 #include "comm/comm.h"
 #include "model/gpt.h"
 #include "plan/plan.h"
 #include "runtime/trace.h"
+#include "zero/embedding_exchange.h"
 #include "zero/grad_reducer.h"
 #include "zero/optimizer.h"
 #include "zero/param_gatherer.h"
 #include "zero/partition.h"
 #include "zero/store.h"
+#include "zero/traced_hooks.h"
 
 namespace zt {
 
@@ -75,22 +81,21 @@ class ZeroEngine : public UnitHooks {
   // (each unit waited before its first use); params_ready() waits for all of it, before anything
   // else reads the parameters (checkpoint, captured state, end of run; save_llmc waits itself).
   void optimizer_step(double lr, double grad_scale);
-  void params_ready() { gatherer_.wait_all(); }
-  // Stages 1-2 with the lookup from shards (Partition::lookup_numel() > 0): the next training
-  // forward's tokens (micro-step 0 of the next step, host memory, B*Tn). Called before
-  // optimizer_step, it starts the token ids' all-gather now and the rows' reduce-scatter right
-  // after the update, ahead of the parameter all-gathers, so the next forward's lookup does not
-  // queue behind them (docs/design.md §3.4). A forward whose tokens differ does its own lookup.
-  // Returns false (and does nothing) where the lookup is not from shards or overlap is off.
-  bool prepare_lookup(const int* tokens, int B, int Tn);
-  bool lookup_preparable() const {
-    return rules_.gather_params && part_.lookup_numel() > 0 && part_.config().overlap;
+  void params_ready() {
+    gatherer_.wait_all();
+    lookup_.wait();
   }
+  // Stages 1-2 with the lookup from shards: called before optimizer_step with the next training
+  // forward's tokens (micro-step 0 of the next step, host memory, B*Tn), it starts that lookup
+  // ahead of the parameter all-gathers (zero/embedding_exchange.h). False (nothing done) where the
+  // lookup is not from shards or overlap is off.
+  bool prepare_lookup(const int* tokens, int B, int Tn) { return lookup_.prepare(tokens, B, Tn); }
+  bool lookup_preparable() const { return lookup_.preparable(); }
   ShardedOptimizer<Ops>& optimizer() { return optimizer_; }
 
   // run.trace (docs/traces.md): forward / backward per unit on the compute track, the
-  // optimizer's parts on the optimizer track, and the bucket / unit of each collective as tags.
-  // nullptr (the default) = off: one test per hook.
+  // optimizer's parts on the optimizer track, and the bucket / unit of each collective as tags
+  // (zero/traced_hooks.h). nullptr (the default) = off.
   void set_tracer(Tracer* t);
 
   // Largest number of gathered (stage-3) units that were alive at once.
@@ -107,29 +112,18 @@ class ZeroEngine : public UnitHooks {
 
  private:
   GPT<Ops>& model_;
-  const Partition& part_;
   StateStore& store_;
   Comm& comm_;
   StageRules rules_;
+  EmbeddingExchange<Ops> lookup_;
   GradReducer<Ops> reducer_;
   ParamGatherer<Ops> gatherer_;
   ShardedOptimizer<Ops> optimizer_;
   void gather_or_progress(int u);
-  void backward_span(int u);  // "bwd u" on the compute track, from span_t0_ to now
-  Tracer* tr_ = nullptr;
-  bool in_backward_span_ = false, grads_span_ = false;
-  double span_t0_ = 0;  // start of the unit's forward / backward (after its gather)
-  // A unit whose gradients opened inside its backward span but complete after other units' spans
-  // (a chunked classifier's embedding, model/gpt.h) gets a span for that last part: from the
-  // last span's end to its grads_ready.
-  uint64_t spans_closed_ = 0;
-  std::vector<uint64_t> grads_opened_at_;  // per unit: spans_closed_ at its before_grads
-  double last_close_t_ = 0;
   int micro_ = 0;
-  bool lookup_pass_ = false;  // this pass's lookup goes through ParamGatherer::lookup_rows
-  bool lookup_done_ = false;
-  std::vector<int> prepared_tokens_;  // prepare_lookup's tokens (empty: none prepared)
-  int prepared_B_ = 0, prepared_T_ = 0;
+  bool in_backward_ = false;  // between before_backward and after_backward of a unit
+  Tracer* tr_ = nullptr;
+  std::unique_ptr<TracedHooks> traced_;  // the model's hooks while tracing
 };
 
 }  // namespace zt

@@ -98,7 +98,7 @@ uint64_t Partition::bytes_per_step() const {
   auto mul = [&](uint64_t a, uint64_t b) { return checked_mul(a, b, what); };
   const uint64_t one_pass = mul(mul(psi / N, N - 1), e);  // one reduce-scatter or all-gather of everything
   const uint64_t lookup = mul(mul(lookup_numel_, N - 1), e);  // one all-gather of the lookup slices
-  // Stages 1-2 add the lookup's rows once per step (ParamGatherer::lookup_rows: the same bytes).
+  // Stages 1-2 add the lookup's rows once per step (EmbeddingExchange::forward_lookup: the same bytes).
   switch (zc_.stage) {
     case 0: return checked_add(mul(2, one_pass), lookup, what);  // all-reduce = reduce-scatter + all-gather
     case 1: return mul(2, checked_add(one_pass, lookup, what));  // reduce-scatter once, all-gather params

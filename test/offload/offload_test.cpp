@@ -1,6 +1,8 @@
 // The offload layer (src/offload, docs/design.md §3.6) on its own: the sub-group pipeline visits
 // every element once, in order, with the state that is on disk, and writes back what the update
-// left; the store lists and allocates offloaded state as swap files and counts it in the nvme tier.
+// left; the store lists and allocates offloaded state as swap files and counts it in the nvme tier;
+// the shard source delivers reads by hook, never by when they finish, and its read-add-write keeps
+// the neighbours' elements.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -17,6 +19,7 @@
 
 #include "model/layout.h"
 #include "offload/nvme_dir.h"
+#include "offload/shard_source.h"
 #include "offload/swap_pipeline.h"
 #include "temp_dir.h"
 #include "zero/partition.h"
@@ -85,6 +88,72 @@ TEST_F(Offload, PipelineUpdatesEveryElementOnceInOrder) {
 }
 
 // A shard of fewer sub-groups than buffer sets takes only the sets it uses, and runs the same.
+// Unit u's shard holds the values u*1000 + i; three units, none block-aligned.
+std::vector<offload::ShardSource<float>::Range> three_units() { return {{0, 700}, {700, 1500}, {2200, 900}}; }
+
+TEST_F(Offload, ShardSourceDeliversByHookNotByCompletion) {
+  const auto units = three_units();
+  std::vector<float> flat(3100);
+  for (size_t u = 0; u < units.size(); ++u)
+    for (size_t i = 0; i < units[u].numel; ++i) flat[units[u].flat + i] = float(u * 1000 + i);
+  offload::SwapFile file(offload::swap_file_path(dir_.string(), 0, "p"), flat.size() * 4, direct());
+  file.write_all(flat.data());
+  const size_t buf_numel = (offload::io_round_up(1500 * 4) + offload::kIoAlign) / 4;
+  std::unique_ptr<float, FreeDeleter> bufs(static_cast<float*>(std::aligned_alloc(offload::kIoAlign, 3 * buf_numel * 4)));
+  offload::ShardSource<float> src(&file, units, {bufs.get(), bufs.get() + buf_numel, bufs.get() + 2 * buf_numel}, 4);
+  std::vector<std::pair<int, float>> got;  // (buffer, the shard's first value) in delivery order
+  auto arrived = [&](int buf, const float* shard) { got.push_back({buf, shard[0]}); };
+  auto first_of = [&](int u) { return float(u * 1000); };
+
+  // Hook 1 queues units 2 and 1: neither is delivered in that hook, however fast the disk is.
+  src.request(2, 0, arrived);
+  src.request(1, 1, arrived);
+  src.deliver(-1, arrived);
+  EXPECT_TRUE(got.empty());
+  // Hook 2 queues unit 0 and delivers the reads of hook 1, in the order they were queued, not 0.
+  src.request(0, 2, arrived);
+  src.deliver(-1, arrived);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0], std::make_pair(0, first_of(2)));
+  EXPECT_EQ(got[1], std::make_pair(1, first_of(1)));
+  // Hook 3 queues unit 1 again and needs it now: everything through its buffer, in order.
+  src.request(1, 0, arrived);
+  src.deliver(0, arrived);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[2], std::make_pair(2, first_of(0)));
+  EXPECT_EQ(got[3], std::make_pair(0, first_of(1)));
+  // Between passes, synchronously, and the whole shard is there.
+  const float* s2 = src.now(2, 1);
+  for (size_t i = 0; i < units[2].numel; ++i) ASSERT_EQ(s2[i], float(2000 + i)) << i;
+
+  // In memory a request is delivered at once, from the flat buffer.
+  offload::ShardSource<float> mem(flat.data(), units);
+  mem.request(1, 2, arrived);
+  ASSERT_EQ(got.size(), 5u);
+  EXPECT_EQ(got[4], std::make_pair(2, first_of(1)));
+  EXPECT_EQ(mem.now(2, 0), flat.data() + 2200);
+}
+
+TEST_F(Offload, ShardSourceAccumulateKeepsNeighbours) {
+  std::vector<float> flat(3100);
+  for (size_t i = 0; i < flat.size(); ++i) flat[i] = float(i);
+  offload::SwapFile file(offload::swap_file_path(dir_.string(), 0, "g"), flat.size() * 4, direct());
+  file.write_all(flat.data());
+  const size_t buf_numel = (offload::io_round_up(1500 * 4) + offload::kIoAlign) / 4;
+  std::unique_ptr<float, FreeDeleter> buf(static_cast<float*>(std::aligned_alloc(offload::kIoAlign, buf_numel * 4)));
+  offload::ShardSource<float> src(&file, {}, {buf.get()}, 0);
+  auto add_one = [](size_t n) { return [n](float* d) { for (size_t i = 0; i < n; ++i) d[i] += 1.0f; }; };
+  src.accumulate(700, 1500, true, add_one(1500));    // fresh: 0 + 1, the old values unread
+  src.accumulate(700, 1500, false, add_one(1500));   // then 1 + 1
+  src.accumulate(2200, 900, false, add_one(900));    // old + 1
+  std::vector<float> back(flat.size());
+  file.read_all(back.data());
+  for (size_t i = 0; i < flat.size(); ++i) {
+    const float want = i < 700 ? float(i) : i < 2200 ? 2.0f : float(i) + 1.0f;
+    ASSERT_EQ(back[i], want) << i;
+  }
+}
+
 TEST_F(Offload, PipelineOnAShardSmallerThanItsSets) {
   offload::SwapSpec spec;
   spec.dir = dir_.string(), spec.buffer_count = 4, spec.subgroup_numel = 2048;

@@ -1,0 +1,133 @@
+// Where a rank's shard of a flat state buffer lives, and every transfer that brings a unit's part
+// of it to the ZeRO engine (docs/design.md §3.6): the one place that says *when* an offload
+// transfer happens on the step's path.
+//
+//   memory  the backend's memory (host or device): unit u's shard is at its flat offset; nothing
+//           moves, and a request is delivered at once.
+//   nvme    a swap file (offload.params "nvme", stage 3): reads of whole blocks around the shard
+//           into a read buffer (O_DIRECT), queued on io_uring.
+//
+// Reads for the parameter gatherer (ZeroEngine hooks use / release, ParamGatherer): request()
+// queues the read of unit u's shard into read buffer i; deliver(), called once per hook, hands
+// over in queue order every read queued at an earlier hook (and through buffer `through` when that
+// one is needed now). The consumer starts a collective on each delivered shard, and collectives
+// must start in the same order on every rank: so when a shard is delivered depends only on the
+// hook sequence, never on when a read happens to finish. A read thus overlaps one unit's compute.
+// The optimizer step's transfers (moments, master weights, and these shards, in sub-groups) are
+// offload::SwapPipeline's.
+//
+// Gradients (GradReducer): accumulate() reads the blocks that hold a flat range, lets the caller
+// add into them, and writes them back, synchronously; `fresh` (the step's first contribution)
+// reads only the two edge blocks the range shares with its neighbours and zeroes the range.
+#pragma once
+#include <cstddef>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "offload/swap_file.h"
+#include "offload/uring.h"
+#include "runtime/error.h"
+
+namespace zt::offload {
+
+template <class T>
+class ShardSource {
+ public:
+  struct Range {  // a unit's shard in the flat buffer, in elements
+    size_t flat = 0, numel = 0;
+  };
+  using Deliver = std::function<void(int buf, const T* shard)>;
+
+  ShardSource() = default;
+  // In memory: unit u's shard is memory + units[u].flat.
+  ShardSource(T* memory, std::vector<Range> units) : memory_(memory), units_(std::move(units)) {}
+  // In a swap file of 4-byte elements: reads go to bufs[i] (kIoAlign-aligned, each large enough
+  // for the blocks around any shard read into it); queue_depth 0 = synchronous transfers only.
+  ShardSource(SwapFile* file, std::vector<Range> units, std::vector<T*> bufs, unsigned queue_depth)
+      : file_(file), units_(std::move(units)), bufs_(std::move(bufs)), queued_at_(bufs_.size(), -1),
+        send_(bufs_.size()) {
+    ZT_ASSERT(sizeof(T) == 4);  // offload runs on the CPU backend's fp32 only
+    if (queue_depth) ring_ = std::make_unique<Uring>(queue_depth);
+  }
+
+  bool on_disk() const { return file_ != nullptr; }
+
+  // Unit u's shard into read buffer i: delivered now from memory, at a later deliver() from disk.
+  void request(int u, int i, const Deliver& arrived) {
+    if (!file_) return arrived(i, memory_ + units_[size_t(u)].flat);
+    send_[size_t(i)] = queue_read(u, i);
+    queued_at_[size_t(i)] = hooks_;
+    queue_.push_back(i);
+  }
+  // Once per hook: delivers the reads queued at earlier hooks, and through buffer `through` (-1:
+  // none) if its read is still queued.
+  void deliver(int through, const Deliver& arrived) {
+    if (!file_) return;
+    bool all = through >= 0 && queued_at_[size_t(through)] >= 0;
+    while (!queue_.empty()) {
+      const int i = queue_.front();
+      if (!all && queued_at_[size_t(i)] >= hooks_) break;
+      ring_->wait(i);
+      queued_at_[size_t(i)] = -1;
+      queue_.pop_front();
+      arrived(i, send_[size_t(i)]);
+      if (i == through) all = false;
+    }
+    ++hooks_;
+  }
+  // Unit u's shard now, through read buffer i (between passes: nothing queued).
+  const T* now(int u, int i) {
+    if (!file_) return memory_ + units_[size_t(u)].flat;
+    ZT_ASSERT(queue_.empty());
+    const T* shard = queue_read(u, i);
+    ring_->wait(i);
+    return shard;
+  }
+
+  // add(data) on elements [flat, flat + n) of the shard, in memory or read from disk and written
+  // back (through read buffer 0); fresh: the range's old values are not read (zeros instead).
+  template <class Add>
+  void accumulate(size_t flat, size_t n, bool fresh, const Add& add) {
+    if (!file_) return add(memory_ + flat);
+    const size_t off = flat * sizeof(T), a0 = off / kIoAlign * kIoAlign, a1 = io_round_up(off + n * sizeof(T));
+    T* blocks = bufs_[0];
+    // data sits at the same address modulo the block as in a shard in memory, so the caller's
+    // vector code reads it in the same lanes (sums are bit for bit those of the in-memory run).
+    T* data = blocks + (off - a0) / sizeof(T);
+    if (fresh) {
+      file_->read_blocks(blocks, kIoAlign, a0);
+      if (a1 - kIoAlign > a0)
+        file_->read_blocks(reinterpret_cast<unsigned char*>(blocks) + (a1 - kIoAlign - a0), kIoAlign, a1 - kIoAlign);
+      std::memset(data, 0, n * sizeof(T));
+    } else {
+      file_->read_blocks(blocks, a1 - a0, a0);
+    }
+    add(data);
+    file_->write_blocks(blocks, a1 - a0, a0);
+  }
+
+ private:
+  // Queues the read of the whole blocks around unit u's shard into buffer i; returns where in the
+  // buffer the shard will be. (The file is written only by the optimizer step, never during a pass.)
+  const T* queue_read(int u, int i) {
+    const Range& r = units_[size_t(u)];
+    const size_t off = r.flat * sizeof(T), a0 = off / kIoAlign * kIoAlign, a1 = io_round_up(off + r.numel * sizeof(T));
+    ring_->read(file_->fd(), bufs_[size_t(i)], a1 - a0, a0, i, file_->path().c_str());
+    return bufs_[size_t(i)] + (off - a0) / sizeof(T);
+  }
+
+  T* memory_ = nullptr;
+  SwapFile* file_ = nullptr;
+  std::vector<Range> units_;
+  std::vector<T*> bufs_;
+  std::unique_ptr<Uring> ring_;
+  std::deque<int> queue_;         // buffers whose read is queued, not yet delivered (in order)
+  std::vector<int> queued_at_;    // per buffer: the hook that queued its read; -1 = none queued
+  std::vector<const T*> send_;    // per buffer: where its shard is
+  int hooks_ = 0;                 // deliver() calls
+};
+
+}  // namespace zt::offload
