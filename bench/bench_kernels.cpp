@@ -375,12 +375,26 @@ int run(const Args& a) {
 
   // ---- attention ----
   const double attn_fwd_flops = 4.0 * B * NH * double(T) * T * hs / 2.0;
+  // The default variant under the plain names, then each way of dividing the work (attention.h:
+  // AttentionTcVariant; bit-identical results) under its own, so one run shows which is fastest.
   flop_row("attention_forward",
            attn_fwd_flops, [&] { zt::cuda::attention_forward<bf16>(atty.get(), lse.get(), qkv.get(), B, T, C, NH, stream); });
   flop_row("attention_backward", 2.5 * attn_fwd_flops, [&] {
     zt::cuda::attention_backward<bf16>(dqkv.get(), datty.get(), qkv.get(), atty.get(), lse.get(), B, T, C, NH,
                                        scratch.get(), stream);
   });
+  for (const int warp_rows : {16, 32})
+    for (const bool heads_fastest : {true, false}) {
+      const zt::cuda::AttentionTcVariant v{warp_rows, heads_fastest};
+      const std::string tag = " [warp_rows " + std::to_string(warp_rows) + (heads_fastest ? ", heads fastest]" : ", head's rows together]");
+      flop_row("attention_forward" + tag, attn_fwd_flops, [&, v] {
+        zt::cuda::attention_forward<bf16>(atty.get(), lse.get(), qkv.get(), B, T, C, NH, stream, v);
+      });
+      flop_row("attention_backward" + tag, 2.5 * attn_fwd_flops, [&, v] {
+        zt::cuda::attention_backward<bf16>(dqkv.get(), datty.get(), qkv.get(), atty.get(), lse.get(), B, T, C, NH,
+                                           scratch.get(), stream, v);
+      });
+    }
 
   // ---- GELU ----
   const size_t n4 = NC * 4;

@@ -123,8 +123,14 @@ def sanitize_result(res):
         return None
     m = re.findall(r"ERROR SUMMARY: (\d+) errors?", log)
     rows = step_rows(load_jsonl(os.path.join(res, "sanitizer_metrics.jsonl")))
+    race = read_text(os.path.join(res, "racecheck.log"))
+    r = re.findall(r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)", race or "")
+    tests = re.findall(r"\[  PASSED  \] (\d+) tests?", race or "")
+    racecheck = None if race is None else {
+        "hazards": int(r[-1][0]) if r else None, "tests_passed": int(tests[-1]) if tests else 0,
+        "ok": bool(r) and int(r[-1][0]) == 0 and bool(tests)}
     return {"errors": int(m[-1]) if m else None, "steps_logged": len(rows),
-            "ok": bool(m) and int(m[-1]) == 0}
+            "ok": bool(m) and int(m[-1]) == 0 and (racecheck is None or racecheck["ok"]), "racecheck": racecheck}
 
 
 def parity_result(res):
@@ -295,7 +301,12 @@ def build(res):
     else:
         txt = (f"{s['errors']} errors" if s["errors"] is not None else "no ERROR SUMMARY") + \
             f", {s['steps_logged']} steps logged"
-        summary.append(["memcheck, 10 bf16 steps", txt, verdict("sanitize", s["ok"])])
+        summary.append(["memcheck, 10 bf16 steps", txt, verdict("sanitize", s["errors"] == 0)])
+        rc = s.get("racecheck")
+        if rc is not None:
+            txt = (f"{rc['hazards']} hazards" if rc["hazards"] is not None else "no RACECHECK SUMMARY") + \
+                f", {rc['tests_passed']} attention tests passed"
+            summary.append(["racecheck, attention tests (fp32, bf16)", txt, verdict("sanitize", rc["ok"])])
     if p is None:
         summary.append(["loss: CUDA bf16 vs CPU fp32", "not run", verdict("parity", None)])
     elif "error" in p:
@@ -365,7 +376,8 @@ def check(res, what):
     if what == "sanitize":
         s = sanitize_result(res)
         ok = bool(s and s["ok"])
-        print(f"sanitize: {s['errors'] if s else None} errors -> {'ok' if ok else 'FAIL'}")
+        print(f"sanitize: {s['errors'] if s else None} errors, racecheck {s['racecheck'] if s else None}"
+              f" -> {'ok' if ok else 'FAIL'}")
     elif what == "parity":
         p = parity_result(res)
         ok = bool(p and p.get("ok"))

@@ -300,8 +300,18 @@ phase_sanitize() {
       --set data.tokenizer= --set run.log="$RES/sanitizer_metrics.jsonl" > "$RES/sanitize.log" 2>&1
   local rc=$?
   grep -E 'ERROR SUMMARY' "$RES/sanitize.log" | tail -1
-  if ! "${REPORT[@]}" --check sanitize; then fail "$rc" "memcheck errors or no ERROR SUMMARY (sanitize.log)"
-  elif [ "$rc" -ne 0 ]; then fail "$rc" "compute-sanitizer exit $rc (sanitize.log)"; fi
+  # racecheck: shared-memory hazards in the attention kernels (the only ones with block-shared tiles,
+  # cp.async double buffering and several warps on one tile), at the GPU tests' shapes, every variant.
+  local rrc=0
+  if need_bin "$BUILD/zt_gpu_tests"; then
+    timeout "$T" "$cs" --tool racecheck --error-exitcode 99 --print-limit 100 \
+      "$BUILD/zt_gpu_tests" --gtest_filter='GpuOps/*.Attention' > "$RES/racecheck.log" 2>&1
+    rrc=$?
+    grep -E 'RACECHECK SUMMARY|PASSED|FAILED' "$RES/racecheck.log" | tail -3
+  fi
+  if ! "${REPORT[@]}" --check sanitize; then fail "$rc" "memcheck errors, racecheck hazards or no summary (sanitize.log, racecheck.log)"
+  elif [ "$rc" -ne 0 ]; then fail "$rc" "compute-sanitizer exit $rc (sanitize.log)"
+  elif [ "$rrc" -ne 0 ]; then fail "$rrc" "racecheck exit $rrc (racecheck.log)"; fi
 }
 
 phase_parity() {

@@ -15,12 +15,19 @@ template <class T> void attention_backward(T* dqkv, const T* dout, const T* qkv,
 namespace zt::cuda {
 // Flash-style causal attention (online softmax, no (T,T) matrix). hs = C/NH in {16, 32, 64, 128}.
 // bf16: tensor cores (mma.sync); float: SIMT fp32, the parity mode. lse is fp32 (B,NH,T).
+// How the bf16 (tensor-core) kernels divide the work; every variant gives bit-identical results, only
+// the speed differs (attention_common.cuh; bench/bench_kernels.cpp times them). fp32 ignores it.
+struct AttentionTcVariant {
+  int warp_rows = 32;          // rows per warp: 16 or 32 (head size 128 always runs 16)
+  bool heads_fastest = false;  // launch order: heads fastest, or one head's row blocks together
+};
 template <class T> void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH,
-                                          cudaStream_t stream);
+                                          cudaStream_t stream, AttentionTcVariant variant = {});
 // Accumulates (+=) into dqkv (B,T,3C), deterministically (no atomics: dK/dV and dQ in separate
 // passes). scratch: attention_backward_scratch_bytes, the row dot products D = rowsum(dout * out).
 size_t attention_backward_scratch_bytes(int B, int Tn, int C, int NH);
 template <class T> void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B,
-                                           int Tn, int C, int NH, void* scratch, cudaStream_t stream);
+                                           int Tn, int C, int NH, void* scratch, cudaStream_t stream,
+                                           AttentionTcVariant variant = {});
 }  // namespace zt::cuda
 #endif

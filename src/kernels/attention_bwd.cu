@@ -215,7 +215,7 @@ __global__ void attention_backward_rowdot(float* __restrict__ D, const T* __rest
 
 template <class T, int HS>
 void backward_hs(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, float* D, int B, int Tn, int C,
-                 int NH, cudaStream_t stream) {
+                 int NH, AttentionTcVariant variant, cudaStream_t stream) {
   constexpr int kRowdotThreads = 256;
   const size_t threads = size_t(B) * Tn * NH * (HS / Packed128<T>::size);
   attention_backward_rowdot<T, HS><<<ceil_div(threads, kRowdotThreads), kRowdotThreads, 0, stream>>>(D, dout, out, B,
@@ -234,7 +234,7 @@ void backward_hs(T* dqkv, const T* dout, const T* qkv, const T* out, const float
     dq<<<grid, kFThreads, smem_dq, stream>>>(dqkv, dout, qkv, lse, D, Tn, C, NH);
     ZT_CHECK_LAUNCH();
   } else {
-    attention_detail::backward_tc<HS>(dqkv, dout, qkv, lse, D, B, Tn, C, NH, stream);
+    attention_detail::backward_tc<HS>(dqkv, dout, qkv, lse, D, B, Tn, C, NH, variant, stream);
   }
 }
 
@@ -250,23 +250,25 @@ size_t attention_backward_scratch_bytes(int B, int Tn, int C, int NH) {
 
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int Tn, int C,
-                        int NH, void* scratch, cudaStream_t stream) {
+                        int NH, void* scratch, cudaStream_t stream, AttentionTcVariant variant) {
   const int hs = check_shape(B, Tn, C, NH);
+  ZT_REQUIRE(variant.warp_rows == 16 || variant.warp_rows == 32,
+             "attention: warp_rows " << variant.warp_rows << " (supported: 16, 32)");
   ZT_REQUIRE(aligned16(dqkv) && aligned16(dout) && aligned16(qkv) && aligned16(out) && aligned16(scratch),
              "attention: dqkv, dout, qkv, out and scratch must be 16-byte aligned");
   float* D = static_cast<float*>(scratch);
   switch (hs) {
-    case 16: backward_hs<T, 16>(dqkv, dout, qkv, out, lse, D, B, Tn, C, NH, stream); break;
-    case 32: backward_hs<T, 32>(dqkv, dout, qkv, out, lse, D, B, Tn, C, NH, stream); break;
-    case 64: backward_hs<T, 64>(dqkv, dout, qkv, out, lse, D, B, Tn, C, NH, stream); break;
-    case 128: backward_hs<T, 128>(dqkv, dout, qkv, out, lse, D, B, Tn, C, NH, stream); break;
+    case 16: backward_hs<T, 16>(dqkv, dout, qkv, out, lse, D, B, Tn, C, NH, variant, stream); break;
+    case 32: backward_hs<T, 32>(dqkv, dout, qkv, out, lse, D, B, Tn, C, NH, variant, stream); break;
+    case 64: backward_hs<T, 64>(dqkv, dout, qkv, out, lse, D, B, Tn, C, NH, variant, stream); break;
+    case 128: backward_hs<T, 128>(dqkv, dout, qkv, out, lse, D, B, Tn, C, NH, variant, stream); break;
   }
 }
 
 template void attention_backward<float>(float*, const float*, const float*, const float*, const float*, int, int, int,
-                                        int, void*, cudaStream_t);
+                                        int, void*, cudaStream_t, AttentionTcVariant);
 template void attention_backward<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
                                                 const __nv_bfloat16*, const float*, int, int, int, int, void*,
-                                                cudaStream_t);
+                                                cudaStream_t, AttentionTcVariant);
 
 }  // namespace zt::cuda

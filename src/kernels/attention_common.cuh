@@ -151,8 +151,37 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&lo)[4],
 
 constexpr int kTcRows = 64;     // rows per block (queries, or keys in the dK/dV pass)
 constexpr int kTcCols = 64;     // columns per streamed tile (equal to kTcRows: tiles line up with the diagonal)
-constexpr int kTcThreads = 128; // 4 warps x 16 rows
 static_assert(kTcRows == kTcCols, "the diagonal tile must start where the block's rows start (k0 == q0)");
+
+// Warp rows. A block always covers kTcRows rows; each warp owns MT m16 tiles of them (16 * MT rows),
+// so a block has 4 / MT warps. Every product's B operand (the streamed tile: K, V, Q or dO) is read
+// from shared memory once per warp and fed to MT tensor-core products, so MT = 2 halves the
+// shared-memory reads per product (one ldmatrix.x4 per 4 mma instead of per 2), at the price of
+// twice the accumulator registers per thread and half the warps per block. Every row's arithmetic
+// is the same in either case, so the variants give bit-identical results (test/gpu checks it).
+__host__ __device__ constexpr int tc_threads(int MT) { return kTcRows / (16 * MT) * kWarp; }
+
+// Which (batch, head) and which row block a tensor-core block works on. The grid is 1-D,
+// blocks = B * NH * row blocks, and the hardware starts them in blockIdx order:
+//   heads_fastest: consecutive blocks are different heads with the same row block, the heaviest row
+//                  blocks of every head first (longest work first: the best load balance);
+//   otherwise:     consecutive blocks are the row blocks of one head, heaviest first, so the blocks
+//                  running at once share that head's K/V (or Q/dO) tiles in L2 (FlashAttention's order).
+// last_first: the row block counted from the end (the one with the most work first).
+struct TcBlock {
+  int b, h, last_first;
+};
+__device__ __forceinline__ TcBlock tc_block(int NH, int row_blocks, bool heads_fastest) {
+  const int lin = blockIdx.x;
+  const int bh = heads_fastest ? lin % (int(gridDim.x) / row_blocks) : lin / row_blocks;
+  const int rb = heads_fastest ? lin / (int(gridDim.x) / row_blocks) : lin % row_blocks;
+  return {bh / NH, bh % NH, row_blocks - 1 - rb};
+}
+inline int tc_grid_blocks(int B, int NH, int Tn) { return B * NH * ceil_div(Tn, kTcRows); }
+
+// Whether a head size has the 32-rows-per-warp variant: at HS = 128 the accumulators of two m-tiles
+// do not fit in registers (ptxas spills kilobytes), so it always runs 16 rows per warp.
+constexpr bool tc_has_warp_rows_32(int HS) { return HS <= 64; }
 
 template <int HS>
 struct TcGeom {
@@ -169,11 +198,11 @@ struct TcGeom {
 };
 
 // Rows r0..r0+63 of a (Tn, HS) slice with row stride ld (elements) into a padded shared tile;
-// rows >= Tn become zeros. All threads of the block take part; completion via cp.async groups.
-template <int HS>
+// rows >= Tn become zeros. All kThreads threads of the block take part; completion via cp.async groups.
+template <int HS, int kThreads>
 __device__ __forceinline__ void tc_load_tile(bf16* dst, const bf16* src, size_t ld, int r0, int Tn) {
   constexpr int kChunks = HS / 8;  // 16-byte chunks per row
-  for (int i = threadIdx.x; i < kTcRows * kChunks; i += kTcThreads) {
+  for (int i = threadIdx.x; i < kTcRows * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i % kChunks, row = r0 + r;
     const bool valid = row < Tn;
     cp_async16(dst + r * TcGeom<HS>::kStride + c * 8, src + size_t(valid ? row : 0) * ld + c * 8, valid);
@@ -242,7 +271,8 @@ inline int check_shape(int B, int Tn, int C, int NH) {
   const int hs = C / NH;
   ZT_REQUIRE(hs == 16 || hs == 32 || hs == 64 || hs == 128,
              "attention: head size " << hs << " not supported by the CUDA kernels (supported: 16, 32, 64, 128)");
-  ZT_REQUIRE(size_t(B) * NH < (size_t(1) << 31) && ceil_div(Tn, kFRows) <= 65535,
+  ZT_REQUIRE(size_t(B) * NH < (size_t(1) << 31) && ceil_div(Tn, kFRows) <= 65535 &&
+                 size_t(B) * NH * ceil_div(Tn, kTcRows) < (size_t(1) << 31),
              "attention: B*NH=" << size_t(B) * NH << " or T=" << Tn << " too large for the launch grid");
   return hs;
 }
@@ -255,7 +285,7 @@ namespace attention_detail {
 // The bf16 backward's dK/dV and dQ passes (attention_bwd_tc.cu), for HS = 16, 32, 64, 128.
 template <int HS>
 void backward_tc(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* D, int B, int Tn,
-                 int C, int NH, cudaStream_t stream);
+                 int C, int NH, AttentionTcVariant variant, cudaStream_t stream);
 }  // namespace attention_detail
 
 }  // namespace zt::cuda

@@ -7,24 +7,28 @@ namespace {
 
 // ============================== tensor-core (bf16) ===============================================
 
-// ---- forward -----------------------------------------------------------------------------------
-template <int HS>
-__global__ void __launch_bounds__(kTcThreads)
+// ---- forward ----------------------------------------------------------------------------------
+// MT: 16-row m-tiles per warp (attention_common.cuh, "Warp rows"). blockIdx.x: tc_block().
+template <int HS, int MT>
+__global__ void __launch_bounds__(tc_threads(MT))
     attention_forward_tc(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ qkv, int Tn, int C,
-                         int NH) {
+                         int NH, bool heads_fastest) {
   using G = TcGeom<HS>;
-  constexpr int kSub = G::kSub, S = G::kStride;
+  constexpr int kSub = G::kSub, S = G::kStride, kThreads = tc_threads(MT), kWarpRows = 16 * MT;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // (64, HS); reused to stage the output
   bf16* sK = sQ + G::kTile;                      // 2 buffers
   bf16* sV = sK + 2 * G::kTile;                  // 2 buffers
 
-  const int b = blockIdx.x / NH, h = blockIdx.x % NH;
-  const int qb = gridDim.y - 1 - blockIdx.y;  // the last query blocks see the most keys: start them first
+  const TcBlock blk = tc_block(NH, (Tn + kTcRows - 1) / kTcRows, heads_fastest);
+  const int b = blk.b, h = blk.h;
+  const int qb = blk.last_first;  // the last query blocks see the most keys: start them first
   const int q0 = qb * kTcRows;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, tq = lane % 4;
-  const int wrow = warp * 16;  // this warp's rows within the block
-  const int row[2] = {q0 + wrow + g, q0 + wrow + g + 8};
+  const int wrow = warp * kWarpRows;  // this warp's first row within the block
+  int row[MT][2];                     // rows g and g + 8 of each of the warp's m-tiles
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) row[mt][0] = q0 + wrow + 16 * mt + g, row[mt][1] = row[mt][0] + 8;
   const int a_off = a_order_offset<HS>(lane), b_off = b_order_offset<HS>(lane);
   const size_t ld = 3 * size_t(C);
   const bf16* q = qkv + size_t(b) * Tn * ld + h * HS;
@@ -32,31 +36,35 @@ __global__ void __launch_bounds__(kTcThreads)
   const bf16* v = q + 2 * C;
   const float sl2 = kLog2e / sqrtf(float(HS));  // scores in base-2 units
 
-  tc_load_tile<HS>(sQ, q, ld, q0, Tn);
+  tc_load_tile<HS, kThreads>(sQ, q, ld, q0, Tn);
   cp_async_commit();
-  tc_load_tile<HS>(sK, k, ld, 0, Tn);
-  tc_load_tile<HS>(sV, v, ld, 0, Tn);
+  tc_load_tile<HS, kThreads>(sK, k, ld, 0, Tn);
+  tc_load_tile<HS, kThreads>(sV, v, ld, 0, Tn);
   cp_async_commit();
 
-  uint32_t qf[HS / 16][4];  // this warp's 16 query rows as A fragments, one per 16 channels
-  float o[HS / 8][4] = {};  // output accumulator: 16 rows x HS, unnormalised
-  float m[2] = {-INFINITY, -INFINITY};  // running max (base-2 units) of rows g and g + 8
-  float l[2] = {0.0f, 0.0f};            // running sum, this thread's columns only (reduced at the end)
+  uint32_t qf[MT][HS / 16][4];  // this warp's query rows as A fragments, one per 16 channels
+  float o[MT][HS / 8][4] = {};  // output accumulator: 16 rows x HS per m-tile, unnormalised
+  float m[MT][2], l[MT][2];     // running max (base-2 units) of rows g and g + 8; running sum, this
+                                // thread's columns only (reduced at the end)
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
 
   const int nkt = qb + 1;
   for (int kt = 0; kt < nkt; ++kt) {
     // Prefetch the next K/V tile into the other buffer (last read in iteration kt-1, which ended
     // with __syncthreads), then wait for this one. Always commit, so "all but the newest" is exact.
     if (kt + 1 < nkt) {
-      tc_load_tile<HS>(sK + ((kt + 1) & 1) * G::kTile, k, ld, (kt + 1) * kTcCols, Tn);
-      tc_load_tile<HS>(sV + ((kt + 1) & 1) * G::kTile, v, ld, (kt + 1) * kTcCols, Tn);
+      tc_load_tile<HS, kThreads>(sK + ((kt + 1) & 1) * G::kTile, k, ld, (kt + 1) * kTcCols, Tn);
+      tc_load_tile<HS, kThreads>(sV + ((kt + 1) & 1) * G::kTile, v, ld, (kt + 1) * kTcCols, Tn);
     }
     cp_async_commit();
     cp_async_wait_all_but_newest();
     __syncthreads();
     if (kt == 0) {
 #pragma unroll
-      for (int kc = 0; kc < HS / 16; ++kc) ldmatrix_x4(qf[kc], sQ + wrow * S + kc * 16 + a_off);
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kc = 0; kc < HS / 16; ++kc) ldmatrix_x4(qf[mt][kc], sQ + (wrow + 16 * mt) * S + kc * 16 + a_off);
     }
     const bf16* kb = sK + (kt & 1) * G::kTile;
     const bf16* vb = sV + (kt & 1) * G::kTile;
@@ -67,73 +75,84 @@ __global__ void __launch_bounds__(kTcThreads)
     for (int c0 = 0; c0 < kTcCols; c0 += kSub) {
       // On the diagonal, 16-column chunks right of this warp's last row are fully masked: skip
       // their products (warp-uniform). Chunk n covers keys k0+c0+16n..+15, the warp's rows end at
-      // q0+wrow+15, so chunks n < (wrow + 16 - c0) / 16 are needed.
-      const int nch = diag ? min(kSub / 16, (wrow + 16 - c0) / 16) : kSub / 16;
+      // q0+wrow+kWarpRows-1, so chunks n < (wrow + kWarpRows - c0) / 16 are needed. (With MT = 2 the
+      // warp's first m-tile computes one chunk that its mask then removes entirely.)
+      const int nch = diag ? min(kSub / 16, (wrow + kWarpRows - c0) / 16) : kSub / 16;
       if (nch <= 0) break;
 
-      float s[kSub / 8][4] = {};  // S = Q K^T for 16 rows x kSub keys
+      float s[MT][kSub / 8][4] = {};  // S = Q K^T for 16 rows x kSub keys per m-tile
 #pragma unroll
       for (int kc = 0; kc < HS / 16; ++kc) {
 #pragma unroll
         for (int n = 0; n < kSub / 16; ++n) {
           if (n < nch) {
-            uint32_t kf[4];
+            uint32_t kf[4];  // one read of K feeds MT m-tiles
             ldmatrix_x4(kf, kb + (c0 + n * 16) * S + kc * 16 + b_off);
-            mma_16816(s[2 * n], qf[kc], kf[0], kf[1]);
-            mma_16816(s[2 * n + 1], qf[kc], kf[2], kf[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              mma_16816(s[mt][2 * n], qf[mt][kc], kf[0], kf[1]);
+              mma_16816(s[mt][2 * n + 1], qf[mt][kc], kf[2], kf[3]);
+            }
           }
         }
       }
-      if (diag) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if (diag) {
+#pragma unroll
+          for (int nt = 0; nt < kSub / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (k0 + c0 + nt * 8 + 2 * tq + (e & 1) > row[mt][e >> 1]) s[mt][nt][e] = -INFINITY;
+        }
+
+        // Online softmax. The 4 threads of a quad (same g) hold all columns of rows g and g + 8.
+        float alpha[2], base[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int nt = 0; nt < kSub / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * i], s[mt][nt][2 * i + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(m[mt][i], mx * sl2);
+          base[i] = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet: no inf - inf
+          alpha[i] = exp2f(m[mt][i] - base[i]);
+          m[mt][i] = m_new;
+          l[mt][i] *= alpha[i];
+        }
+#pragma unroll
+        for (int dt = 0; dt < HS / 8; ++dt) {
+          o[mt][dt][0] *= alpha[0];
+          o[mt][dt][1] *= alpha[0];
+          o[mt][dt][2] *= alpha[1];
+          o[mt][dt][3] *= alpha[1];
+        }
 #pragma unroll
         for (int nt = 0; nt < kSub / 8; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (k0 + c0 + nt * 8 + 2 * tq + (e & 1) > row[e >> 1]) s[nt][e] = -INFINITY;
+          for (int e = 0; e < 4; ++e) {
+            s[mt][nt][e] = exp2f(fmaf(s[mt][nt][e], sl2, -base[e >> 1]));
+            l[mt][e >> 1] += s[mt][nt][e];
+          }
       }
-
-      // Online softmax. The 4 threads of a quad (same g) hold all columns of rows g and g + 8.
-      float alpha[2], base[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < kSub / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * i], s[nt][2 * i + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[i], mx * sl2);
-        base[i] = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet: no inf - inf
-        alpha[i] = exp2f(m[i] - base[i]);
-        m[i] = m_new;
-        l[i] *= alpha[i];
-      }
-#pragma unroll
-      for (int dt = 0; dt < HS / 8; ++dt) {
-        o[dt][0] *= alpha[0];
-        o[dt][1] *= alpha[0];
-        o[dt][2] *= alpha[1];
-        o[dt][3] *= alpha[1];
-      }
-#pragma unroll
-      for (int nt = 0; nt < kSub / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[nt][e] = exp2f(fmaf(s[nt][e], sl2, -base[e >> 1]));
-          l[e >> 1] += s[nt][e];
-        }
 
       // O += P V. V is stored [key][channel] = [k][n]: transposed ldmatrix, a-order.
 #pragma unroll
       for (int kc = 0; kc < kSub / 16; ++kc) {
         if (kc < nch) {
-          uint32_t pa[4];
-          acc_to_a(pa, s[2 * kc], s[2 * kc + 1]);
+          uint32_t pa[MT][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) acc_to_a(pa[mt], s[mt][2 * kc], s[mt][2 * kc + 1]);
 #pragma unroll
           for (int dp = 0; dp < HS / 16; ++dp) {
             uint32_t vf[4];
             ldmatrix_x4_trans(vf, vb + (c0 + kc * 16) * S + dp * 16 + a_off);
-            mma_16816(o[2 * dp], pa, vf[0], vf[1]);
-            mma_16816(o[2 * dp + 1], pa, vf[2], vf[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              mma_16816(o[mt][2 * dp], pa[mt], vf[0], vf[1]);
+              mma_16816(o[mt][2 * dp + 1], pa[mt], vf[2], vf[3]);
+            }
           }
         }
       }
@@ -141,26 +160,30 @@ __global__ void __launch_bounds__(kTcThreads)
     __syncthreads();  // everyone is done with buffer kt & 1 before iteration kt + 1 refills it
   }
 
-  // Finish: full row sums, lse, normalised output. Stage the warp's 16 output rows in its own rows
-  // of sQ (only this warp ever read them, and its Q fragments are in registers) so that the global
+  // Finish: full row sums, lse, normalised output. Stage the warp's output rows in its own rows of
+  // sQ (only this warp ever read them, and its Q fragments are in registers) so that the global
   // stores are whole 16-byte packets.
-  float inv[2];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    inv[i] = 1.0f / l[i];
-    if (tq == 0 && row[i] < Tn) lse[(size_t(b) * NH + h) * Tn + row[i]] = m[i] * kLn2 + logf(l[i]);
+  for (int mt = 0; mt < MT; ++mt) {
+    float inv[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float sum = l[mt][i];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      inv[i] = 1.0f / sum;
+      if (tq == 0 && row[mt][i] < Tn) lse[(size_t(b) * NH + h) * Tn + row[mt][i]] = m[mt][i] * kLn2 + logf(sum);
+    }
+#pragma unroll
+    for (int dt = 0; dt < HS / 8; ++dt)
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        *reinterpret_cast<__nv_bfloat162*>(sQ + (wrow + 16 * mt + g + 8 * i) * S + dt * 8 + 2 * tq) =
+            __floats2bfloat162_rn(o[mt][dt][2 * i] * inv[i], o[mt][dt][2 * i + 1] * inv[i]);
   }
-#pragma unroll
-  for (int dt = 0; dt < HS / 8; ++dt)
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-      *reinterpret_cast<__nv_bfloat162*>(sQ + (wrow + g + 8 * i) * S + dt * 8 + 2 * tq) =
-          __floats2bfloat162_rn(o[dt][2 * i] * inv[i], o[dt][2 * i + 1] * inv[i]);
   __syncwarp();
   constexpr int kChunks = HS / 8;
-  for (int i = lane; i < 16 * kChunks; i += kWarp) {
+  for (int i = lane; i < kWarpRows * kChunks; i += kWarp) {
     const int r = i / kChunks, c = i % kChunks, t = q0 + wrow + r;
     if (t < Tn)
       store128(out + (size_t(b) * Tn + t) * C + h * HS + c * 8, load128(sQ + (wrow + r) * S + c * 8));
@@ -254,7 +277,8 @@ __global__ void __launch_bounds__(kFThreads, 1)
 // ================================ host side =======================================================
 
 template <class T, int HS>
-void forward_hs(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH, cudaStream_t stream) {
+void forward_hs(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH, AttentionTcVariant variant,
+                cudaStream_t stream) {
   if constexpr (std::is_same_v<T, float>) {
     const size_t smem = sizeof(float) * (2 * kFRows * HS + kFRows * (HS + 1));
     auto kernel = attention_forward_f32<HS>;
@@ -262,9 +286,19 @@ void forward_hs(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH, 
     kernel<<<dim3(B * NH, ceil_div(Tn, kFRows)), kFThreads, smem, stream>>>(out, lse, qkv, Tn, C, NH);
   } else {
     const size_t smem = sizeof(bf16) * 5 * TcGeom<HS>::kTile;
-    auto kernel = attention_forward_tc<HS>;
+    const int nblocks = tc_grid_blocks(B, NH, Tn);
+    if constexpr (tc_has_warp_rows_32(HS)) {
+      if (variant.warp_rows == 32) {
+        auto kernel = attention_forward_tc<HS, 2>;
+        allow_smem(kernel, smem);
+        kernel<<<nblocks, tc_threads(2), smem, stream>>>(out, lse, qkv, Tn, C, NH, variant.heads_fastest);
+        ZT_CHECK_LAUNCH();
+        return;
+      }
+    }
+    auto kernel = attention_forward_tc<HS, 1>;
     allow_smem(kernel, smem);
-    kernel<<<dim3(B * NH, ceil_div(Tn, kTcRows)), kTcThreads, smem, stream>>>(out, lse, qkv, Tn, C, NH);
+    kernel<<<nblocks, tc_threads(1), smem, stream>>>(out, lse, qkv, Tn, C, NH, variant.heads_fastest);
   }
   ZT_CHECK_LAUNCH();
 }
@@ -272,19 +306,23 @@ void forward_hs(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH, 
 }  // namespace
 
 template <class T>
-void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH, cudaStream_t stream) {
+void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH, cudaStream_t stream,
+                       AttentionTcVariant variant) {
   const int hs = check_shape(B, Tn, C, NH);
+  ZT_REQUIRE(variant.warp_rows == 16 || variant.warp_rows == 32,
+             "attention: warp_rows " << variant.warp_rows << " (supported: 16, 32)");
   ZT_REQUIRE(aligned16(out) && aligned16(qkv), "attention: out and qkv must be 16-byte aligned");
   switch (hs) {
-    case 16: forward_hs<T, 16>(out, lse, qkv, B, Tn, C, NH, stream); break;
-    case 32: forward_hs<T, 32>(out, lse, qkv, B, Tn, C, NH, stream); break;
-    case 64: forward_hs<T, 64>(out, lse, qkv, B, Tn, C, NH, stream); break;
-    case 128: forward_hs<T, 128>(out, lse, qkv, B, Tn, C, NH, stream); break;
+    case 16: forward_hs<T, 16>(out, lse, qkv, B, Tn, C, NH, variant, stream); break;
+    case 32: forward_hs<T, 32>(out, lse, qkv, B, Tn, C, NH, variant, stream); break;
+    case 64: forward_hs<T, 64>(out, lse, qkv, B, Tn, C, NH, variant, stream); break;
+    case 128: forward_hs<T, 128>(out, lse, qkv, B, Tn, C, NH, variant, stream); break;
   }
 }
 
-template void attention_forward<float>(float*, float*, const float*, int, int, int, int, cudaStream_t);
+template void attention_forward<float>(float*, float*, const float*, int, int, int, int, cudaStream_t,
+                                        AttentionTcVariant);
 template void attention_forward<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, int, int, int, int,
-                                               cudaStream_t);
+                                               cudaStream_t, AttentionTcVariant);
 
 }  // namespace zt::cuda

@@ -445,6 +445,28 @@ template <class T> void check_attention(int B, int Tn, int C, int NH, uint32_t s
   poison(scratch);
   run();
   expect_bitwise_equal("attention_backward.dqkv (rerun)", raw1, d_dqkv.download_raw());
+
+  // The tensor-core kernels' other ways of dividing the work (attention.h: AttentionTcVariant) give
+  // the default's results bit for bit: same arithmetic per row, only warps and launch order differ.
+  if constexpr (DType<T>::is_bf16) {
+    const auto raw_out = d_out.download_raw(), raw_lse = d_lse.download_raw();
+    for (const zt::cuda::AttentionTcVariant v : {zt::cuda::AttentionTcVariant{16, false},
+                                                 zt::cuda::AttentionTcVariant{16, true},
+                                                 zt::cuda::AttentionTcVariant{32, true}}) {
+      SCOPED_TRACE("variant warp_rows " + std::to_string(v.warp_rows) + " heads_fastest " +
+                   std::to_string(v.heads_fastest));
+      d_out.poison(), d_lse.poison();
+      zt::cuda::attention_forward<T>(d_out.p(), d_lse.p(), d_qkv.p(), B, Tn, C, NH, g.stream, v);
+      d_dqkv.upload(dqkv0);
+      poison(scratch);
+      zt::cuda::attention_backward<T>(d_dqkv.p(), d_dout.p(), d_qkv.p(), d_outin.p(), d_lsein.p(), B, Tn, C, NH,
+                                      scratch.get(), g.stream, v);
+      g.sync();
+      expect_bitwise_equal("attention_forward.out (variant)", raw_out, d_out.download_raw());
+      expect_bitwise_equal("attention_forward.lse (variant)", raw_lse, d_lse.download_raw());
+      expect_bitwise_equal("attention_backward.dqkv (variant)", raw1, d_dqkv.download_raw());
+    }
+  }
 }
 
 TYPED_TEST(GpuOps, Attention) {
