@@ -17,10 +17,13 @@ namespace zt::cuda {
 // bf16: tensor cores (mma.sync); float: SIMT fp32, the parity mode. lse is fp32 (B,NH,T).
 // How the bf16 (tensor-core) kernels divide the work; every variant gives bit-identical results, only
 // the speed differs (attention_common.cuh; bench/bench_kernels.cpp times them). fp32 ignores it.
+// The defaults are the fastest measured on an H100 (scripts/device/RESULTS.md): 16 rows per warp
+// forward, 32 backward, heads fastest.
 struct AttentionTcVariant {
-  int warp_rows = 32;          // rows per warp: 16 or 32 (head size 128 always runs 16)
-  bool heads_fastest = false;  // launch order: heads fastest, or one head's row blocks together
+  int warp_rows = 0;          // rows per warp: 16 or 32 (head size 128 always runs 16); 0: the pass's default
+  bool heads_fastest = true;  // launch order: heads fastest, or one head's row blocks together
 };
+constexpr int kAttentionForwardWarpRows = 16, kAttentionBackwardWarpRows = 32;
 template <class T> void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH,
                                           cudaStream_t stream, AttentionTcVariant variant = {});
 // Accumulates (+=) into dqkv (B,T,3C), deterministically (no atomics: dK/dV and dQ in separate

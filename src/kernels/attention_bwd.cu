@@ -252,6 +252,7 @@ template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int Tn, int C,
                         int NH, void* scratch, cudaStream_t stream, AttentionTcVariant variant) {
   const int hs = check_shape(B, Tn, C, NH);
+  if (variant.warp_rows == 0) variant.warp_rows = kAttentionBackwardWarpRows;
   ZT_REQUIRE(variant.warp_rows == 16 || variant.warp_rows == 32,
              "attention: warp_rows " << variant.warp_rows << " (supported: 16, 32)");
   ZT_REQUIRE(aligned16(dqkv) && aligned16(dout) && aligned16(qkv) && aligned16(out) && aligned16(scratch),

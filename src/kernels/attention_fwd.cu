@@ -172,7 +172,9 @@ __global__ void __launch_bounds__(tc_threads(MT))
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       inv[i] = 1.0f / sum;
-      if (tq == 0 && row[mt][i] < Tn) lse[(size_t(b) * NH + h) * Tn + row[mt][i]] = m[mt][i] * kLn2 + logf(sum);
+      // An explicit FMA: left to the compiler, contraction differed between the MT = 1 and MT = 2
+      // instantiations on an H100 (lse off by an ulp; the variants must agree bit for bit).
+      if (tq == 0 && row[mt][i] < Tn) lse[(size_t(b) * NH + h) * Tn + row[mt][i]] = fmaf(m[mt][i], kLn2, logf(sum));
     }
 #pragma unroll
     for (int dt = 0; dt < HS / 8; ++dt)
@@ -309,6 +311,7 @@ template <class T>
 void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH, cudaStream_t stream,
                        AttentionTcVariant variant) {
   const int hs = check_shape(B, Tn, C, NH);
+  if (variant.warp_rows == 0) variant.warp_rows = kAttentionForwardWarpRows;
   ZT_REQUIRE(variant.warp_rows == 16 || variant.warp_rows == 32,
              "attention: warp_rows " << variant.warp_rows << " (supported: 16, 32)");
   ZT_REQUIRE(aligned16(out) && aligned16(qkv), "attention: out and qkv must be 16-byte aligned");

@@ -450,9 +450,9 @@ template <class T> void check_attention(int B, int Tn, int C, int NH, uint32_t s
   // the default's results bit for bit: same arithmetic per row, only warps and launch order differ.
   if constexpr (DType<T>::is_bf16) {
     const auto raw_out = d_out.download_raw(), raw_lse = d_lse.download_raw();
-    for (const zt::cuda::AttentionTcVariant v : {zt::cuda::AttentionTcVariant{16, false},
-                                                 zt::cuda::AttentionTcVariant{16, true},
-                                                 zt::cuda::AttentionTcVariant{32, true}}) {
+    for (const zt::cuda::AttentionTcVariant v :
+         {zt::cuda::AttentionTcVariant{16, false}, zt::cuda::AttentionTcVariant{16, true},
+          zt::cuda::AttentionTcVariant{32, false}, zt::cuda::AttentionTcVariant{32, true}}) {
       SCOPED_TRACE("variant warp_rows " + std::to_string(v.warp_rows) + " heads_fastest " +
                    std::to_string(v.heads_fastest));
       d_out.poison(), d_lse.poison();
