@@ -2,8 +2,9 @@
 //
 // Nothing of size (T,T) ever reaches global memory: forward keeps a running (max, sum) per query
 // row (online softmax) and stores only lse; backward recomputes P = exp(S * scale - lse) tile by
-// tile. One thread block works on one (batch b, head h) and one block of rows; blockIdx.x is
-// (b, h), blockIdx.y the row block, ordered so that the blocks with the most work start first.
+// tile. One thread block works on one (batch b, head h) and one block of rows, ordered so that the
+// blocks with the most work start first (fp32: blockIdx.x is (b, h), blockIdx.y the row block;
+// bf16: a 1-D grid, tc_block below).
 //
 //   Forward, and backward's dQ pass (rows = queries, they walk the key tiles left of the diagonal):
 //
@@ -21,7 +22,8 @@
 //   query tile 2      [      ] [      ] [ diag ]    |           j..end (with their lse and D).
 //   query tile 3      [      ] [      ] [      ] [ diag ]
 //
-// Inside a block every warp owns 16 (tensor-core kernels) or 4 (fp32 kernels) of the block's rows
+// Inside a block every warp owns 16 or 32 (tensor-core kernels, "Warp rows" below) or 4 (fp32
+// kernels) of the block's rows
 // and the whole width of the streamed tile, so a warp's row statistics (max, sum, lse, D) never
 // leave the warp and the only block-wide synchronisation is around the shared-memory tiles.
 //
@@ -35,7 +37,7 @@
 //
 // Two implementations, picked by the element type:
 //   bf16  tensor cores: mma.sync.m16n8k16 (bf16 in, fp32 accumulate) fed by ldmatrix from
-//         shared memory, FlashAttention-2 style. 64 rows per block, 4 warps x 16 rows, tiles of
+//         shared memory, FlashAttention-2 style. 64 rows per block, 4 warps x 16 rows (or 2 x 32), tiles of
 //         64 columns loaded with cp.async (double buffered). S, P, dP and dS stay in registers:
 //         the fp32 accumulator layout of one m16n8 product, taken two at a time, is exactly the
 //         bf16 A-operand layout of the next product, so P goes from softmax to P.V without shared
