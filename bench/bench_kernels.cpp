@@ -386,7 +386,8 @@ int run(const Args& a) {
   for (const int warp_rows : {16, 32})
     for (const bool heads_fastest : {true, false}) {
       const zt::cuda::AttentionTcVariant v{warp_rows, heads_fastest};
-      const std::string tag = " [warp_rows " + std::to_string(warp_rows) + (heads_fastest ? ", heads fastest]" : ", head's rows together]");
+      const std::string tag = " [warp_rows " + std::to_string(warp_rows) +
+                              (heads_fastest ? ", heads fastest]" : ", head's rows together]");
       flop_row("attention_forward" + tag, attn_fwd_flops, [&, v] {
         zt::cuda::attention_forward<bf16>(atty.get(), lse.get(), qkv.get(), B, T, C, NH, stream, v);
       });

@@ -389,11 +389,14 @@ void backward_tc(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse
   launch_backward_tc<HS, 1>(dqkv, dout, qkv, lse, D, B, Tn, C, NH, variant.heads_fastest, stream);
 }
 
-template void backward_tc<16>(bf16*, const bf16*, const bf16*, const float*, const float*, int, int, int, int, AttentionTcVariant, cudaStream_t);
-template void backward_tc<32>(bf16*, const bf16*, const bf16*, const float*, const float*, int, int, int, int, AttentionTcVariant, cudaStream_t);
-template void backward_tc<64>(bf16*, const bf16*, const bf16*, const float*, const float*, int, int, int, int, AttentionTcVariant, cudaStream_t);
-template void backward_tc<128>(bf16*, const bf16*, const bf16*, const float*, const float*, int, int, int, int,
-                               AttentionTcVariant, cudaStream_t);
+#define ZT_BACKWARD_TC(HS)                                                                                        \
+  template void backward_tc<HS>(bf16*, const bf16*, const bf16*, const float*, const float*, int, int, int, int, \
+                                AttentionTcVariant, cudaStream_t);
+ZT_BACKWARD_TC(16)
+ZT_BACKWARD_TC(32)
+ZT_BACKWARD_TC(64)
+ZT_BACKWARD_TC(128)
+#undef ZT_BACKWARD_TC
 
 }  // namespace attention_detail
 
