@@ -338,4 +338,12 @@ if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(emulated.offload_cuda PROPERTIES LABELS emu TIMEOUT 600 RUN_SERIAL TRUE
                        ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  # Checkpoints with optimizer offload on the CUDA backend: resume bit for bit (N = 1 cpu, N = 2
+  # stage 3 nvme), continue at N = 1 / on the CPU backend (test/emu/offload_checkpoint_emu.sh).
+  add_test(NAME emulated.offload_checkpoint_cuda
+           COMMAND bash ${CMAKE_SOURCE_DIR}/test/emu/offload_checkpoint_emu.sh $<TARGET_FILE:train>
+                   $<TARGET_FILE:zt_train_emu> ${MPIEXEC_EXECUTABLE}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(emulated.offload_checkpoint_cuda PROPERTIES LABELS emu TIMEOUT 600 RUN_SERIAL TRUE
+                       ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()

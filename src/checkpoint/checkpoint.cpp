@@ -68,7 +68,7 @@ uint64_t write_rank_file(const std::string& path, const Meta& meta, const ParamL
       // Tests: this rank dies here, half way through its file, as under kill -9.
       if (die && 2 * done >= total) ::raise(SIGKILL);
       const unsigned char* src = static_cast<const unsigned char*>(b.base) + r.at * eb;
-      if (d2h) {  // backend memory: through one host buffer
+      if (d2h && b.in_backend_memory) {  // backend memory: through one host buffer
         host.resize(r.count * eb);
         d2h(host.data(), src, host.size());
         src = host.data();
@@ -273,6 +273,7 @@ Transfer load(const std::string& step_dir, const Plan& plan, int world, const Pa
     if (b.kind == Kind::master && !rd.has(Kind::master)) src = Kind::param;
     ZT_REQUIRE(rd.has(src), "checkpoint " << step_dir << " has no " << kind_name(src) << " tensors");
     const bool round = b.dtype == DType::bf16 && rd.dtype(src) == DType::f32 && to_bf16;
+    ZT_ASSERT(!round || b.in_backend_memory);  // host-side state is fp32 (the moments, the master)
     ZT_REQUIRE(rd.dtype(src) == b.dtype || round,
                "checkpoint " << step_dir << " holds " << kind_name(src) << " as "
                              << (rd.dtype(src) == DType::bf16 ? "bf16" : "fp32") << " but this run keeps them as "
@@ -281,7 +282,7 @@ Transfer load(const std::string& step_dir, const Plan& plan, int world, const Pa
     for (const TensorRange& r : b.holds) {
       unsigned char* dst = static_cast<unsigned char*>(b.base) + r.at * eb;
       const TensorSlot& slot = layout.tensors()[size_t(r.tensor)];
-      if (!h2d && !round) {  // host memory: read in place
+      if ((!h2d || !b.in_backend_memory) && !round) {  // host memory: read in place
         rd.read(src, slot, r.offset, r.count, dst);
         continue;
       }

@@ -26,6 +26,9 @@ struct Buffer {
   DType dtype;
   void* base;
   std::vector<TensorRange> holds;
+  // In the backend's memory (crosses through the copy function), or in host memory (read and
+  // written in place): the CUDA backend's host optimizer keeps its state pinned on the host.
+  bool in_backend_memory = true;
 };
 
 // Bytes moved (all ranks), seconds, and the checkpoint directory.

@@ -14,8 +14,9 @@ namespace zt::ckpt {
 
 // The store's persistent buffers as checkpoint buffers. Offloaded ones (Tier::nvme, docs/design.md
 // §3.6) have no memory of their own: they are staged through host memory for the save or the load,
-// one host copy of the rank's offloaded state while the checkpoint runs (offload runs on the CPU
-// backend only, so the staged copies never need a device copy function).
+// one host copy of the rank's offloaded state while the checkpoint runs. Only Tier::device buffers
+// cross through the backend's copy functions; pinned ones (the CUDA backend's host optimizer) and
+// staged ones are host memory.
 struct StoreBuffers {
   std::vector<Buffer> list;
   std::vector<std::pair<offload::SwapFile*, std::vector<char>>> staged;
@@ -34,7 +35,8 @@ inline StoreBuffers persistent_buffers(const StateStore& store, bool read_swappe
       if (read_swapped) f->read_all(out.staged.back().second.data());
       base = out.staged.back().second.data();
     }
-    out.list.push_back(Buffer{kind_of(b.id), b.dtype, base, b.holds});
+    const bool staged = store.file(b.id) != nullptr;
+    out.list.push_back(Buffer{kind_of(b.id), b.dtype, base, b.holds, b.tier == Tier::device && !staged});
   }
   return out;
 }
@@ -49,7 +51,6 @@ template <class Ops>
 Transfer save_store(Comm& comm, const CheckpointSection& c, const Meta& meta, const ParamLayout& layout,
                     const StateStore& store, const Progress& progress = {}) {
   const StoreBuffers b = persistent_buffers(store, /*read_swapped=*/true);
-  ZT_ASSERT(b.staged.empty() || Ops::tier == Tier::host);
   return save(comm, c.dir, c.keep, meta, layout, b.list, d2h_of<Ops>(), progress);
 }
 
@@ -66,7 +67,6 @@ template <class Ops>
 Transfer load_store(const std::string& step_dir, const Plan& plan, int world, const ParamLayout& layout,
                     StateStore& store, Meta& got) {
   StoreBuffers b = persistent_buffers(store, /*read_swapped=*/false);
-  ZT_ASSERT(b.staged.empty() || Ops::tier == Tier::host);
   const Transfer t = load(step_dir, plan, world, layout, b.list, h2d_of<Ops>(), to_bf16_of<Ops>(), got);
   b.write_back();
   return t;

@@ -82,7 +82,7 @@ std::string help() {
     os << "\n";
   }
   os << "Offload: offload.optimizer \"nvme\" (zero.stage 1-3, both backends) and \"cpu\" (zero.stage 1-3, CUDA backend:\n"
-        "AdamW on the CPU from pinned host memory; no checkpoints yet); offload.params \"nvme\" (zero.stage 3, CPU\n"
+        "AdamW on the CPU from pinned host memory); offload.params \"nvme\" (zero.stage 3, CPU\n"
         "backend: the parameter and gradient shards in swap files). The CUDA backend's multi-rank and offload\n"
         "paths are tested under emulation only.";
   return os.str();

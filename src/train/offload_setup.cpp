@@ -36,11 +36,6 @@ offload::SwapSpec prepare_offload(const Plan& plan, int world, int rank, int loc
   ZT_REQUIRE(host_backend || plan.offload.params == "none",
              "offload.params: \"nvme\" is not implemented yet for the CUDA backend; run it with device \"cpu\", or "
              "set offload.params to \"none\"");
-  // The CUDA backend's host-side optimizer state is not written to or read from checkpoints yet.
-  ZT_REQUIRE(host_backend || plan.checkpoint.dir.empty(),
-             "offload.optimizer: \"" << plan.offload.optimizer
-                                     << "\" on the CUDA backend cannot save or resume checkpoints yet; leave "
-                                        "checkpoint.dir empty, or set offload.optimizer to \"none\"");
   if (plan.offload.optimizer == "cpu" && plan.offload.params == "none") return {};
   int files = 0;
   const uint64_t per_rank = swap_file_bytes(plan, world, &files);

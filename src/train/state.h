@@ -35,7 +35,7 @@ struct TrainState {
   std::vector<Saved> buffers;
 };
 
-// The store's persistent buffers into host memory (backend memory crosses through Ops::d2h).
+// The store's persistent buffers into host memory (device memory crosses through Ops::d2h).
 template <class Ops>
 void capture_buffers(const StateStore& store, TrainState& st) {
   st.buffers.clear();
@@ -43,7 +43,8 @@ void capture_buffers(const StateStore& store, TrainState& st) {
     if (!b.persistent) continue;
     TrainState::Saved s{b.id, std::vector<unsigned char>(b.bytes())};
     if (offload::SwapFile* f = store.file(b.id)) f->read_all(s.bytes.data());
-    else Ops::d2h(s.bytes.data(), store.raw(b.id), b.bytes());
+    else if (b.tier == Tier::device) Ops::d2h(s.bytes.data(), store.raw(b.id), b.bytes());
+    else std::memcpy(s.bytes.data(), store.raw(b.id), b.bytes());  // pinned: the CUDA host optimizer's
     st.buffers.push_back(std::move(s));
   }
 }
@@ -58,7 +59,8 @@ void restore_buffers(const TrainState& st, StateStore& store) {
     ZT_REQUIRE(i < st.buffers.size() && st.buffers[i].id == b.id && st.buffers[i].bytes.size() == b.bytes(),
                "train state: saved buffers do not match this plan's " << b.name() << " (" << b.bytes() << " bytes)");
     if (offload::SwapFile* f = store.file(b.id)) f->write_all(st.buffers[i].bytes.data());
-    else Ops::h2d(store.raw(b.id), st.buffers[i].bytes.data(), b.bytes());
+    else if (b.tier == Tier::device) Ops::h2d(store.raw(b.id), st.buffers[i].bytes.data(), b.bytes());
+    else std::memcpy(store.raw(b.id), st.buffers[i].bytes.data(), b.bytes());
     ++i;
   }
   ZT_REQUIRE(i == st.buffers.size(), "train state: " << st.buffers.size() - i << " saved buffer(s) this plan does not keep");
