@@ -12,6 +12,38 @@
 
 namespace zt {
 
+namespace {
+// device "auto" is the GPU when this build has the CUDA backend and one is visible.
+std::string resolve_device(const Plan& plan) {
+  if (plan.device != "auto") return plan.device;
+  return device::available() ? "cuda" : "cpu";
+}
+
+// The offload rungs (docs/offload.md), after sharding: the optimizer state off the device (CUDA:
+// pinned host memory, the CPU runs AdamW) or out of host memory (CPU backend: swap files), then on
+// the CPU backend the parameter and gradient shards too. Offload needs a shard (zero.stage >= 1;
+// parameters: 3), so the rung raises the stage where it must. "" when no offload this build runs is left.
+std::string next_offload_step(const Plan& plan) {
+  const bool gpu = resolve_device(plan) == "cuda";
+  std::ostringstream os;
+  if (plan.offload.optimizer == "none") {
+    if (plan.zero.stage == 0) os << "set zero.stage to 1 and ";
+    else os << "set ";
+    if (gpu)
+      os << "offload.optimizer to \"cpu\": the AdamW moments and master weights in pinned host memory, "
+            "updated by the CPU, not on the GPU";
+    else
+      os << "offload.optimizer to \"nvme\": the AdamW moments in swap files under offload.nvme_dir ("
+         << plan.offload.nvme_dir << ")";
+  } else if (!gpu && plan.offload.params == "none") {  // parameter offload runs on the CPU backend only
+    if (plan.zero.stage < 3) os << "set zero.stage to 3 and ";
+    else os << "set ";
+    os << "offload.params to \"nvme\": the parameter and gradient shards in swap files too";
+  }
+  return os.str();
+}
+}  // namespace
+
 std::string next_memory_step(const Plan& plan, int world) {
   std::ostringstream os;
   const int mb = plan.batch.micro_batch, ga = plan.batch.grad_accum;
@@ -32,18 +64,14 @@ std::string next_memory_step(const Plan& plan, int world) {
           "in backward";
   else if (world > 1 && plan.zero.stage < 3)
     os << "raise zero.stage to " << plan.zero.stage + 1 << " to shard more model state across the " << world << " ranks";
+  else if (const std::string off = next_offload_step(plan); !off.empty())
+    os << off;
   else
     os << "shorten model.seq_len or use a smaller model: micro_batch 1 does not fit";
   return os.str();
 }
 
 namespace {
-
-// device "auto" is the GPU when this build has the CUDA backend and one is visible.
-std::string resolve_device(const Plan& plan) {
-  if (plan.device != "auto") return plan.device;
-  return device::available() ? "cuda" : "cpu";
-}
 
 // What backend b cannot run (runtime/support.h) is refused here, on any machine.
 void check_backend_limits(const support::Backend& b, const Plan& plan, int world) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "plan/plan.h"
+#include "runtime/support.h"
 #include "train/backend_choice.h"
 
 namespace {
@@ -84,8 +85,42 @@ TEST(MemoryLadder, AtMicroBatchOneShardsMoreOrShrinks) {
   const std::string multi = zt::next_memory_step(p, 4);
   EXPECT_NE(multi.find("zero.stage to 2"), std::string::npos) << multi;
   const std::string single = zt::next_memory_step(p, 1);  // one rank: sharding saves nothing
-  EXPECT_NE(single.find("seq_len"), std::string::npos) << single;
-  const zt::Plan s3 = zt::load_plan(kBase, {"batch.micro_batch=1", "zero.stage=3", "recompute.policy=block"}, false);
-  EXPECT_NE(zt::next_memory_step(s3, 4).find("seq_len"), std::string::npos);
+  EXPECT_NE(single.find("offload.optimizer"), std::string::npos) << single;
+}
+
+// After sharding, the offload rungs (only what the backend runs, the stage raised where offload
+// needs a shard); each advice, applied, is a plan the loader and the backend accept; then the model.
+void expect_rungs(std::vector<std::string> sets, int world,
+                  const std::vector<std::pair<std::string, std::vector<std::string>>>& rungs) {
+  for (const auto& [want, apply] : rungs) {
+    const zt::Plan p = zt::load_plan(kBase, sets, false);
+    const std::string s = zt::next_memory_step(p, world);
+    ASSERT_NE(s.find(want), std::string::npos) << s;
+    EXPECT_EQ(s.find("offload.params to \"cpu\""), std::string::npos) << s;  // not implemented anywhere
+    sets.insert(sets.end(), apply.begin(), apply.end());
+    const zt::Plan q = zt::load_plan(kBase, sets, false);  // throws if the advice made a bad plan
+    if (zt::support::backend(q.device == "cuda" ? "cuda-bf16" : "cpu-fp32").built)
+      EXPECT_NO_THROW(zt::planned_backend(q, world)) << s;
+  }
+  const std::string last = zt::next_memory_step(zt::load_plan(kBase, sets, false), world);
+  EXPECT_NE(last.find("seq_len"), std::string::npos) << last;
+}
+
+TEST(MemoryLadder, OffloadRungsOnTheCpuBackend) {
+  expect_rungs({"device=cpu", "batch.micro_batch=1", "recompute.policy=block"}, 1,
+               {{"set zero.stage to 1 and offload.optimizer to \"nvme\"", {"zero.stage=1", "offload.optimizer=nvme"}},
+                {"set zero.stage to 3 and offload.params to \"nvme\"", {"zero.stage=3", "offload.params=nvme"}}});
+  expect_rungs({"device=cpu", "batch.micro_batch=1", "recompute.policy=block", "zero.stage=3"}, 4,
+               {{"set offload.optimizer to \"nvme\"", {"offload.optimizer=nvme"}},
+                {"set offload.params to \"nvme\"", {"offload.params=nvme"}}});
+}
+
+// The GPU's rung moves the optimizer state to pinned host memory; parameter offload is not
+// implemented on the CUDA backend, so it is never advised there.
+TEST(MemoryLadder, OffloadRungsOnTheCudaBackend) {
+  expect_rungs({"device=cuda", "batch.micro_batch=1", "recompute.policy=block", "zero.stage=3"}, 4,
+               {{"set offload.optimizer to \"cpu\"", {"offload.optimizer=cpu"}}});
+  expect_rungs({"device=cuda", "batch.micro_batch=1", "recompute.policy=block"}, 1,
+               {{"set zero.stage to 1 and offload.optimizer to \"cpu\"", {"zero.stage=1", "offload.optimizer=cpu"}}});
 }
 }  // namespace
