@@ -45,6 +45,7 @@ Tracer::Tracer(const std::string& file, int rank) : path_(file), rank_(rank) {
   track_name(kCompute, "compute");
   track_name(kWait, "wait");
   track_name(kOptimizer, "optimizer");
+  track_name(kHostOptimizer, "host optimizer (CPU AdamW)");
   track_name(kComm, "comm");
   lanes_.resize(1);
 }

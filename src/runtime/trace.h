@@ -30,7 +30,8 @@ namespace zt {
 
 class Tracer {
  public:
-  enum Track : int { kStep = 0, kCompute = 1, kWait = 2, kOptimizer = 3, kComm = 10 };
+  // kHostOptimizer: the CUDA backend's CPU AdamW (offload.optimizer "cpu"), beside backward.
+  enum Track : int { kStep = 0, kCompute = 1, kWait = 2, kOptimizer = 3, kHostOptimizer = 4, kComm = 10 };
 
   // The file of this rank: `path` with ".rank<R>" inserted before its extension ("t.json" ->
   // "t.rank0.json", "t" -> "t.rank0"), or "<path>/trace.rank<R>.json" when path ends in '/' or is

@@ -110,6 +110,7 @@ class Trainer {
       const double lr = lr_at(step, plan_.optim.lr, plan_.optim.warmup_steps, run.steps, plan_.optim.schedule,
                               plan_.optim.min_lr_ratio);
       engine_->begin_step(step);
+      if (plan_.optim.grad_clip <= 0.0) engine_->update_args_known(lr);  // clip_scale is then 1
       double loss = 0.0;
       for (int micro = 0; micro < accum; ++micro) {
         loader_->train_batch(step, micro, accum, inputs.data(), targets.data());

@@ -36,6 +36,10 @@ ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& 
     model_.set_unit_grads(u, grads ? grads + off : nullptr);
   }
   model_.set_hooks(this);
+  // offload.optimizer "cpu" on the CUDA backend: a unit's shards go to the CPU AdamW as soon as its
+  // gradient shard is final (zero/host_optimizer.cpp).
+  if (optimizer_.host_overlaps())
+    reducer_.on_shards_final([this](const std::vector<int>& units) { optimizer_.host_units_final(units); });
 }
 
 template <class Ops>
@@ -99,6 +103,7 @@ template <class Ops>
 void ZeroEngine<Ops>::set_tracer(Tracer* t) {
   tr_ = t;
   reducer_.set_tracer(t);
+  optimizer_.set_tracer(t);
   gatherer_.set_tracer(t);
   lookup_.set_tracer(t);
   traced_.reset(t ? new TracedHooks(*this, *t, micro_) : nullptr);
@@ -191,6 +196,12 @@ void ZeroEngine<Ops>::before_grads(int u) {
 template <class Ops>
 void ZeroEngine<Ops>::grads_ready(int u) {
   reducer_.grads_ready(u);
+  if (optimizer_.host_overlaps()) optimizer_.host_progress();  // the CPU AdamW beside backward
+}
+
+template <class Ops>
+void ZeroEngine<Ops>::update_args_known(double lr) {
+  if (optimizer_.host_overlaps()) optimizer_.host_update_args(lr, 1.0);
 }
 
 template <class Ops>

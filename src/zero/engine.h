@@ -77,6 +77,10 @@ class ZeroEngine : public UnitHooks {
   // After the last micro-step's backward: completes all gradient communication.
   void finish_gradients();
   double grad_norm();
+  // Without gradient clipping (optim.grad_clip 0) the update's arguments are known at the start of
+  // the step (scale 1): the CPU AdamW of offload.optimizer "cpu" then runs beside backward.
+  // optimizer_step must get the same lr. A no-op elsewhere.
+  void update_args_known(double lr);
   // Stages 1-2 with overlap: the parameter all-gather it starts runs under the next forward
   // (each unit waited before its first use); params_ready() waits for all of it, before anything
   // else reads the parameters (checkpoint, captured state, end of run; save_llmc waits itself).

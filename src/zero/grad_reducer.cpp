@@ -148,6 +148,7 @@ void GradReducer<Ops>::complete(StagingSlot& s) {
       for (int v : bk.units)
         unit_ss_[size_t(v)] = Ops::sum_squares(shard + (part_.unit_shard_flat(v) - flat0), part_.unit_shard_numel(v));
   });
+  if (last_micro && on_final_) on_final_(bk.units);
   if (&s != &s0_) s.bucket = -1;
 }
 

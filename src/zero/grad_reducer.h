@@ -23,6 +23,7 @@
 // completes (stage 2: into my shard at once; stages 0-1: in finish()).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "comm/comm.h"
@@ -51,6 +52,9 @@ class GradReducer {
   // Per-unit sums of squares of the completed gradient shard when it is on disk, else nullptr.
   const std::vector<double>* unit_sum_squares() const { return shard_.on_disk() ? &unit_ss_ : nullptr; }
   void set_tracer(Tracer* t) { tr_ = t; }  // tags each collective with its bucket and unit
+  // Called with a bucket's units when the last micro-step's reduction has made their gradient shard
+  // final on this rank (stages 2-3, during backward): the host optimizer sends them to the host.
+  void on_shards_final(std::function<void(const std::vector<int>&)> f) { on_final_ = std::move(f); }
 
  private:
   struct StagingSlot {
@@ -86,6 +90,7 @@ class GradReducer {
   offload::ShardSource<T> shard_;       // stages 2-3: my gradient shard (memory, or a swap file)
   std::vector<double> unit_ss_;         // (units) sum of squares of each unit's gradient shard on disk
   Tracer* tr_ = nullptr;
+  std::function<void(const std::vector<int>&)> on_final_;
   void tag(int b, int unit) {  // the next collective's bucket and unit
     if (!tr_) return;
     tr_->tag_next("bucket", b);

@@ -1,18 +1,36 @@
 // The CUDA backend's optimizer on the host (offload.optimizer "cpu" / "nvme", docs/design.md §3.6):
 // the moments and master weights stay in pinned host memory (or swap files), the multi-threaded CPU
 // AdamW (kernels/adamw.cpp) updates them, and my shard of the gradients and parameters crosses the
-// bus each step:
+// bus each step. With "cpu" the update overlaps backward, unit by unit, as ZeRO-Offload's does:
 //
-//   copy stream   wait compute ─ D2H(params u, grads u) for every unit ─ ... ─ H2D(params u) ...
-//   host (CPU)                   wait unit u's copies ─ AdamW(u) ─ queue H2D(u) ─ wait u+1 ─ ...
-//   compute       ... backward ─ grad norm ─────────────────────────────────── wait copies ─ forward
+//   compute   bwd L-1 ─ reduce ─ bwd L-2 ─ reduce ─ ... ─ bwd 0 ─ finish ─ norm ───────── wait ─ fwd
+//   copy             D2H(L-1)          D2H(L-2)      ...    H2D(L-1)  H2D(L-2) ... D2H(0) H2D(0)
+//   CPU worker            AdamW(L-1)         AdamW(L-2)  ...                           AdamW(0)
 //
-// Unit u's update overlaps the copies of units u+1.. down and of u-1 up. With "nvme" the state is
-// streamed through offload::SwapPipeline after every unit has arrived. The update is the per-tensor
-// AdamW of adamw_unit_range with the CPU functions of the CUDA kernel's arithmetic: fp32 exactly the
-// kernel's formula (cpu::adamw_update), bf16 the kernel's stochastic rounding bit for bit
-// (cpu::adamw_update_bf16_master), so a run matches the same plan without offload (tested under
-// emulation; on a GPU nvcc's fused multiply-adds may differ in the last bit).
+// A unit's shards leave the device once the reducer has made its gradient shard final (the last
+// micro-step's reduction of its bucket: stages 2-3 during backward, stages 0-1 in finish()); the
+// CPU worker updates it when its copy has arrived AND the update's arguments are known. With
+// optim.grad_clip 0 they are known at the start of the step (scale 1), so AdamW runs beside
+// backward; with clipping the scale needs the global gradient norm, i.e. every gradient, so the
+// copies overlap backward and AdamW follows the norm (updating early would change the result:
+// AdamW is not linear in the gradient scale). The embedding units always go last (the deferred
+// lookup adds to their gradient at the end of backward). Every CUDA call stays on the training
+// thread (host_progress, at each unit of backward, hands arrived units to the worker and queues
+// the copies back of updated ones); the worker touches only pinned host memory.
+//
+// With "nvme" the state is streamed through offload::SwapPipeline after every unit has arrived.
+// The update is the per-tensor AdamW of adamw_unit_range with the CPU functions of the CUDA
+// kernel's arithmetic: fp32 exactly the kernel's formula (cpu::adamw_update), bf16 the kernel's
+// stochastic rounding bit for bit (cpu::adamw_update_bf16_master), so a run matches the same plan
+// without offload (tested under emulation; on a GPU nvcc's fused multiply-adds may differ in the
+// last bit), whenever each unit is updated.
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -53,12 +71,67 @@ struct ShardedOptimizer<Ops>::HostCopies {
   cudaStream_t stream = nullptr;
   std::vector<cudaEvent_t> arrived;  // per unit: its params and grads are on the host
   cudaEvent_t mark = nullptr;
-  explicit HostCopies(int units) : arrived(size_t(units)) {
+  // Per unit, this step: 0 on the device, 1 copies queued, 2 with the worker, 3 updated, 4 sent back.
+  std::vector<int> state;
+  int sent_back = 0;
+
+  // The CPU worker. Guarded by mu: jobs, updated, args, failure, stop.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<int> jobs;     // units whose shards are on the host, to update
+  std::vector<int> updated; // units updated, not yet sent back
+  struct Args {
+    bool known = false;
+    double lr = 0, scale = 0;
+    int t = 0;  // AdamW's step
+  } args;
+  std::exception_ptr failure;
+  bool stop = false;
+  struct Span {
+    int unit;
+    double ts_us, dur_us;
+  };
+  std::vector<Span> spans;  // the worker's updates this step (run.trace), guarded by mu
+  std::thread worker;
+
+  HostCopies(int units, std::function<void(int, double, double, int)> update)
+      : arrived(size_t(units)), state(size_t(units), 0) {
     ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (cudaEvent_t& e : arrived) ZT_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     ZT_CHECK_CUDA(cudaEventCreateWithFlags(&mark, cudaEventDisableTiming));
+    worker = std::thread([this, update] {
+      std::unique_lock<std::mutex> lk(mu);
+      for (;;) {
+        cv.wait(lk, [&] { return stop || (args.known && !jobs.empty()); });
+        if (stop) return;
+        const int u = jobs.front();
+        jobs.pop_front();
+        const Args a = args;
+        lk.unlock();
+        const double t0 = Tracer::now_us();
+        try {
+          update(u, a.lr, a.scale, a.t);
+        } catch (...) {
+          lk.lock();
+          failure = std::current_exception();
+          cv.notify_all();
+          continue;
+        }
+        const double t1 = Tracer::now_us();
+        lk.lock();
+        updated.push_back(u);
+        spans.push_back({u, t0, t1 - t0});
+        cv.notify_all();
+      }
+    });
   }
   ~HostCopies() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    worker.join();
     (void)cudaStreamSynchronize(stream);
     for (cudaEvent_t e : arrived) (void)cudaEventDestroy(e);
     (void)cudaEventDestroy(mark);
@@ -90,29 +163,137 @@ void ShardedOptimizer<Ops>::host_init_master() {
   ZT_ASSERT(false);  // only the CUDA backend keeps host copies
 }
 
+namespace {
+bool is_embedding(const Unit& u) { return u.name.rfind("embedding", 0) == 0; }
+}  // namespace
+
+template <class Ops>
+typename ShardedOptimizer<Ops>::HostCopies& ShardedOptimizer<Ops>::host_copies() {
+#if ZT_HAVE_CUDA
+  if constexpr (Ops::tier == Tier::device) {
+    if (!copies_)
+      copies_ = std::make_shared<HostCopies>(layout_.num_units(), [this](int u, double lr, double scale, int t) {
+        host_update_unit(u, lr, scale, t);
+      });
+    return *copies_;
+  }
+#endif
+  ZT_ASSERT(false);  // only the CUDA backend keeps host copies
+  return *copies_;
+}
+
+template <class Ops>
+void ShardedOptimizer<Ops>::host_update_unit(int u, double lr, double grad_scale, int t) {
+  T* hp = store_.get<T>(StateId::host_params);
+  T* hg = store_.get<T>(StateId::host_grads);
+  const size_t f = part_.unit_shard_flat(u);
+#if ZT_HAVE_CUDA
+  adamw_unit_range<HostAdamW<T>>(layout_, u, part_.unit_shard_begin(u), part_.unit_shard_numel(u), hp + f,
+                                 state(StateId::master, u), hg + f, state(StateId::adam_m, u), state(StateId::adam_v, u),
+                                 optim_, lr, grad_scale, t);
+#else
+  (void)hp, (void)hg, (void)f, (void)lr, (void)grad_scale, (void)t;
+#endif
+}
+
+template <class Ops>
+void ShardedOptimizer<Ops>::host_units_final(const std::vector<int>& units) {
+  std::vector<int> blocks;
+  for (int u : units)
+    if (!is_embedding(layout_.units()[size_t(u)])) blocks.push_back(u);
+  host_send(blocks);
+}
+
+template <class Ops>
+void ShardedOptimizer<Ops>::host_send(const std::vector<int>& units) {
+#if ZT_HAVE_CUDA
+  if constexpr (Ops::tier == Tier::device) {
+    HostCopies& c = host_copies();
+    T* hp = store_.get<T>(StateId::host_params);
+    T* hg = store_.get<T>(StateId::host_grads);
+    bool marked = false;
+    for (int u : units) {
+      if (c.state[size_t(u)] != 0) continue;  // already on its way
+      if (!marked) {  // after what the compute stream has queued: the reduction into the shard
+        ZT_CHECK_CUDA(cudaEventRecord(c.mark, Ops::stream()));
+        ZT_CHECK_CUDA(cudaStreamWaitEvent(c.stream, c.mark, 0));
+        marked = true;
+      }
+      const size_t f = part_.unit_shard_flat(u), bytes = part_.unit_shard_numel(u) * sizeof(T);
+      ZT_CHECK_CUDA(cudaMemcpyAsync(hp + f, params(u), bytes, cudaMemcpyDeviceToHost, c.stream));
+      ZT_CHECK_CUDA(cudaMemcpyAsync(hg + f, grads(u), bytes, cudaMemcpyDeviceToHost, c.stream));
+      ZT_CHECK_CUDA(cudaEventRecord(c.arrived[size_t(u)], c.stream));
+      c.state[size_t(u)] = 1;
+    }
+    return;
+  }
+#endif
+  (void)units;
+}
+
+template <class Ops>
+void ShardedOptimizer<Ops>::host_update_args(double lr, double grad_scale) {
+#if ZT_HAVE_CUDA
+  if constexpr (Ops::tier == Tier::device) {
+    HostCopies& c = host_copies();
+    {
+      std::lock_guard<std::mutex> lk(c.mu);
+      ZT_ASSERT(!c.args.known);
+      c.args = {true, lr, grad_scale, steps_taken_ + 1};  // step() counts this update
+    }
+    c.cv.notify_all();
+    return;
+  }
+#endif
+  (void)lr, (void)grad_scale;
+}
+
+template <class Ops>
+void ShardedOptimizer<Ops>::host_progress() {
+#if ZT_HAVE_CUDA
+  if constexpr (Ops::tier == Tier::device) {
+    if (!copies_ || swap_) return;
+    HostCopies& c = *copies_;
+    std::vector<int> back;
+    {
+      std::lock_guard<std::mutex> lk(c.mu);
+      if (c.failure) std::rethrow_exception(c.failure);
+      back.swap(c.updated);
+    }
+    bool handed = false;
+    for (int u = 0; u < layout_.num_units(); ++u) {
+      if (c.state[size_t(u)] != 1) continue;
+      const cudaError_t q = cudaEventQuery(c.arrived[size_t(u)]);
+      if (q == cudaErrorNotReady) continue;
+      ZT_CHECK_CUDA(q);
+      std::lock_guard<std::mutex> lk(c.mu);
+      c.jobs.push_back(u);
+      c.state[size_t(u)] = 2;
+      handed = true;
+    }
+    if (handed) c.cv.notify_all();
+    for (int u : back) {  // the updated parameters back to the device, on the copy stream
+      const size_t f = part_.unit_shard_flat(u), bytes = part_.unit_shard_numel(u) * sizeof(T);
+      ZT_CHECK_CUDA(cudaMemcpyAsync(params(u), store_.get<T>(StateId::host_params) + f, bytes,
+                                    cudaMemcpyHostToDevice, c.stream));
+      c.state[size_t(u)] = 4;
+      ++c.sent_back;
+    }
+  }
+#endif
+}
+
 template <class Ops>
 void ShardedOptimizer<Ops>::host_step(double lr, double grad_scale) {
 #if ZT_HAVE_CUDA
   if constexpr (Ops::tier == Tier::device) {
     const int U = layout_.num_units();
-    if (!copies_) copies_ = std::make_shared<HostCopies>(U);
-    HostCopies& c = *copies_;
+    HostCopies& c = host_copies();
     T* hp = store_.get<T>(StateId::host_params);
     T* hg = store_.get<T>(StateId::host_grads);
-    cudaStream_t compute = Ops::stream();
-    // Out: after backward and the gradient reduction (compute stream), unit by unit.
-    ZT_CHECK_CUDA(cudaEventRecord(c.mark, compute));
-    ZT_CHECK_CUDA(cudaStreamWaitEvent(c.stream, c.mark, 0));
-    for (int u = 0; u < U; ++u) {
-      const size_t f = part_.unit_shard_flat(u), bytes = part_.unit_shard_numel(u) * sizeof(T);
-      ZT_CHECK_CUDA(cudaMemcpyAsync(hp + f, params(u), bytes, cudaMemcpyDeviceToHost, c.stream));
-      ZT_CHECK_CUDA(cudaMemcpyAsync(hg + f, grads(u), bytes, cudaMemcpyDeviceToHost, c.stream));
-      ZT_CHECK_CUDA(cudaEventRecord(c.arrived[size_t(u)], c.stream));
-    }
-    auto back = [&](int u) {
-      const size_t f = part_.unit_shard_flat(u), bytes = part_.unit_shard_numel(u) * sizeof(T);
-      ZT_CHECK_CUDA(cudaMemcpyAsync(params(u), hp + f, bytes, cudaMemcpyHostToDevice, c.stream));
-    };
+    std::vector<int> all(static_cast<size_t>(U));
+    for (int u = 0; u < U; ++u) all[size_t(u)] = u;
+    host_send(all);  // what backward did not send (stages 0-1: everything; the embedding units)
     if (swap_) {
       for (int u = 0; u < U; ++u) ZT_CHECK_CUDA(cudaEventSynchronize(c.arrived[size_t(u)]));
       swap_->for_each_subgroup([&](size_t lo, size_t n, M* const* bufs) {
@@ -126,20 +307,39 @@ void ShardedOptimizer<Ops>::host_step(double lr, double grad_scale) {
                                          optim_, lr, grad_scale, steps_taken_);
         }
       });
-      for (int u = 0; u < U; ++u) back(u);
-    } else {
       for (int u = 0; u < U; ++u) {
-        ZT_CHECK_CUDA(cudaEventSynchronize(c.arrived[size_t(u)]));
-        const size_t f = part_.unit_shard_flat(u);
-        adamw_unit_range<HostAdamW<T>>(layout_, u, part_.unit_shard_begin(u), part_.unit_shard_numel(u), hp + f,
-                                       state(StateId::master, u), hg + f, state(StateId::adam_m, u),
-                                       state(StateId::adam_v, u), optim_, lr, grad_scale, steps_taken_);
-        back(u);
+        const size_t f = part_.unit_shard_flat(u), bytes = part_.unit_shard_numel(u) * sizeof(T);
+        ZT_CHECK_CUDA(cudaMemcpyAsync(params(u), hp + f, bytes, cudaMemcpyHostToDevice, c.stream));
       }
+    } else {
+      {
+        std::lock_guard<std::mutex> lk(c.mu);
+        if (c.args.known)  // given before backward ended: the same update (host_update_args)
+          ZT_ASSERT(c.args.lr == lr && c.args.scale == grad_scale && c.args.t == steps_taken_);
+        else
+          c.args = {true, lr, grad_scale, steps_taken_};
+      }
+      c.cv.notify_all();
+      // Until every unit is back: hand over what arrived, send back what is updated.
+      for (;;) {
+        host_progress();
+        if (c.sent_back == U) break;
+        std::unique_lock<std::mutex> lk(c.mu);
+        c.cv.wait_for(lk, std::chrono::milliseconds(1), [&] { return !c.updated.empty() || c.failure; });
+      }
+      std::lock_guard<std::mutex> lk(c.mu);
+      if (tr_)
+        for (const auto& sp : c.spans)
+          tr_->complete("adamw " + layout_.units()[size_t(sp.unit)].name, Tracer::kHostOptimizer, sp.ts_us, sp.dur_us,
+                        "\"unit\":" + std::to_string(sp.unit));
+      c.spans.clear();
+      c.args = {};
     }
+    std::fill(c.state.begin(), c.state.end(), 0);
+    c.sent_back = 0;
     // In: the compute stream (the parameter all-gather, the next forward) waits for the copies back.
     ZT_CHECK_CUDA(cudaEventRecord(c.mark, c.stream));
-    ZT_CHECK_CUDA(cudaStreamWaitEvent(compute, c.mark, 0));
+    ZT_CHECK_CUDA(cudaStreamWaitEvent(Ops::stream(), c.mark, 0));
     return;
   }
 #endif
@@ -147,13 +347,17 @@ void ShardedOptimizer<Ops>::host_step(double lr, double grad_scale) {
   ZT_ASSERT(false);  // only the CUDA backend keeps host copies
 }
 
-template void ShardedOptimizer<CpuOps<float>>::host_init_master();
-template void ShardedOptimizer<CpuOps<float>>::host_step(double, double);
+#define ZT_HOST_OPTIMIZER(OPS)                                                        \
+  template void ShardedOptimizer<OPS>::host_init_master();                          \
+  template void ShardedOptimizer<OPS>::host_step(double, double);                   \
+  template void ShardedOptimizer<OPS>::host_units_final(const std::vector<int>&);   \
+  template void ShardedOptimizer<OPS>::host_update_args(double, double);            \
+  template void ShardedOptimizer<OPS>::host_progress();
+ZT_HOST_OPTIMIZER(CpuOps<float>)
 #if ZT_HAVE_CUDA
-template void ShardedOptimizer<CudaOps<float>>::host_init_master();
-template void ShardedOptimizer<CudaOps<float>>::host_step(double, double);
-template void ShardedOptimizer<CudaOps<bf16>>::host_init_master();
-template void ShardedOptimizer<CudaOps<bf16>>::host_step(double, double);
+ZT_HOST_OPTIMIZER(CudaOps<float>)
+ZT_HOST_OPTIMIZER(CudaOps<bf16>)
 #endif
+#undef ZT_HOST_OPTIMIZER
 
 }  // namespace zt

@@ -15,6 +15,7 @@
 #include "model/layout.h"
 #include "offload/swap_pipeline.h"
 #include "plan/plan.h"
+#include "runtime/trace.h"
 #include "zero/partition.h"
 #include "zero/store.h"
 
@@ -44,6 +45,21 @@ class ShardedOptimizer {
   // The swap pipeline when the state is offloaded, else nullptr.
   const offload::SwapPipeline* swap() const { return swap_.get(); }
 
+  // The CUDA backend's AdamW on the host, overlapped with backward (zero/host_optimizer.cpp; only
+  // with offload.optimizer "cpu": the "nvme" pipeline streams the whole shard after backward).
+  bool host_overlaps() const { return host_ && !swap_; }
+  // Units whose gradient shard is final on the device (the reducer, last micro-step): their
+  // shards start for the host now. Embedding units are left for step() (the deferred lookup
+  // part of their gradient comes at the end of backward).
+  void host_units_final(const std::vector<int>& units);
+  // The update's arguments, known before backward ends (optim.grad_clip 0: no norm to wait for):
+  // the CPU updates each unit as soon as its shard has arrived. step() must then get the same.
+  void host_update_args(double lr, double grad_scale);
+  // Called at each unit of backward: hands arrived units to the CPU, sends updated ones back.
+  void host_progress();
+  // run.trace: the CPU updates on their own track (Tracer::kHostOptimizer).
+  void set_tracer(Tracer* t) { tr_ = t; }
+
  private:
   // The owned slice of unit u in each buffer (stage 0: the whole unit).
   T* params(int u) const;
@@ -67,10 +83,14 @@ class ShardedOptimizer {
   // updates host copies of my shard (StateId::host_params / host_grads), streamed per unit on a
   // copy stream of its own.
   bool host_ = false;
-  struct HostCopies;                    // the copy stream and per-unit events
+  struct HostCopies;                    // the copy stream, per-unit events, the CPU worker
   std::shared_ptr<HostCopies> copies_;  // shared_ptr: HostCopies is complete only there
+  HostCopies& host_copies();
   void host_init_master();
   void host_step(double lr, double grad_scale);
+  void host_update_unit(int u, double lr, double grad_scale, int t);  // the CPU AdamW of one unit
+  void host_send(const std::vector<int>& units);  // their shards to the host, on the copy stream
+  Tracer* tr_ = nullptr;
 };
 
 }  // namespace zt

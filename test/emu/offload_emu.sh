@@ -44,6 +44,7 @@ for cfg in "1 1" "2 3"; do
       name="n${np}_s${stage}_${prec}_${off}"
       cmd=("$EMU" "${common[@]}" --set zero.stage=$stage --set precision.compute=$prec --set offload.optimizer=$off
            --set run.log="$work/$name/metrics.jsonl" --set run.final_weights="$work/$name/weights.bin")
+      [ "$off" = cpu ] && cmd+=(--set run.trace="$work/$name/trace.json")
       if [ "$np" = 1 ]; then "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
       else "$MPIRUN" -np "$np" "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }; fi
       # train estimate (the CUDA backend's list) against what the run tracked, tier by tier, exactly.
@@ -86,5 +87,44 @@ PY
     done
   done
 done
+# The CPU AdamW beside backward (zero/host_optimizer.cpp). With gradient clipping (the runs above,
+# optim.grad_clip 1.0) no unit may be updated before backward ends: the scale needs the global norm.
+# Without it (grad_clip 0) the blocks' updates run while backward continues: stage 3, N = 2, bf16,
+# grad_accum 3 against the same plan without offload, bit for bit, and in every step some units'
+# updates end before "finish gradients" (scripts/host_optimizer_overlap.py reads the trace).
+for off in none cpu; do
+  name="clip0_${off}"
+  cmd=("$EMU" "${common[@]}" --set zero.stage=3 --set precision.compute=bf16 --set offload.optimizer=$off
+       --set optim.grad_clip=0 --set batch.grad_accum=3
+       --set run.log="$work/$name/metrics.jsonl" --set run.final_weights="$work/$name/weights.bin"
+       --set run.trace="$work/$name/trace.json")
+  "$MPIRUN" -np 2 "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
+done
+"$PY" - "$work" "$ROOT/scripts/host_optimizer_overlap.py" <<'PY' || fail=1
+import json, runpy, sys
+w, tool = sys.argv[1:]
+overlap = runpy.run_path(tool)["overlap"]
+ok = True
+def check(cond, what):
+    global ok
+    print(("ok    " if cond else "FAIL  ") + what)
+    ok &= bool(cond)
+def losses(name):
+    return [r["loss"] for r in map(json.loads, open(f"{w}/{name}/metrics.jsonl")) if "loss" in r and "step" in r]
+same = open(f"{w}/clip0_cpu/weights.bin", "rb").read() == open(f"{w}/clip0_none/weights.bin", "rb").read()
+check(same and losses("clip0_cpu") == losses("clip0_none") and len(losses("clip0_none")) == 3,
+      "grad_clip 0, stage 3, N = 2, grad_accum 3: offload cpu against none, losses and weights bit for bit")
+for rank in (0, 1):
+    rows = overlap(f"{w}/clip0_cpu/trace.rank{rank}.json")
+    check(len(rows) == 3 and all(r["units_hidden"] >= 1 for r in rows),
+          f"grad_clip 0, rank {rank}: units updated before backward ended per step {[r['units_hidden'] for r in rows]}")
+    for name in ("n1_s1_bf16_cpu", "n2_s3_bf16_cpu", "n2_s3_fp32_cpu"):
+        if rank == 1 and name.startswith("n1"):
+            continue
+        rows = overlap(f"{w}/{name}/trace.rank{rank}.json")
+        check(len(rows) == 3 and all(r["units_hidden"] == 0 for r in rows),
+              f"{name} (grad_clip 1), rank {rank}: no unit updated before the norm {[r['units_hidden'] for r in rows]}")
+sys.exit(0 if ok else 1)
+PY
 echo "offload_emu ($WHERE): $([ $fail = 0 ] && echo ok || echo FAILED)"
 exit $fail
