@@ -67,11 +67,17 @@ uint64_t write_rank_file(const std::string& path, const Meta& meta, const ParamL
     for (const TensorRange& r : shares[i]) {
       // Tests: this rank dies here, half way through its file, as under kill -9.
       if (die && 2 * done >= total) ::raise(SIGKILL);
-      const unsigned char* src = static_cast<const unsigned char*>(b.base) + r.at * eb;
-      if (d2h && b.in_backend_memory) {  // backend memory: through one host buffer
+      const unsigned char* src = nullptr;
+      if (b.read_range) {  // an offloaded state: from its file, one range at a time
         host.resize(r.count * eb);
-        d2h(host.data(), src, host.size());
+        b.read_range(host.data(), host.size(), r.at * eb);
         src = host.data();
+      } else if (d2h && b.in_backend_memory) {  // backend memory: through one host buffer
+        host.resize(r.count * eb);
+        d2h(host.data(), static_cast<const unsigned char*>(b.base) + r.at * eb, host.size());
+        src = host.data();
+      } else {  // host memory: written from in place
+        src = static_cast<const unsigned char*>(b.base) + r.at * eb;
       }
       w.add(b.kind, b.dtype, layout.tensors()[size_t(r.tensor)], r.offset, r.count, src);
       ++done;
@@ -280,8 +286,15 @@ Transfer load(const std::string& step_dir, const Plan& plan, int world, const Pa
                              << (b.dtype == DType::bf16 ? "bf16" : "fp32"));
     const size_t eb = dtype_bytes(b.dtype), src_eb = dtype_bytes(rd.dtype(src));
     for (const TensorRange& r : b.holds) {
-      unsigned char* dst = static_cast<unsigned char*>(b.base) + r.at * eb;
       const TensorSlot& slot = layout.tensors()[size_t(r.tensor)];
+      if (b.write_range) {  // an offloaded state: into its file, one range at a time
+        ZT_ASSERT(!round);  // offloaded states are fp32
+        host.resize(r.count * src_eb);
+        rd.read(src, slot, r.offset, r.count, host.data());
+        b.write_range(host.data(), host.size(), r.at * eb);
+        continue;
+      }
+      unsigned char* dst = static_cast<unsigned char*>(b.base) + r.at * eb;
       if ((!h2d || !b.in_backend_memory) && !round) {  // host memory: read in place
         rd.read(src, slot, r.offset, r.count, dst);
         continue;

@@ -29,6 +29,11 @@ struct Buffer {
   // In the backend's memory (crosses through the copy function), or in host memory (read and
   // written in place): the CUDA backend's host optimizer keeps its state pinned on the host.
   bool in_backend_memory = true;
+  // A buffer without memory of its own (an offloaded state in its swap file): base is unused, the
+  // save reads each range through read_range(dst, bytes, byte offset) and the load writes it through
+  // write_range, so no host copy of the whole buffer is ever made.
+  std::function<void(void*, size_t, size_t)> read_range;
+  std::function<void(const void*, size_t, size_t)> write_range;
 };
 
 // Bytes moved (all ranks), seconds, and the checkpoint directory.

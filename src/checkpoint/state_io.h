@@ -13,30 +13,21 @@
 namespace zt::ckpt {
 
 // The store's persistent buffers as checkpoint buffers. Offloaded ones (Tier::nvme, docs/design.md
-// §3.6) have no memory of their own: they are staged through host memory for the save or the load,
-// one host copy of the rank's offloaded state while the checkpoint runs. Only Tier::device buffers
-// cross through the backend's copy functions; pinned ones (the CUDA backend's host optimizer) and
-// staged ones are host memory.
-struct StoreBuffers {
-  std::vector<Buffer> list;
-  std::vector<std::pair<offload::SwapFile*, std::vector<char>>> staged;
-  void write_back() {
-    for (auto& [file, bytes] : staged) file->write_all(bytes.data());
-  }
-};
-
-inline StoreBuffers persistent_buffers(const StateStore& store, bool read_swapped) {
-  StoreBuffers out;
+// §3.6) have no memory of their own: the save reads them from their swap files and the load writes
+// them there, range by range through one bounce buffer (never a host copy of the whole state). Only
+// Tier::device buffers cross through the backend's copy functions; pinned ones (the CUDA backend's
+// host optimizer) are host memory, read and written in place.
+inline std::vector<Buffer> persistent_buffers(const StateStore& store) {
+  std::vector<Buffer> out;
   for (const StateBuffer& b : store.list()) {
     if (!b.persistent) continue;
-    void* base = store.raw(b.id);
+    Buffer c{kind_of(b.id), b.dtype, store.raw(b.id), b.holds, b.tier == Tier::device, {}, {}};
     if (offload::SwapFile* f = store.file(b.id)) {
-      out.staged.emplace_back(f, std::vector<char>(b.bytes()));
-      if (read_swapped) f->read_all(out.staged.back().second.data());
-      base = out.staged.back().second.data();
+      c.base = nullptr, c.in_backend_memory = false;
+      c.read_range = [f](void* dst, size_t n, size_t off) { f->read_at(dst, n, off); };
+      c.write_range = [f](const void* src, size_t n, size_t off) { f->write_at(src, n, off); };
     }
-    const bool staged = store.file(b.id) != nullptr;
-    out.list.push_back(Buffer{kind_of(b.id), b.dtype, base, b.holds, b.tier == Tier::device && !staged});
+    out.push_back(std::move(c));
   }
   return out;
 }
@@ -50,8 +41,7 @@ constexpr CopyFn h2d_of() { return Ops::tier == Tier::host ? nullptr : &Ops::h2d
 template <class Ops>
 Transfer save_store(Comm& comm, const CheckpointSection& c, const Meta& meta, const ParamLayout& layout,
                     const StateStore& store, const Progress& progress = {}) {
-  const StoreBuffers b = persistent_buffers(store, /*read_swapped=*/true);
-  return save(comm, c.dir, c.keep, meta, layout, b.list, d2h_of<Ops>(), progress);
+  return save(comm, c.dir, c.keep, meta, layout, persistent_buffers(store), d2h_of<Ops>(), progress);
 }
 
 // fp32 -> the backend's bf16 parameters (GPT::upload rounds to nearest even), or nullptr.
@@ -66,10 +56,7 @@ constexpr ToBf16Fn to_bf16_of() {
 template <class Ops>
 Transfer load_store(const std::string& step_dir, const Plan& plan, int world, const ParamLayout& layout,
                     StateStore& store, Meta& got) {
-  StoreBuffers b = persistent_buffers(store, /*read_swapped=*/false);
-  const Transfer t = load(step_dir, plan, world, layout, b.list, h2d_of<Ops>(), to_bf16_of<Ops>(), got);
-  b.write_back();
-  return t;
+  return load(step_dir, plan, world, layout, persistent_buffers(store), h2d_of<Ops>(), to_bf16_of<Ops>(), got);
 }
 
 }  // namespace zt::ckpt

@@ -153,4 +153,16 @@ void SwapFile::write_at(const void* src, size_t len, uint64_t off) {
   }
 }
 
+void SwapFile::read_at(void* dst, size_t len, uint64_t off) const {
+  ZT_ASSERT(off + len <= bytes_);
+  auto buf = bounce_buffer();
+  const uint64_t end = off + len;
+  for (uint64_t r = off / kIoAlign * kIoAlign; r < end; r += kBounce) {
+    const size_t rlen = std::min<uint64_t>(kBounce, io_round_up(end) - r);
+    const uint64_t lo = std::max(r, off), hi = std::min<uint64_t>(r + rlen, end);
+    read_blocks(buf.get(), rlen, r);
+    std::memcpy(static_cast<unsigned char*>(dst) + (lo - off), buf.get() + (lo - r), hi - lo);
+  }
+}
+
 }  // namespace zt::offload

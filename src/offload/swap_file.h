@@ -55,8 +55,9 @@ class SwapFile {
   void read_blocks(void* buf, size_t len, uint64_t off) const;
   void write_blocks(const void* buf, size_t len, uint64_t off);
   // Any byte range, through a bounce buffer (blocks only partly covered are read first): for
-  // writing initial parameters range by range, not on the step's path.
+  // writing initial parameters range by range, and checkpoints, not on the step's path.
   void write_at(const void* src, size_t len, uint64_t off);
+  void read_at(void* dst, size_t len, uint64_t off) const;
 
  private:
   std::string path_;
