@@ -1,5 +1,6 @@
-// NCCL backend of Comm (device float buffers). Built only with the CUDA toolchain (nccl_comm.cu);
-// link with -lnccl -lcudart (NCCL lives in /usr/local/cuda/lib on the CUDA 13 images).
+// NCCL backend of Comm (device buffers, fp32 or bf16): the CUDA backend's comm when comm.backend is
+// "nccl" (train/backend_choice.h: one GPU per rank), made by the trainer over the MPI comm. Built
+// only with the CUDA toolchain (nccl_comm.cu); link with -lnccl -lcudart (NCCL lives in /usr/local/cuda/lib on the CUDA 13 images).
 //
 // make_nccl_comm: rank 0 creates the ncclUniqueId, the MPI `bootstrap` comm broadcasts it, every
 // rank selects GPU local_rank % device_count and joins with ncclCommInitRank. Collectives are
@@ -23,7 +24,12 @@ struct CUstream_st;  // cudaStream_t without including the CUDA headers
 
 namespace zt {
 
-// compute_stream: the stream whose queued work each collective must follow (not null).
-std::unique_ptr<Comm> make_nccl_comm(const CommOptions& opts, Comm& bootstrap, CUstream_st* compute_stream);
+// compute_stream: the stream whose queued work each collective must follow (not null). bf16: the
+// device buffers hold bf16 (counts are of bf16 elements, the pointers come through zero/comm_ptr.h)
+// and are reduced by NCCL's own bf16 sum: NCCL adds in fp32 and rounds to bf16 after each add of its
+// ring (world - 1 roundings per element, in an order of NCCL's choosing), where the host-staged
+// path sums in fp32 and rounds once; test/emu/nccl.cpp emulates the same. Otherwise fp32 buffers.
+std::unique_ptr<Comm> make_nccl_comm(const CommOptions& opts, Comm& bootstrap, CUstream_st* compute_stream,
+                                     bool bf16);
 
 }  // namespace zt

@@ -847,6 +847,18 @@ bool no_device() {
   const char* e = std::getenv("ZT_EMU_NO_DEVICE");
   return e && *e && *e != '0';
 }
+// Devices this process sees: ZT_EMU_DEVICES (default 1), as a host with that many GPUs would show
+// them. They are one emulated device whatever its index: each process has its own memory, so ranks
+// on "different GPUs" (multi-rank NCCL, nccl.cpp) are as separate as on a real host.
+int device_count() {
+  if (no_device()) return 0;
+  const char* e = std::getenv("ZT_EMU_DEVICES");
+  const int n = e && *e ? std::atoi(e) : 1;
+  if (n < 1 || n > 64) fatal("ZT_EMU_DEVICES=%s: expected 1 to 64 devices", e);
+  return n;
+}
+int g_device = 0;  // cudaSetDevice's
+bool valid_device(int device) { return device >= 0 && device < device_count(); }
 }  // namespace
 
 extern "C" {
@@ -857,20 +869,22 @@ cudaError_t cudaGetDeviceCount(int* count) {
     *count = 0;
     return fail(cudaErrorNoDevice);
   }
-  *count = 1;
+  *count = device_count();
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) {
   init();
-  return device == 0 && !no_device() ? cudaSuccess : fail(cudaErrorInvalidDevice);
+  if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
+  g_device = device;
+  return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  *device = g_device;
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   init();
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
   std::memset(p, 0, sizeof *p);
   std::snprintf(p->name, sizeof p->name, "zt-emu (CUDA emulated on the CPU, not a GPU)");
   p->major = 9;
@@ -885,7 +899,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
   init();
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
   switch (attr) {
     case cudaDevAttrMultiProcessorCount: *value = 4; return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = int(kOptinSmemLimit); return cudaSuccess;

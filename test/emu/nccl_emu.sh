@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The CUDA backend's NCCL path (comm.backend "nccl", src/comm/nccl_comm.cu) with several ranks under
+# the CUDA emulator: each rank an MPI process with its own emulated device (ZT_EMU_DEVICES=3: a host
+# with 3 GPUs), its NCCL collectives exchanged between the processes by test/emu/nccl.cpp, in stream
+# order, under the emulator's stream-discipline checks. EMULATED: this is not a GPU run.
+#   fp32: `mpirun -np 2` and `-np 3` at zero.stage 0-3 against N = 1 with the same global batch
+#         (grad_accum x N = 6): every step's loss within 1e-5 relative; and the CPU backend, same bound.
+#   bf16: -np 2 at stages 0-3 against N = 1 bf16, within 2e-2 relative (test/gpu TenTrainingSteps'
+#         bound). NCCL reduces bf16 in bf16 (fp32 adds, a rounding after each, nccl_comm.h); the
+#         host-staged path sums in fp32 and rounds once: the difference of the two is printed.
+#   bytes: each run's bytes sent per step (the NCCL comm's collective log) = the theory of
+#         docs/zero.md (summary bytes_sent_per_step_theory), at 2 bytes per bf16 element.
+#   no host copies: no pinned "comm" tier (the MPI path's mirrors); train estimate with
+#         comm.backend "nccl" equals every run's tracked peak, tier by tier.
+#   what runs is said: "comm: nccl" at start, comm.backend "nccl" in plan.json and the summary.
+#   refusal: comm.backend "nccl" with 2 ranks on 1 device exits 1 with one line naming ranks and GPU,
+#         before anything is allocated; "auto" there runs the host-staged path.
+# usage: nccl_emu.sh path/to/train path/to/zt_train_emu path/to/mpiexec
+set -euo pipefail
+TRAIN=${1:?usage: nccl_emu.sh train zt_train_emu mpiexec}
+EMU=${2:?}
+MPIRUN=${3:?}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+PY=${ZT_PYTHON:-/usr/bin/python3}
+case "$("$EMU" --version 2>/dev/null)" in *-emu*) WHERE="EMULATED CUDA, not a GPU" ;; *) WHERE="CUDA on a GPU" ;; esac
+export WHERE
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export ZT_EMU_DEVICES=3
+common=(plans/default.json
+  --set data.train='data/sample/train_*.bin' --set data.val=data/sample/val.bin --set data.tokenizer=
+  --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.seq_len=64
+  --set batch.micro_batch=1 --set optim.lr=0.003 --set optim.warmup_steps=2
+  --set run.steps=3 --set run.eval_every=0 --set run.eval_batches=1 --set run.sample_every=0
+  --set run.final_weights="" --set zero.bucket_mb=0.05 --set zero.prefetch_units=2 --set device=cuda)
+
+run() {  # name np precision stage grad_accum [extra --set ...]
+  local name=$1 np=$2 prec=$3 stage=$4 accum=$5; shift 5
+  local cmd=("$EMU" "${common[@]}" --set comm.backend=nccl --set precision.compute="$prec" --set zero.stage="$stage"
+             --set batch.grad_accum="$accum" --set run.log="$work/$name/metrics.jsonl" "$@")
+  "$MPIRUN" -np "$np" -x ZT_EMU_DEVICES "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
+  grep -q '^comm: nccl ' "$work/$name.out" || { echo "$name: no 'comm: nccl' line at start"; exit 1; }
+  "$EMU" estimate "${cmd[@]:1}" --world "$np" --json 2>/dev/null > "$work/$name.est"
+  echo "ran $name: $(grep -c '^step ' "$work/$name.out") steps"
+}
+
+"$TRAIN" "${common[@]}" --set device=cpu --set batch.grad_accum=6 --set run.log="$work/cpu/metrics.jsonl" > "$work/cpu.out"
+run f32_n1 1 fp32 0 6
+run b16_n1 1 bf16 0 6
+for s in 0 1 2 3; do
+  run f32_n2_s$s 2 fp32 $s 3
+  run f32_n3_s$s 3 fp32 $s 2
+  run b16_n2_s$s 2 bf16 $s 3
+done
+# The host-staged bf16 reduction (fp32 sum, one rounding), to measure NCCL's bf16 sum against.
+"$MPIRUN" -np 2 -x ZT_EMU_DEVICES "$EMU" "${common[@]}" --set comm.backend=mpi --set precision.compute=bf16 \
+  --set batch.grad_accum=3 --set run.log="$work/b16_n2_mpi/metrics.jsonl" > "$work/b16_n2_mpi.out" 2>&1 \
+  || { cat "$work/b16_n2_mpi.out"; exit 1; }
+
+# Ranks sharing a GPU: nccl refused in one line before any allocation; auto takes the host-staged path.
+fail=0
+if ZT_EMU_DEVICES=1 "$MPIRUN" -np 2 -x ZT_EMU_DEVICES "$EMU" "${common[@]}" --set comm.backend=nccl \
+     --set run.log="$work/refused/metrics.jsonl" > "$work/refused.out" 2> "$work/refused.err"; then
+  echo "refusal: comm.backend nccl with 2 ranks on 1 GPU ran"; fail=1
+fi
+want='comm.backend: "nccl" needs a GPU per rank, but 2 ranks on this host share 1 GPU(s) (local ranks 0 and 1 on GPU 0)'
+if [ "$(grep -c '^error' "$work/refused.err")" != 1 ] || ! grep -qF "$want" "$work/refused.err" \
+   || grep -q 'memory per rank' "$work/refused.out" || [ -e "$work/refused/metrics.jsonl" ]; then
+  echo "refusal: FAILED"; cat "$work/refused.err"; fail=1
+else echo "refusal: $(grep '^error' "$work/refused.err")"; fi
+ZT_EMU_DEVICES=1 "$MPIRUN" -np 2 -x ZT_EMU_DEVICES "$EMU" "${common[@]}" --set run.steps=1 \
+  --set run.log="$work/auto/metrics.jsonl" > "$work/auto.out" 2>&1 || { cat "$work/auto.out"; exit 1; }
+if grep -q '^comm: mpi (device buffers host-staged' "$work/auto.out" && grep -q '"backend": "mpi"' "$work/auto/plan.json"; then
+  echo "auto with 2 ranks on 1 GPU: $(grep '^comm:' "$work/auto.out")"
+else echo "auto with 2 ranks on 1 GPU: FAILED"; grep '^comm' "$work/auto.out"; fail=1; fi
+
+FAIL=$fail "$PY" - "$work" <<'PY'
+import glob, json, os, sys
+w = sys.argv[1]
+def rows(name):
+    return [json.loads(l) for l in open(f"{w}/{name}/metrics.jsonl")]
+def losses(name):
+    return [r["loss"] for r in rows(name) if "loss" in r and "step" in r]
+def summary(name):
+    return next(r["summary"] for r in rows(name) if "summary" in r)
+ok = os.environ["FAIL"] == "0"
+def check(name, ref, bound):
+    global ok
+    a, b = losses(name), losses(ref)
+    err = max(abs(x - y) / abs(y) for x, y in zip(a, b)) if len(a) == len(b) == 3 else float("inf")
+    good = err <= bound
+    ok &= good
+    print(f"{name:12s} vs {ref:10s}: {' '.join(f'{x:.6f}' for x in a)}  max rel err {err:.2e} (bound {bound:g}) "
+          f"{'ok' if good else 'FAILED'}")
+    return err
+check("f32_n1", "cpu", 1e-5)
+for s in range(4):
+    for n in (2, 3):
+        check(f"f32_n{n}_s{s}", "f32_n1", 1e-5)
+        check(f"f32_n{n}_s{s}", "cpu", 1e-5)
+for s in range(4):
+    check(f"b16_n2_s{s}", "b16_n1", 2e-2)
+e = check("b16_n2_s0", "b16_n2_mpi", 2e-2)
+print(f"bf16 reductions: NCCL's bf16 sum vs the host-staged fp32 sum (same stage 0 run): max rel loss diff {e:.2e}")
+runs = [os.path.basename(p)[:-4] for p in sorted(glob.glob(f"{w}/*.est"))]
+for name in runs:
+    sm = summary(name)
+    plan = json.load(open(f"{w}/{name}/plan.json"))
+    mem = sm["peak_memory_bytes"]
+    said = sm.get("comm_backend") == "nccl" and plan["comm"]["backend"] == "nccl"
+    got, theory = sm["bytes_sent_per_step"], sm["bytes_sent_per_step_theory"]
+    e = json.load(open(f"{w}/{name}.est"))["memory"]
+    good = said and got == theory and "comm" not in mem.get("pinned", {}) and e == mem
+    ok &= good
+    print(f"{name:12s} bytes/step {got} (theory {theory}), pinned comm {mem.get('pinned', {}).get('comm', 0)}, "
+          f"estimate {'==' if e == mem else '!='} tracked, backend recorded {said}: {'ok' if good else 'FAILED'}")
+print("nccl_emu (" + os.environ["WHERE"] + "):", "ok" if ok else "FAILED")
+sys.exit(0 if ok else 1)
+PY
