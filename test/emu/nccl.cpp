@@ -153,7 +153,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   if (!c || !reducible(t, op)) return ncclInvalidArgument;
   const size_t b = count * type_bytes(t);
   OpScope scope(stream, describe("ncclAllReduce", *c, b),
-                {{send, b, false, Where::device, "sendbuff"}, {recv, b, true, Where::device, "recvbuff"}});
+                {{send, b, false, Where::device, "sendbuff", true}, {recv, b, true, Where::device, "recvbuff", true}});
   if (c->nranks == 1) {
     if (send != recv) std::memmove(recv, send, b);
     return ncclSuccess;
@@ -169,7 +169,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
   if (!c || !reducible(t, op)) return ncclInvalidArgument;
   const size_t b = recvcount * type_bytes(t);
   OpScope scope(stream, describe("ncclReduceScatter", *c, b),
-                {{send, b * size_t(c->nranks), false, Where::device, "sendbuff"}, {recv, b, true, Where::device, "recvbuff"}});
+                {{send, b * size_t(c->nranks), false, Where::device, "sendbuff", true}, {recv, b, true, Where::device, "recvbuff", true}});
   if (c->nranks == 1) {
     if (send != recv) std::memmove(recv, send, b);
     return ncclSuccess;
@@ -186,7 +186,7 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
   if (!c) return ncclInvalidArgument;
   const size_t b = sendcount * type_bytes(t);
   OpScope scope(stream, describe("ncclAllGather", *c, b),
-                {{send, b, false, Where::device, "sendbuff"}, {recv, b * size_t(c->nranks), true, Where::device, "recvbuff"}});
+                {{send, b, false, Where::device, "sendbuff", true}, {recv, b * size_t(c->nranks), true, Where::device, "recvbuff", true}});
   if (c->nranks == 1) {
     if (send != recv) std::memmove(recv, send, b);
     return ncclSuccess;
@@ -201,7 +201,7 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   if (!c || root < 0 || root >= c->nranks) return ncclInvalidArgument;
   const size_t b = count * type_bytes(t);
   OpScope scope(stream, describe("ncclBroadcast", *c, b),
-                {{send, c->rank == root ? b : 0, false, Where::device, "sendbuff"}, {recv, b, true, Where::device, "recvbuff"}});
+                {{send, c->rank == root ? b : 0, false, Where::device, "sendbuff", true}, {recv, b, true, Where::device, "recvbuff", true}});
   if (c->rank == root && send != recv) std::memmove(recv, send, b);
   if (c->nranks > 1) MPI_Bcast(recv, mpi_count(b), MPI_BYTE, root, c->mpi);
   return ncclSuccess;

@@ -247,13 +247,30 @@ std::deque<Stream> g_streams;  // id 0: the legacy default stream
 Clock g_host;                   // what the host has waited for
 std::map<uintptr_t, Stream*> g_stream_handles;
 
+// How far an access is known: exactly (copies, GEMMs, sorts, collectives), or from a kernel's pointer
+// argument to the end of its allocation (the kernel's extent is unknown).
+enum class Extent : uint8_t { exact, collective, from_pointer };
 struct Record {
   uintptr_t lo, hi;
   int stream;
   uint64_t seq;
   bool write;
   std::string op;
+  Extent extent;
 };
+
+// Whether access [lo, hi) of extent `e` meets record r. A kernel's pointer argument against an NCCL
+// collective's exact range meets it only where the collective's range holds the pointer: the
+// engine carves slots of one allocation (bucket staging, reduce-scatter receive, gathered units) and
+// a collective fills slot k + 1 while kernels use slot k; to the end of the allocation, every such
+// overlap would be reported. A kernel that starts before a collective's range and runs into it is
+// not seen here (README, "What it cannot imitate").
+bool meets(const Record& r, uintptr_t lo, uintptr_t hi, Extent e) {
+  if (r.hi <= lo || r.lo >= hi) return false;
+  if (e == Extent::from_pointer && r.extent == Extent::collective) return r.lo <= lo && lo < r.hi;
+  if (e == Extent::collective && r.extent == Extent::from_pointer) return lo <= r.lo && r.lo < hi;
+  return true;
+}
 std::vector<Record> g_records;
 
 Stream& legacy() {
@@ -297,10 +314,10 @@ bool g_check_order = [] {
 }();
 
 void check_and_record(Stream& st, uint64_t seq, uintptr_t lo, uintptr_t hi, bool write, const std::string& op,
-                      const char* what) {
+                      const char* what, Extent extent) {
   if (lo >= hi) return;
   for (const Record& r : g_records) {
-    if (r.hi <= lo || r.lo >= hi || r.stream == st.id) continue;
+    if (!meets(r, lo, hi, extent) || r.stream == st.id) continue;
     if (!write && !r.write) continue;
     if (at(st.vc, r.stream) >= r.seq) continue;
     if (!g_check_order) continue;
@@ -321,7 +338,7 @@ void check_and_record(Stream& st, uint64_t seq, uintptr_t lo, uintptr_t hi, bool
                                    return write && at(st.vc, r.stream) >= r.seq;
                                  }),
                   g_records.end());
-  g_records.push_back(Record{lo, hi, st.id, seq, write, op});
+  g_records.push_back(Record{lo, hi, st.id, seq, write, op, extent});
 }
 
 void forget_range(uintptr_t lo, uintptr_t hi) {
@@ -375,7 +392,7 @@ OpScope::OpScope(cudaStream_t stream, const std::string& what, std::initializer_
         protect(*a, true);
       }
     }
-    check_and_record(*st, seq, lo, lo + bytes, r.write, what, r.what);
+    check_and_record(*st, seq, lo, lo + bytes, r.write, what, r.what, r.collective ? Extent::collective : Extent::exact);
   }
   g_op = what;
 }
@@ -800,8 +817,8 @@ void launch(const void* kernel, const LaunchCfg& cfg, const Access* acc, size_t 
       fatal("%s: pointer argument %zu (%p) is a host pointer: a kernel can only use device memory", what.c_str(), i,
             acc[i].ptr);
     }
-    check_and_record(st, seq, p, a->ptr + a->bytes, acc[i].write, what, "a pointer argument (to the end of its "
-                                                                            "allocation)");
+    check_and_record(st, seq, p, a->ptr + a->bytes, acc[i].write, what,
+                     "a pointer argument (to the end of its allocation)", Extent::from_pointer);
     if (std::find(opened.begin(), opened.end(), a) == opened.end()) {
       protect(*a, true);
       opened.push_back(a);
