@@ -124,7 +124,9 @@ int run(int argc, char** argv) {
   exp->add_option("--format", format, "hdf5 (full tensors by name, as model.h5) or llmc (llm.c model .bin, fp32)")
       ->required();
   exp->add_option("--out", out_path, "output file")->required();
-  app.footer("Multi-rank: mpirun -np N ./train PLAN.json.\n"
+  app.footer("Multi-rank: mpirun -np N ./train PLAN.json. comm.backend \"auto\" (NCCL on the CUDA backend with a GPU\n"
+             "per rank, else MPI: host-staged where ranks share a GPU), \"nccl\" or \"mpi\"; the NCCL path is tested\n"
+             "under emulation only and has not run on a GPU.\n"
              "Checkpoints (docs/checkpoints.md): checkpoint.dir (\"\" = none), checkpoint.every (0 = only on "
              "SIGTERM/SIGINT/SIGUSR1), checkpoint.keep (3), checkpoint.resume (\"none\", \"auto\" = latest in checkpoint.dir, "
              "or a path); ./train export CKPT --format hdf5|llmc --out FILE.\n"
