@@ -5,6 +5,7 @@
 # order, under the emulator's stream-discipline checks. EMULATED: this is not a GPU run.
 #   fp32: `mpirun -np 2` and `-np 3` at zero.stage 0-3 against N = 1 with the same global batch
 #         (grad_accum x N = 6): every step's loss within 1e-5 relative; and the CPU backend, same bound.
+#         Also -np 2 with overlap off (stage 3) and with the shipped bucket size (25 MB, stage 2).
 #   bf16: -np 2 at stages 0-3 and -np 3 at stage 0 against N = 1 bf16, within 2e-2 relative (test/gpu
 #         TenTrainingSteps' bound). NCCL reduces bf16 in bf16 (fp32 adds, a rounding after each,
 #         nccl_comm.h); the host-staged path sums in fp32 and rounds once. With 2 ranks that is the
@@ -17,6 +18,9 @@
 #   what runs is said: "comm: nccl" at start, comm.backend "nccl" in plan.json and the summary.
 #   refusal: comm.backend "nccl" with 2 ranks on 1 device exits 1 with one line naming ranks and GPU,
 #         before anything is allocated; "auto" there runs the host-staged path.
+#   hang: rank 1 skips its first collective of step 1 (comm.fault_skip_*), comm.timeout_s 5: a rank
+#         prints its recent collectives with the one that timed out, calls ncclCommAbort, and every
+#         rank exits non-zero within timeout_s + 15 s (start-up and step 0 included).
 # usage: nccl_emu.sh path/to/train path/to/zt_train_emu path/to/mpiexec
 set -euo pipefail
 TRAIN=${1:?usage: nccl_emu.sh train zt_train_emu mpiexec}
@@ -56,6 +60,8 @@ for s in 0 1 2 3; do
   run b16_n2_s$s 2 bf16 $s 3
 done
 run b16_n3_s0 3 bf16 0 2
+run f32_n2_s3_blocking 2 fp32 3 3 --set zero.overlap_comm=false  # naive blocking per-unit communication
+run f32_n2_s2_bucket25 2 fp32 2 3 --set zero.bucket_mb=25        # the shipped bucket size: one bucket
 # The host-staged bf16 reduction (fp32 sum, one rounding), to measure NCCL's bf16 sum against.
 for np in 2 3; do
   "$MPIRUN" -np $np -x ZT_EMU_DEVICES "$EMU" "${common[@]}" --set comm.backend=mpi --set precision.compute=bf16 \
@@ -79,6 +85,19 @@ ZT_EMU_DEVICES=1 "$MPIRUN" -np 2 -x ZT_EMU_DEVICES "$EMU" "${common[@]}" --set r
 if grep -q '^comm: mpi (device buffers host-staged' "$work/auto.out" && grep -q '"backend": "mpi"' "$work/auto/plan.json"; then
   echo "auto with 2 ranks on 1 GPU: $(grep '^comm:' "$work/auto.out")"
 else echo "auto with 2 ranks on 1 GPU: FAILED"; grep '^comm' "$work/auto.out"; fail=1; fi
+
+# A collective that never completes: the skipping rank's peers wait; the timeout ends every rank.
+t0=$(date +%s)
+if "$MPIRUN" -np 2 -x ZT_EMU_DEVICES "$EMU" "${common[@]}" --set comm.backend=nccl --set precision.compute=fp32 \
+     --set zero.stage=1 --set batch.grad_accum=1 --set comm.timeout_s=5 --set comm.fault_skip_rank=1 \
+     --set comm.fault_skip_step=1 --set run.log="$work/hang/metrics.jsonl" > "$work/hang.out" 2> "$work/hang.err"; then
+  echo "hang: a skipped collective did not end the run"; fail=1
+fi
+took=$(( $(date +%s) - t0 ))
+if grep -qE 'collective reduce_scatter #[0-9]+ \(.* step 1\) did not complete within 5 s' "$work/hang.err" \
+   && grep -q 'TIMED OUT' "$work/hang.err" && grep -q 'zt-emu: ncclCommAbort on rank' "$work/hang.err" && [ "$took" -le 20 ]; then
+  echo "hang: every rank ended in ${took} s (timeout 5 s): $(grep -m1 '^error' "$work/hang.err")"
+else echo "hang: FAILED (${took} s)"; grep -vE '^\[vm|EMULATED on the CPU' "$work/hang.err" | head -30; fail=1; fi
 
 FAIL=$fail "$PY" - "$work" <<'PY'
 import glob, json, os, sys
@@ -107,6 +126,8 @@ for s in range(4):
 for s in range(4):
     check(f"b16_n2_s{s}", "b16_n1", 2e-2)
 check("b16_n3_s0", "b16_n1", 2e-2)
+check("f32_n2_s3_blocking", "f32_n1", 1e-5)
+check("f32_n2_s2_bucket25", "f32_n1", 1e-5)
 e2 = check("b16_n2_s0", "b16_n2_mpi", 0.0)  # one rounding either way
 e3 = check("b16_n3_s0", "b16_n3_mpi", 2e-2)
 print(f"bf16 reductions, NCCL's bf16 sum vs the host-staged fp32 sum, stage 0: max rel loss diff {e2:.2e} at N = 2, "

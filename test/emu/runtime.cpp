@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -227,6 +228,10 @@ void merge(Clock& into, const Clock& from) {
 }
 uint64_t at(const Clock& c, int i) { return size_t(i) < c.size() ? c[size_t(i)] : 0; }
 
+struct Deferred {  // work the stream reached that completes later (emu_internal.h: defer)
+  uint64_t id;
+  std::function<bool(bool)> done;
+};
 struct Stream {
   int id;
   bool blocking;  // synchronises with the legacy default stream
@@ -234,6 +239,7 @@ struct Stream {
   Clock vc;
   uint64_t ops = 0;
   std::string last_op;
+  std::deque<Deferred> deferred;  // in stream order
 };
 struct Event {
   Clock vc;
@@ -241,7 +247,9 @@ struct Event {
   bool timing = true;
   double t = 0;
   int stream = -1;
+  uint64_t deferred_upto = 0;  // the stream's deferred work up to this id precedes the event
 };
+uint64_t g_deferred_ids = 0;
 
 std::deque<Stream> g_streams;  // id 0: the legacy default stream
 Clock g_host;                   // what the host has waited for
@@ -294,8 +302,19 @@ const char* stream_name(int id) {
   return b;
 }
 
+// Finishes st's deferred work with ids <= upto, in order; block: until it is done. True when done.
+bool finish_deferred(Stream& st, uint64_t upto, bool block) {
+  while (!st.deferred.empty() && st.deferred.front().id <= upto) {
+    if (!st.deferred.front().done(block)) return false;
+    st.deferred.pop_front();
+  }
+  return true;
+}
+
 // Issues one op on stream st: returns its sequence number after ordering it behind what it waits for.
-uint64_t issue(Stream& st, const std::string& what) {
+// Other work than collectives and event records first waits for the stream's deferred work.
+uint64_t issue(Stream& st, const std::string& what, bool after_deferred = true) {
+  if (after_deferred) finish_deferred(st, UINT64_MAX, true);
   merge(st.vc, g_host);
   if (st.id == 0) {
     for (Stream& o : g_streams)
@@ -356,12 +375,26 @@ void host_waits_all() {
 
 bool valid_stream(cudaStream_t s) { return lookup(s) != nullptr; }
 
+void defer(cudaStream_t stream, std::function<bool(bool)> done) {
+  Stream* st = lookup(stream);
+  if (!st) fatal("deferred work on an invalid or destroyed stream %p", (void*)stream);
+  st->deferred.push_back(Deferred{++g_deferred_ids, std::move(done)});
+}
+
+void with_device_memory(const void* ptr, const std::function<void()>& fn) {
+  Alloc* a = g_heap.find(reinterpret_cast<uintptr_t>(ptr));
+  if (!a) fatal("deferred write to %p, which is not live device memory", ptr);
+  protect(*a, true);
+  fn();
+  protect(*a, false);
+}
+
 // ---- OpScope ------------------------------------------------------------------------------------------
-OpScope::OpScope(cudaStream_t stream, const std::string& what, std::initializer_list<Range> ranges) {
+OpScope::OpScope(cudaStream_t stream, const std::string& what, std::initializer_list<Range> ranges, bool collective) {
   init();
   Stream* st = lookup(stream);
   if (!st) fatal("%s on an invalid or destroyed stream %p", what.c_str(), (void*)stream);
-  const uint64_t seq = issue(*st, what);
+  const uint64_t seq = issue(*st, what, !collective);
   for (const Range& r : ranges) {
     if (r.ptr == nullptr) {
       if (r.bytes == 0) continue;
@@ -1046,6 +1079,7 @@ cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   Stream* st = lookup(s);
   if (!st || s == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  finish_deferred(*st, UINT64_MAX, true);  // as on the GPU: destroy returns, the work still completes
   st->alive = false;  // its clock stays: work it issued is still ordered by events recorded on it
   g_stream_handles.erase(reinterpret_cast<uintptr_t>(s));
   return cudaSuccess;
@@ -1053,10 +1087,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   Stream* st = lookup(s);
   if (!st) return fail(cudaErrorInvalidResourceHandle);
+  finish_deferred(*st, UINT64_MAX, true);
   host_waits_for(st->vc);
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() {
+  for (Stream& st : g_streams) finish_deferred(st, UINT64_MAX, true);
   host_waits_all();
   return cudaSuccess;
 }
@@ -1064,6 +1100,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
   Stream* st = lookup(s);
   if (!st || !e) return fail(cudaErrorInvalidResourceHandle);
   Event* ev = reinterpret_cast<Event*>(e);
+  // Deferred work before the event is finished now, by the host (work after it on s must see it).
+  if (ev->recorded) finish_deferred(g_streams[size_t(ev->stream)], ev->deferred_upto, true);
   merge(st->vc, ev->vc);  // an event never recorded: no dependency (as on the GPU)
   return cudaSuccess;
 }
@@ -1084,7 +1122,8 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   Stream* st = lookup(s);
   if (!st || !e) return fail(cudaErrorInvalidResourceHandle);
   Event* ev = reinterpret_cast<Event*>(e);
-  issue(*st, "cudaEventRecord");
+  issue(*st, "cudaEventRecord", false);
+  ev->deferred_upto = st->deferred.empty() ? 0 : st->deferred.back().id;
   ev->vc = st->vc;
   ev->recorded = true;
   ev->stream = st->id;
@@ -1093,12 +1132,18 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (!e) return fail(cudaErrorInvalidResourceHandle);
-  host_waits_for(reinterpret_cast<Event*>(e)->vc);
+  Event* ev = reinterpret_cast<Event*>(e);
+  if (ev->recorded) finish_deferred(g_streams[size_t(ev->stream)], ev->deferred_upto, true);
+  host_waits_for(ev->vc);
   return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
   if (!e) return fail(cudaErrorInvalidResourceHandle);
-  host_waits_for(reinterpret_cast<Event*>(e)->vc);  // everything completes at issue: always ready
+  Event* ev = reinterpret_cast<Event*>(e);
+  // Everything but deferred work (collectives waiting for their peers) completes at issue.
+  if (ev->recorded && !finish_deferred(g_streams[size_t(ev->stream)], ev->deferred_upto, false))
+    return cudaErrorNotReady;
+  host_waits_for(ev->vc);
   return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
