@@ -1079,7 +1079,8 @@ cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   Stream* st = lookup(s);
   if (!st || s == nullptr) return fail(cudaErrorInvalidResourceHandle);
-  finish_deferred(*st, UINT64_MAX, true);  // as on the GPU: destroy returns, the work still completes
+  // As on the GPU, destroy returns at once; deferred work stays with the stream (events recorded
+  // on it still find it), and an NCCL comm aborted or never completed leaves it unfinished.
   st->alive = false;  // its clock stays: work it issued is still ordered by events recorded on it
   g_stream_handles.erase(reinterpret_cast<uintptr_t>(s));
   return cudaSuccess;
