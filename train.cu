@@ -124,7 +124,9 @@ int run(int argc, char** argv) {
   exp->add_option("--format", format, "hdf5 (full tensors by name, as model.h5) or llmc (llm.c model .bin, fp32)")
       ->required();
   exp->add_option("--out", out_path, "output file")->required();
-  app.footer("Multi-rank: mpirun -np N ./train PLAN.json.\n"
+  app.footer("Multi-rank: mpirun -np N ./train PLAN.json. comm.backend \"auto\" (NCCL on the CUDA backend with a GPU\n"
+             "per rank, else MPI: host-staged where ranks share a GPU), \"nccl\" or \"mpi\"; the NCCL path is tested\n"
+             "under emulation only and has not run on a GPU.\n"
              "Checkpoints (docs/checkpoints.md): checkpoint.dir (\"\" = none), checkpoint.every (0 = only on "
              "SIGTERM/SIGINT/SIGUSR1), checkpoint.keep (3), checkpoint.resume (\"none\", \"auto\" = latest in checkpoint.dir, "
              "or a path); ./train export CKPT --format hdf5|llmc --out FILE.\n"
@@ -156,7 +158,9 @@ int run(int argc, char** argv) {
     zt::Plan plan = zt::load_plan(est_plan, overrides, /*check_files=*/false);
     // The backend the run would use, with the run's checks, except that a GPU need not be here:
     // planning a GPU run on a machine without one is what estimate is for.
-    zt::record_backend(plan, zt::planned_backend(plan, world));
+    const std::string backend = zt::planned_backend(plan, world);
+    zt::record_backend(plan, backend);
+    zt::record_comm_backend(plan, zt::planned_comm_backend(plan, backend, world));
     const zt::Estimate e = zt::estimate_plan(plan, world);
     if (as_json)
       std::printf("%s\n", zt::estimate_json(e).dump(2).c_str());
@@ -176,8 +180,10 @@ int run(int argc, char** argv) {
   g_comm = zt::make_mpi_comm(comm_options(plan, env_notes));
   check_same_plan_everywhere(plan, *g_comm);
   // Refuse what cannot run here before writing anything; the plan written beside the log then
-  // names the device and precision that run rather than "auto".
-  zt::record_backend(plan, zt::choose_backend(plan, g_comm->world()));
+  // names the device, precision and comm backend that run rather than "auto".
+  const std::string backend = zt::choose_backend(plan, g_comm->world());
+  zt::record_backend(plan, backend);
+  zt::record_comm_backend(plan, zt::choose_comm_backend(plan, backend, *g_comm));
   if (g_comm->rank() == 0) {
     for (const std::string& w : plan.warnings) std::fprintf(stderr, "warning: plan: %s\n", w.c_str());
     for (const std::string& n : env_notes) std::printf("%s\n", n.c_str());

@@ -331,6 +331,15 @@ if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(emulated.multirank_cuda PROPERTIES LABELS emu TIMEOUT 600 RUN_SERIAL TRUE
                        ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  # The NCCL path (comm.backend "nccl"): mpirun -np 2 and -np 3 of zt_train_emu, each rank its own
+  # emulated device, NCCL collectives exchanged between them (test/emu/nccl.cpp), stages 0-3, fp32
+  # and bf16, against N = 1 and the CPU backend; bytes per step = theory; refusal (test/emu/nccl_emu.sh).
+  add_test(NAME emulated.nccl_cuda
+           COMMAND bash ${CMAKE_SOURCE_DIR}/test/emu/nccl_emu.sh $<TARGET_FILE:train> $<TARGET_FILE:zt_train_emu>
+                   ${MPIEXEC_EXECUTABLE}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(emulated.nccl_cuda PROPERTIES LABELS emu TIMEOUT 900 RUN_SERIAL TRUE
+                       ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   # offload.optimizer cpu / nvme on the CUDA backend against the same plan without offload, N = 1
   # stage 1 and N = 2 stage 3, fp32 and bf16; estimate == tracked (test/emu/offload_emu.sh).
   add_test(NAME emulated.offload_cuda

@@ -113,8 +113,8 @@ uint64_t model_bytes_all_reduce(uint64_t n, int world, uint64_t elem_bytes) {
   if (world <= 1) return 0;
   return 2 * uint64_t(world - 1) * elem_bytes * n / uint64_t(world);
 }
-uint64_t model_bytes_reduce_scatter(uint64_t recv_n, int world) {
-  return world <= 1 ? 0 : uint64_t(world - 1) * 4 * recv_n;
+uint64_t model_bytes_reduce_scatter(uint64_t recv_n, int world, uint64_t elem_bytes) {
+  return world <= 1 ? 0 : uint64_t(world - 1) * elem_bytes * recv_n;
 }
 uint64_t model_bytes_all_gather(uint64_t send_n, int world, uint64_t elem_bytes) {
   return world <= 1 ? 0 : uint64_t(world - 1) * elem_bytes * send_n;

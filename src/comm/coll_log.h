@@ -18,7 +18,7 @@ namespace zt {
 
 // Byte model of comm.h (per rank, integer arithmetic, rounded down).
 uint64_t model_bytes_all_reduce(uint64_t n, int world, uint64_t elem_bytes = 4);
-uint64_t model_bytes_reduce_scatter(uint64_t recv_n, int world);
+uint64_t model_bytes_reduce_scatter(uint64_t recv_n, int world, uint64_t elem_bytes = 4);
 uint64_t model_bytes_all_gather(uint64_t send_n, int world, uint64_t elem_bytes = 4);
 uint64_t model_bytes_broadcast(uint64_t bytes, int world, bool is_root);
 

@@ -129,6 +129,10 @@ class Comm {
   virtual CommHandle all_gather(const float* send, float* recv, size_t send_n) = 0;      // recv: N*send_n
   virtual CommHandle broadcast(void* buf, size_t bytes, int root) = 0;
 
+  // Bytes per element of the device buffers the collectives above take (2: bf16, 4: fp32), where
+  // the element counts are of that type; 0: host float buffers only (MPI).
+  virtual int device_elem_bytes() const { return 0; }
+
   // Completes the collective; throws CommTimeout (after printing the collective log) past timeout_s.
   virtual void wait(CommHandle h) = 0;
   // Progresses outstanding collectives (MPI moves non-blocking collectives only inside MPI calls);

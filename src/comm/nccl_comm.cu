@@ -29,6 +29,8 @@
 namespace zt {
 namespace {
 
+const char* elem(const void* p) { return static_cast<const char*>(p); }
+
 bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   const char* pa = static_cast<const char*>(a);
   const char* pb = static_cast<const char*>(b);
@@ -37,9 +39,9 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 
 class NcclComm final : public Comm {
  public:
-  NcclComm(const CommOptions& opts, Comm& boot, cudaStream_t compute_stream)
+  NcclComm(const CommOptions& opts, Comm& boot, cudaStream_t compute_stream, bool bf16)
       : boot_(boot), rank_(boot.rank()), world_(boot.world()), log_(boot.rank(), boot.world(), opts),
-        compute_stream_(compute_stream) {
+        compute_stream_(compute_stream), type_(bf16 ? ncclBfloat16 : ncclFloat), es_(bf16 ? 2 : 4) {
     int ndev = 0;
     ZT_CHECK_CUDA(cudaGetDeviceCount(&ndev));
     ZT_REQUIRE(ndev > 0, "no CUDA device visible; NCCL needs one GPU per rank");
@@ -81,43 +83,44 @@ class NcclComm final : public Comm {
   int world() const override { return world_; }
   int local_rank() const override { return boot_.local_rank(); }
   int local_world() const override { return boot_.local_world(); }
+  int device_elem_bytes() const override { return int(es_); }
 
   CommHandle all_reduce(float* buf, size_t n) override {
     check_usable();
-    const uint64_t bytes = model_bytes_all_reduce(n, world_);
+    const uint64_t bytes = model_bytes_all_reduce(n, world_, es_);
     if (log_.take_fault(CollOp::all_reduce)) return {log_.start(CollOp::all_reduce, bytes, true)};
     const uint64_t seq = log_.start(CollOp::all_reduce, bytes);
     if (n == 0) return finished(seq);
     before_launch();
-    ZT_CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, stream_));
+    ZT_CHECK_NCCL(ncclAllReduce(buf, buf, n, type_, ncclSum, comm_, stream_));
     return after_launch(seq);
   }
 
   CommHandle reduce_scatter(const float* send, float* recv, size_t recv_n) override {
     check_usable();
-    const bool in_place = recv == send + size_t(rank_) * recv_n;
-    ZT_REQUIRE(in_place || !overlaps(send, 4 * recv_n * world_, recv, 4 * recv_n),
+    const bool in_place = elem(recv) == elem(send) + size_t(rank_) * recv_n * es_;
+    ZT_REQUIRE(in_place || !overlaps(send, es_ * recv_n * world_, recv, es_ * recv_n),
                "reduce_scatter: send and recv overlap (only recv == send + rank*recv_n is allowed in place)");
-    const uint64_t bytes = model_bytes_reduce_scatter(recv_n, world_);
+    const uint64_t bytes = model_bytes_reduce_scatter(recv_n, world_, es_);
     if (log_.take_fault(CollOp::reduce_scatter)) return {log_.start(CollOp::reduce_scatter, bytes, true)};
     const uint64_t seq = log_.start(CollOp::reduce_scatter, bytes);
     if (recv_n == 0) return finished(seq);
     before_launch();
-    ZT_CHECK_NCCL(ncclReduceScatter(send, recv, recv_n, ncclFloat, ncclSum, comm_, stream_));
+    ZT_CHECK_NCCL(ncclReduceScatter(send, recv, recv_n, type_, ncclSum, comm_, stream_));
     return after_launch(seq);
   }
 
   CommHandle all_gather(const float* send, float* recv, size_t send_n) override {
     check_usable();
-    const bool in_place = send == recv + size_t(rank_) * send_n;
-    ZT_REQUIRE(in_place || !overlaps(send, 4 * send_n, recv, 4 * send_n * world_),
+    const bool in_place = elem(send) == elem(recv) + size_t(rank_) * send_n * es_;
+    ZT_REQUIRE(in_place || !overlaps(send, es_ * send_n, recv, es_ * send_n * world_),
                "all_gather: send and recv overlap (only send == recv + rank*send_n is allowed in place)");
-    const uint64_t bytes = model_bytes_all_gather(send_n, world_);
+    const uint64_t bytes = model_bytes_all_gather(send_n, world_, es_);
     if (log_.take_fault(CollOp::all_gather)) return {log_.start(CollOp::all_gather, bytes, true)};
     const uint64_t seq = log_.start(CollOp::all_gather, bytes);
     if (send_n == 0) return finished(seq);
     before_launch();
-    ZT_CHECK_NCCL(ncclAllGather(send, recv, send_n, ncclFloat, comm_, stream_));
+    ZT_CHECK_NCCL(ncclAllGather(send, recv, send_n, type_, comm_, stream_));
     return after_launch(seq);
   }
 
@@ -266,6 +269,8 @@ class NcclComm final : public Comm {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaStream_t compute_stream_;  // the backend's compute stream: every collective follows its queued work
+  ncclDataType_t type_;  // of the device buffers: ncclFloat, or ncclBfloat16 (reduced by NCCL's bf16 sum)
+  size_t es_;            // its bytes
   cudaEvent_t input_ready_ = nullptr;
   bool aborted_ = false;
   std::vector<Pending> pending_;
@@ -274,11 +279,11 @@ class NcclComm final : public Comm {
 
 }  // namespace
 
-std::unique_ptr<Comm> make_nccl_comm(const CommOptions& opts, Comm& bootstrap, CUstream_st* compute_stream) {
+std::unique_ptr<Comm> make_nccl_comm(const CommOptions& opts, Comm& bootstrap, CUstream_st* compute_stream, bool bf16) {
   ZT_REQUIRE(opts.timeout_s > 0, "comm timeout must be > 0 s, got " << opts.timeout_s);
   ZT_REQUIRE(compute_stream != nullptr, "internal error: make_nccl_comm needs the compute stream its collectives "
                                         "follow (the legacy default stream does not order a non-blocking one)");
-  return std::make_unique<NcclComm>(opts, bootstrap, compute_stream);
+  return std::make_unique<NcclComm>(opts, bootstrap, compute_stream, bf16);
 }
 
 }  // namespace zt

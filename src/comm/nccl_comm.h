@@ -1,5 +1,7 @@
-// NCCL backend of Comm (device float buffers). Built only with the CUDA toolchain (nccl_comm.cu);
-// link with -lnccl -lcudart (NCCL lives in /usr/local/cuda/lib on the CUDA 13 images).
+// NCCL backend of Comm (device buffers, fp32 or bf16): the CUDA backend's comm when comm.backend is
+// "nccl" (train/backend_choice.h: one GPU per rank), made by the trainer over the MPI comm. Built
+// only with the CUDA toolchain (nccl_comm.cu); link with -lnccl -lcudart (NCCL lives in
+// /usr/local/cuda/lib on the CUDA 13 images). Tested under emulation only (test/emu/nccl.cpp).
 //
 // make_nccl_comm: rank 0 creates the ncclUniqueId, the MPI `bootstrap` comm broadcasts it, every
 // rank selects GPU local_rank % device_count and joins with ncclCommInitRank. Collectives are
@@ -13,7 +15,12 @@
 // an event on that stream and makes its own stream wait for it (cudaEventRecord + cudaStreamWaitEvent),
 // so a collective never reads a buffer that a kernel is still writing. There is no default: the
 // legacy default stream does not order non-blocking streams, so following it would race. After
-// wait()/test() returned true the data is ready for every stream and the host.
+// wait()/test() returned true the data is ready for every stream and the host:
+//
+//   compute stream  ... bucket k's last gradient written ─ record e ─ later units' backward ─┐ host waited done
+//   comm stream                                   wait e ─ ncclReduceScatter(bucket k) ─ done ┘─> compute reads
+//
+// (docs/design.md §3.4 "Device buffers over NCCL" has the stage-3 all-gathers too).
 #pragma once
 #include <memory>
 
@@ -23,7 +30,12 @@ struct CUstream_st;  // cudaStream_t without including the CUDA headers
 
 namespace zt {
 
-// compute_stream: the stream whose queued work each collective must follow (not null).
-std::unique_ptr<Comm> make_nccl_comm(const CommOptions& opts, Comm& bootstrap, CUstream_st* compute_stream);
+// compute_stream: the stream whose queued work each collective must follow (not null). bf16: the
+// device buffers hold bf16 (counts are of bf16 elements, the pointers come through zero/comm_ptr.h)
+// and are reduced by NCCL's own bf16 sum: NCCL adds in fp32 and rounds to bf16 after each add of its
+// ring (world - 1 roundings per element, in an order of NCCL's choosing), where the host-staged
+// path sums in fp32 and rounds once; test/emu/nccl.cpp emulates the same. Otherwise fp32 buffers.
+std::unique_ptr<Comm> make_nccl_comm(const CommOptions& opts, Comm& bootstrap, CUstream_st* compute_stream,
+                                     bool bf16);
 
 }  // namespace zt

@@ -178,6 +178,9 @@ void check_combinations(const Plan& p) {
   if (p.precision.compute == "bf16" && p.device == "cpu")
     bad("precision.compute", "\"bf16\" needs device \"cuda\" (or \"auto\" on a machine with a GPU); the CPU "
                              "backend computes in fp32");
+  if (p.comm.backend == "nccl" && p.device == "cpu")
+    bad("comm.backend", "\"nccl\" needs device \"cuda\" (NCCL moves device buffers, one GPU per rank); the CPU "
+                        "backend's collectives run over MPI: set comm.backend to \"mpi\" or \"auto\"");
   if (p.offload.params != "none" && p.zero.stage != 3)
     bad("offload.params", json(p.offload.params).dump() +
                               " requires zero.stage 3 (only sharded parameters can be offloaded), got zero.stage " +
@@ -248,6 +251,12 @@ void record_backend(Plan& plan, const std::string& backend) {
             (plan.precision.compute == "fp32" || plan.precision.compute == "bf16"));
   plan.resolved["device"] = plan.device;
   plan.resolved["precision"]["compute"] = plan.precision.compute;
+}
+
+void record_comm_backend(Plan& plan, const std::string& comm_backend) {
+  ZT_ASSERT(comm_backend == "nccl" || comm_backend == "mpi");
+  plan.comm.backend = comm_backend;
+  plan.resolved["comm"]["backend"] = comm_backend;
 }
 
 Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
@@ -335,6 +344,7 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
   p.zero.overlap_comm = get_bool(r, "zero.overlap_comm");
   p.zero.prefetch_units = get_int(r, "zero.prefetch_units", 0);
 
+  p.comm.backend = get_choice(r, "comm.backend", {"auto", "nccl", "mpi"});
   p.comm.timeout_s = get_positive(r, "comm.timeout_s");
   p.comm.fault_skip_rank = get_int(r, "comm.fault_skip_rank", -1);
   p.comm.fault_skip_step = get_int(r, "comm.fault_skip_step", -1);

@@ -54,6 +54,9 @@ struct ZeroSection {
 };
 
 struct CommSection {
+  // "auto" | "nccl" | "mpi" (train/backend_choice.h): NCCL on device buffers, one GPU per rank; or MPI
+  // (host buffers; the CUDA backend host-stages them, zero/staged_comm.h). Written back as the one that runs.
+  std::string backend = "auto";
   double timeout_s = 300;     // a collective not done after this long is a hang: diagnose and abort all ranks
   int fault_skip_rank = -1;   // fault injection for tests: this rank skips its first collective
   int fault_skip_step = -1;   // ... of this training step (-1 = off)
@@ -146,6 +149,8 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files);
 // into the plan, typed fields and `resolved` alike, so the published plan names the device and
 // precision that ran instead of "auto".
 void record_backend(Plan& plan, const std::string& backend);
+// Writes the comm backend that runs ("nccl" or "mpi") into plan.comm.backend and plan.resolved.
+void record_comm_backend(Plan& plan, const std::string& comm_backend);
 
 // `s` cut to at most `max` bytes (on a UTF-8 boundary) with "..." appended when cut: error
 // messages quote values, keys and overrides, which may be megabytes long.

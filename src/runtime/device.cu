@@ -11,15 +11,17 @@ namespace zt::device {
 
 bool built_with_cuda() { return true; }
 
-bool available() {
+int count() {
   int n = 0;
   // No driver, no device, or a broken installation all mean "no GPU here": the CPU path runs.
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     (void)cudaGetLastError();  // clear the sticky error so later checks do not report it
-    return false;
+    return 0;
   }
-  return n > 0;
+  return n;
 }
+
+bool available() { return count() > 0; }
 
 std::string describe() {
   if (!available()) return "";

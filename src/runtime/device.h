@@ -17,6 +17,8 @@ struct DeviceOutOfMemory : OutOfMemory {
 namespace device {
 
 bool built_with_cuda();
+// CUDA devices visible to this process (0: no driver, no GPU, or no CUDA backend).
+int count();
 // A CUDA device is visible and usable (driver present, at least one GPU).
 bool available();
 // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)"; "" if none.

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 
+#include "comm/comm.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/support.h"
@@ -122,6 +123,50 @@ std::string pick_backend(const Plan& plan, int world, bool need_device) {
 }  // namespace
 
 std::string planned_backend(const Plan& plan, int world) { return pick_backend(plan, world, false); }
+
+std::string comm_backend_for(const Plan& plan, const std::string& backend, int local_world, int gpus) {
+  const std::string& want = plan.comm.backend;
+  const bool cuda = backend.rfind("cuda-", 0) == 0;
+  if (!cuda) {
+    ZT_REQUIRE(want != "nccl", "comm.backend: \"nccl\" needs the CUDA backend, and this run is on " << backend
+                                   << " (NCCL moves device buffers); set comm.backend to \"mpi\" or \"auto\"");
+    return "mpi";
+  }
+  if (want == "mpi") return "mpi";
+  const bool shared = local_world > gpus;
+  if (want == "auto") return shared ? "mpi" : "nccl";
+  // Local ranks 0 and `gpus` are the first two to take the same GPU (local rank r takes GPU r % gpus).
+  ZT_REQUIRE(!shared, "comm.backend: \"nccl\" needs a GPU per rank, but " << local_world << " ranks on this host share "
+                          << gpus << " GPU(s) (local ranks 0 and " << gpus << " on GPU 0); start at most " << gpus
+                          << " rank(s) per host, or set comm.backend to \"mpi\" or \"auto\" (host-staged over MPI)");
+  return "nccl";
+}
+
+std::string choose_comm_backend(const Plan& plan, const std::string& backend, Comm& comm) {
+  std::string mine, refusal;
+  try {
+    mine = comm_backend_for(plan, backend, comm.local_world(), backend == "cpu-fp32" ? 0 : device::count());
+  } catch (const Error& e) {
+    refusal = e.what();
+  }
+  agree_or_throw(comm, refusal, "refused comm.backend");
+  if (comm.world() == 1 && plan.comm.backend == "auto") return "mpi";  // nothing to communicate
+  double mpi_hosts = mine == "mpi" ? 1 : 0;
+  if (comm.world() > 1) comm.all_reduce_sum(&mpi_hosts, 1);
+  return mpi_hosts > 0 ? "mpi" : "nccl";
+}
+
+std::string describe_comm_backend(const std::string& comm_backend, bool device) {
+  if (comm_backend == "nccl")
+    return "nccl (collectives on device buffers, on a stream of their own; tested under emulation only, not yet "
+           "on a GPU)";
+  return device ? "mpi (device buffers host-staged through pinned memory)" : "mpi";
+}
+
+std::string planned_comm_backend(const Plan& plan, const std::string& backend, int world) {
+  const std::string b = comm_backend_for(plan, backend, 1, 1);
+  return world == 1 && plan.comm.backend == "auto" ? "mpi" : b;
+}
 
 std::string choose_backend(const Plan& plan, int world) { return pick_backend(plan, world, true); }
 

@@ -26,6 +26,7 @@
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
 #include "runtime/cuda_context.h"
+#include "comm/nccl_comm.h"
 #include "zero/staged_comm.h"
 #endif
 #include "runtime/device.h"
@@ -70,7 +71,7 @@ class Trainer {
 
   Trainer(const Plan& plan, Comm& comm, const RunControl& ctl) : plan_(plan), comm_(comm), ctl_(ctl), root_(comm.rank() == 0) {}
   ~Trainer() {
-    if (tracer_) comm_.set_tracer(nullptr);  // the Comm outlives the trainer
+    if (tracer_) engine_comm_->set_tracer(nullptr);  // comm_ outlives the trainer
   }
 
   TrainResult run() {
@@ -124,7 +125,7 @@ class Trainer {
       }
       engine_->finish_gradients();
       if (world > 1) {
-        comm_.all_reduce_sum(&loss, 1);
+        engine_comm_->all_reduce_sum(&loss, 1);
         loss /= world;
       }
       const double norm = engine_->grad_norm();
@@ -137,7 +138,7 @@ class Trainer {
       if (tracer_)
         tracer_->complete("step " + std::to_string(step), Tracer::kStep, trace_t0, Tracer::now_us() - trace_t0,
                           "\"step\":" + std::to_string(step) + ",\"loss\":" + std::to_string(loss));
-      const CommStepStats cs = comm_.step_stats();
+      const CommStepStats cs = engine_comm_->step_stats();
       const double ms = seconds_since(t0) * 1e3;
       train_seconds += ms / 1e3;
       res.steps = step + 1;
@@ -190,7 +191,7 @@ class Trainer {
     // the training it describes is done and must not be lost with it.
     std::string trace_error;
     if (tracer_) {
-      comm_.set_tracer(nullptr);
+      engine_comm_->set_tracer(nullptr);
       engine_->set_tracer(nullptr);
       try {
         tracer_->close();
@@ -242,6 +243,7 @@ class Trainer {
                    {"max_gathered_units", engine_->max_gathered_alive()},
                    {"device_memory", device_memory_json()},
                    {"world", comm_.world()},
+                   {"comm_backend", plan_.comm.backend},
                    {"zero_stage", plan_.zero.stage},
                    {"backend", Ops::name}}}});
     if (tracer_) comm_.barrier();  // the other ranks report a lost trace only now
@@ -319,15 +321,19 @@ class Trainer {
                                         es.embedding_rows);
     partition_ = std::make_unique<Partition>(model_->layout(), es.zero);
     store_ = std::make_unique<StateStore>(list_model_state(model_->layout(), *partition_, es.types, swap_), mem_, swap_);
-    // The CUDA backend's collectives go through pinned host mirrors (zero/staged_comm.h).
-    Comm* engine_comm = &comm_;
+    // The CUDA backend's collectives (comm.backend, train/backend_choice.h): NCCL on the device
+    // buffers (comm/nccl_comm.h), or through pinned host mirrors over MPI (zero/staged_comm.h).
+    engine_comm_ = &comm_;
 #if ZT_HAVE_CUDA
     if constexpr (Ops::tier == Tier::device) {
-      staged_comm_ = std::make_unique<StagedComm>(comm_, *store_, es.types.param, stage);
-      engine_comm = staged_comm_.get();
+      if (plan_.comm.backend == "nccl")
+        device_comm_ = make_nccl_comm(nccl_options(), comm_, Ops::stream(), es.types.param == DType::bf16);
+      else
+        device_comm_ = std::make_unique<StagedComm>(comm_, *store_, es.types.param, stage);
+      engine_comm_ = device_comm_.get();
     }
 #endif
-    engine_ = std::make_unique<ZeroEngine<Ops>>(*model_, *partition_, *store_, *engine_comm, plan_.optim);
+    engine_ = std::make_unique<ZeroEngine<Ops>>(*model_, *partition_, *store_, *engine_comm_, plan_.optim);
     // model.init is read here (into the allocated parameters); a damaged file is still refused
     // before anything is written. A run that starts from a TrainState takes its buffers instead.
     state_.seed = plan_.run.seed;
@@ -362,7 +368,7 @@ class Trainer {
     if (!outputs_.trace.empty()) {
       if (world > 1) comm_.barrier();
       tracer_ = std::make_unique<Tracer>(outputs_.trace, comm_.rank());
-      comm_.set_tracer(tracer_.get());
+      engine_comm_->set_tracer(tracer_.get());
       engine_->set_tracer(tracer_.get());
     }
     if (!resume_from_.empty()) {
@@ -396,9 +402,19 @@ class Trainer {
     std::printf("zero: stage %d, %s, %zu gradient bucket(s)\n", stage,
                 plan_.zero.overlap_comm ? "overlapped bucketed communication" : "naive blocking per-unit communication",
                 partition_->buckets().size());
+    std::printf("comm: %s\n", describe_comm_backend(plan_.comm.backend, Ops::tier == Tier::device).c_str());
     if (swap_.enabled()) std::printf("%s\n", describe_offload(swap_, plan_, world).c_str());
     std::printf("\nmemory per rank (tracked):\n%s\n", mem_.table(false).c_str());
     std::fflush(stdout);
+  }
+
+  // The NCCL comm's timeout and fault injection, as the MPI comm has them (train.cu).
+  CommOptions nccl_options() const {
+    CommOptions co;
+    co.timeout_s = plan_.comm.timeout_s;
+    co.fault_skip_rank = plan_.comm.fault_skip_rank;
+    co.fault_skip_step = plan_.comm.fault_skip_step;
+    return co;
   }
 
   // One verdict for all ranks (comm.h): a refused plan prints one line rather than one per rank.
@@ -576,7 +592,10 @@ class Trainer {
   std::unique_ptr<GPT<Ops>> model_;
   std::unique_ptr<Partition> partition_;
   std::unique_ptr<StateStore> store_;
-  std::unique_ptr<Comm> staged_comm_;  // CUDA backend: the engine's comm over comm_ (before engine_: outlives it)
+  // CUDA backend: the engine's comm for device buffers, NCCL or StagedComm, over comm_ (declared
+  // before engine_: outlives it). engine_comm_: device_comm_, or comm_ itself on the CPU backend.
+  std::unique_ptr<Comm> device_comm_;
+  Comm* engine_comm_ = nullptr;
   std::unique_ptr<ZeroEngine<Ops>> engine_;
   std::unique_ptr<Tracer> tracer_;  // run.trace; null = off
   uint64_t bytes_per_step_ = 0;

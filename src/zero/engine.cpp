@@ -8,7 +8,6 @@
 #include "backend/ops_cuda.h"
 #endif
 #include "runtime/error.h"
-#include "zero/staged_comm.h"
 
 namespace zt {
 
@@ -19,14 +18,9 @@ ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& 
       lookup_(model, part, store, comm), reducer_(model, part, store, comm, lookup_), gatherer_(model, part, store, comm),
       optimizer_(model.layout(), part, store, comm, optim) {
   ZT_ASSERT(comm.world() == part.config().world && comm.rank() == part.config().rank);
-#if ZT_HAVE_CUDA
-  // Device buffers reach MPI only through host staging, and bf16 ones only through a StagedComm
-  // that knows they are bf16 (zero/comm_ptr.h).
-  if constexpr (Ops::tier == Tier::device) {
-    const auto* staged = dynamic_cast<const StagedComm*>(&comm);
-    ZT_ASSERT(staged && staged->elem() == state_types_of<Ops>().param);
-  }
-#endif
+  // Device buffers go only to a comm that takes device buffers of their type (NCCL, or MPI through
+  // host staging; zero/comm_ptr.h).
+  ZT_ASSERT(comm.device_elem_bytes() == (Ops::tier == Tier::device ? int(sizeof(T)) : 0));
   const ParamLayout& layout = model.layout();
   T* params = store.get<T>(StateId::params);
   T* grads = store.get<T>(StateId::grads);

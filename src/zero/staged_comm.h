@@ -39,7 +39,7 @@ class StagedComm final : public Comm {
   // host_staged() buffers of that type.
   StagedComm(Comm& inner, const StateStore& store, DType elem, int stage);
   ~StagedComm() override;
-  DType elem() const { return elem_; }
+  int device_elem_bytes() const override { return int(es_); }
 
   int rank() const override { return inner_.rank(); }
   int world() const override { return inner_.world(); }

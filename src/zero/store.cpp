@@ -107,9 +107,9 @@ void add_host_optimizer(std::vector<StateBuffer>& out, const Partition& part, co
 
 // CUDA backend, several ranks: the MPI comm sees host memory only, so every buffer a collective
 // touches gets a pinned fp32 mirror (bf16 is widened there and summed in fp32), carved in
-// host_staged() order from one allocation. A world of one sends nothing and needs none.
+// host_staged() order from one allocation. A world of one sends nothing and needs none; NCCL needs none.
 void add_host_staging(std::vector<StateBuffer>& out, const Partition& part, const StateTypes& ty) {
-  if (ty.tier != Tier::device || part.config().world == 1) return;
+  if (ty.tier != Tier::device || !ty.host_staged_comm || part.config().world == 1) return;
   size_t n = 0;
   for (StateId id : host_staged(part.config().stage))
     for (const StateBuffer& b : out)

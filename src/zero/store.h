@@ -22,7 +22,7 @@
 //   swap_buffers       1-3    B x S x sub-group          offload nvme: the optimizer pipeline's pool
 //   param_io           3      one read buffer per gathered-unit slot + one gradient bucket shard
 //                                            (each in whole I/O blocks): offload.params nvme
-//   host_staging       0-3    sum of the buffers collectives touch (fp32)   CUDA backend, world > 1:
+//   host_staging       0-3    sum of the buffers collectives touch (fp32)   CUDA backend, world > 1, MPI:
 //                                            pinned host mirrors the MPI comm reads and writes
 //                                            (zero/staged_comm.h; host_staged() says which buffers)
 //   host_params,       1-3    Ψ/N            CUDA backend with offload.optimizer cpu / nvme: pinned host
@@ -91,6 +91,9 @@ struct StateTypes {
   // The CUDA backend's optimizer runs on the host (offload.optimizer "cpu" or "nvme"): moments and
   // master weights in pinned memory (or swap files), plus host_params / host_grads.
   bool host_optimizer = false;
+  // The CUDA backend's collectives are host-staged over MPI (zero/staged_comm.h, host_staging below);
+  // false: NCCL on the device buffers, no host copies (comm.backend "nccl").
+  bool host_staged_comm = true;
 };
 
 // The types of an op table (Ops::T, Ops::M, Ops::tier): 2-byte elements are bf16.

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
 
@@ -16,6 +17,7 @@ struct Range {
   bool write;
   Where where;
   const char* what;  // "A", "dst", ... for messages
+  bool collective = false;  // an NCCL collective's buffer (runtime.cpp: how it meets kernel arguments)
 };
 
 // One piece of device work on `stream` (a copy, a memset, a GEMM, a sort, a collective): checks that
@@ -25,7 +27,8 @@ struct Range {
 // the scope ends.
 class OpScope {
  public:
-  OpScope(cudaStream_t stream, const std::string& what, std::initializer_list<Range> ranges);
+  // collective: an NCCL collective, which does not wait for the stream's deferred work (below).
+  OpScope(cudaStream_t stream, const std::string& what, std::initializer_list<Range> ranges, bool collective = false);
   ~OpScope();
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;
@@ -43,5 +46,15 @@ size_t bytes_to_alloc_end(const void* p);
 void set_last_error(cudaError_t e);
 // Stream handle -> valid? (nullptr = legacy default stream is valid)
 bool valid_stream(cudaStream_t s);
+
+// Work `stream` has reached (its accesses recorded by an OpScope) that completes later: an emulated
+// NCCL collective whose peers have not sent yet. done(block) tries to finish it (block: until it
+// does) and says whether it did. Later work on the stream (but collectives and event records),
+// cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize and cudaStreamWaitEvent on an
+// event recorded after it finish it first, blocking; cudaEventQuery tries it and answers
+// cudaErrorNotReady while it is not done, as on the GPU.
+void defer(cudaStream_t stream, std::function<bool(bool)> done);
+// Opens the allocation holding `ptr` to host code while fn runs (a deferred collective's result).
+void with_device_memory(const void* ptr, const std::function<void()>& fn);
 
 }  // namespace zt_emu

@@ -31,7 +31,8 @@ common=(plans/default.json
   --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.seq_len=64
   --set batch.micro_batch=1 --set optim.lr=0.003 --set optim.warmup_steps=2
   --set run.steps=3 --set run.eval_every=0 --set run.sample_every=0 --set run.final_weights=""
-  --set zero.bucket_mb=0.05 --set zero.prefetch_units=2 --set device=cuda)
+  --set zero.bucket_mb=0.05 --set zero.prefetch_units=2 --set device=cuda
+  --set comm.backend=mpi)  # the host-staged path (what auto picks for ranks sharing a GPU); nccl: nccl_emu.sh
 
 run() {  # name np precision stage grad_accum [extra --set ...]
   local name=$1 np=$2 prec=$3 stage=$4 accum=$5; shift 5

@@ -33,7 +33,8 @@ common=(plans/default.json
   --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.seq_len=64
   --set batch.micro_batch=1 --set batch.grad_accum=1 --set optim.lr=0.003 --set optim.warmup_steps=1
   --set run.steps=3 --set run.eval_every=0 --set run.sample_every=0 --set zero.bucket_mb=0.05
-  --set device=cuda --set offload.subgroup_mb=16 --set offload.nvme_dir="$work/swap")
+  --set device=cuda --set offload.subgroup_mb=16 --set offload.nvme_dir="$work/swap"
+  --set comm.backend=mpi)  # N = 2 shares the one emulated device: host-staged, as auto picks there
 
 fail=0
 for cfg in "1 1" "2 3"; do

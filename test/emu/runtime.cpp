@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -227,6 +228,10 @@ void merge(Clock& into, const Clock& from) {
 }
 uint64_t at(const Clock& c, int i) { return size_t(i) < c.size() ? c[size_t(i)] : 0; }
 
+struct Deferred {  // work the stream reached that completes later (emu_internal.h: defer)
+  uint64_t id;
+  std::function<bool(bool)> done;
+};
 struct Stream {
   int id;
   bool blocking;  // synchronises with the legacy default stream
@@ -234,6 +239,7 @@ struct Stream {
   Clock vc;
   uint64_t ops = 0;
   std::string last_op;
+  std::deque<Deferred> deferred;  // in stream order
 };
 struct Event {
   Clock vc;
@@ -241,19 +247,38 @@ struct Event {
   bool timing = true;
   double t = 0;
   int stream = -1;
+  uint64_t deferred_upto = 0;  // the stream's deferred work up to this id precedes the event
 };
+uint64_t g_deferred_ids = 0;
 
 std::deque<Stream> g_streams;  // id 0: the legacy default stream
 Clock g_host;                   // what the host has waited for
 std::map<uintptr_t, Stream*> g_stream_handles;
 
+// How far an access is known: exactly (copies, GEMMs, sorts, collectives), or from a kernel's pointer
+// argument to the end of its allocation (the kernel's extent is unknown).
+enum class Extent : uint8_t { exact, collective, from_pointer };
 struct Record {
   uintptr_t lo, hi;
   int stream;
   uint64_t seq;
   bool write;
   std::string op;
+  Extent extent;
 };
+
+// Whether access [lo, hi) of extent `e` meets record r. A kernel's pointer argument against an NCCL
+// collective's exact range meets it only where the collective's range holds the pointer: the
+// engine carves slots of one allocation (bucket staging, reduce-scatter receive, gathered units) and
+// a collective fills slot k + 1 while kernels use slot k; to the end of the allocation, every such
+// overlap would be reported. A kernel that starts before a collective's range and runs into it is
+// not seen here (README, "What it cannot imitate").
+bool meets(const Record& r, uintptr_t lo, uintptr_t hi, Extent e) {
+  if (r.hi <= lo || r.lo >= hi) return false;
+  if (e == Extent::from_pointer && r.extent == Extent::collective) return r.lo <= lo && lo < r.hi;
+  if (e == Extent::collective && r.extent == Extent::from_pointer) return lo <= r.lo && r.lo < hi;
+  return true;
+}
 std::vector<Record> g_records;
 
 Stream& legacy() {
@@ -277,8 +302,19 @@ const char* stream_name(int id) {
   return b;
 }
 
+// Finishes st's deferred work with ids <= upto, in order; block: until it is done. True when done.
+bool finish_deferred(Stream& st, uint64_t upto, bool block) {
+  while (!st.deferred.empty() && st.deferred.front().id <= upto) {
+    if (!st.deferred.front().done(block)) return false;
+    st.deferred.pop_front();
+  }
+  return true;
+}
+
 // Issues one op on stream st: returns its sequence number after ordering it behind what it waits for.
-uint64_t issue(Stream& st, const std::string& what) {
+// Other work than collectives and event records first waits for the stream's deferred work.
+uint64_t issue(Stream& st, const std::string& what, bool after_deferred = true) {
+  if (after_deferred) finish_deferred(st, UINT64_MAX, true);
   merge(st.vc, g_host);
   if (st.id == 0) {
     for (Stream& o : g_streams)
@@ -297,10 +333,10 @@ bool g_check_order = [] {
 }();
 
 void check_and_record(Stream& st, uint64_t seq, uintptr_t lo, uintptr_t hi, bool write, const std::string& op,
-                      const char* what) {
+                      const char* what, Extent extent) {
   if (lo >= hi) return;
   for (const Record& r : g_records) {
-    if (r.hi <= lo || r.lo >= hi || r.stream == st.id) continue;
+    if (!meets(r, lo, hi, extent) || r.stream == st.id) continue;
     if (!write && !r.write) continue;
     if (at(st.vc, r.stream) >= r.seq) continue;
     if (!g_check_order) continue;
@@ -321,7 +357,7 @@ void check_and_record(Stream& st, uint64_t seq, uintptr_t lo, uintptr_t hi, bool
                                    return write && at(st.vc, r.stream) >= r.seq;
                                  }),
                   g_records.end());
-  g_records.push_back(Record{lo, hi, st.id, seq, write, op});
+  g_records.push_back(Record{lo, hi, st.id, seq, write, op, extent});
 }
 
 void forget_range(uintptr_t lo, uintptr_t hi) {
@@ -339,12 +375,26 @@ void host_waits_all() {
 
 bool valid_stream(cudaStream_t s) { return lookup(s) != nullptr; }
 
+void defer(cudaStream_t stream, std::function<bool(bool)> done) {
+  Stream* st = lookup(stream);
+  if (!st) fatal("deferred work on an invalid or destroyed stream %p", (void*)stream);
+  st->deferred.push_back(Deferred{++g_deferred_ids, std::move(done)});
+}
+
+void with_device_memory(const void* ptr, const std::function<void()>& fn) {
+  Alloc* a = g_heap.find(reinterpret_cast<uintptr_t>(ptr));
+  if (!a) fatal("deferred write to %p, which is not live device memory", ptr);
+  protect(*a, true);
+  fn();
+  protect(*a, false);
+}
+
 // ---- OpScope ------------------------------------------------------------------------------------------
-OpScope::OpScope(cudaStream_t stream, const std::string& what, std::initializer_list<Range> ranges) {
+OpScope::OpScope(cudaStream_t stream, const std::string& what, std::initializer_list<Range> ranges, bool collective) {
   init();
   Stream* st = lookup(stream);
   if (!st) fatal("%s on an invalid or destroyed stream %p", what.c_str(), (void*)stream);
-  const uint64_t seq = issue(*st, what);
+  const uint64_t seq = issue(*st, what, !collective);
   for (const Range& r : ranges) {
     if (r.ptr == nullptr) {
       if (r.bytes == 0) continue;
@@ -375,7 +425,7 @@ OpScope::OpScope(cudaStream_t stream, const std::string& what, std::initializer_
         protect(*a, true);
       }
     }
-    check_and_record(*st, seq, lo, lo + bytes, r.write, what, r.what);
+    check_and_record(*st, seq, lo, lo + bytes, r.write, what, r.what, r.collective ? Extent::collective : Extent::exact);
   }
   g_op = what;
 }
@@ -800,8 +850,8 @@ void launch(const void* kernel, const LaunchCfg& cfg, const Access* acc, size_t 
       fatal("%s: pointer argument %zu (%p) is a host pointer: a kernel can only use device memory", what.c_str(), i,
             acc[i].ptr);
     }
-    check_and_record(st, seq, p, a->ptr + a->bytes, acc[i].write, what, "a pointer argument (to the end of its "
-                                                                            "allocation)");
+    check_and_record(st, seq, p, a->ptr + a->bytes, acc[i].write, what,
+                     "a pointer argument (to the end of its allocation)", Extent::from_pointer);
     if (std::find(opened.begin(), opened.end(), a) == opened.end()) {
       protect(*a, true);
       opened.push_back(a);
@@ -847,6 +897,18 @@ bool no_device() {
   const char* e = std::getenv("ZT_EMU_NO_DEVICE");
   return e && *e && *e != '0';
 }
+// Devices this process sees: ZT_EMU_DEVICES (default 1), as a host with that many GPUs would show
+// them. They are one emulated device whatever its index: each process has its own memory, so ranks
+// on "different GPUs" (multi-rank NCCL, nccl.cpp) are as separate as on a real host.
+int device_count() {
+  if (no_device()) return 0;
+  const char* e = std::getenv("ZT_EMU_DEVICES");
+  const int n = e && *e ? std::atoi(e) : 1;
+  if (n < 1 || n > 64) fatal("ZT_EMU_DEVICES=%s: expected 1 to 64 devices", e);
+  return n;
+}
+int g_device = 0;  // cudaSetDevice's
+bool valid_device(int device) { return device >= 0 && device < device_count(); }
 }  // namespace
 
 extern "C" {
@@ -857,20 +919,22 @@ cudaError_t cudaGetDeviceCount(int* count) {
     *count = 0;
     return fail(cudaErrorNoDevice);
   }
-  *count = 1;
+  *count = device_count();
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) {
   init();
-  return device == 0 && !no_device() ? cudaSuccess : fail(cudaErrorInvalidDevice);
+  if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
+  g_device = device;
+  return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  *device = g_device;
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   init();
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
   std::memset(p, 0, sizeof *p);
   std::snprintf(p->name, sizeof p->name, "zt-emu (CUDA emulated on the CPU, not a GPU)");
   p->major = 9;
@@ -885,7 +949,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
 }
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
   init();
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
   switch (attr) {
     case cudaDevAttrMultiProcessorCount: *value = 4; return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = int(kOptinSmemLimit); return cudaSuccess;
@@ -1015,6 +1079,8 @@ cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   Stream* st = lookup(s);
   if (!st || s == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  // As on the GPU, destroy returns at once; deferred work stays with the stream (events recorded
+  // on it still find it), and an NCCL comm aborted or never completed leaves it unfinished.
   st->alive = false;  // its clock stays: work it issued is still ordered by events recorded on it
   g_stream_handles.erase(reinterpret_cast<uintptr_t>(s));
   return cudaSuccess;
@@ -1022,10 +1088,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   Stream* st = lookup(s);
   if (!st) return fail(cudaErrorInvalidResourceHandle);
+  finish_deferred(*st, UINT64_MAX, true);
   host_waits_for(st->vc);
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize() {
+  for (Stream& st : g_streams) finish_deferred(st, UINT64_MAX, true);
   host_waits_all();
   return cudaSuccess;
 }
@@ -1033,6 +1101,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
   Stream* st = lookup(s);
   if (!st || !e) return fail(cudaErrorInvalidResourceHandle);
   Event* ev = reinterpret_cast<Event*>(e);
+  // Deferred work before the event is finished now, by the host (work after it on s must see it).
+  if (ev->recorded) finish_deferred(g_streams[size_t(ev->stream)], ev->deferred_upto, true);
   merge(st->vc, ev->vc);  // an event never recorded: no dependency (as on the GPU)
   return cudaSuccess;
 }
@@ -1053,7 +1123,8 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   Stream* st = lookup(s);
   if (!st || !e) return fail(cudaErrorInvalidResourceHandle);
   Event* ev = reinterpret_cast<Event*>(e);
-  issue(*st, "cudaEventRecord");
+  issue(*st, "cudaEventRecord", false);
+  ev->deferred_upto = st->deferred.empty() ? 0 : st->deferred.back().id;
   ev->vc = st->vc;
   ev->recorded = true;
   ev->stream = st->id;
@@ -1062,12 +1133,18 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (!e) return fail(cudaErrorInvalidResourceHandle);
-  host_waits_for(reinterpret_cast<Event*>(e)->vc);
+  Event* ev = reinterpret_cast<Event*>(e);
+  if (ev->recorded) finish_deferred(g_streams[size_t(ev->stream)], ev->deferred_upto, true);
+  host_waits_for(ev->vc);
   return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
   if (!e) return fail(cudaErrorInvalidResourceHandle);
-  host_waits_for(reinterpret_cast<Event*>(e)->vc);  // everything completes at issue: always ready
+  Event* ev = reinterpret_cast<Event*>(e);
+  // Everything but deferred work (collectives waiting for their peers) completes at issue.
+  if (ev->recorded && !finish_deferred(g_streams[size_t(ev->stream)], ev->deferred_upto, false))
+    return cudaErrorNotReady;
+  host_waits_for(ev->vc);
   return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {

@@ -91,7 +91,7 @@ TEST(EmuStreams, HostSyncOrdersCrossStreamUse) {
 // (CudaOps<T>::stream(), the context's non-blocking stream), which is what this test passes.
 std::unique_ptr<zt::Comm> nccl_following(cudaStream_t compute) {
   static std::unique_ptr<zt::Comm> boot = zt::make_mpi_comm(zt::CommOptions{});
-  return zt::make_nccl_comm(zt::CommOptions{}, *boot, compute);
+  return zt::make_nccl_comm(zt::CommOptions{}, *boot, compute, /*bf16=*/false);
 }
 
 TEST(EmuNccl, CollectiveWaitsForComputeStream) {

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# The CUDA backend's NCCL path (comm.backend "nccl", src/comm/nccl_comm.cu) with several ranks under
+# the CUDA emulator: each rank an MPI process with its own emulated device (ZT_EMU_DEVICES=3: a host
+# with 3 GPUs), its NCCL collectives exchanged between the processes by test/emu/nccl.cpp, in stream
+# order, under the emulator's stream-discipline checks. EMULATED: this is not a GPU run.
+#   fp32: `mpirun -np 2` and `-np 3` at zero.stage 0-3 against N = 1 with the same global batch
+#         (grad_accum x N = 6): every step's loss within 1e-5 relative; and the CPU backend, same bound.
+#         Also -np 2 with overlap off (stage 3) and with the shipped bucket size (25 MB, stage 2).
+#   bf16: -np 2 at stages 0-3 and -np 3 at stage 0 against N = 1 bf16, within 2e-2 relative (test/gpu
+#         TenTrainingSteps' bound). NCCL reduces bf16 in bf16 (fp32 adds, a rounding after each,
+#         nccl_comm.h); the host-staged path sums in fp32 and rounds once. With 2 ranks that is the
+#         same one rounding (checked: equal losses); with 3, NCCL rounds twice: the difference of
+#         the two -np 3 runs is printed and held to the same bound.
+#   bytes: each run's bytes sent per step (the NCCL comm's collective log) = the theory of
+#         docs/zero.md (summary bytes_sent_per_step_theory), at 2 bytes per bf16 element.
+#   no host copies: no pinned "comm" tier (the MPI path's mirrors); train estimate with
+#         comm.backend "nccl" equals every run's tracked peak, tier by tier.
+#   what runs is said: "comm: nccl" at start, comm.backend "nccl" in plan.json and the summary.
+#   refusal: comm.backend "nccl" with 2 ranks on 1 device exits 1 with one line naming ranks and GPU,
+#         before anything is allocated; "auto" there runs the host-staged path.
+#   hang: rank 1 skips its first collective of step 1 (comm.fault_skip_*), comm.timeout_s 5: a rank
+#         prints its recent collectives with the one that timed out, calls ncclCommAbort, and every
+#         rank exits non-zero within timeout_s + 15 s (start-up and step 0 included).
+# usage: nccl_emu.sh path/to/train path/to/zt_train_emu path/to/mpiexec
+set -euo pipefail
+TRAIN=${1:?usage: nccl_emu.sh train zt_train_emu mpiexec}
+EMU=${2:?}
+MPIRUN=${3:?}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+PY=${ZT_PYTHON:-/usr/bin/python3}
+case "$("$EMU" --version 2>/dev/null)" in *-emu*) WHERE="EMULATED CUDA, not a GPU" ;; *) WHERE="CUDA on a GPU" ;; esac
+export WHERE
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export ZT_EMU_DEVICES=3
+common=(plans/default.json
+  --set data.train='data/sample/train_*.bin' --set data.val=data/sample/val.bin --set data.tokenizer=
+  --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.seq_len=64
+  --set batch.micro_batch=1 --set optim.lr=0.003 --set optim.warmup_steps=2
+  --set run.steps=3 --set run.eval_every=0 --set run.eval_batches=1 --set run.sample_every=0
+  --set run.final_weights="" --set zero.bucket_mb=0.05 --set zero.prefetch_units=2 --set device=cuda)
+
+run() {  # name np precision stage grad_accum [extra --set ...]
+  local name=$1 np=$2 prec=$3 stage=$4 accum=$5; shift 5
+  local cmd=("$EMU" "${common[@]}" --set comm.backend=nccl --set precision.compute="$prec" --set zero.stage="$stage"
+             --set batch.grad_accum="$accum" --set run.log="$work/$name/metrics.jsonl" "$@")
+  "$MPIRUN" -np "$np" -x ZT_EMU_DEVICES "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
+  grep -q '^comm: nccl ' "$work/$name.out" || { echo "$name: no 'comm: nccl' line at start"; exit 1; }
+  "$EMU" estimate "${cmd[@]:1}" --world "$np" --json 2>/dev/null > "$work/$name.est"
+  echo "ran $name: $(grep -c '^step ' "$work/$name.out") steps"
+}
+
+"$TRAIN" "${common[@]}" --set device=cpu --set batch.grad_accum=6 --set run.log="$work/cpu/metrics.jsonl" > "$work/cpu.out"
+run f32_n1 1 fp32 0 6
+run b16_n1 1 bf16 0 6
+for s in 0 1 2 3; do
+  run f32_n2_s$s 2 fp32 $s 3
+  run f32_n3_s$s 3 fp32 $s 2
+  run b16_n2_s$s 2 bf16 $s 3
+done
+run b16_n3_s0 3 bf16 0 2
+run f32_n2_s3_blocking 2 fp32 3 3 --set zero.overlap_comm=false  # naive blocking per-unit communication
+run f32_n2_s2_bucket25 2 fp32 2 3 --set zero.bucket_mb=25        # the shipped bucket size: one bucket
+# The host-staged bf16 reduction (fp32 sum, one rounding), to measure NCCL's bf16 sum against.
+for np in 2 3; do
+  "$MPIRUN" -np $np -x ZT_EMU_DEVICES "$EMU" "${common[@]}" --set comm.backend=mpi --set precision.compute=bf16 \
+    --set batch.grad_accum=$((6 / np)) --set run.log="$work/b16_n${np}_mpi/metrics.jsonl" > "$work/b16_n${np}_mpi.out" 2>&1 \
+    || { cat "$work/b16_n${np}_mpi.out"; exit 1; }
+done
+
+# Ranks sharing a GPU: nccl refused in one line before any allocation; auto takes the host-staged path.
+fail=0
+if ZT_EMU_DEVICES=1 "$MPIRUN" -np 2 -x ZT_EMU_DEVICES "$EMU" "${common[@]}" --set comm.backend=nccl \
+     --set run.log="$work/refused/metrics.jsonl" > "$work/refused.out" 2> "$work/refused.err"; then
+  echo "refusal: comm.backend nccl with 2 ranks on 1 GPU ran"; fail=1
+fi
+want='comm.backend: "nccl" needs a GPU per rank, but 2 ranks on this host share 1 GPU(s) (local ranks 0 and 1 on GPU 0)'
+if [ "$(grep -c '^error' "$work/refused.err")" != 1 ] || ! grep -qF "$want" "$work/refused.err" \
+   || grep -q 'memory per rank' "$work/refused.out" || [ -e "$work/refused/metrics.jsonl" ]; then
+  echo "refusal: FAILED"; cat "$work/refused.err"; fail=1
+else echo "refusal: $(grep '^error' "$work/refused.err")"; fi
+ZT_EMU_DEVICES=1 "$MPIRUN" -np 2 -x ZT_EMU_DEVICES "$EMU" "${common[@]}" --set run.steps=1 \
+  --set run.log="$work/auto/metrics.jsonl" > "$work/auto.out" 2>&1 || { cat "$work/auto.out"; exit 1; }
+if grep -q '^comm: mpi (device buffers host-staged' "$work/auto.out" && grep -q '"backend": "mpi"' "$work/auto/plan.json"; then
+  echo "auto with 2 ranks on 1 GPU: $(grep '^comm:' "$work/auto.out")"
+else echo "auto with 2 ranks on 1 GPU: FAILED"; grep '^comm' "$work/auto.out"; fail=1; fi
+
+# A collective that never completes: the skipping rank's peers wait; the timeout ends every rank.
+t0=$(date +%s)
+if "$MPIRUN" -np 2 -x ZT_EMU_DEVICES "$EMU" "${common[@]}" --set comm.backend=nccl --set precision.compute=fp32 \
+     --set zero.stage=1 --set batch.grad_accum=1 --set comm.timeout_s=5 --set comm.fault_skip_rank=1 \
+     --set comm.fault_skip_step=1 --set run.log="$work/hang/metrics.jsonl" > "$work/hang.out" 2> "$work/hang.err"; then
+  echo "hang: a skipped collective did not end the run"; fail=1
+fi
+took=$(( $(date +%s) - t0 ))
+if grep -qE 'collective reduce_scatter #[0-9]+ \(.* step 1\) did not complete within 5 s' "$work/hang.err" \
+   && grep -q 'TIMED OUT' "$work/hang.err" && grep -q 'zt-emu: ncclCommAbort on rank' "$work/hang.err" && [ "$took" -le 20 ]; then
+  echo "hang: every rank ended in ${took} s (timeout 5 s): $(grep -m1 '^error' "$work/hang.err")"
+else echo "hang: FAILED (${took} s)"; grep -vE '^\[vm|EMULATED on the CPU' "$work/hang.err" | head -30; fail=1; fi
+
+FAIL=$fail "$PY" - "$work" <<'PY'
+import glob, json, os, sys
+w = sys.argv[1]
+def rows(name):
+    return [json.loads(l) for l in open(f"{w}/{name}/metrics.jsonl")]
+def losses(name):
+    return [r["loss"] for r in rows(name) if "loss" in r and "step" in r]
+def summary(name):
+    return next(r["summary"] for r in rows(name) if "summary" in r)
+ok = os.environ["FAIL"] == "0"
+def check(name, ref, bound):
+    global ok
+    a, b = losses(name), losses(ref)
+    err = max(abs(x - y) / abs(y) for x, y in zip(a, b)) if len(a) == len(b) == 3 else float("inf")
+    good = err <= bound
+    ok &= good
+    print(f"{name:12s} vs {ref:10s}: {' '.join(f'{x:.6f}' for x in a)}  max rel err {err:.2e} (bound {bound:g}) "
+          f"{'ok' if good else 'FAILED'}")
+    return err
+check("f32_n1", "cpu", 1e-5)
+for s in range(4):
+    for n in (2, 3):
+        check(f"f32_n{n}_s{s}", "f32_n1", 1e-5)
+        check(f"f32_n{n}_s{s}", "cpu", 1e-5)
+for s in range(4):
+    check(f"b16_n2_s{s}", "b16_n1", 2e-2)
+check("b16_n3_s0", "b16_n1", 2e-2)
+check("f32_n2_s3_blocking", "f32_n1", 1e-5)
+check("f32_n2_s2_bucket25", "f32_n1", 1e-5)
+e2 = check("b16_n2_s0", "b16_n2_mpi", 0.0)  # one rounding either way
+e3 = check("b16_n3_s0", "b16_n3_mpi", 2e-2)
+print(f"bf16 reductions, NCCL's bf16 sum vs the host-staged fp32 sum, stage 0: max rel loss diff {e2:.2e} at N = 2, "
+      f"{e3:.2e} at N = 3")
+runs = [os.path.basename(p)[:-4] for p in sorted(glob.glob(f"{w}/*.est"))]
+for name in runs:
+    sm = summary(name)
+    plan = json.load(open(f"{w}/{name}/plan.json"))
+    mem = sm["peak_memory_bytes"]
+    said = sm.get("comm_backend") == "nccl" and plan["comm"]["backend"] == "nccl"
+    got, theory = sm["bytes_sent_per_step"], sm["bytes_sent_per_step_theory"]
+    e = json.load(open(f"{w}/{name}.est"))["memory"]
+    good = said and got == theory and "comm" not in mem.get("pinned", {}) and e == mem
+    ok &= good
+    print(f"{name:12s} bytes/step {got} (theory {theory}), pinned comm {mem.get('pinned', {}).get('comm', 0)}, "
+          f"estimate {'==' if e == mem else '!='} tracked, backend recorded {said}: {'ok' if good else 'FAILED'}")
+print("nccl_emu (" + os.environ["WHERE"] + "):", "ok" if ok else "FAILED")
+sys.exit(0 if ok else 1)
+PY
