@@ -340,6 +340,12 @@ if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(emulated.nccl_cuda PROPERTIES LABELS emu TIMEOUT 900 RUN_SERIAL TRUE
                        ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  # One rank on NCCL against the same run on MPI, fp32 and bf16: bit for bit (test/emu/nccl_world1_emu.sh;
+  # scripts/device/run.sh runs it on a GPU).
+  add_test(NAME emulated.nccl_world1
+           COMMAND bash ${CMAKE_SOURCE_DIR}/test/emu/nccl_world1_emu.sh $<TARGET_FILE:zt_train_emu>
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(emulated.nccl_world1 PROPERTIES LABELS emu TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
   # offload.optimizer cpu / nvme on the CUDA backend against the same plan without offload, N = 1
   # stage 1 and N = 2 stage 3, fp32 and bf16; estimate == tracked (test/emu/offload_emu.sh).
   add_test(NAME emulated.offload_cuda
