@@ -59,6 +59,7 @@ class CollLog {
     for (int spins = 0;; ++spins) {
       poll();
       if (done()) break;
+      if (spins == 0) ++stats_.host_waits;
       const double waited = now() - t0;
       if (waited > opts_.timeout_s) {
         add_wait(waited);

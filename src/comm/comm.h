@@ -113,6 +113,7 @@ struct CommStepStats {
   uint64_t collectives = 0;          // model-state collectives launched (skipped ones excluded)
   uint64_t control_collectives = 0;  // all_reduce_sum, barrier, all_gather_u64
   double wait_s = 0;           // time spent blocked in wait() (blocking helpers included)
+  uint64_t host_waits = 0;     // wait() calls that found their collective still in flight (the host blocked)
 };
 
 class Comm {
@@ -140,6 +141,13 @@ class Comm {
   // Completion times in the records are when the collective completed: measured by the MPI
   // communication thread where there is one, else when test()/wait() observed it.
   virtual bool test(CommHandle h) = 0;
+  // The compute stream reads h's result next (a gathered unit, a reduced bucket): order it after the
+  // collective. NCCL makes the compute stream wait on the collective's event and returns at once, so
+  // the host keeps enqueuing work; the collective stays in flight, and the caller must still wait()
+  // for it before the host next blocks on the compute stream (a d2h, a synchronize): hang detection
+  // lives in wait(), and a host blocked on a stream that waits for a hung collective has none.
+  // Backends whose collectives the host completes (MPI, host-staged): wait(h).
+  virtual void order_compute_after(CommHandle h) { wait(h); }
   void wait_all(std::vector<CommHandle>& hs) {
     for (CommHandle& h : hs) wait(h);
     hs.clear();

@@ -139,6 +139,17 @@ class NcclComm final : public Comm {
     return !h.valid() || !is_pending(h.seq);
   }
 
+  // The compute stream waits on the collective's event; the host goes on (see Comm).
+  void order_compute_after(CommHandle h) override {
+    progress();
+    for (const Pending& p : pending_)
+      if (p.seq == h.seq) {
+        ZT_CHECK_CUDA(cudaSetDevice(device_));
+        ZT_CHECK_CUDA(cudaStreamWaitEvent(compute_stream_, p.done, 0));
+        return;
+      }
+  }
+
   void wait(CommHandle h) override {
     if (!h.valid() || !is_pending(h.seq)) return;
     log_.wait_polling([&] { progress(); }, [&] { return !is_pending(h.seq); }, [&] { timeout(h.seq); }, 20);
@@ -244,10 +255,26 @@ class NcclComm final : public Comm {
     if (!pending_.empty()) {
       ncclResult_t async = ncclSuccess;
       ZT_CHECK_NCCL(ncclCommGetAsyncError(comm_, &async));
-      if (async != ncclSuccess && async != ncclInProgress)
-        fail_at(__FILE__, __LINE__,
-                std::string("NCCL reported an asynchronous error: ") + ncclGetErrorString(async));
+      if (async != ncclSuccess && async != ncclInProgress) async_error(async);
     }
+  }
+
+  // A peer lost, a network error: NCCL's kernels would wait forever. As on a timeout: the recent
+  // collectives, ncclCommAbort, and an error naming the oldest collective in flight.
+  [[noreturn]] void async_error(ncclResult_t rc) {
+    const uint64_t seq = pending_.front().seq;  // collectives complete in stream order: the stuck one
+    const CollRecord* r = log_.find(seq);
+    std::ostringstream what;
+    what << "NCCL reported an asynchronous error (" << ncclGetErrorString(rc) << ") with collective "
+         << (r ? coll_op_name(r->op) : "?") << " #" << seq << " in flight"
+         << (r && r->step >= 0 ? " (step " + std::to_string(r->step) + ")" : std::string())
+         << "; NCCL_DEBUG=WARN tells more";
+    std::fprintf(stderr, "rank %d: %s; last collectives on this rank:\n%s", rank_, what.str().c_str(),
+                 log_.dump(16).c_str());
+    std::fflush(stderr);
+    aborted_ = true;
+    ncclCommAbort(comm_);
+    throw Error(what.str());
   }
 
   [[noreturn]] void timeout(uint64_t seq) {

@@ -6,7 +6,9 @@
 // make_nccl_comm: rank 0 creates the ncclUniqueId, the MPI `bootstrap` comm broadcasts it, every
 // rank selects GPU local_rank % device_count and joins with ncclCommInitRank. Collectives are
 // enqueued on the comm's own non-blocking stream, each followed by an event: test() queries the
-// event, wait() polls it until timeout_s (then prints the collective log, ncclCommAbort, CommTimeout).
+// event, wait() polls it until timeout_s (then prints the collective log, ncclCommAbort, CommTimeout),
+// order_compute_after() makes the compute stream wait on it (the host goes on). Every query also asks
+// ncclCommGetAsyncError: an asynchronous error prints the log, aborts the communicator and throws.
 // Control helpers (all_reduce_sum, barrier, all_gather_u64) go through `bootstrap`, which must
 // outlive this comm; they are recorded in both comms' rings. begin_step is forwarded to it too.
 //
@@ -15,10 +17,11 @@
 // an event on that stream and makes its own stream wait for it (cudaEventRecord + cudaStreamWaitEvent),
 // so a collective never reads a buffer that a kernel is still writing. There is no default: the
 // legacy default stream does not order non-blocking streams, so following it would race. After
-// wait()/test() returned true the data is ready for every stream and the host:
+// wait()/test() returned true the data is ready for every stream and the host; after
+// order_compute_after() for the compute stream's later work only:
 //
-//   compute stream  ... bucket k's last gradient written ─ record e ─ later units' backward ─┐ host waited done
-//   comm stream                                   wait e ─ ncclReduceScatter(bucket k) ─ done ┘─> compute reads
+//   compute stream  ... bucket k's last gradient written ─ record e ─ later units' backward ─ wait done ─ reads
+//   comm stream                                   wait e ─ ncclReduceScatter(bucket k) ─ done ┘
 //
 // (docs/design.md §3.4 "Device buffers over NCCL" has the stage-3 all-gathers too).
 #pragma once

@@ -135,7 +135,15 @@ void GradReducer<Ops>::complete(StagingSlot& s) {
     if (&s != &s0_) s.bucket = -1;
     return;
   }
-  comm_.wait_all(s.hs);
+  // The add below reads the result on the compute stream: it waits for it there (NCCL), the host
+  // goes on; begin_pass / finish wait for it on the host. A shard on disk is added by the host.
+  if (shard_.on_disk()) {
+    comm_.wait_all(s.hs);
+  } else {
+    for (CommHandle h : s.hs) comm_.order_compute_after(h);
+    ordered_.insert(ordered_.end(), s.hs.begin(), s.hs.end());
+    s.hs.clear();
+  }
   const Bucket& bk = part_.buckets()[size_t(s.bucket)];
   // My gradient shard += the bucket's reduce-scatter result (the first micro-step of a shard on
   // disk adds to zeros: begin_step zeroed the one in memory). A shard on disk sums each unit's
@@ -181,6 +189,7 @@ void GradReducer<Ops>::finish() {
   }
   for (StagingSlot& s : slots_) complete(s);
   if (s0_.buf) complete(s0_);
+  comm_.wait_all(ordered_);
 }
 
 template class GradReducer<CpuOps<float>>;

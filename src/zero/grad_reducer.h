@@ -44,7 +44,13 @@ class GradReducer {
   GradReducer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm, EmbeddingExchange<Ops>& lookup);
 
   void begin_step();                  // zero the gradients this stage accumulates into
-  void begin_pass(int micro) { micro_ = micro; }
+  // Before the micro-step's forward, whose loss the host reads: the last micro-step's reductions
+  // that only the compute stream waited for are waited here (a hang becomes a timeout, not a
+  // host stuck in the loss's copy).
+  void begin_pass(int micro) {
+    micro_ = micro;
+    comm_.wait_all(ordered_);
+  }
   void before_grads(int u);           // stages 2-3: the unit's gradients go to a staging slot
   void grads_ready(int u);            // fires the bucket whose last unit u is
   void finish();                      // every gradient collective done, shards complete
@@ -77,6 +83,7 @@ class GradReducer {
   StageRules rules_;
   int micro_ = 0;
   std::vector<CommHandle> inflight_;  // stages 0-1
+  std::vector<CommHandle> ordered_;   // stages 2-3: completed for the compute stream, not yet waited on the host
   EmbeddingExchange<Ops>& lookup_;
   bool lookup_pending_ = false;       // stages 0-1: gathered, to add in finish()
 

@@ -70,6 +70,7 @@ void ParamGatherer<Ops>::begin_pass(bool with_backward) {
   for (int u = E - 1; u >= 0; --u) sched_.push_back(u);
   for (int u = E; u < U; ++u) sched_.push_back(u);
   for (int u = 0; u < E; ++u) sched_.push_back(u);
+  forward_positions_ = int(sched_.size());
   if (with_backward) {
     for (int u = E - 1; u >= 0; --u) sched_.push_back(u);
     for (int u = U - 1; u >= E; --u) sched_.push_back(u);
@@ -80,6 +81,7 @@ void ParamGatherer<Ops>::begin_pass(bool with_backward) {
   }
   pos_ = 0;
   for (GatherSlot& g : slots_) ZT_ASSERT(g.unit < 0);
+  ZT_ASSERT(ordered_.empty());
 }
 
 template <class Ops>
@@ -124,7 +126,10 @@ void ParamGatherer<Ops>::use(int u) {
   }
   prefetch();  // start the next gathers before blocking on this one
   shards_.deliver(int(it - slots_.begin()), launch_);
-  comm_.wait(it->h);
+  // Read by the unit's kernels only: the compute stream waits (NCCL), the host goes on enqueuing;
+  // release() waits on the host where the pass next blocks.
+  comm_.order_compute_after(it->h);
+  ordered_.push_back(it->h);
   it->h = CommHandle{};
   model_.set_unit_params(u, it->buf);
 }
@@ -143,6 +148,9 @@ void ParamGatherer<Ops>::release(int u) {
     }
   }
   ++pos_;
+  // The end of the forward (the loss is read next) and of the pass: the host waits for the gathers
+  // only the compute stream waited for, so that a hung one ends in a timeout.
+  if (pos_ == forward_positions_ || pos_ == int(sched_.size())) comm_.wait_all(ordered_);
 }
 
 template <class Ops>

@@ -14,7 +14,10 @@
 //               in reverse); consecutive uses of one unit share one gather (the head's last chunk).
 //               Where a unit is gathered: use() (on demand) and prefetch() (up to prefetch_units
 //               gathers ahead, into free slots); where it is released: release() after its last
-//               consecutive use. The naive path gathers on demand into a single slot. Slots are
+//               consecutive use. use() orders the compute stream after the gather
+//               (Comm::order_compute_after: an event wait on NCCL, the host goes on); the host
+//               waits for those gathers at the end of the forward and of the pass (release()).
+//               The naive path gathers on demand into a single slot. Slots are
 //               sized by what they hold (Partition::gather_slot_numel): with the embedding in
 //               block-sized chunks every slot fits the largest unit; a one-unit embedding fits only
 //               slot 0. A unit takes the smallest free slot it fits; at most gather_slots() are
@@ -84,7 +87,9 @@ class ParamGatherer {
   Comm& comm_;
   StageRules rules_;
   std::vector<int> sched_;
+  int forward_positions_ = 0;  // sched_'s first positions that are the forward's
   int pos_ = 0;
+  std::vector<CommHandle> ordered_;  // gathers the compute stream waits for, not yet waited on the host
   std::vector<GatherSlot> slots_;
   // Stages 1-2 with overlap: the all-gather of each unit after the optimizer step (valid: not yet
   // waited); pending_: how many.

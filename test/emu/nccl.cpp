@@ -10,6 +10,11 @@
 // contribution has arrived; cudaEventQuery on an event after it says cudaErrorNotReady until then.
 // So a rank that skips a collective leaves its peers waiting (a contribution of another size never
 // completes one), as on NCCL, and nccl_comm.cu's timeout, ncclCommAbort and error path run.
+//
+// ZT_EMU_NCCL_ASYNC_ERROR=R:N breaks rank R's link from its N-th collective on (1-based): that
+// collective and every later one send nothing and never complete, and ncclCommGetAsyncError says
+// ncclRemoteError once one of them is issued (a peer or a NIC lost, as NCCL reports it); the other
+// ranks see a collective that never completes.
 // Every rank computes a reduction from all contributions in rank order, so all ranks get the same bits:
 //   fp32  summed in fp32, rank 0 + rank 1 + ... (NCCL's ring order differs; fp32 sums differ by
 //         rounding only)
@@ -24,6 +29,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -40,6 +46,8 @@ struct Comm {
   MPI_Comm mpi = MPI_COMM_NULL;  // nranks > 1
   uint64_t issued = 0;           // collectives issued: the next one's tag
   bool aborted = false;
+  uint64_t broken_from = 0;      // ZT_EMU_NCCL_ASYNC_ERROR: the first broken collective (1-based), 0 none
+  bool broken() const { return broken_from && issued >= broken_from; }
 };
 size_t type_bytes(ncclDataType_t t) {
   switch (t) {
@@ -117,6 +125,7 @@ struct Pending {
   std::vector<bool> awaited;
   bool mismatched = false;  // a peer's collective of this order had another size: never completes (as NCCL)
   void* recv = nullptr;
+  bool broken = false;  // issued on a broken link (ZT_EMU_NCCL_ASYNC_ERROR)
   std::function<void(std::vector<std::vector<char>>&)> finish;  // writes recv (device memory opened)
 
   bool arrived() {  // receives what has come; true when nothing is awaited any more
@@ -157,7 +166,7 @@ ncclResult_t issue(const char* name, Comm* c, cudaStream_t stream, size_t bytes,
     read();
     p->tag = int(c->issued++ % 32768);
     for (int r = 0; r < c->nranks; ++r) {
-      if (r == c->rank) continue;
+      if (r == c->rank || c->broken()) continue;
       std::vector<char> d = to(r);
       if (d.empty()) continue;
       auto snd = std::make_unique<Send>();
@@ -166,6 +175,7 @@ ncclResult_t issue(const char* name, Comm* c, cudaStream_t stream, size_t bytes,
       g_sends.push_back(std::move(snd));
     }
   }
+  p->broken = c->broken();
   p->part_bytes = part_bytes;
   p->parts.assign(size_t(c->nranks), {});
   p->parts[size_t(c->rank)] = mine();
@@ -176,6 +186,7 @@ ncclResult_t issue(const char* name, Comm* c, cudaStream_t stream, size_t bytes,
   defer(stream, [p](bool block) {
     for (;;) {
       if (p->comm->aborted) return true;  // ncclCommAbort: ends unfinished, nothing written
+      if (p->broken) return false;        // a lost link: never completes
       if (p->comm->nranks > 1) progress_sends();
       if (p->arrived() && !p->mismatched) {
         with_device_memory(p->recv, [&] { p->finish(p->parts); });
@@ -211,6 +222,12 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
   if (nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
   Comm* c = new Comm{nranks, rank};
+  if (const char* e = std::getenv("ZT_EMU_NCCL_ASYNC_ERROR"); e && *e) {
+    int r = -1;
+    unsigned long long n = 0;
+    if (std::sscanf(e, "%d:%llu", &r, &n) != 2 || n == 0) fatal("ZT_EMU_NCCL_ASYNC_ERROR=%s: want RANK:N (N >= 1)", e);
+    if (r == rank) c->broken_from = n;
+  }
   if (nranks > 1) {
     int init = 0;
     MPI_Initialized(&init);
@@ -250,10 +267,13 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 }
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* e) {
   if (!comm) return ncclInvalidArgument;
-  *e = ncclSuccess;
+  *e = reinterpret_cast<Comm*>(comm)->broken() ? ncclRemoteError : ncclSuccess;
   return ncclSuccess;
 }
-const char* ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "error (emulated NCCL)"; }
+const char* ncclGetErrorString(ncclResult_t r) {
+  return r == ncclSuccess ? "no error" : r == ncclRemoteError ? "remote process exited or there was a network error (emulated NCCL)"
+                                                              : "error (emulated NCCL)";
+}
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {

@@ -5,7 +5,10 @@
 # order, under the emulator's stream-discipline checks. EMULATED: this is not a GPU run.
 #   fp32: `mpirun -np 2` and `-np 3` at zero.stage 0-3 against N = 1 with the same global batch
 #         (grad_accum x N = 6): every step's loss within 1e-5 relative; and the CPU backend, same bound.
-#         Also -np 2 with overlap off (stage 3) and with the shipped bucket size (25 MB, stage 2).
+#         Also -np 2 with overlap off (stage 3) and with the shipped bucket size (25 MB, stage 2),
+#         and -np 2 with grad_accum 1 at stages 0-3 against N = 1 with grad_accum 2.
+#   stream waits: at stage 3 with overlap the compute stream waits on the collectives' events and
+#         the host does not block (comm_host_waits 0 every step; the host-staged path: dozens).
 #   bf16: -np 2 at stages 0-3 and -np 3 at stage 0 against N = 1 bf16, within 2e-2 relative (test/gpu
 #         TenTrainingSteps' bound). NCCL reduces bf16 in bf16 (fp32 adds, a rounding after each,
 #         nccl_comm.h); the host-staged path sums in fp32 and rounds once. With 2 ranks that is the
@@ -21,6 +24,9 @@
 #   hang: rank 1 skips its first collective of step 1 (comm.fault_skip_*), comm.timeout_s 5: a rank
 #         prints its recent collectives with the one that timed out, calls ncclCommAbort, and every
 #         rank exits non-zero within timeout_s + 15 s (start-up and step 0 included).
+#   async error: a lost link on rank 1 (ZT_EMU_NCCL_ASYNC_ERROR, test/emu/nccl.cpp): ncclCommGetAsyncError
+#         reports it; rank 1 prints its recent collectives, aborts the communicator, every rank exits
+#         non-zero in well under comm.timeout_s.
 # usage: nccl_emu.sh path/to/train path/to/zt_train_emu path/to/mpiexec
 set -euo pipefail
 TRAIN=${1:?usage: nccl_emu.sh train zt_train_emu mpiexec}
@@ -60,6 +66,8 @@ for s in 0 1 2 3; do
   run b16_n2_s$s 2 bf16 $s 3
 done
 run b16_n3_s0 3 bf16 0 2
+run f32_n1_ga2 1 fp32 0 2  # grad_accum 1 at N = 2: the same global batch
+for s in 0 1 2 3; do run f32_n2_s${s}_ga1 2 fp32 $s 1; done
 run f32_n2_s3_blocking 2 fp32 3 3 --set zero.overlap_comm=false  # naive blocking per-unit communication
 run f32_n2_s2_bucket25 2 fp32 2 3 --set zero.bucket_mb=25        # the shipped bucket size: one bucket
 # The host-staged bf16 reduction (fp32 sum, one rounding), to measure NCCL's bf16 sum against.
@@ -99,6 +107,22 @@ if grep -qE 'collective reduce_scatter #[0-9]+ \(.* step 1\) did not complete wi
   echo "hang: every rank ended in ${took} s (timeout 5 s): $(grep -m1 '^error' "$work/hang.err")"
 else echo "hang: FAILED (${took} s)"; grep -vE '^\[vm|EMULATED on the CPU' "$work/hang.err" | head -30; fail=1; fi
 
+# An asynchronous NCCL error (a lost link): rank 1's collectives from its 3rd on never complete and
+# ncclCommGetAsyncError reports it; that rank prints its recent collectives, aborts the communicator
+# and the job ends well within the timeout.
+t0=$(date +%s)
+if ZT_EMU_NCCL_ASYNC_ERROR=1:3 "$MPIRUN" -np 2 -x ZT_EMU_DEVICES -x ZT_EMU_NCCL_ASYNC_ERROR "$EMU" "${common[@]}" \
+     --set comm.backend=nccl --set zero.stage=2 --set batch.grad_accum=1 --set comm.timeout_s=30 \
+     --set run.log="$work/async/metrics.jsonl" > "$work/async.out" 2> "$work/async.err"; then
+  echo "async error: a broken link did not end the run"; fail=1
+fi
+took=$(( $(date +%s) - t0 ))
+if grep -qE '^rank 1: NCCL reported an asynchronous error \(.*\) with collective [a-z_]+ #[0-9]+ in flight' "$work/async.err" \
+   && grep -q ' pending since' "$work/async.err" && grep -q 'zt-emu: ncclCommAbort on rank 1' "$work/async.err" \
+   && grep -q '^error: rank 1: NCCL reported an asynchronous error' "$work/async.err" && [ "$took" -le 25 ]; then
+  echo "async error: every rank ended in ${took} s (timeout 30 s): $(grep -m1 '^error' "$work/async.err")"
+else echo "async error: FAILED (${took} s)"; grep -vE '^\[vm|EMULATED on the CPU' "$work/async.err" | head -30; fail=1; fi
+
 FAIL=$fail "$PY" - "$work" <<'PY'
 import glob, json, os, sys
 w = sys.argv[1]
@@ -126,7 +150,16 @@ for s in range(4):
 for s in range(4):
     check(f"b16_n2_s{s}", "b16_n1", 2e-2)
 check("b16_n3_s0", "b16_n1", 2e-2)
+for s in range(4):
+    check(f"f32_n2_s{s}_ga1", "f32_n1_ga2", 1e-5)
 check("f32_n2_s3_blocking", "f32_n1", 1e-5)
+# Stage 3 with overlap: gathered units and reduced buckets are waited for by the compute stream
+# (an event), not by the host; the host waits only at a pass's ends, when they are complete.
+for name in ("f32_n2_s3", "f32_n3_s3", "b16_n2_s3", "f32_n2_s3_ga1"):
+    waits = [r["comm_host_waits"] for r in rows(name) if "comm_host_waits" in r]
+    good = len(waits) == 3 and max(waits) == 0
+    ok &= good
+    print(f"{name:12s} host waits per step {waits} (the host-staged path: dozens): {'ok' if good else 'FAILED'}")
 check("f32_n2_s2_bucket25", "f32_n1", 1e-5)
 e2 = check("b16_n2_s0", "b16_n2_mpi", 0.0)  # one rounding either way
 e3 = check("b16_n3_s0", "b16_n3_mpi", 2e-2)
