@@ -124,11 +124,11 @@ class Comm {
   virtual int local_rank() const = 0;   // rank among the processes on this host
   virtual int local_world() const = 0;
 
-  // Sums of floats. Host pointers for MPI, device pointers for NCCL.
+  // Sums of floats. Host pointers for MPI, device pointers for NCCL and the host-staged comm.
   virtual CommHandle all_reduce(float* buf, size_t n) = 0;                            // in place
   virtual CommHandle reduce_scatter(const float* send, float* recv, size_t recv_n) = 0;  // send: N*recv_n
   virtual CommHandle all_gather(const float* send, float* recv, size_t send_n) = 0;      // recv: N*send_n
-  virtual CommHandle broadcast(void* buf, size_t bytes, int root) = 0;
+  virtual CommHandle broadcast(void* buf, size_t bytes, int root) = 0;  // host bytes on every backend
 
   // Bytes per element of the device buffers the collectives above take (2: bf16, 4: fp32), where
   // the element counts are of that type; 0: host float buffers only (MPI).

@@ -124,14 +124,15 @@ class NcclComm final : public Comm {
     return after_launch(seq);
   }
 
+  // Host bytes over the bootstrap comm, as on every backend (nothing broadcasts device memory).
   CommHandle broadcast(void* buf, size_t bytes, int root) override {
     check_usable();
     ZT_REQUIRE(root >= 0 && root < world_, "broadcast: root " << root << " is not a rank of a world of " << world_);
     const uint64_t seq = log_.start(CollOp::broadcast, model_bytes_broadcast(bytes, world_, root == rank_));
-    if (bytes == 0) return finished(seq);
-    before_launch();
-    ZT_CHECK_NCCL(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_));
-    return after_launch(seq);
+    const double t0 = log_.now();
+    boot_.wait(boot_.broadcast(buf, bytes, root));
+    log_.add_wait(log_.now() - t0);
+    return finished(seq);
   }
 
   bool test(CommHandle h) override {

@@ -20,8 +20,9 @@
 //         rounding only)
 //   bf16  each addition in fp32, rounded to bf16 after each (round to nearest even), as NCCL's ring
 //         reduction rounds after each step: world - 1 roundings per element.
-// Only ncclSum, ncclFloat32 and ncclBfloat16 reduce (what nccl_comm.cu uses); gathers and
-// broadcasts move bytes of any type. ncclCommAbort ends the deferred collectives unfinished.
+// Only ncclSum, ncclFloat32 and ncclBfloat16 reduce (what nccl_comm.cu uses); gathers move bytes
+// of any type; nothing else of NCCL is emulated (nccl_comm.cu broadcasts host bytes over MPI).
+// ncclCommAbort ends the deferred collectives unfinished.
 #include <mpi.h>
 #include <nccl.h>
 #include <unistd.h>
@@ -315,20 +316,6 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
       [recv, b](std::vector<std::vector<char>>& parts) {
         for (size_t r = 0; r < parts.size(); ++r) std::memcpy(static_cast<char*>(recv) + r * b, parts[r].data(), b);
       });
-}
-ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
-                           cudaStream_t stream) {
-  Comm* c = usable(comm, stream);
-  if (!c || root < 0 || root >= c->nranks) return ncclInvalidArgument;
-  const size_t b = count * type_bytes(t);
-  const bool is_root = c->rank == root;
-  std::vector<char> mine;
-  return issue(
-      "ncclBroadcast", c, stream, b,
-      {{send, is_root ? b : 0, false, Where::device, "sendbuff", true}, {recv, b, true, Where::device, "recvbuff", true}},
-      [&] { if (is_root) mine = bytes_of(send, b); }, [&](int) { return mine; }, [&] { return mine; },
-      [root](int r) { return r == root; }, b, recv,
-      [recv, b, root](std::vector<std::vector<char>>& parts) { std::memcpy(recv, parts[size_t(root)].data(), b); });
 }
 
 }  // extern "C"
