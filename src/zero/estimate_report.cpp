@@ -28,8 +28,9 @@ void comm_text(std::ostream& os, const Estimate& e) {
     os << "  NCCL's own device buffers (not allocated or tracked by zerotrain, not in the table above;\n"
           "  approximate, from NCCL's defaults, not measured on a GPU): ~"
        << format_bytes(double(c.nccl_internal)) << "\n    = " << nccl_formula(c)
-       << "\n    assumes 32 channels (NVLink; PCIe uses fewer), a ring's and a tree's connection per channel, the default\n"
-          "    NCCL_BUFFSIZE / NCCL_LL128_BUFFSIZE / NCCL_LL_BUFFSIZE; NCCL_MAX_NCHANNELS and those variables change it\n";
+       << "\n    assumes " << c.nccl_channels << " channels (NVLink; PCIe uses fewer), a ring's and a tree's connection per"
+          " channel,\n    the default NCCL_BUFFSIZE / NCCL_LL128_BUFFSIZE / NCCL_LL_BUFFSIZE; NCCL_MAX_NCHANNELS and those\n"
+          "    variables change it\n";
   } else {
     os << "\ncomm: mpi (device buffers host-staged through pinned memory): pinned host staging "
        << format_bytes(double(c.pinned_staging)) << " (comm.backend \"nccl\": none)\n";
