@@ -232,7 +232,7 @@ add_test(NAME compare_plans
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(compare_plans PROPERTIES LABELS cli RUN_SERIAL TRUE TIMEOUT 300 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 # cli_estimate_cuda: train estimate --set device=cuda with no GPU visible, stages 0-3 x fp32/bf16, and
-# the run's own message for a head size the CUDA kernels lack.
+# the run's own message for a head size the CUDA kernels lack; comm.backend nccl at world 8.
 if(ZT_HAVE_CUDA)
   add_test(NAME cli_estimate_cuda COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/estimate_cuda.sh $<TARGET_FILE:train>
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
