@@ -21,6 +21,7 @@ at --stage (2 or 3). Its comm lane is the NCCL comm stream: each collective from
 seeing its completion event. There also:
   * each step's collectives on the comm lanes carry the bytes the run counts
     (sum of their bytes = the summary's bytes_sent_per_step; control collectives aside)
+  * no copy-track events (NCCL moves the device buffers: no host copies)
   * stage 3: every all-gather carries its unit
 
   /usr/bin/python3 test/zero/trace_overlap.py --train build/train [--mpirun mpirun] [--keep]
@@ -129,6 +130,9 @@ def check(files, summary, overlap, merge_out, fails, nccl, stage):
         if len(buckets) < 3:
             fail(f"rank {rank}: expected several buckets, got {sorted(buckets)}")
         if nccl:
+            copies = [e for e in evs if e.get("tid") == 5 and e.get("ph") in ("X", "i")]
+            if copies:
+                fail(f"rank {rank}: {len(copies)} copy-track events on the NCCL path, e.g. {copies[0]}")
             # Within each step's span (the evaluation after the last step gathers too, still as its step).
             spans = {e["args"]["step"]: (e["ts"], e["ts"] + e["dur"]) for e in xs
                      if e["tid"] == 0 and e["name"].startswith("step ")}
