@@ -232,7 +232,7 @@ add_test(NAME compare_plans
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(compare_plans PROPERTIES LABELS cli RUN_SERIAL TRUE TIMEOUT 300 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 # cli_estimate_cuda: train estimate --set device=cuda with no GPU visible, stages 0-3 x fp32/bf16, and
-# the run's own message for a head size the CUDA kernels lack.
+# the run's own message for a head size the CUDA kernels lack; comm.backend nccl at world 8.
 if(ZT_HAVE_CUDA)
   add_test(NAME cli_estimate_cuda COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/estimate_cuda.sh $<TARGET_FILE:train>
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
@@ -346,6 +346,14 @@ if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
            COMMAND bash ${CMAKE_SOURCE_DIR}/test/emu/nccl_world1_emu.sh $<TARGET_FILE:zt_train_emu>
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(emulated.nccl_world1 PROPERTIES LABELS emu TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+  # run.trace on the NCCL path (test/zero/trace_overlap.py --nccl): mpirun -np 2, stage 3, overlap on
+  # and off: reduce-scatters on the comm lane in flight while later units' backward runs (none with
+  # overlap off), their bucket / unit and bytes (= the run's bytes per step).
+  add_test(NAME emulated.nccl_trace
+           COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/zero/trace_overlap.py --train $<TARGET_FILE:zt_train_emu>
+                   --mpirun ${MPIEXEC_EXECUTABLE} --nccl --stage 3
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(emulated.nccl_trace PROPERTIES LABELS emu TIMEOUT 600 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
   # offload.optimizer cpu / nvme on the CUDA backend against the same plan without offload, N = 1
   # stage 1 and N = 2 stage 3, fp32 and bf16; estimate == tracked (test/emu/offload_emu.sh).
   add_test(NAME emulated.offload_cuda

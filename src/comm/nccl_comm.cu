@@ -143,12 +143,11 @@ class NcclComm final : public Comm {
   // The compute stream waits on the collective's event; the host goes on (see Comm).
   void order_compute_after(CommHandle h) override {
     progress();
-    for (const Pending& p : pending_)
-      if (p.seq == h.seq) {
-        ZT_CHECK_CUDA(cudaSetDevice(device_));
-        ZT_CHECK_CUDA(cudaStreamWaitEvent(compute_stream_, p.done, 0));
-        return;
-      }
+    const auto p = std::find_if(pending_.begin(), pending_.end(), [&](const Pending& q) { return q.seq == h.seq; });
+    if (p == pending_.end()) return;  // complete already
+    ZT_CHECK_CUDA(cudaSetDevice(device_));
+    ZT_CHECK_CUDA(cudaStreamWaitEvent(compute_stream_, p->done, 0));
+    progress();  // one that completed meanwhile is recorded so now (the trace's comm lane)
   }
 
   void wait(CommHandle h) override {

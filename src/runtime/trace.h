@@ -12,6 +12,9 @@
 //                           "finish gradients", stage-3 releases (instant "release u3")
 //   tid 2        wait       time blocked in Comm::wait on collective #seq
 //   tid 3        optimizer  grad norm, AdamW over the owned slices, the parameter all-gather after it
+//   tid 5        copy       the host-staged comm's device-to-host copies, from issue to the host seeing
+//                           them done; its host-to-device copies as instants (the compute stream waits
+//                           for them on the device: the host never sees them end)
 //   tid 10 + k   comm, comm.k  collectives from start to completion (args: seq, bytes, step and the
 //                           engine's tag: bucket, unit); in-flight collectives overlap, so each takes
 //                           the first lane whose previous event it does not cross
@@ -31,7 +34,7 @@ namespace zt {
 class Tracer {
  public:
   // kHostOptimizer: the CUDA backend's CPU AdamW (offload.optimizer "cpu"), beside backward.
-  enum Track : int { kStep = 0, kCompute = 1, kWait = 2, kOptimizer = 3, kHostOptimizer = 4, kComm = 10 };
+  enum Track : int { kStep = 0, kCompute = 1, kWait = 2, kOptimizer = 3, kHostOptimizer = 4, kCopy = 5, kComm = 10 };
 
   // The file of this rank: `path` with ".rank<R>" inserted before its extension ("t.json" ->
   // "t.rank0.json", "t" -> "t.rank0"), or "<path>/trace.rank<R>.json" when path ends in '/' or is
@@ -57,6 +60,14 @@ class Tracer {
   // A key/value (e.g. "bucket", 3) for the args of the next collective started: call before
   // starting it; the Comm calls started(seq) as it starts one, which binds the tags to that seq.
   void tag_next(const char* key, long value);
+  // The tags given since the last start, removed; put_tags gives them back later. For a comm that
+  // starts its inner collective after other collectives were tagged (zero/staged_comm.h).
+  std::string take_tags() {
+    std::string t;
+    t.swap(next_tags_);
+    return t;
+  }
+  void put_tags(std::string tags) { next_tags_ = std::move(tags); }
   void started(uint64_t seq) {
     if (next_tags_.empty()) return;
     tags_[seq].swap(next_tags_);

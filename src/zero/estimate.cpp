@@ -25,6 +25,21 @@ int parse_world(const std::string& text) {
 
 namespace {
 
+// NCCL's own device buffers, per rank, from its defaults (the NCCL source and its maintainers'
+// notes; not measured on a GPU): each connection of each channel has a FIFO per protocol, Simple
+// 4 MiB (NCCL_BUFFSIZE), LL128 120 x 640 x 8 steps x 8 B = 4.69 MiB (NCCL_LL128_BUFFSIZE), LL
+// 8 x 512 x 8 steps x 16 B = 512 KiB (NCCL_LL_BUFFSIZE). A rank holds about two connections a
+// channel (a ring's and a tree's; a ring needs two at any scale), and the channel count follows the
+// topology: up to 32 where NVLink is fast (H100), fewer over PCIe (NCCL_MAX_NCHANNELS caps it).
+// NVLS, CollNet and send/receive buffers are not counted. A world of one connects nothing.
+void estimate_nccl_internal(CommEstimate& c, int world) {
+  if (world == 1) return;
+  c.nccl_channels = 32;
+  c.nccl_connections = 2;
+  c.nccl_conn_bytes = (size_t(4) << 20) + size_t(120) * 640 * 8 * 8 + size_t(8) * 512 * 8 * 16;
+  c.nccl_internal = size_t(c.nccl_channels) * size_t(c.nccl_connections) * c.nccl_conn_bytes;
+}
+
 // The plan on the backend of op table Ops: the store's list for its types and tiers, its activations.
 template <class Ops>
 Estimate estimate_for(const Plan& plan, int world) {
@@ -53,8 +68,18 @@ Estimate estimate_for(const Plan& plan, int world) {
     e.tier_totals[t] = checked_add(e.tier_totals[t], bytes, what);
   };
   // The store's own list (zero/store.h): what a run allocates, buffer for buffer, in its tier.
-  for (const StateBuffer& b : list_model_state(layout, part, s.types, swap_spec_of(plan.offload, 0)))
+  for (const StateBuffer& b : list_model_state(layout, part, s.types, swap_spec_of(plan.offload, 0))) {
     count(b.cat, b.name(), b.tier, b.bytes());
+    if (b.id == StateId::host_staging) e.comm.pinned_staging += b.bytes();
+  }
+  if (Ops::tier == Tier::device) {
+    e.comm.backend = s.types.host_staged_comm ? "mpi" : "nccl";
+    StateTypes staged = s.types;
+    staged.host_staged_comm = true;
+    for (const StateBuffer& b : list_model_state(layout, part, staged, swap_spec_of(plan.offload, 0)))
+      if (b.id == StateId::host_staging) e.comm.host_staged_pinned += b.bytes();
+    if (!s.types.host_staged_comm) estimate_nccl_internal(e.comm, world);
+  }
   const size_t act = GPT<Ops>::activation_bytes(cfg, B, Tn, s.recompute);
   count(Category::activations, "activations and activation gradients", Ops::tier, act);
   e.bytes_per_step = part.bytes_per_step();

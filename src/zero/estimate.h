@@ -39,6 +39,19 @@ struct RecomputeEstimate {
   double forward_flops = 0, extra_forward_flops = 0;
 };
 
+// How the collectives move on the CUDA backend (comm.backend as resolved: "nccl" or "mpi").
+struct CommEstimate {
+  std::string backend;             // "nccl", or "mpi" (on the CUDA backend: host-staged)
+  size_t pinned_staging = 0;       // this plan's pinned host mirrors (the buffers list has them too)
+  size_t host_staged_pinned = 0;   // what the host-staged path would pin for the same plan
+  // NCCL's own device buffers (nccl only): zerotrain does not allocate or track them, so this is
+  // an approximation from NCCL's defaults, not a measurement: channels x connections x the three
+  // protocols' FIFOs.
+  int nccl_channels = 0, nccl_connections = 0;
+  size_t nccl_conn_bytes = 0;
+  size_t nccl_internal = 0;
+};
+
 struct Estimate {
   // What was estimated.
   std::string plan_source;
@@ -54,6 +67,7 @@ struct Estimate {
   uint64_t bytes_per_step = 0;
   std::string bytes_formula;
   RecomputeEstimate recompute;
+  CommEstimate comm;  // device backends only (backend_tier == Tier::device)
 
   size_t tier_total(Tier t) const {
     const auto it = tier_totals.find(t);
@@ -71,7 +85,9 @@ int parse_world(const std::string& text);
 Estimate estimate_plan(const Plan& plan, int world);
 
 // What `train estimate` prints, and with --json: {"memory": {tier: {category: bytes, ..., "total"}},
-// "buffers": [{"category", "name", "tier", "bytes"}], "bytes_per_step", "world", "stage", "recompute"}.
+// "buffers": [{"category", "name", "tier", "bytes"}], "bytes_per_step", "world", "stage", "recompute",
+// and on a device backend "comm": {"backend", "pinned_staging_bytes", "host_staged_pinned_bytes",
+// with nccl "nccl_internal_bytes_approx" and its "nccl_internal_formula"}}.
 std::string estimate_text(const Estimate& e);
 nlohmann::json estimate_json(const Estimate& e);
 

@@ -6,6 +6,39 @@
 
 namespace zt {
 
+namespace {
+
+std::string nccl_formula(const CommEstimate& c) {
+  std::ostringstream os;
+  os << c.nccl_channels << " channels x " << c.nccl_connections << " connections x " << c.nccl_conn_bytes
+     << " bytes (Simple 4 MiB + LL128 4.69 MiB + LL 512 KiB)";
+  return os.str();
+}
+
+// On a device backend: how the collectives move, and the memory that goes with it outside the table.
+void comm_text(std::ostream& os, const Estimate& e) {
+  const CommEstimate& c = e.comm;
+  if (c.backend == "nccl") {
+    os << "\ncomm: nccl (device buffers, no host copies): pinned host staging " << format_bytes(double(c.pinned_staging))
+       << " (comm.backend \"mpi\", host-staged, would pin " << format_bytes(double(c.host_staged_pinned)) << ")\n";
+    if (e.world == 1) {
+      os << "  NCCL's own device buffers: none (a world of one connects no peers)\n";
+      return;
+    }
+    os << "  NCCL's own device buffers (not allocated or tracked by zerotrain, not in the table above;\n"
+          "  approximate, from NCCL's defaults, not measured on a GPU): ~"
+       << format_bytes(double(c.nccl_internal)) << "\n    = " << nccl_formula(c)
+       << "\n    assumes " << c.nccl_channels << " channels (NVLink; PCIe uses fewer), a ring's and a tree's connection per"
+          " channel,\n    the default NCCL_BUFFSIZE / NCCL_LL128_BUFFSIZE / NCCL_LL_BUFFSIZE; NCCL_MAX_NCHANNELS and those\n"
+          "    variables change it\n";
+  } else {
+    os << "\ncomm: mpi (device buffers host-staged through pinned memory): pinned host staging "
+       << format_bytes(double(c.pinned_staging)) << " (comm.backend \"nccl\": none)\n";
+  }
+}
+
+}  // namespace
+
 nlohmann::json estimate_json(const Estimate& e) {
   nlohmann::json memory, buffers = nlohmann::json::array();
   for (const auto& [tier, total] : e.tier_totals) {
@@ -28,8 +61,19 @@ nlohmann::json estimate_json(const Estimate& e) {
                                     {"activation_bytes_by_policy_whole_logits", r.by_policy_whole_logits},
                                     {"extra_forward_flops_per_micro_step", r.extra_forward_flops},
                                     {"forward_flops_per_micro_step", r.forward_flops}};
-  return {{"memory", memory}, {"buffers", buffers}, {"bytes_per_step", e.bytes_per_step},
-          {"world", e.world},   {"stage", e.stage},     {"recompute", recompute}};
+  nlohmann::json out = {{"memory", memory}, {"buffers", buffers}, {"bytes_per_step", e.bytes_per_step},
+                        {"world", e.world},   {"stage", e.stage},     {"recompute", recompute}};
+  if (e.backend_tier == Tier::device) {
+    const CommEstimate& c = e.comm;
+    out["comm"] = {{"backend", c.backend},
+                   {"pinned_staging_bytes", c.pinned_staging},
+                   {"host_staged_pinned_bytes", c.host_staged_pinned}};
+    if (c.backend == "nccl") {
+      out["comm"]["nccl_internal_bytes_approx"] = c.nccl_internal;
+      out["comm"]["nccl_internal_formula"] = nccl_formula(c);
+    }
+  }
+  return out;
 }
 
 std::string estimate_text(const Estimate& e) {
@@ -80,8 +124,11 @@ std::string estimate_text(const Estimate& e) {
   os << "\nrecompute: " << std::fixed << std::setprecision(1) << extra / 1e9 << " GFLOP of forward again per micro-step ("
      << 100.0 * extra / (3.0 * fwd) << "% of a step's ~3 x " << fwd / 1e9
      << " GFLOP forward; matmuls and attention, pointwise work not counted)\n";
-  os << "\nsent per rank per optimizer step: " << format_bytes(double(e.bytes_per_step)) << " (" << e.bytes_per_step
-     << " bytes)\n  " << e.bytes_formula << "\n";
+  if (e.backend_tier == Tier::device) comm_text(os, e);
+  os << "\nsent per rank per optimizer step";
+  if (e.backend_tier == Tier::device) os << " (" << e.comm.backend << ")";
+  os << ": " << format_bytes(double(e.bytes_per_step)) << " (" << e.bytes_per_step << " bytes)\n  " << e.bytes_formula
+     << "\n";
   return os.str();
 }
 

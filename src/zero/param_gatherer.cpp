@@ -128,8 +128,12 @@ void ParamGatherer<Ops>::use(int u) {
   shards_.deliver(int(it - slots_.begin()), launch_);
   // Read by the unit's kernels only: the compute stream waits (NCCL), the host goes on enqueuing;
   // release() waits on the host where the pass next blocks.
-  comm_.order_compute_after(it->h);
-  ordered_.push_back(it->h);
+  if (part_.config().overlap) {
+    comm_.order_compute_after(it->h);
+    ordered_.push_back(it->h);
+  } else {
+    comm_.wait(it->h);  // the naive path: waited on the spot
+  }
   it->h = CommHandle{};
   model_.set_unit_params(u, it->buf);
 }

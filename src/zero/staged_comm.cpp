@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "runtime/cuda_context.h"
+#include "runtime/trace.h"
 
 namespace zt {
 
@@ -20,6 +21,9 @@ struct StagedComm::Op {
   cudaEvent_t staged = nullptr;  // device-to-host copies done
   CommHandle inner;
   bool started = false;
+  std::string tags;       // run.trace: the issuer's tags (bucket, unit), for the inner collective
+  double d2h_us = 0;      // run.trace: when the device-to-host copies were issued
+  size_t d2h_bytes = 0;
 };
 
 namespace {
@@ -85,8 +89,19 @@ void StagedComm::start_ready(uint64_t upto) {
       if (rc == cudaErrorNotReady) return;  // in issue order: nothing after it starts either
       ZT_CHECK_CUDA(rc);
     }
+    if (tr_) {
+      const double now = Tracer::now_us();
+      tr_->complete("d2h", Tracer::kCopy, op->d2h_us, now - op->d2h_us, "\"bytes\":" + std::to_string(op->d2h_bytes));
+    }
     if (op->widen) op->widen();
-    op->inner = op->start();
+    if (tr_) {
+      std::string issuing = tr_->take_tags();  // a collective being issued now keeps its own
+      tr_->put_tags(std::move(op->tags));
+      op->inner = op->start();
+      tr_->put_tags(std::move(issuing));
+    } else {
+      op->inner = op->start();
+    }
     op->started = true;
   }
 }
@@ -101,6 +116,7 @@ void StagedComm::finish(uint64_t id) {
     ZT_CHECK_CUDA(cudaEventRecord(op.staged, compute()));
     ZT_CHECK_CUDA(cudaStreamWaitEvent(copy_, op.staged, 0));
     ZT_CHECK_CUDA(cudaMemcpyAsync(op.h2d_dst, op.h2d_src, op.h2d_bytes, cudaMemcpyHostToDevice, copy_));
+    if (tr_) tr_->instant("h2d", Tracer::kCopy, Tracer::now_us(), "\"bytes\":" + std::to_string(op.h2d_bytes));
   }
   // The compute stream may now overwrite the send buffer (the D2H read it) and read the result.
   ZT_CHECK_CUDA(cudaEventRecord(op.staged, copy_));
@@ -134,7 +150,13 @@ CommHandle StagedComm::broadcast(void* buf, size_t bytes, int root) {
 
 // ---- the three collectives: mirrors, copies, and what runs on the host around them -------------
 
+CommHandle StagedComm::local() {
+  if (tr_) tr_->take_tags();
+  return {};
+}
+
 CommHandle StagedComm::submit(std::unique_ptr<Op> op, const std::vector<Copy>& d2h) {
+  if (tr_) op->tags = tr_->take_tags();  // before waiting for an earlier collective starts that one
   // A collective still using any of these mirror elements (the same unit gathered twice in flight)
   // finishes first: a mirror range belongs to one collective at a time.
   for (bool again = true; again;) {
@@ -152,7 +174,11 @@ CommHandle StagedComm::submit(std::unique_ptr<Op> op, const std::vector<Copy>& d
   ZT_CHECK_CUDA(cudaEventCreateWithFlags(&op->staged, cudaEventDisableTiming));
   ZT_CHECK_CUDA(cudaEventRecord(op->staged, compute()));
   ZT_CHECK_CUDA(cudaStreamWaitEvent(copy_, op->staged, 0));
-  for (const Copy& c : d2h) ZT_CHECK_CUDA(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToHost, copy_));
+  if (tr_) op->d2h_us = Tracer::now_us();
+  for (const Copy& c : d2h) {
+    ZT_CHECK_CUDA(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToHost, copy_));
+    op->d2h_bytes += c.bytes;
+  }
   ZT_CHECK_CUDA(cudaEventRecord(op->staged, copy_));
   const uint64_t id = next_id_++;
   ops_.emplace(id, std::move(op));
@@ -161,7 +187,7 @@ CommHandle StagedComm::submit(std::unique_ptr<Op> op, const std::vector<Copy>& d
 }
 
 CommHandle StagedComm::all_reduce(float* buf, size_t n) {
-  if (world() == 1 || n == 0) return {};
+  if (world() == 1 || n == 0) return local();
   auto op = std::make_unique<Op>();
   float* h = mirror(buf, n);
   op->host = {{h, h + n}};
@@ -178,7 +204,7 @@ CommHandle StagedComm::reduce_scatter(const float* send, float* recv, size_t rec
   const size_t N = size_t(world()), n = recv_n;
   if (N == 1 || n == 0) {
     if (n && send != recv) ZT_CHECK_CUDA(cudaMemcpyAsync(recv, send, n * es_, cudaMemcpyDeviceToDevice, compute()));
-    return {};
+    return local();
   }
   // The engine never reduce-scatters in place (staging slot -> receive slot, gradients -> shard).
   auto op = std::make_unique<Op>();
@@ -200,7 +226,7 @@ CommHandle StagedComm::all_gather(const float* send, float* recv, size_t send_n)
   const bool in_place = s == d + r * n * es_;
   if (N == 1 || n == 0) {
     if (n && !in_place) ZT_CHECK_CUDA(cudaMemcpyAsync(recv, send, n * es_, cudaMemcpyDeviceToDevice, compute()));
-    return {};
+    return local();
   }
   // A copy, not arithmetic: bf16 moves as it is, two elements per float, packed at the start of
   // each mirror range. A shard is a multiple of 128 / gcd(N, 128) elements (units are padded to

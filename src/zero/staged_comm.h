@@ -61,7 +61,12 @@ class StagedComm final : public Comm {
   const CommStepStats& step_stats() const override { return inner_.step_stats(); }
   std::string log_dump(size_t n) const override { return inner_.log_dump(n); }
   std::vector<CollRecord> records() const override { return inner_.records(); }
-  void set_tracer(Tracer* t) override { inner_.set_tracer(t); }
+  // run.trace: the copies on the copy track; each collective keeps the tags it was issued with
+  // until its inner collective starts (after its copies: other collectives may be tagged meanwhile).
+  void set_tracer(Tracer* t) override {
+    tr_ = t;
+    inner_.set_tracer(t);
+  }
   [[noreturn]] void abort_all(int code) override { inner_.abort_all(code); }
 
  private:
@@ -78,6 +83,7 @@ class StagedComm final : public Comm {
   };
   float* mirror(const void* dev, size_t n) const;  // host_staging element of device element `dev`
   CommHandle submit(std::unique_ptr<Op> op, const std::vector<Copy>& d2h);
+  CommHandle local();  // nothing to send (a world of one, no elements): drops the issuer's tags
   void start_ready(uint64_t upto);  // start queued ops in order; block on the copies of ops <= upto
   void finish(uint64_t id);         // narrow, copy back, order the compute stream after it
 
@@ -88,6 +94,7 @@ class StagedComm final : public Comm {
   cudaStream_t copy_ = nullptr;
   std::map<uint64_t, std::unique_ptr<Op>> ops_;  // issued, not finished; by id (= issue order)
   uint64_t next_id_ = 1;
+  Tracer* tr_ = nullptr;
 };
 
 }  // namespace zt

@@ -39,6 +39,13 @@ done
   && echo "ok   8192 positions" || fail "8192 positions: $(cat "$work/err")"
 "$TRAIN" estimate plans/base.json --set device=cuda >"$work/table" 2>"$work/err" && grep -q 'backend cuda-bf16 (device "cuda")' "$work/table" \
   && echo "ok   table names the CUDA backend" || fail "table: $(head -3 "$work/table") $(cat "$work/err")"
+# comm.backend "nccl" planned for 8 GPUs (no GPU, no driver needed): no pinned mirrors, NCCL's own
+# buffers on a labelled line, the NCCL path's bytes per step (test/cli/estimate_nccl_test.cpp: the numbers).
+"$TRAIN" estimate plans/base.json --set device=cuda --set comm.backend=nccl --world 8 >"$work/nccl" 2>"$work/err" \
+  && grep -q '^comm: nccl (device buffers, no host copies): pinned host staging 0 B' "$work/nccl" \
+  && grep -q "NCCL's own device buffers (not allocated or tracked by zerotrain" "$work/nccl" \
+  && grep -q '^sent per rank per optimizer step (nccl): ' "$work/nccl" \
+  && echo "ok   comm.backend nccl, world 8" || fail "nccl: $(cat "$work/err") $(sed -n '/^comm/,$p' "$work/nccl")"
 
 # Same validation, same message as a run: a head size the CUDA attention kernels do not have.
 data=(--set 'data.train=data/sample/train_*.bin' --set data.val=data/sample/val.bin --set data.tokenizer=)

@@ -15,7 +15,8 @@
 #         same one rounding (checked: equal losses); with 3, NCCL rounds twice: the difference of
 #         the two -np 3 runs is printed and held to the same bound.
 #   bytes: each run's bytes sent per step (the NCCL comm's collective log) = the theory of
-#         docs/zero.md (summary bytes_sent_per_step_theory), at 2 bytes per bf16 element.
+#         docs/zero.md (summary bytes_sent_per_step_theory) = train estimate's bytes_per_step, at 2
+#         bytes per bf16 element.
 #   no host copies: no pinned "comm" tier (the MPI path's mirrors); train estimate with
 #         comm.backend "nccl" equals every run's tracked peak, tier by tier.
 #   what runs is said: "comm: nccl" at start, comm.backend "nccl" in plan.json and the summary.
@@ -172,10 +173,12 @@ for name in runs:
     mem = sm["peak_memory_bytes"]
     said = sm.get("comm_backend") == "nccl" and plan["comm"]["backend"] == "nccl"
     got, theory = sm["bytes_sent_per_step"], sm["bytes_sent_per_step_theory"]
-    e = json.load(open(f"{w}/{name}.est"))["memory"]
-    good = said and got == theory and "comm" not in mem.get("pinned", {}) and e == mem
+    est = json.load(open(f"{w}/{name}.est"))
+    e = est["memory"]
+    good = said and got == theory == est["bytes_per_step"] and "comm" not in mem.get("pinned", {}) and e == mem
     ok &= good
-    print(f"{name:12s} bytes/step {got} (theory {theory}), pinned comm {mem.get('pinned', {}).get('comm', 0)}, "
+    print(f"{name:12s} bytes/step {got} (theory {theory}, estimate {est['bytes_per_step']}), "
+          f"pinned comm {mem.get('pinned', {}).get('comm', 0)}, "
           f"estimate {'==' if e == mem else '!='} tracked, backend recorded {said}: {'ok' if good else 'FAILED'}")
 print("nccl_emu (" + os.environ["WHERE"] + "):", "ok" if ok else "FAILED")
 sys.exit(0 if ok else 1)

@@ -15,7 +15,17 @@ so several buckets), twice: zero.overlap_comm true and false. For each run:
     With overlap on at least one does; with overlap off none does (each bucket's collective is
     waited on before the next unit's backward starts).
 
+With --nccl the same on the CUDA backend's NCCL path (comm.backend "nccl", one emulated device per
+rank: ZT_EMU_DEVICES; --train is then build/zt_train_emu, or train on a host with a GPU per rank),
+at --stage (2 or 3). Its comm lane is the NCCL comm stream: each collective from enqueue to the host
+seeing its completion event. There also:
+  * each step's collectives on the comm lanes carry the bytes the run counts
+    (sum of their bytes = the summary's bytes_sent_per_step; control collectives aside)
+  * no copy-track events (NCCL moves the device buffers: no host copies)
+  * stage 3: every all-gather carries its unit
+
   /usr/bin/python3 test/zero/trace_overlap.py --train build/train [--mpirun mpirun] [--keep]
+  /usr/bin/python3 test/zero/trace_overlap.py --train build/zt_train_emu --nccl --stage 3
 """
 import argparse
 import glob
@@ -40,31 +50,44 @@ def env():
     return e
 
 
-def run(train, mpirun, overlap, work):
+CONTROL = ("scalar_all_reduce", "scalar_all_gather", "barrier")
+
+
+def run(train, mpirun, overlap, work, nccl, stage):
     sets = {
         "model.n_layer": 4, "model.n_head": 4, "model.n_embd": 64, "model.seq_len": 64, "model.vocab_size": 50257,
         "data.train": "data/sample/train_000.bin", "data.val": "data/sample/val.bin", "data.tokenizer": "",
         "batch.micro_batch": 2, "batch.grad_accum": 1,
-        "zero.stage": 2, "zero.overlap_comm": "true" if overlap else "false", "zero.bucket_mb": 0.05,
+        "zero.stage": stage, "zero.overlap_comm": "true" if overlap else "false", "zero.bucket_mb": 0.05,
         "run.steps": STEPS, "run.eval_every": 0, "run.eval_batches": 1, "run.sample_every": 0, "run.threads": 1,
         "run.log": os.path.join(work, "metrics.jsonl"), "run.trace": os.path.join(work, "trace.json"),
     }
-    cmd = [mpirun, "--oversubscribe", "-np", str(NP), train, "plans/default.json"]
+    e = env()
+    cmd = [mpirun, "--oversubscribe", "-np", str(NP)]
+    if nccl:  # each rank a GPU of its own (under the emulator: an emulated device each)
+        sets.update({"device": "cuda", "comm.backend": "nccl", "precision.compute": "fp32"})
+        e["ZT_EMU_DEVICES"] = str(NP)
+        cmd += ["-x", "ZT_EMU_DEVICES"]
+    cmd += [train, "plans/default.json"]
     for k, v in sets.items():
         cmd += ["--set", f"{k}={v}"]
-    p = subprocess.run(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=300)
+    p = subprocess.run(cmd, cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=600)
     if p.returncode != 0:
         raise SystemExit(f"trace_overlap: run failed ({p.returncode}):\n{p.stdout[-3000:]}")
+    if nccl and "\ncomm: nccl " not in "\n" + p.stdout:
+        raise SystemExit(f"trace_overlap: no 'comm: nccl' line at start:\n{p.stdout[-3000:]}")
     files = sorted(glob.glob(os.path.join(work, "trace.rank*.json")))
     want = [os.path.join(work, f"trace.rank{r}.json") for r in range(NP)]
     if files != want:
         raise SystemExit(f"trace_overlap: expected {want}, found {files}")
-    return files
+    with open(os.path.join(work, "metrics.jsonl")) as f:
+        summary = next(r["summary"] for r in map(json.loads, f) if "summary" in r)
+    return files, summary
 
 
-def check(files, overlap, merge_out, fails):
-    tag = f"overlap {'on' if overlap else 'off'}"
+def check(files, summary, overlap, merge_out, fails, nccl, stage):
+    tag = f"{'nccl stage ' + str(stage) + ', ' if nccl else ''}overlap {'on' if overlap else 'off'}"
 
     def fail(msg):
         fails.append(f"{tag}: {msg}")
@@ -106,11 +129,35 @@ def check(files, overlap, merge_out, fails):
         buckets = {e["args"]["bucket"] for e in rs}
         if len(buckets) < 3:
             fail(f"rank {rank}: expected several buckets, got {sorted(buckets)}")
+        if nccl:
+            copies = [e for e in evs if e.get("tid") == 5 and e.get("ph") in ("X", "i")]
+            if copies:
+                fail(f"rank {rank}: {len(copies)} copy-track events on the NCCL path, e.g. {copies[0]}")
+            # Within each step's span (the evaluation after the last step gathers too, still as its step).
+            spans = {e["args"]["step"]: (e["ts"], e["ts"] + e["dur"]) for e in xs
+                     if e["tid"] == 0 and e["name"].startswith("step ")}
+            per_step = {}
+            for e in colls:
+                k = e["args"]["step"]
+                if e["name"] not in CONTROL and k in spans and spans[k][0] <= e["ts"] <= spans[k][1]:
+                    per_step[k] = per_step.get(k, 0) + e["args"]["bytes"]
+            want = summary["bytes_sent_per_step"]
+            if sorted(per_step) != list(range(STEPS)) or any(b != want for b in per_step.values()):
+                fail(f"rank {rank}: comm-lane bytes per step {per_step}, the run counts {want}")
+            if stage == 3 and any("unit" not in e["args"] for e in colls if e["name"] == "all_gather"
+                                  and "lookup" not in e["args"]):
+                fail(f"rank {rank}: an all-gather without its unit")
         bwd = [e for e in xs if e["name"].startswith("bwd u")]
         fwd = [e for e in xs if e["name"].startswith("fwd u")]
         units = {e["args"]["unit"] for e in bwd}
-        if len(units) != 4 + 2 or len(bwd) != STEPS * (4 + 3) or not fwd:
+        if stage == 2 and (len(units) != 4 + 2 or len(bwd) != STEPS * (4 + 3) or not fwd):
             fail(f"rank {rank}: backward spans per unit: {len(bwd)} over units {sorted(units)}")
+        # Stage 3 splits the embedding into units of rows (zero_embedding_rows): every unit that runs
+        # forward runs backward, in every step.
+        fwd_units = {e["args"]["unit"] for e in fwd}
+        if stage == 3 and (units != fwd_units or len(units) < 4 + 2 or len(bwd) % STEPS):
+            fail(f"rank {rank}: backward spans per unit: {len(bwd)} over units {sorted(units)}, "
+                 f"forward over {sorted(fwd_units)}")
         if not any(e["name"] == "adamw" for e in xs) or not any(e["name"].startswith("wait #") for e in xs):
             fail(f"rank {rank}: no adamw or wait events")
         for r in rs:
@@ -146,6 +193,8 @@ def main():
     ap.add_argument("--train", default=os.path.join(ROOT, "build", "train"))
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--nccl", action="store_true", help="device cuda, comm.backend nccl, a GPU per rank")
+    ap.add_argument("--stage", type=int, default=2, choices=(2, 3))
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="zt_trace_")
     fails = []
@@ -153,8 +202,8 @@ def main():
         for overlap in (True, False):
             d = os.path.join(work, f"overlap{int(overlap)}")
             os.makedirs(d)
-            files = run(os.path.abspath(args.train), args.mpirun, overlap, d)
-            check(files, overlap, os.path.join(d, "merged.json"), fails)
+            files, summary = run(os.path.abspath(args.train), args.mpirun, overlap, d, args.nccl, args.stage)
+            check(files, summary, overlap, os.path.join(d, "merged.json"), fails, args.nccl, args.stage)
     finally:
         if args.keep:
             print(f"kept {work}")
