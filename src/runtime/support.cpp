@@ -53,7 +53,8 @@ bool precision_built(const std::string& precision) {
 const Features& features() {
   static const Features f = [] {
     Features x;
-    x.offload_params = {"none", "nvme"};
+    x.offload_params = device::built_with_cuda() ? std::vector<std::string>{"none", "cpu", "nvme"}
+                                                 : std::vector<std::string>{"none", "nvme"};
     x.checkpoint_saving = true;
     x.checkpoint_resume = true;
     x.master_weights_off = false;
