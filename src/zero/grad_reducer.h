@@ -13,9 +13,9 @@
 // complete() adds a bucket's reduce-scatter result into it through the shard source
 // (offload/shard_source.h: read, add, write, synchronously) and, on the last micro-step, sums each
 // unit's squares for the gradient norm while the values are in memory. With offload.params "cpu"
-// (CUDA backend) it is pinned host memory: the bucket's part is summed on the device in
-// grad_bounce (copied in first after the first micro-step), its squares summed there on the last,
-// and copied out as the bucket completes.
+// (CUDA backend) it is pinned host memory: the bucket's part is summed on the device in the
+// bucket's staging slot, free once its reduce-scatter is done (the part so far copied in after the
+// first micro-step), its squares summed there on the last, and copied out as the bucket completes.
 //
 // The naive path (zero.overlap_comm false) waits on each collective where it starts, beside the
 // overlapped one; Partition makes every unit its own bucket there.
@@ -93,8 +93,8 @@ class GradReducer {
   offload::ShardSource<T> shard_;       // stages 2-3: my gradient shard (memory, or a swap file)
   std::vector<double> unit_ss_;         // (units) sum of squares of each unit's gradient shard on disk or host
   // offload.params "cpu" (CUDA): my gradient shard is pinned host memory; each bucket's part is
-  // summed here on the device, then copied out (add_to_host).
-  T* bounce_ = nullptr;
+  // summed on the device in the bucket's staging slot, then copied out (add_to_host).
+  bool host_shard_ = false;
   void add_to_host(const StagingSlot& s, size_t flat0, bool last_micro);
   Tracer* tr_ = nullptr;
   std::function<void(const std::vector<int>&)> on_final_;

@@ -29,7 +29,6 @@ const char* state_name(StateId id) {
     case StateId::host_params: return "host parameter shard";
     case StateId::host_grads: return "host gradient shard";
     case StateId::param_upload: return "parameter shard upload buffers";
-    case StateId::grad_bounce: return "gradient shard bounce buffer";
     case StateId::count: break;
   }
   ZT_ASSERT(false);
@@ -104,8 +103,7 @@ namespace {
 // pinned host copies of my parameter and gradient shard; the moments and master weights are pinned
 // host memory unless already swapped to files.
 // With offload.params "cpu" (stage 3) the shards themselves are pinned and the AdamW works on them;
-// a bucket's gradient shard is summed on the device (the same kernel as without offload) in
-// grad_bounce, then copied out.
+// a unit's shard goes to the device through param_upload for its all-gather (world > 1).
 void add_host_optimizer(std::vector<StateBuffer>& out, const Partition& part, const StateTypes& ty) {
   if (!ty.host_optimizer) return;
   ZT_ASSERT(ty.tier == Tier::device && part.config().stage >= 1);
@@ -119,8 +117,6 @@ void add_host_optimizer(std::vector<StateBuffer>& out, const Partition& part, co
     if (N > 1)  // a world of one copies each shard into its slot itself (zero/param_gatherer.h)
       out.push_back({StateId::param_upload, Category::comm, ty.param, Tier::device,
                      param_upload_offset(part, part.gather_slots()), false, {}});
-    const size_t bucket = std::max(part.staging_slot_numel(), part.embedding_staging_numel()) / N;
-    out.push_back({StateId::grad_bounce, Category::comm, ty.param, Tier::device, bucket, false, {}});
     return;
   }
   const size_t sh = part.shard_total();

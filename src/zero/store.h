@@ -30,11 +30,10 @@
 //                                            AdamW reads and writes (the moments and master weights are
 //                                            then Tier::pinned, or Tier::nvme for "nvme")
 //   param_upload       3      slots' shards  CUDA backend with offload.params "cpu" (param_shard and
-//   grad_bounce               bucket shard   grad_shard are then Tier::pinned, and are what the CPU AdamW
-//                                            updates: no host_params / host_grads): the device buffers a
-//                                            unit's shard is copied into for its all-gather (one per
-//                                            gathered-unit slot; world > 1), and the one a bucket's gradient shard
-//                                            is summed in before it goes to the host
+//                                            grad_shard are then Tier::pinned, and are what the CPU AdamW
+//                                            updates: no host_params / host_grads), world > 1: the device
+//                                            buffers a unit's shard is copied into for its all-gather,
+//                                            one per gathered-unit slot
 //
 // Communication slots hold no fixed range (their contents change within a step); the persistent
 // buffers (parameters or parameter shard, moments, master weights) are the training state that a
@@ -61,7 +60,7 @@ namespace zt {
 enum class StateId : int {
   params = 0, grads, param_shard, grad_shard, adam_m, adam_v, master,
   embedding_staging, bucket_staging, rs_receive, gathered_units, swap_buffers, lookup_exchange, param_io,
-  host_staging, host_params, host_grads, param_upload, grad_bounce, count
+  host_staging, host_params, host_grads, param_upload, count
 };
 constexpr size_t kNumStateIds = size_t(StateId::count);
 const char* state_name(StateId id);  // for tables and messages: "AdamW first moment", ...
