@@ -12,7 +12,8 @@
 #   kernel writing the gradient shard while a copy reads another unit's part of it.)
 #   `train estimate` equals the tracked peak in every tier; the tracked device peak falls by at
 #   least 80% of the bytes moved to pinned memory: parameter and gradient shards against optimizer
-#   offload alone, and those plus the optimizer state against no offload.
+#   offload alone, and those plus the optimizer state against no offload. A checkpoint resumes bit
+#   for bit (N = 2, bf16).
 # usage: params_offload_emu.sh path/to/zt_train_emu path/to/mpiexec
 set -euo pipefail
 EMU=${1:?usage: params_offload_emu.sh zt_train_emu mpiexec}
@@ -32,10 +33,11 @@ common=(plans/default.json
   --set zero.stage=3 --set device=cuda --set comm.backend=mpi)
 
 fail=0
-run() {  # name np prec accum optimizer params
+run() {  # name np prec accum optimizer params [more --set ...]
   local name=$1 np=$2 prec=$3 accum=$4 opt=$5 par=$6
+  shift 6
   local cmd=("$EMU" "${common[@]}" --set precision.compute=$prec --set batch.grad_accum=$accum
-             --set offload.optimizer=$opt --set offload.params=$par
+             --set offload.optimizer=$opt --set offload.params=$par "$@"
              --set run.log="$work/$name/metrics.jsonl" --set run.final_weights="$work/$name/weights.bin")
   if [ "$np" = 1 ]; then "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
   else "$MPIRUN" -np "$np" "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }; fi
@@ -91,5 +93,21 @@ for ref, names in ((o, shards), (n, shards + ("AdamW first moment", "AdamW secon
 sys.exit(0 if ok else 1)
 PY
 done
+# A checkpoint of such a run (N = 2, bf16; the pinned shards saved and loaded in place) resumed
+# from step 2 gives step 3 and the final weights bit for bit.
+ck=(--set checkpoint.dir="$work/ck")
+run ck_full 2 bf16 1 cpu cpu "${ck[@]}" --set checkpoint.every=2
+run ck_resume 2 bf16 1 cpu cpu "${ck[@]}" --set checkpoint.resume="$work/ck/step_00000002"
+"$PY" - "$work" <<'PY' || fail=1
+import json, sys
+w = sys.argv[1]
+def losses(name):
+    return [r["loss"] for r in map(json.loads, open(f"{w}/{name}/metrics.jsonl")) if "loss" in r and "step" in r]
+a, b = losses("ck_full"), losses("ck_resume")
+same = open(f"{w}/ck_full/weights.bin", "rb").read() == open(f"{w}/ck_resume/weights.bin", "rb").read()
+ok = len(a) == 3 and b == a[2:] and same
+print(("ok    " if ok else "FAIL  ") + f"resume from step 2: step 3 {b} against {a[2:]}, final weights {'equal' if same else 'differ'}")
+sys.exit(0 if ok else 1)
+PY
 echo "params_offload_emu ($WHERE): $([ $fail = 0 ] && echo ok || echo FAILED)"
 exit $fail
