@@ -6,6 +6,9 @@
 //           moves, and a request is delivered at once.
 //   nvme    a swap file (offload.params "nvme", stage 3): reads of whole blocks around the shard
 //           into a read buffer (O_DIRECT), queued on io_uring.
+//   copied  pinned host memory on the CUDA backend (offload.params "cpu", stage 3): the caller's
+//           Copier queues a host-to-device copy on its copy stream, and orders the consumer after
+//           it at delivery (this layer knows no CUDA); delivered at the same hooks as reads.
 //
 // Reads for the parameter gatherer (ZeroEngine hooks use / release, ParamGatherer): request()
 // queues the read of unit u's shard into read buffer i; deliver(), called once per hook, hands
@@ -40,6 +43,10 @@ class ShardSource {
     size_t flat = 0, numel = 0;
   };
   using Deliver = std::function<void(int buf, const T* shard)>;
+  struct Copier {
+    std::function<const T*(int u, int buf)> queue;  // starts unit u's copy into buffer buf; where it lands
+    std::function<void(int buf)> wait;               // what follows is ordered after buffer buf's copy
+  };
 
   ShardSource() = default;
   // In memory: unit u's shard is memory + units[u].flat.
@@ -53,11 +60,15 @@ class ShardSource {
     if (queue_depth) ring_ = std::make_unique<Uring>(queue_depth);
   }
 
+  // Copied into `buffers` buffers by `copier`.
+  ShardSource(Copier copier, size_t buffers)
+      : queued_at_(buffers, -1), send_(buffers), copier_(std::move(copier)) {}
+
   bool on_disk() const { return file_ != nullptr; }
 
   // Unit u's shard into read buffer i: delivered now from memory, at a later deliver() from disk.
   void request(int u, int i, const Deliver& arrived) {
-    if (!file_) return arrived(i, memory_ + units_[size_t(u)].flat);
+    if (!queued()) return arrived(i, memory_ + units_[size_t(u)].flat);
     send_[size_t(i)] = queue_read(u, i);
     queued_at_[size_t(i)] = hooks_;
     queue_.push_back(i);
@@ -65,12 +76,12 @@ class ShardSource {
   // Once per hook: delivers the reads queued at earlier hooks, and through buffer `through` (-1:
   // none) if its read is still queued.
   void deliver(int through, const Deliver& arrived) {
-    if (!file_) return;
+    if (!queued()) return;
     bool all = through >= 0 && queued_at_[size_t(through)] >= 0;
     while (!queue_.empty()) {
       const int i = queue_.front();
       if (!all && queued_at_[size_t(i)] >= hooks_) break;
-      ring_->wait(i);
+      wait(i);
       queued_at_[size_t(i)] = -1;
       queue_.pop_front();
       arrived(i, send_[size_t(i)]);
@@ -80,10 +91,10 @@ class ShardSource {
   }
   // Unit u's shard now, through read buffer i (between passes: nothing queued).
   const T* now(int u, int i) {
-    if (!file_) return memory_ + units_[size_t(u)].flat;
+    if (!queued()) return memory_ + units_[size_t(u)].flat;
     ZT_ASSERT(queue_.empty());
     const T* shard = queue_read(u, i);
-    ring_->wait(i);
+    wait(i);
     return shard;
   }
 
@@ -113,10 +124,17 @@ class ShardSource {
   // Queues the read of the whole blocks around unit u's shard into buffer i; returns where in the
   // buffer the shard will be. (The file is written only by the optimizer step, never during a pass.)
   const T* queue_read(int u, int i) {
+    if (copier_.queue) return copier_.queue(u, i);
     const Range& r = units_[size_t(u)];
     const size_t off = r.flat * sizeof(T), a0 = off / kIoAlign * kIoAlign, a1 = io_round_up(off + r.numel * sizeof(T));
     ring_->read(file_->fd(), bufs_[size_t(i)], a1 - a0, a0, i, file_->path().c_str());
     return bufs_[size_t(i)] + (off - a0) / sizeof(T);
+  }
+
+  bool queued() const { return file_ || copier_.queue; }
+  void wait(int i) {
+    if (copier_.wait) copier_.wait(i);
+    else ring_->wait(i);
   }
 
   T* memory_ = nullptr;
@@ -128,6 +146,7 @@ class ShardSource {
   std::vector<int> queued_at_;    // per buffer: the hook that queued its read; -1 = none queued
   std::vector<const T*> send_;    // per buffer: where its shard is
   int hooks_ = 0;                 // deliver() calls
+  Copier copier_;
 };
 
 }  // namespace zt::offload

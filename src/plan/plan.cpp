@@ -148,13 +148,11 @@ void check_supported_by_this_build(const Plan& p) {
   auto in = [](const std::vector<std::string>& v, const std::string& x) {
     return std::find(v.begin(), v.end(), x) != v.end();
   };
-  if (p.offload.params == "cpu" && !in(f.offload_params, "cpu"))
-    // As for the optimizer: nothing to move on the CPU backend; not built for the CUDA backend.
-    bad("offload.params", std::string("\"cpu\" ") +
-                              (p.device == "cuda" ? "is not implemented yet for the CUDA backend"
-                                                  : "changes nothing on the CPU backend, which already keeps everything "
-                                                    "in host memory") +
-                              "; use \"nvme\" to move the parameter shard to disk (zero.stage 3), or \"none\"");
+  // As for the optimizer: nothing to move on the CPU backend; the CUDA backend keeps the shard in
+  // pinned host memory (f.offload_params lists "cpu" only where a CUDA backend is built).
+  if (p.offload.params == "cpu" && (p.device == "cpu" || (p.device == "auto" && !support::device_built("cuda"))))
+    bad("offload.params", "\"cpu\" changes nothing on the CPU backend, which already keeps everything in host memory; "
+                          "use \"nvme\" to move the parameter shard to disk (zero.stage 3), or \"none\"");
   if (!in(f.offload_params, p.offload.params))
     unsupported("offload.params", json(p.offload.params).dump(), quoted(f.offload_params));
   if (p.offload.optimizer == "cpu") {

@@ -53,7 +53,8 @@ bool precision_built(const std::string& precision) {
 const Features& features() {
   static const Features f = [] {
     Features x;
-    x.offload_params = {"none", "nvme"};
+    x.offload_params = device::built_with_cuda() ? std::vector<std::string>{"none", "cpu", "nvme"}
+                                                 : std::vector<std::string>{"none", "nvme"};
     x.checkpoint_saving = true;
     x.checkpoint_resume = true;
     x.master_weights_off = false;
@@ -83,9 +84,10 @@ std::string help() {
   }
   os << "Offload: offload.optimizer \"nvme\" (zero.stage 1-3, both backends) and \"cpu\" (zero.stage 1-3, CUDA backend:\n"
         "AdamW on the CPU from pinned host memory); offload.params \"nvme\" (zero.stage 3, CPU\n"
-        "backend: the parameter and gradient shards in swap files). On the CUDA backend, the NCCL path, the CPU\n"
-        "AdamW overlapped with backward and checkpoints with offload are tested under emulation only; the\n"
-        "host-staged multi-rank path and optimizer offload also ran on an H200 and an H100.";
+        "backend: the parameter and gradient shards in swap files) and \"cpu\" (zero.stage 3, CUDA backend, with\n"
+        "offload.optimizer \"cpu\": the shards in pinned host memory). On the CUDA backend, the NCCL path, the CPU\n"
+        "AdamW overlapped with backward, offload.params \"cpu\" and checkpoints with offload are tested under\n"
+        "emulation only; the host-staged multi-rank path and optimizer offload also ran on an H200 and an H100.";
   return os.str();
 }
 

@@ -21,8 +21,8 @@ std::string resolve_device(const Plan& plan) {
 }
 
 // The offload rungs (docs/offload.md), after sharding: the optimizer state off the device (CUDA:
-// pinned host memory, the CPU runs AdamW) or out of host memory (CPU backend: swap files), then on
-// the CPU backend the parameter and gradient shards too. Offload needs a shard (zero.stage >= 1;
+// pinned host memory, the CPU runs AdamW) or out of host memory (CPU backend: swap files), then the
+// parameter and gradient shards too (CUDA: pinned, beside the CPU AdamW; CPU backend: swap files). Offload needs a shard (zero.stage >= 1;
 // parameters: 3), so the rung raises the stage where it must. "" when no offload this build runs is left.
 std::string next_offload_step(const Plan& plan) {
   const bool gpu = resolve_device(plan) == "cuda";
@@ -36,7 +36,12 @@ std::string next_offload_step(const Plan& plan) {
     else
       os << "offload.optimizer to \"nvme\": the AdamW moments in swap files under offload.nvme_dir ("
          << plan.offload.nvme_dir << ")";
-  } else if (!gpu && plan.offload.params == "none") {  // parameter offload runs on the CPU backend only
+  } else if (gpu && plan.offload.optimizer == "cpu" && plan.offload.params == "none") {
+    // The CUDA backend's parameter offload needs the CPU AdamW (train/offload_setup.cpp).
+    if (plan.zero.stage < 3) os << "set zero.stage to 3 and ";
+    else os << "set ";
+    os << "offload.params to \"cpu\": the parameter and gradient shards in pinned host memory too";
+  } else if (!gpu && plan.offload.params == "none") {
     if (plan.zero.stage < 3) os << "set zero.stage to 3 and ";
     else os << "set ";
     os << "offload.params to \"nvme\": the parameter and gradient shards in swap files too";

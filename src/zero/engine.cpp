@@ -53,6 +53,11 @@ void ZeroEngine<Ops>::init_parameters(uint64_t seed, const std::string& llmc_pat
     T* dst = store_.get<T>(StateId::param_shard);
     using M = typename Ops::M;
     offload::SwapFile* file = store_.file(StateId::param_shard);  // offload.params nvme: write the file
+    // offload.params "cpu" (CUDA backend): the shard is pinned host memory, written in place.
+    auto put = [pinned = shard.tier == Tier::pinned](T* to, const M* values, size_t n) {
+      if (!pinned) return GPT<Ops>::upload(to, values, n);
+      for (size_t i = 0; i < n; ++i) to[i] = T(values[i]);
+    };
     if (file && llmc_path.empty()) {
       // In pieces: the values depend only on (seed, tensor, element), and a tensor range of the
       // largest model would otherwise be a transient of its own (wte: V x C).
@@ -71,14 +76,14 @@ void ZeroEngine<Ops>::init_parameters(uint64_t seed, const std::string& llmc_pat
       for (const TensorRange& r : shard.holds) {
         host.resize(r.count);
         model_.init_gpt2_values(seed, r.tensor, r.offset, r.count, host.data());
-        GPT<Ops>::upload(dst + r.at, host.data(), r.count);
+        put(dst + r.at, host.data(), r.count);
       }
     } else {
       model_.read_llmc(llmc_path, [&](int k, const M* values) {
         for (const TensorRange& r : shard.holds) {
           if (r.tensor != k) continue;
           if (file) file->write_at(values + r.offset, r.count * sizeof(M), r.at * sizeof(T));
-          else GPT<Ops>::upload(dst + r.at, values + r.offset, r.count);
+          else put(dst + r.at, values + r.offset, r.count);
         }
       });
     }

@@ -53,6 +53,7 @@ EngineSettings engine_settings(const Plan& plan, int world, int rank) {
   s.types = state_types_of<Ops>();
   // The CUDA backend's AdamW on the host (offload.optimizer "cpu" / "nvme", zero/host_optimizer.cpp).
   s.types.host_optimizer = Ops::tier == Tier::device && plan.offload.optimizer != "none";
+  s.types.host_shards = Ops::tier == Tier::device && plan.offload.params == "cpu";
   // comm.backend as resolved (train/backend_choice.h): NCCL needs no host mirrors.
   s.types.host_staged_comm = plan.comm.backend != "nccl";
   return s;

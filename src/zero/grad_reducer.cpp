@@ -35,6 +35,8 @@ GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore
   } else {
     shard_ = offload::ShardSource<T>(store.get<T>(StateId::grad_shard), {});
   }
+  host_shard_ = store.info(StateId::grad_shard).tier == Tier::pinned;
+  if (host_shard_) unit_ss_.assign(size_t(layout_.num_units()), 0.0);
   if (part.embedding_staging_numel() == 0) return;  // the embedding's chunks use the bucket slots
   s0_.buf = store.get<T>(StateId::embedding_staging);
   s0_.recv = recv + part.staging_slots() * (slot / N);
@@ -45,8 +47,8 @@ GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore
 template <class Ops>
 void GradReducer<Ops>::begin_step() {
   if (rules_.full_grads) model_.zero_grad();
-  // (A gradient shard on disk is overwritten by each bucket's first micro-step instead.)
-  if (T* shard = store_.get<T>(StateId::grad_shard)) Ops::zero(shard, part_.shard_total());
+  // (A gradient shard on disk or in host memory is overwritten by each bucket's first micro-step instead.)
+  if (T* shard = store_.get<T>(StateId::grad_shard); shard && !host_shard_) Ops::zero(shard, part_.shard_total());
 }
 
 template <class Ops>
@@ -151,7 +153,8 @@ void GradReducer<Ops>::complete(StagingSlot& s) {
   // squares on the last micro-step, while the values are in memory, for the gradient norm.
   const size_t flat0 = part_.unit_shard_flat(bk.units.back());
   const bool last_micro = s.micro == part_.config().grad_accum - 1;
-  shard_.accumulate(flat0, bk.shard_numel, s.micro == 0, [&](T* shard) {
+  if (host_shard_) add_to_host(s, flat0, last_micro);
+  else shard_.accumulate(flat0, bk.shard_numel, s.micro == 0, [&](T* shard) {
     Ops::residual_forward(shard, shard, s.recv, bk.shard_numel);  // in the backend's memory
     if (shard_.on_disk() && last_micro)
       for (int v : bk.units)
@@ -159,6 +162,31 @@ void GradReducer<Ops>::complete(StagingSlot& s) {
   });
   if (last_micro && on_final_) on_final_(bk.units);
   if (&s != &s0_) s.bucket = -1;
+}
+
+template <class Ops>
+void GradReducer<Ops>::add_to_host(const StagingSlot& s, size_t flat0, bool last_micro) {
+#if ZT_HAVE_CUDA
+  if constexpr (Ops::tier == Tier::device) {
+    // The same sum as in device memory (zeros, or the shard so far, + the result), by the same
+    // kernel, in the slot its reduce-scatter has finished reading; copies on the compute stream,
+    // so the slot is reused in order.
+    const Bucket& bk = part_.buckets()[size_t(s.bucket)];
+    T* host = store_.get<T>(StateId::grad_shard) + flat0;
+    T* sum = s.buf;
+    const size_t bytes = bk.shard_numel * sizeof(T);
+    if (s.micro == 0) Ops::zero(sum, bk.shard_numel);
+    else ZT_CHECK_CUDA(cudaMemcpyAsync(sum, host, bytes, cudaMemcpyHostToDevice, Ops::stream()));
+    Ops::residual_forward(sum, sum, s.recv, bk.shard_numel);
+    if (last_micro)
+      for (int v : bk.units)
+        unit_ss_[size_t(v)] = Ops::sum_squares(sum + (part_.unit_shard_flat(v) - flat0), part_.unit_shard_numel(v));
+    ZT_CHECK_CUDA(cudaMemcpyAsync(host, sum, bytes, cudaMemcpyDeviceToHost, Ops::stream()));
+    return;
+  }
+#endif
+  (void)s, (void)flat0, (void)last_micro;
+  ZT_ASSERT(false);  // only the CUDA backend keeps the shard in pinned memory
 }
 
 template <class Ops>

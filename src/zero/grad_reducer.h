@@ -12,7 +12,10 @@
 // With offload.params "nvme" (stage 3, docs/design.md §3.6) the gradient shard is a swap file:
 // complete() adds a bucket's reduce-scatter result into it through the shard source
 // (offload/shard_source.h: read, add, write, synchronously) and, on the last micro-step, sums each
-// unit's squares for the gradient norm while the values are in memory.
+// unit's squares for the gradient norm while the values are in memory. With offload.params "cpu"
+// (CUDA backend) it is pinned host memory: the bucket's part is summed on the device in the
+// bucket's staging slot, free once its reduce-scatter is done (the part so far copied in after the
+// first micro-step), its squares summed there on the last, and copied out as the bucket completes.
 //
 // The naive path (zero.overlap_comm false) waits on each collective where it starts, beside the
 // overlapped one; Partition makes every unit its own bucket there.
@@ -56,7 +59,7 @@ class GradReducer {
   void finish();                      // every gradient collective done, shards complete
   void lookup_deferred();             // the model's UnitHooks::embedding_lookup_deferred
   // Per-unit sums of squares of the completed gradient shard when it is on disk, else nullptr.
-  const std::vector<double>* unit_sum_squares() const { return shard_.on_disk() ? &unit_ss_ : nullptr; }
+  const std::vector<double>* unit_sum_squares() const { return unit_ss_.empty() ? nullptr : &unit_ss_; }
   void set_tracer(Tracer* t) { tr_ = t; }  // tags each collective with its bucket and unit
   // Called with a bucket's units when the last micro-step's reduction has made their gradient shard
   // final on this rank (stages 2-3, during backward): the host optimizer sends them to the host.
@@ -95,7 +98,11 @@ class GradReducer {
   std::vector<StagingSlot*> slot_of_bucket_;
   uint64_t slots_taken_ = 0;
   offload::ShardSource<T> shard_;       // stages 2-3: my gradient shard (memory, or a swap file)
-  std::vector<double> unit_ss_;         // (units) sum of squares of each unit's gradient shard on disk
+  std::vector<double> unit_ss_;         // (units) sum of squares of each unit's gradient shard on disk or host
+  // offload.params "cpu" (CUDA): my gradient shard is pinned host memory; each bucket's part is
+  // summed on the device in the bucket's staging slot, then copied out (add_to_host).
+  bool host_shard_ = false;
+  void add_to_host(const StagingSlot& s, size_t flat0, bool last_micro);
   Tracer* tr_ = nullptr;
   std::function<void(const std::vector<int>&)> on_final_;
   void tag(int b, int unit) {  // the next collective's bucket and unit

@@ -141,13 +141,23 @@ struct ShardedOptimizer<Ops>::HostCopies {
 };
 
 template <class Ops>
+typename ShardedOptimizer<Ops>::T* ShardedOptimizer<Ops>::host_params() const {
+  return store_.get<T>(shards_on_host_ ? StateId::param_shard : StateId::host_params);
+}
+
+template <class Ops>
+typename ShardedOptimizer<Ops>::T* ShardedOptimizer<Ops>::host_grads() const {
+  return store_.get<T>(shards_on_host_ ? StateId::grad_shard : StateId::host_grads);
+}
+
+template <class Ops>
 void ShardedOptimizer<Ops>::host_init_master() {
 #if ZT_HAVE_CUDA
   if constexpr (Ops::tier == Tier::device) {
     if constexpr (!kMixed) return;  // fp32: the parameters are the master
     // Master = my shard of the parameters, widened on the host (exact), into pinned memory or the file.
-    T* hp = store_.get<T>(StateId::host_params);
-    for (int u = 0; u < layout_.num_units(); ++u)
+    T* hp = host_params();
+    for (int u = 0; u < layout_.num_units() && !shards_on_host_; ++u)
       Ops::d2h(hp + part_.unit_shard_flat(u), params(u), part_.unit_shard_numel(u) * sizeof(T));
     auto widen = [&](float* dst, const T* src, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = float(src[i]);
@@ -184,8 +194,8 @@ typename ShardedOptimizer<Ops>::HostCopies& ShardedOptimizer<Ops>::host_copies()
 
 template <class Ops>
 void ShardedOptimizer<Ops>::host_update_unit(int u, double lr, double grad_scale, int t) {
-  T* hp = store_.get<T>(StateId::host_params);
-  T* hg = store_.get<T>(StateId::host_grads);
+  T* hp = host_params();
+  T* hg = host_grads();
   const size_t f = part_.unit_shard_flat(u);
 #if ZT_HAVE_CUDA
   adamw_unit_range<HostAdamW<T>>(layout_, u, part_.unit_shard_begin(u), part_.unit_shard_numel(u), hp + f,
@@ -209,8 +219,8 @@ void ShardedOptimizer<Ops>::host_send(const std::vector<int>& units) {
 #if ZT_HAVE_CUDA
   if constexpr (Ops::tier == Tier::device) {
     HostCopies& c = host_copies();
-    T* hp = store_.get<T>(StateId::host_params);
-    T* hg = store_.get<T>(StateId::host_grads);
+    T* hp = host_params();
+    T* hg = host_grads();
     bool marked = false;
     for (int u : units) {
       if (c.state[size_t(u)] != 0) continue;  // already on its way
@@ -220,8 +230,10 @@ void ShardedOptimizer<Ops>::host_send(const std::vector<int>& units) {
         marked = true;
       }
       const size_t f = part_.unit_shard_flat(u), bytes = part_.unit_shard_numel(u) * sizeof(T);
-      ZT_CHECK_CUDA(cudaMemcpyAsync(hp + f, params(u), bytes, cudaMemcpyDeviceToHost, c.stream));
-      ZT_CHECK_CUDA(cudaMemcpyAsync(hg + f, grads(u), bytes, cudaMemcpyDeviceToHost, c.stream));
+      if (!shards_on_host_) {  // else the reducer's copies out, queued before the mark, are what arrives
+        ZT_CHECK_CUDA(cudaMemcpyAsync(hp + f, params(u), bytes, cudaMemcpyDeviceToHost, c.stream));
+        ZT_CHECK_CUDA(cudaMemcpyAsync(hg + f, grads(u), bytes, cudaMemcpyDeviceToHost, c.stream));
+      }
       ZT_CHECK_CUDA(cudaEventRecord(c.arrived[size_t(u)], c.stream));
       c.state[size_t(u)] = 1;
     }
@@ -274,8 +286,8 @@ void ShardedOptimizer<Ops>::host_progress() {
     if (handed) c.cv.notify_all();
     for (int u : back) {  // the updated parameters back to the device, on the copy stream
       const size_t f = part_.unit_shard_flat(u), bytes = part_.unit_shard_numel(u) * sizeof(T);
-      ZT_CHECK_CUDA(cudaMemcpyAsync(params(u), store_.get<T>(StateId::host_params) + f, bytes,
-                                    cudaMemcpyHostToDevice, c.stream));
+      if (!shards_on_host_)
+        ZT_CHECK_CUDA(cudaMemcpyAsync(params(u), host_params() + f, bytes, cudaMemcpyHostToDevice, c.stream));
       c.state[size_t(u)] = 4;
       ++c.sent_back;
     }
@@ -289,8 +301,8 @@ void ShardedOptimizer<Ops>::host_step(double lr, double grad_scale) {
   if constexpr (Ops::tier == Tier::device) {
     const int U = layout_.num_units();
     HostCopies& c = host_copies();
-    T* hp = store_.get<T>(StateId::host_params);
-    T* hg = store_.get<T>(StateId::host_grads);
+    T* hp = host_params();
+    T* hg = host_grads();
     std::vector<int> all(static_cast<size_t>(U));
     for (int u = 0; u < U; ++u) all[size_t(u)] = u;
     host_send(all);  // what backward did not send (stages 0-1: everything; the embedding units)
@@ -307,7 +319,7 @@ void ShardedOptimizer<Ops>::host_step(double lr, double grad_scale) {
                                          optim_, lr, grad_scale, steps_taken_);
         }
       });
-      for (int u = 0; u < U; ++u) {
+      for (int u = 0; u < U && !shards_on_host_; ++u) {
         const size_t f = part_.unit_shard_flat(u), bytes = part_.unit_shard_numel(u) * sizeof(T);
         ZT_CHECK_CUDA(cudaMemcpyAsync(params(u), hp + f, bytes, cudaMemcpyHostToDevice, c.stream));
       }

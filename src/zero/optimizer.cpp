@@ -15,7 +15,8 @@ template <class Ops>
 ShardedOptimizer<Ops>::ShardedOptimizer(const ParamLayout& layout, const Partition& part, StateStore& store, Comm& comm,
                                         const OptimSection& optim)
     : layout_(layout), part_(part), store_(store), comm_(comm), optim_(optim), rules_(part.rules()) {
-  host_ = store.has(StateId::host_params);  // the CUDA backend's AdamW on the host
+  shards_on_host_ = store.has(StateId::param_shard) && store.info(StateId::param_shard).tier == Tier::pinned;
+  host_ = store.has(StateId::host_params) || shards_on_host_;  // the CUDA backend's AdamW on the host
   std::vector<offload::SwapFile*> files;
   std::vector<bool> read_only;
   auto add = [&](StateId id, int* at) {

@@ -81,8 +81,12 @@ class ShardedOptimizer {
 
   // The CUDA backend with offload.optimizer "cpu" / "nvme" (zero/host_optimizer.cpp): the CPU AdamW
   // updates host copies of my shard (StateId::host_params / host_grads), streamed per unit on a
-  // copy stream of its own.
+  // copy stream of its own. With offload.params "cpu" (stage 3) the shards are in pinned memory
+  // already (shards_on_host_): the CPU AdamW updates them in place, nothing crosses the bus here.
   bool host_ = false;
+  bool shards_on_host_ = false;
+  T* host_params() const;  // the shards the CPU AdamW reads and writes
+  T* host_grads() const;
   struct HostCopies;                    // the copy stream, per-unit events, the CPU worker
   std::shared_ptr<HostCopies> copies_;  // shared_ptr: HostCopies is complete only there
   HostCopies& host_copies();

@@ -11,6 +11,26 @@
 namespace zt {
 
 template <class Ops>
+struct ParamGatherer<Ops>::CopyStream {
+#if ZT_HAVE_CUDA
+  cudaStream_t stream = nullptr;
+  cudaEvent_t mark = nullptr;       // the compute stream's progress when a copy is queued
+  std::vector<cudaEvent_t> ready;   // per slot: its shard is on the device
+  explicit CopyStream(size_t slots) : ready(slots) {
+    ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    ZT_CHECK_CUDA(cudaEventCreateWithFlags(&mark, cudaEventDisableTiming));
+    for (cudaEvent_t& e : ready) ZT_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  ~CopyStream() {
+    (void)cudaStreamSynchronize(stream);
+    for (cudaEvent_t e : ready) (void)cudaEventDestroy(e);
+    (void)cudaEventDestroy(mark);
+    (void)cudaStreamDestroy(stream);
+  }
+#endif
+};
+
+template <class Ops>
 ParamGatherer<Ops>::ParamGatherer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm)
     : model_(model), layout_(model.layout()), part_(part), store_(store), comm_(comm), rules_(part.rules()) {
   if (!rules_.gather_units) return;
@@ -29,10 +49,46 @@ ParamGatherer<Ops>::ParamGatherer(GPT<Ops>& model, const Partition& part, StateS
     std::vector<T*> reads;  // one read buffer per slot
     for (size_t i = 0; i < slots_.size(); ++i) reads.push_back(store.get<T>(StateId::param_io) + param_io_offset(part, i));
     shards_ = offload::ShardSource<T>(file, std::move(units), std::move(reads), store.swap().queue_depth);
+  } else if (store.info(StateId::param_shard).tier == Tier::pinned) {
+    use_copy_stream();
   } else {
     shards_ = offload::ShardSource<T>(store.get<T>(StateId::param_shard), std::move(units));
   }
   launch_ = [this](int slot, const T* shard) { launch_gather(slot, shard); };
+}
+
+template <class Ops>
+void ParamGatherer<Ops>::use_copy_stream() {
+#if ZT_HAVE_CUDA
+  if constexpr (Ops::tier == Tier::device) {
+    copies_ = std::make_shared<CopyStream>(slots_.size());
+    typename offload::ShardSource<T>::Copier c;
+    c.queue = [this](int u, int i) -> const T* {
+      CopyStream& cs = *copies_;
+      const T* src = store_.get<T>(StateId::param_shard) + part_.unit_shard_flat(u);
+      const size_t bytes = part_.unit_shard_numel(u) * sizeof(T);
+      T* upload = store_.get<T>(StateId::param_upload);
+      if (!upload) {  // a world of one: the shard is the unit, copied into its slot in stream order
+        ZT_CHECK_CUDA(cudaMemcpyAsync(slots_[size_t(i)].buf, src, bytes, cudaMemcpyHostToDevice, Ops::stream()));
+        return slots_[size_t(i)].buf;
+      }
+      T* dst = upload + param_upload_offset(part_, size_t(i));
+      // The buffer's previous shard may still be read by an all-gather the compute stream waits for.
+      ZT_CHECK_CUDA(cudaEventRecord(cs.mark, Ops::stream()));
+      ZT_CHECK_CUDA(cudaStreamWaitEvent(cs.stream, cs.mark, 0));
+      ZT_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cs.stream));
+      ZT_CHECK_CUDA(cudaEventRecord(cs.ready[size_t(i)], cs.stream));
+      return dst;
+    };
+    c.wait = [this](int i) {
+      if (store_.has(StateId::param_upload))
+        ZT_CHECK_CUDA(cudaStreamWaitEvent(Ops::stream(), copies_->ready[size_t(i)], 0));
+    };
+    shards_ = offload::ShardSource<T>(std::move(c), slots_.size());
+    return;
+  }
+#endif
+  ZT_ASSERT(false);  // only the CUDA backend keeps the shard in pinned memory
 }
 
 template <class Ops>

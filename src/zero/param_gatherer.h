@@ -26,10 +26,17 @@
 //               (offload/shard_source.h) for the unit's shard where it would have started the
 //               all-gather; the source delivers it, and the all-gather starts, at a later hook
 //               (use / release): a read overlaps one unit's compute, and with prefetch_units >= 2
-//               the all-gather another's.
+//               the all-gather another's. With offload.params "cpu" on the CUDA backend the shard is
+//               in pinned host memory: start() queues its copy, on a copy stream, into the slot's
+//               device upload buffer (StateId::param_upload; not the slot itself, which the kernels
+//               of the unit before may still read); the all-gather starts from there at delivery,
+//               the compute stream ordered after the copy: the copy overlaps one unit's compute, as
+//               a read does. A world of one has no all-gather to feed: the shard is copied into its
+//               slot on the compute stream, one unit ahead in stream order (no upload buffers).
 //   any stage   whole_unit(): unit by unit, whole, for streaming the weights out (stage 3
 //               gathers each into a slot: no rank ever holds the whole model).
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "offload/shard_source.h"
@@ -75,6 +82,7 @@ class ParamGatherer {
     CommHandle h;
   };
   void start(int pos, GatherSlot& s);
+  void use_copy_stream();  // offload.params "cpu": the shard source copies from pinned memory
   void launch_gather(int slot, const T* shard);  // the shard source's delivery: start the all-gather
   GatherSlot* free_slot_for(int u);  // smallest free slot that fits u; nullptr if none
   void prefetch();
@@ -99,6 +107,8 @@ class ParamGatherer {
   Tracer* tr_ = nullptr;
   offload::ShardSource<T> shards_;  // stage 3: my parameter shard, read buffer i for slot i
   typename offload::ShardSource<T>::Deliver launch_;  // launch_gather
+  struct CopyStream;  // offload.params "cpu": the host-to-device copies of the shards
+  std::shared_ptr<CopyStream> copies_;
 };
 
 }  // namespace zt

@@ -28,6 +28,7 @@ const char* state_name(StateId id) {
     case StateId::host_staging: return "collective host staging";
     case StateId::host_params: return "host parameter shard";
     case StateId::host_grads: return "host gradient shard";
+    case StateId::param_upload: return "parameter shard upload buffers";
     case StateId::count: break;
   }
   ZT_ASSERT(false);
@@ -75,6 +76,12 @@ size_t param_io_offset(const Partition& part, size_t i) {
   return at;
 }
 
+size_t param_upload_offset(const Partition& part, size_t i) {
+  size_t at = 0;
+  for (size_t k = 0; k < i && k < part.gather_slots(); ++k) at += part.gather_slot_numel(k) / size_t(part.config().world);
+  return at;
+}
+
 size_t param_io_numel(const Partition& part) {
   // The largest gradient shard completed at once: a bucket's, or a one-unit embedding's.
   const size_t N = size_t(part.config().world);
@@ -86,7 +93,7 @@ std::vector<StateId> host_staged(int stage) {
     case 0: return {StateId::grads};
     case 1: return {StateId::params, StateId::grads, StateId::grad_shard};
     case 2: return {StateId::params, StateId::embedding_staging, StateId::bucket_staging, StateId::rs_receive};
-    default: return {StateId::param_shard, StateId::embedding_staging, StateId::bucket_staging, StateId::rs_receive,
+    default: return {StateId::param_shard, StateId::param_upload, StateId::embedding_staging, StateId::bucket_staging, StateId::rs_receive,
                      StateId::gathered_units};
   }
 }
@@ -95,11 +102,23 @@ namespace {
 // CUDA backend with offload.optimizer "cpu" / "nvme" (docs/design.md §3.6): the CPU AdamW updates
 // pinned host copies of my parameter and gradient shard; the moments and master weights are pinned
 // host memory unless already swapped to files.
+// With offload.params "cpu" (stage 3) the shards themselves are pinned and the AdamW works on them;
+// a unit's shard goes to the device through param_upload for its all-gather (world > 1).
 void add_host_optimizer(std::vector<StateBuffer>& out, const Partition& part, const StateTypes& ty) {
   if (!ty.host_optimizer) return;
   ZT_ASSERT(ty.tier == Tier::device && part.config().stage >= 1);
-  for (StateBuffer& b : out)
+  ZT_ASSERT(!ty.host_shards || part.config().stage == 3);
+  for (StateBuffer& b : out) {
     if ((b.cat == Category::optimizer || b.cat == Category::master) && b.tier == Tier::device) b.tier = Tier::pinned;
+    if (ty.host_shards && (b.id == StateId::param_shard || b.id == StateId::grad_shard)) b.tier = Tier::pinned;
+  }
+  if (ty.host_shards) {
+    const size_t N = size_t(part.config().world);
+    if (N > 1)  // a world of one copies each shard into its slot itself (zero/param_gatherer.h)
+      out.push_back({StateId::param_upload, Category::comm, ty.param, Tier::device,
+                     param_upload_offset(part, part.gather_slots()), false, {}});
+    return;
+  }
   const size_t sh = part.shard_total();
   out.push_back({StateId::host_params, Category::staging, ty.param, Tier::pinned, sh, false, {}});
   out.push_back({StateId::host_grads, Category::staging, ty.param, Tier::pinned, sh, false, {}});
@@ -113,7 +132,7 @@ void add_host_staging(std::vector<StateBuffer>& out, const Partition& part, cons
   size_t n = 0;
   for (StateId id : host_staged(part.config().stage))
     for (const StateBuffer& b : out)
-      if (b.id == id) n = checked_add(n, b.numel, "model: collective host staging (elements)");
+      if (b.id == id && b.tier == Tier::device) n = checked_add(n, b.numel, "model: collective host staging (elements)");
   out.push_back({StateId::host_staging, Category::comm, DType::f32, Tier::pinned, n, false, {}});
   checked_mul(n, size_t(4), "model: bytes of the collective host staging");
 }

@@ -29,6 +29,11 @@
 //   host_grads                               copies of my parameter and gradient shard, which the CPU
 //                                            AdamW reads and writes (the moments and master weights are
 //                                            then Tier::pinned, or Tier::nvme for "nvme")
+//   param_upload       3      slots' shards  CUDA backend with offload.params "cpu" (param_shard and
+//                                            grad_shard are then Tier::pinned, and are what the CPU AdamW
+//                                            updates: no host_params / host_grads), world > 1: the device
+//                                            buffers a unit's shard is copied into for its all-gather,
+//                                            one per gathered-unit slot
 //
 // Communication slots hold no fixed range (their contents change within a step); the persistent
 // buffers (parameters or parameter shard, moments, master weights) are the training state that a
@@ -55,7 +60,7 @@ namespace zt {
 enum class StateId : int {
   params = 0, grads, param_shard, grad_shard, adam_m, adam_v, master,
   embedding_staging, bucket_staging, rs_receive, gathered_units, swap_buffers, lookup_exchange, param_io,
-  host_staging, host_params, host_grads, count
+  host_staging, host_params, host_grads, param_upload, count
 };
 constexpr size_t kNumStateIds = size_t(StateId::count);
 const char* state_name(StateId id);  // for tables and messages: "AdamW first moment", ...
@@ -91,6 +96,9 @@ struct StateTypes {
   // The CUDA backend's optimizer runs on the host (offload.optimizer "cpu" or "nvme"): moments and
   // master weights in pinned memory (or swap files), plus host_params / host_grads.
   bool host_optimizer = false;
+  // offload.params "cpu" on the CUDA backend (stage 3, with host_optimizer): my parameter and
+  // gradient shards live in pinned host memory (zero/param_gatherer.h, zero/grad_reducer.h).
+  bool host_shards = false;
   // The CUDA backend's collectives are host-staged over MPI (zero/staged_comm.h, host_staging below);
   // false: NCCL on the device buffers, no host copies (comm.backend "nccl").
   bool host_staged_comm = true;
@@ -116,10 +124,14 @@ size_t param_io_numel(const Partition& part);
 // Where param_io's parts start: the read buffer of gathered slot i (i < gather_slots()), and
 // the gradient buffer (i == gather_slots()).
 size_t param_io_offset(const Partition& part, size_t i);
+// offload.params "cpu" (CUDA): where param_upload's part for gathered slot i starts (i ==
+// gather_slots(): its size).
+size_t param_upload_offset(const Partition& part, size_t i);
 // The device buffers whose collectives go through host memory on the CUDA backend (zero/staged_comm.h),
-// in the order host_staging mirrors them: stage 0 all-reduces gradients; stage 1 reduce-scatters
+// in the order host_staging mirrors them (those of them in pinned memory need no mirror): stage 0 all-reduces gradients; stage 1 reduce-scatters
 // them into the gradient shard and all-gathers parameters; stage 2 reduce-scatters staging slots
-// into rs_receive and all-gathers parameters; stage 3 gathers the parameter shard into slots.
+// into rs_receive and all-gathers parameters; stage 3 gathers the parameter shard (or its upload
+// buffers) into slots.
 std::vector<StateId> host_staged(int stage);
 
 // Owns the buffers of one rank's list (zero-filled, tracked); Tier::nvme buffers are swap files in

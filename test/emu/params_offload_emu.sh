@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# offload.params "cpu" on the CUDA backend under the CUDA emulator (test/emu): at stage 3 my
+# parameter and gradient shards live in pinned host memory; each unit's shard is copied to the
+# device one unit ahead of its all-gather (zero/param_gatherer.h), each bucket's gradient shard is
+# summed on the device and copied out (zero/grad_reducer.h), and the CPU AdamW (offload.optimizer
+# "cpu", which this needs) updates the shards in place. EMULATED: this is not a GPU run.
+#   N = 1 (fp32, grad_accum 1; bf16, grad_accum 3) and N = 2 (fp32, grad_accum 3; bf16, grad_accum 1)
+#   against no offload: bf16 bit for bit, fp32 within the bound of offload_emu.sh (the CPU AdamW's
+#   fused multiply-adds); at N = 2 also against offload.optimizer "cpu" alone: bit for bit in both
+#   precisions (the same arithmetic on the same values, only where the shards live differs). (Not
+#   at N = 1: offload.optimizer "cpu" alone at stage 3 and N = 1 stops the emulator, a reduction
+#   kernel writing the gradient shard while a copy reads another unit's part of it.)
+#   `train estimate` equals the tracked peak in every tier; the tracked device peak falls by at
+#   least 80% of the bytes moved to pinned memory: parameter and gradient shards against optimizer
+#   offload alone, and those plus the optimizer state against no offload. A checkpoint resumes bit
+#   for bit (N = 2, bf16).
+# usage: params_offload_emu.sh path/to/zt_train_emu path/to/mpiexec
+set -euo pipefail
+EMU=${1:?usage: params_offload_emu.sh zt_train_emu mpiexec}
+MPIRUN=${2:?}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+PY=${ZT_PYTHON:-/usr/bin/python3}
+case "$("$EMU" --version 2>/dev/null)" in *-emu*) WHERE="EMULATED CUDA, not a GPU" ;; *) WHERE="CUDA on a GPU" ;; esac
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+common=(plans/default.json
+  --set data.train='data/sample/train_*.bin' --set data.val=data/sample/val.bin
+  --set data.tokenizer=data/sample/gpt2_tokenizer.bin
+  --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.seq_len=64
+  --set batch.micro_batch=1 --set optim.lr=0.003 --set optim.warmup_steps=1
+  --set run.steps=3 --set run.eval_every=0 --set run.sample_every=0 --set zero.bucket_mb=0.05
+  --set zero.stage=3 --set device=cuda --set comm.backend=mpi)
+
+fail=0
+run() {  # name np prec accum optimizer params [more --set ...]
+  local name=$1 np=$2 prec=$3 accum=$4 opt=$5 par=$6
+  shift 6
+  local cmd=("$EMU" "${common[@]}" --set precision.compute=$prec --set batch.grad_accum=$accum
+             --set offload.optimizer=$opt --set offload.params=$par "$@"
+             --set run.log="$work/$name/metrics.jsonl" --set run.final_weights="$work/$name/weights.bin")
+  if [ "$np" = 1 ]; then "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
+  else "$MPIRUN" -np "$np" "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }; fi
+  "$EMU" estimate "${cmd[@]:1}" --world "$np" --json 2>/dev/null > "$work/$name.est"
+}
+
+for cfg in "1 fp32 1" "1 bf16 3" "2 fp32 3" "2 bf16 1"; do
+  set -- $cfg; np=$1; prec=$2; accum=$3
+  tag="n${np}_${prec}_a${accum}"
+  run "${tag}_none" "$np" "$prec" "$accum" none none
+  [ "$np" = 1 ] || run "${tag}_opt" "$np" "$prec" "$accum" cpu none
+  run "${tag}_params" "$np" "$prec" "$accum" cpu cpu
+  "$PY" - "$work" "$tag" "$prec" <<'PY' || fail=1
+import json, os, sys
+import numpy as np
+w, tag, prec = sys.argv[1:]
+ok = True
+def check(cond, what):
+    global ok
+    print(("ok    " if cond else "FAIL  ") + f"{tag}: {what}")
+    ok &= bool(cond)
+def losses(name):
+    return [r["loss"] for r in map(json.loads, open(f"{w}/{name}/metrics.jsonl")) if "loss" in r and "step" in r]
+def peak(name):
+    return next(json.loads(l)["summary"] for l in open(f"{w}/{name}/metrics.jsonl") if '"summary"' in l)["peak_memory_bytes"]
+def weights(name):
+    return open(f"{w}/{name}/weights.bin", "rb").read()
+def pinned(name, names):  # bytes of these buffers on the pinned tier, as the estimate lists them
+    return sum(b["bytes"] for b in json.load(open(f"{w}/{name}.est"))["buffers"] if b["tier"] == "pinned" and b["name"] in names)
+p, o, n = f"{tag}_params", f"{tag}_opt", f"{tag}_none"
+refs = [n] + ([o] if os.path.exists(f"{w}/{o}.est") else [])
+check(len(losses(p)) == 3, f"3 steps {losses(p)}")
+if o in refs:
+    check(losses(p) == losses(o) and weights(p) == weights(o), "against optimizer cpu alone: losses and weights bit for bit")
+if prec == "bf16":
+    check(losses(p) == losses(n) and weights(p) == weights(n), "against no offload: bit for bit")
+else:  # the bound of offload_emu.sh: the CPU AdamW against the kernel (FMA contraction)
+    fa = np.frombuffer(weights(p), dtype=np.float32)[256:]
+    fb = np.frombuffer(weights(n), dtype=np.float32)[256:]
+    lerr = max(abs(a - b) / abs(b) for a, b in zip(losses(p), losses(n)))
+    werr = float(np.max(np.abs(fa - fb)) / np.max(np.abs(fb)))
+    check(lerr <= 1e-7 and werr <= 2e-5, f"against no offload: loss rel err {lerr:.1e} (1e-7), weights {werr:.1e} (2e-5)")
+for name in refs + [p]:
+    est = json.load(open(f"{w}/{name}.est"))["memory"]
+    check(est == peak(name), f"{name}: estimate == tracked (device total {est['device']['total']})")
+shards = ("parameter shard", "gradient shard")
+for ref, names in ((o, shards), (n, shards + ("AdamW first moment", "AdamW second moment", "master weights"))):
+    if ref not in refs:
+        continue
+    moved = pinned(p, names)
+    fall = peak(ref)["device"]["total"] - peak(p)["device"]["total"]
+    check(moved > 0 and fall >= 0.8 * moved, f"device peak against {ref} falls by {fall} B, >= 80% of the {moved} B moved")
+sys.exit(0 if ok else 1)
+PY
+done
+# A checkpoint of such a run (N = 2, bf16; the pinned shards saved and loaded in place) resumed
+# from step 2 gives step 3 and the final weights bit for bit.
+ck=(--set checkpoint.dir="$work/ck")
+run ck_full 2 bf16 1 cpu cpu "${ck[@]}" --set checkpoint.every=2
+run ck_resume 2 bf16 1 cpu cpu "${ck[@]}" --set checkpoint.resume="$work/ck/step_00000002"
+"$PY" - "$work" <<'PY' || fail=1
+import json, sys
+w = sys.argv[1]
+def losses(name):
+    return [r["loss"] for r in map(json.loads, open(f"{w}/{name}/metrics.jsonl")) if "loss" in r and "step" in r]
+a, b = losses("ck_full"), losses("ck_resume")
+same = open(f"{w}/ck_full/weights.bin", "rb").read() == open(f"{w}/ck_resume/weights.bin", "rb").read()
+ok = len(a) == 3 and b == a[2:] and same
+print(("ok    " if ok else "FAIL  ") + f"resume from step 2: step 3 {b} against {a[2:]}, final weights {'equal' if same else 'differ'}")
+sys.exit(0 if ok else 1)
+PY
+echo "params_offload_emu ($WHERE): $([ $fail = 0 ] && echo ok || echo FAILED)"
+exit $fail
