@@ -138,9 +138,9 @@ void GradReducer<Ops>::complete(StagingSlot& s) {
     return;
   }
   // The add below reads the result on the compute stream: it waits for it there (NCCL), the host
-  // goes on; begin_pass / finish wait for it on the host. A shard on disk is added by the host; the
-  // naive path waits on the spot.
-  if (shard_.on_disk() || !part_.config().overlap) {
+  // goes on; begin_pass / finish wait for it on the host. A shard on disk is added by the host, one
+  // in pinned host memory has its squares summed for the host; the naive path waits on the spot.
+  if (shard_.on_disk() || host_shard_ || !part_.config().overlap) {
     comm_.wait_all(s.hs);
   } else {
     for (CommHandle h : s.hs) comm_.order_compute_after(h);

@@ -17,7 +17,6 @@ struct Range {
   bool write;
   Where where;
   const char* what;  // "A", "dst", ... for messages
-  bool collective = false;  // an NCCL collective's buffer (runtime.cpp: how it meets kernel arguments)
 };
 
 // One piece of device work on `stream` (a copy, a memset, a GEMM, a sort, a collective): checks that

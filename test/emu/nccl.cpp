@@ -284,7 +284,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   std::vector<char> mine;
   return issue(
       "ncclAllReduce", c, stream, b,
-      {{send, b, false, Where::device, "sendbuff", true}, {recv, b, true, Where::device, "recvbuff", true}},
+      {{send, b, false, Where::device, "sendbuff"}, {recv, b, true, Where::device, "recvbuff"}},
       [&] { mine = bytes_of(send, b); }, [&](int) { return mine; }, [&] { return mine; }, everyone, b, recv,
       [recv, count, t](std::vector<std::vector<char>>& parts) { reduce_parts(recv, parts, count, t); });
 }
@@ -298,7 +298,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
   auto part = [&](int r) { return std::vector<char>(all.begin() + long(b) * r, all.begin() + long(b) * (r + 1)); };
   return issue(
       "ncclReduceScatter", c, stream, b,
-      {{send, b * N, false, Where::device, "sendbuff", true}, {recv, b, true, Where::device, "recvbuff", true}},
+      {{send, b * N, false, Where::device, "sendbuff"}, {recv, b, true, Where::device, "recvbuff"}},
       [&] { all = bytes_of(send, b * N); }, part, [&] { return part(c->rank); }, everyone, b, recv,
       [recv, recvcount, t](std::vector<std::vector<char>>& parts) { reduce_parts(recv, parts, recvcount, t); });
 }
@@ -310,8 +310,8 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
   std::vector<char> mine;
   return issue(
       "ncclAllGather", c, stream, b,
-      {{send, b, false, Where::device, "sendbuff", true},
-       {recv, b * size_t(c->nranks), true, Where::device, "recvbuff", true}},
+      {{send, b, false, Where::device, "sendbuff"},
+       {recv, b * size_t(c->nranks), true, Where::device, "recvbuff"}},
       [&] { mine = bytes_of(send, b); }, [&](int) { return mine; }, [&] { return mine; }, everyone, b, recv,
       [recv, b](std::vector<std::vector<char>>& parts) {
         for (size_t r = 0; r < parts.size(); ++r) std::memcpy(static_cast<char*>(recv) + r * b, parts[r].data(), b);

@@ -257,7 +257,7 @@ std::map<uintptr_t, Stream*> g_stream_handles;
 
 // How far an access is known: exactly (copies, GEMMs, sorts, collectives), or from a kernel's pointer
 // argument to the end of its allocation (the kernel's extent is unknown).
-enum class Extent : uint8_t { exact, collective, from_pointer };
+enum class Extent : uint8_t { exact, from_pointer };
 struct Record {
   uintptr_t lo, hi;
   int stream;
@@ -267,16 +267,16 @@ struct Record {
   Extent extent;
 };
 
-// Whether access [lo, hi) of extent `e` meets record r. A kernel's pointer argument against an NCCL
-// collective's exact range meets it only where the collective's range holds the pointer: the
-// engine carves slots of one allocation (bucket staging, reduce-scatter receive, gathered units) and
-// a collective fills slot k + 1 while kernels use slot k; to the end of the allocation, every such
-// overlap would be reported. A kernel that starts before a collective's range and runs into it is
-// not seen here (README, "What it cannot imitate").
+// Whether access [lo, hi) of extent `e` meets record r. A kernel's pointer argument against an exact
+// range (a collective, a copy) meets it only where that range holds the pointer: the engine carves
+// slots and unit ranges of one allocation (bucket staging, reduce-scatter receive, gathered units,
+// the gradient shard) and a collective or copy works on part k + 1 while kernels use part k; to the
+// end of the allocation, every such pair would be reported. A kernel that starts before an exact
+// range and runs into it is not seen here (README, "What it cannot imitate").
 bool meets(const Record& r, uintptr_t lo, uintptr_t hi, Extent e) {
   if (r.hi <= lo || r.lo >= hi) return false;
-  if (e == Extent::from_pointer && r.extent == Extent::collective) return r.lo <= lo && lo < r.hi;
-  if (e == Extent::collective && r.extent == Extent::from_pointer) return lo <= r.lo && r.lo < hi;
+  if (e == Extent::from_pointer && r.extent == Extent::exact) return r.lo <= lo && lo < r.hi;
+  if (e == Extent::exact && r.extent == Extent::from_pointer) return lo <= r.lo && r.lo < hi;
   return true;
 }
 std::vector<Record> g_records;
@@ -425,7 +425,7 @@ OpScope::OpScope(cudaStream_t stream, const std::string& what, std::initializer_
         protect(*a, true);
       }
     }
-    check_and_record(*st, seq, lo, lo + bytes, r.write, what, r.what, r.collective ? Extent::collective : Extent::exact);
+    check_and_record(*st, seq, lo, lo + bytes, r.write, what, r.what, Extent::exact);
   }
   g_op = what;
 }

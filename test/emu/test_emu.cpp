@@ -68,7 +68,28 @@ void two_streams(bool with_event) {
   EXPECT_EQ(host_copy(y, 256)[7], 3.0f);
 }
 
+// A kernel writes from x + at on stream a (to the end of x's allocation, as the emulator must
+// assume); stream b then copies 64 floats from x + from to the host, unordered.
+void kernel_then_copy(size_t at, size_t from) {
+  cudaStream_t a, b;
+  ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  float* x = dev_floats(256, 1.0f);
+  ZT_CHECK_CUDA(cudaDeviceSynchronize());
+  add_one | Launch("add_one", 1, 64, 0, a)(x + at, x + at, 64);
+  std::vector<float> h(64);
+  ZT_CHECK_CUDA(cudaMemcpyAsync(h.data(), x + from, 64 * sizeof(float), cudaMemcpyDeviceToHost, b));
+  ZT_CHECK_CUDA(cudaDeviceSynchronize());
+}
+
 TEST(EmuStreams, EventOrdersCrossStreamUse) { two_streams(true); }
+// The copy's range holds the kernel's pointer: reported. A copy of a later part than the kernel's
+// pointer (units k + 1.. of a shard while a kernel adds into unit k) is not: the kernel's extent is
+// unknown, and the engine works on disjoint parts of one allocation (README).
+TEST(EmuStreamsDeathTest, CopyOverAKernelsPointerIsReported) {
+  EXPECT_DEATH(kernel_then_copy(64, 32), "unordered use of memory across streams");
+}
+TEST(EmuStreams, CopyPastAKernelsPointerIsNotReported) { kernel_then_copy(0, 128); }
 TEST(EmuStreamsDeathTest, MissingEventWaitIsReported) {
   EXPECT_DEATH(two_streams(false), "unordered use of memory across streams");
 }
