@@ -5,7 +5,7 @@
 # order, under the emulator's stream-discipline checks. EMULATED: this is not a GPU run.
 #   fp32: `mpirun -np 2` and `-np 3` at zero.stage 0-3 against N = 1 with the same global batch
 #         (grad_accum x N = 6): every step's loss within 1e-5 relative; and the CPU backend, same bound.
-#         Also -np 2 with overlap off (stage 3) and with the shipped bucket size (25 MB, stage 2),
+#         Also -np 2 with overlap off (stages 0-3) and with the shipped bucket size (25 MB, stage 2),
 #         and -np 2 with grad_accum 1 at stages 0-3 against N = 1 with grad_accum 2.
 #   stream waits: at stage 3 with overlap the compute stream waits on the collectives' events and
 #         the host does not block (comm_host_waits 0 every step; the host-staged path: dozens).
@@ -69,7 +69,9 @@ done
 run b16_n3_s0 3 bf16 0 2
 run f32_n1_ga2 1 fp32 0 2  # grad_accum 1 at N = 2: the same global batch
 for s in 0 1 2 3; do run f32_n2_s${s}_ga1 2 fp32 $s 1; done
-run f32_n2_s3_blocking 2 fp32 3 3 --set zero.overlap_comm=false  # naive blocking per-unit communication
+for s in 0 1 2 3; do  # the naive path: per-unit collectives, waited on the spot
+  run f32_n2_s${s}_blocking 2 fp32 $s 3 --set zero.overlap_comm=false
+done
 run f32_n2_s2_bucket25 2 fp32 2 3 --set zero.bucket_mb=25        # the shipped bucket size: one bucket
 # The host-staged bf16 reduction (fp32 sum, one rounding), to measure NCCL's bf16 sum against.
 for np in 2 3; do
@@ -153,7 +155,8 @@ for s in range(4):
 check("b16_n3_s0", "b16_n1", 2e-2)
 for s in range(4):
     check(f"f32_n2_s{s}_ga1", "f32_n1_ga2", 1e-5)
-check("f32_n2_s3_blocking", "f32_n1", 1e-5)
+for s in range(4):
+    check(f"f32_n2_s{s}_blocking", "f32_n1", 1e-5)
 # Stage 3 with overlap: gathered units and reduced buckets are waited for by the compute stream
 # (an event), not by the host; the host waits only at a pass's ends, when they are complete.
 for name in ("f32_n2_s3", "f32_n3_s3", "b16_n2_s3", "f32_n2_s3_ga1"):
