@@ -15,8 +15,12 @@ template <class Ops>
 ShardedOptimizer<Ops>::ShardedOptimizer(const ParamLayout& layout, const Partition& part, StateStore& store, Comm& comm,
                                         const OptimSection& optim)
     : layout_(layout), part_(part), store_(store), comm_(comm), optim_(optim), rules_(part.rules()) {
-  shards_on_host_ = store.has(StateId::param_shard) && store.info(StateId::param_shard).tier == Tier::pinned;
-  host_ = store.has(StateId::host_params) || shards_on_host_;  // the CUDA backend's AdamW on the host
+  auto pinned = [&](StateId id) { return store.has(id) && store.info(id).tier == Tier::pinned; };
+  // The CUDA backend's AdamW on the host: on copies of my shards, or (offload.params "cpu") on them.
+  shards_on_host_ = pinned(StateId::grad_shard);
+  host_ = store.has(StateId::host_params) || shards_on_host_;
+  // offload.params "cpu" with the AdamW on the device: the parameter shard alone is on the host.
+  params_staged_ = pinned(StateId::param_shard) && !host_;
   std::vector<offload::SwapFile*> files;
   std::vector<bool> read_only;
   auto add = [&](StateId id, int* at) {
@@ -62,9 +66,40 @@ void ShardedOptimizer<Ops>::init_master() {
   if constexpr (kMixed) {
     for (int u = 0; u < layout_.num_units(); ++u) {
       const size_t n = rules_.optimizer_sharded ? part_.unit_shard_numel(u) : layout_.units()[size_t(u)].padded;
-      Ops::widen(state(StateId::master, u), params(u), n);
+      Ops::widen(state(StateId::master, u), staged_in(u), n);
     }
   }
+}
+
+// offload.params "cpu" with the AdamW on the device (params_staged_): unit u's parameter shard is
+// copied into the first gathered-unit slot, which fits any unit and is free between passes, on the
+// compute stream (kernels read device memory only); staged_out() copies it back after its update.
+template <class Ops>
+typename ShardedOptimizer<Ops>::T* ShardedOptimizer<Ops>::staged_in(int u) {
+  if (!params_staged_) return params(u);
+#if ZT_HAVE_CUDA
+  if constexpr (Ops::tier == Tier::device) {
+    T* slot = store_.get<T>(StateId::gathered_units);  // (unit shard) of slot 0
+    ZT_ASSERT(part_.unit_shard_numel(u) <= part_.gather_slot_numel(0));
+    ZT_CHECK_CUDA(cudaMemcpyAsync(slot, params(u), part_.unit_shard_numel(u) * sizeof(T), cudaMemcpyHostToDevice,
+                                  Ops::stream()));
+    return slot;
+  }
+#endif
+  ZT_ASSERT(false);  // only the CUDA backend keeps the shard in pinned memory
+  return nullptr;
+}
+
+template <class Ops>
+void ShardedOptimizer<Ops>::staged_out(int u) {
+#if ZT_HAVE_CUDA
+  if constexpr (Ops::tier == Tier::device) {
+    if (!params_staged_) return;
+    ZT_CHECK_CUDA(cudaMemcpyAsync(params(u), store_.get<T>(StateId::gathered_units),
+                                  part_.unit_shard_numel(u) * sizeof(T), cudaMemcpyDeviceToHost, Ops::stream()));
+  }
+#endif
+  (void)u;
 }
 
 template <class Ops>
@@ -122,9 +157,15 @@ void ShardedOptimizer<Ops>::step(double lr, double grad_scale) {
   for (int u = 0; u < layout_.num_units(); ++u) {
     const size_t begin = rules_.optimizer_sharded ? part_.unit_shard_begin(u) : 0;
     const size_t n = rules_.optimizer_sharded ? part_.unit_shard_numel(u) : layout_.units()[size_t(u)].padded;
-    adamw_unit_range<Ops>(layout_, u, begin, n, params(u), state(StateId::master, u), grads(u), state(StateId::adam_m, u),
-                          state(StateId::adam_v, u), optim_, lr, grad_scale, steps_taken_);
+    adamw_unit_range<Ops>(layout_, u, begin, n, staged_in(u), state(StateId::master, u), grads(u),
+                          state(StateId::adam_m, u), state(StateId::adam_v, u), optim_, lr, grad_scale, steps_taken_);
+    staged_out(u);
   }
+#if ZT_HAVE_CUDA
+  // The host may read the pinned shard next (a checkpoint); the next pass's copies are ordered anyway.
+  if constexpr (Ops::tier == Tier::device)
+    if (params_staged_) ZT_CHECK_CUDA(cudaStreamSynchronize(Ops::stream()));
+#endif
 }
 
 template class ShardedOptimizer<CpuOps<float>>;

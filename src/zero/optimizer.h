@@ -85,6 +85,11 @@ class ShardedOptimizer {
   // already (shards_on_host_): the CPU AdamW updates them in place, nothing crosses the bus here.
   bool host_ = false;
   bool shards_on_host_ = false;
+  // offload.params "cpu" with the AdamW on the device: the parameter shard is pinned host memory,
+  // each unit's part staged through a device slot for its update (staged_in / staged_out).
+  bool params_staged_ = false;
+  T* staged_in(int u);
+  void staged_out(int u);
   T* host_params() const;  // the shards the CPU AdamW reads and writes
   T* host_grads() const;
   struct HostCopies;                    // the copy stream, per-unit events, the CPU worker

@@ -99,26 +99,30 @@ std::vector<StateId> host_staged(int stage) {
 }
 
 namespace {
+// CUDA backend with offload.params "cpu" (stage 3, docs/design.md §3.6): my parameter shard lives in
+// pinned host memory; a unit's shard goes to the device through param_upload for its all-gather
+// (world > 1; a world of one copies it into its slot). The gradient shard joins it when the AdamW
+// runs on the host (add_host_optimizer); with the optimizer on the device it stays there, where the
+// AdamW reads it, and each unit's parameter shard is staged through a gathered-unit slot for its update.
+void add_host_shards(std::vector<StateBuffer>& out, const Partition& part, const StateTypes& ty) {
+  if (!ty.host_shards) return;
+  ZT_ASSERT(ty.tier == Tier::device && part.config().stage == 3);
+  for (StateBuffer& b : out)
+    if (b.id == StateId::param_shard || (ty.host_optimizer && b.id == StateId::grad_shard)) b.tier = Tier::pinned;
+  if (part.config().world > 1)
+    out.push_back({StateId::param_upload, Category::comm, ty.param, Tier::device,
+                   param_upload_offset(part, part.gather_slots()), false, {}});
+}
+
 // CUDA backend with offload.optimizer "cpu" / "nvme" (docs/design.md §3.6): the CPU AdamW updates
-// pinned host copies of my parameter and gradient shard; the moments and master weights are pinned
-// host memory unless already swapped to files.
-// With offload.params "cpu" (stage 3) the shards themselves are pinned and the AdamW works on them;
-// a unit's shard goes to the device through param_upload for its all-gather (world > 1).
+// pinned host copies of my parameter and gradient shard (with offload.params "cpu": the shards
+// themselves); the moments and master weights are pinned host memory unless already swapped to files.
 void add_host_optimizer(std::vector<StateBuffer>& out, const Partition& part, const StateTypes& ty) {
   if (!ty.host_optimizer) return;
   ZT_ASSERT(ty.tier == Tier::device && part.config().stage >= 1);
-  ZT_ASSERT(!ty.host_shards || part.config().stage == 3);
-  for (StateBuffer& b : out) {
+  for (StateBuffer& b : out)
     if ((b.cat == Category::optimizer || b.cat == Category::master) && b.tier == Tier::device) b.tier = Tier::pinned;
-    if (ty.host_shards && (b.id == StateId::param_shard || b.id == StateId::grad_shard)) b.tier = Tier::pinned;
-  }
-  if (ty.host_shards) {
-    const size_t N = size_t(part.config().world);
-    if (N > 1)  // a world of one copies each shard into its slot itself (zero/param_gatherer.h)
-      out.push_back({StateId::param_upload, Category::comm, ty.param, Tier::device,
-                     param_upload_offset(part, part.gather_slots()), false, {}});
-    return;
-  }
+  if (ty.host_shards) return;
   const size_t sh = part.shard_total();
   out.push_back({StateId::host_params, Category::staging, ty.param, Tier::pinned, sh, false, {}});
   out.push_back({StateId::host_grads, Category::staging, ty.param, Tier::pinned, sh, false, {}});
@@ -187,6 +191,7 @@ std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Parti
       out.back().tier = Tier::host;
     }
   }
+  add_host_shards(out, part, ty);
   add_host_optimizer(out, part, ty);
   add_host_staging(out, part, ty);
   return out;

@@ -29,11 +29,11 @@
 //   host_grads                               copies of my parameter and gradient shard, which the CPU
 //                                            AdamW reads and writes (the moments and master weights are
 //                                            then Tier::pinned, or Tier::nvme for "nvme")
-//   param_upload       3      slots' shards  CUDA backend with offload.params "cpu" (param_shard and
-//                                            grad_shard are then Tier::pinned, and are what the CPU AdamW
-//                                            updates: no host_params / host_grads), world > 1: the device
-//                                            buffers a unit's shard is copied into for its all-gather,
-//                                            one per gathered-unit slot
+//   param_upload       3      slots' shards  CUDA backend with offload.params "cpu" (param_shard is then
+//                                            Tier::pinned, and grad_shard too with the CPU AdamW, which
+//                                            updates them in place: no host_params / host_grads), world > 1:
+//                                            the device buffers a unit's shard is copied into for its
+//                                            all-gather, one per gathered-unit slot
 //
 // Communication slots hold no fixed range (their contents change within a step); the persistent
 // buffers (parameters or parameter shard, moments, master weights) are the training state that a
@@ -96,8 +96,8 @@ struct StateTypes {
   // The CUDA backend's optimizer runs on the host (offload.optimizer "cpu" or "nvme"): moments and
   // master weights in pinned memory (or swap files), plus host_params / host_grads.
   bool host_optimizer = false;
-  // offload.params "cpu" on the CUDA backend (stage 3, with host_optimizer): my parameter and
-  // gradient shards live in pinned host memory (zero/param_gatherer.h, zero/grad_reducer.h).
+  // offload.params "cpu" on the CUDA backend (stage 3): my parameter shard lives in pinned host
+  // memory (zero/param_gatherer.h), and with host_optimizer my gradient shard too (zero/grad_reducer.h).
   bool host_shards = false;
   // The CUDA backend's collectives are host-staged over MPI (zero/staged_comm.h, host_staging below);
   // false: NCCL on the device buffers, no host copies (comm.backend "nccl").

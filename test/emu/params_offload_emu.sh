@@ -3,11 +3,15 @@
 # parameter and gradient shards live in pinned host memory; each unit's shard is copied to the
 # device one unit ahead of its all-gather (zero/param_gatherer.h), each bucket's gradient shard is
 # summed on the device and copied out (zero/grad_reducer.h), and the CPU AdamW (offload.optimizer
-# "cpu", which this needs) updates the shards in place. EMULATED: this is not a GPU run.
+# "cpu") updates the shards in place. EMULATED: this is not a GPU run.
 #   N = 1 (fp32, grad_accum 1; bf16, grad_accum 3) and N = 2 (fp32, grad_accum 3; bf16, grad_accum 1)
 #   against no offload: bf16 bit for bit, fp32 within the bound of offload_emu.sh (the CPU AdamW's
 #   fused multiply-adds); and against offload.optimizer "cpu" alone: bit for bit in both
 #   precisions (the same arithmetic on the same values, only where the shards live differs).
+#   The other optimizer placements (N = 1 bf16 grad_accum 3, N = 2 fp32 grad_accum 3): with the
+#   AdamW on the device (offload.optimizer "none": the parameter shard alone pinned, each unit's
+#   staged through a device slot for its update) bit for bit against no offload; with the state on
+#   disk ("nvme") bit for bit against "nvme" alone, and its swap files gone at the end.
 #   `train estimate` equals the tracked peak in every tier; the tracked device peak falls by at
 #   least 80% of the bytes moved to pinned memory: parameter and gradient shards against optimizer
 #   offload alone, and those plus the optimizer state against no offload. A checkpoint resumes bit
@@ -42,12 +46,17 @@ run() {  # name np prec accum optimizer params [more --set ...]
   "$EMU" estimate "${cmd[@]:1}" --world "$np" --json 2>/dev/null > "$work/$name.est"
 }
 
-for cfg in "1 fp32 1" "1 bf16 3" "2 fp32 3" "2 bf16 1"; do
-  set -- $cfg; np=$1; prec=$2; accum=$3
+for cfg in "1 fp32 1 -" "1 bf16 3 all" "2 fp32 3 all" "2 bf16 1 -"; do
+  set -- $cfg; np=$1; prec=$2; accum=$3; more=$4
   tag="n${np}_${prec}_a${accum}"
   run "${tag}_none" "$np" "$prec" "$accum" none none
   run "${tag}_opt" "$np" "$prec" "$accum" cpu none
   run "${tag}_params" "$np" "$prec" "$accum" cpu cpu
+  if [ "$more" = all ]; then  # the other optimizer placements with the parameter shard in pinned memory
+    run "${tag}_devopt" "$np" "$prec" "$accum" none cpu
+    run "${tag}_nvme" "$np" "$prec" "$accum" nvme none --set offload.nvme_dir="$work/swap_${tag}_nvme"
+    run "${tag}_nvmeparams" "$np" "$prec" "$accum" nvme cpu --set offload.nvme_dir="$work/swap_${tag}_nvmeparams"
+  fi
   "$PY" - "$work" "$tag" "$prec" <<'PY' || fail=1
 import json, os, sys
 import numpy as np
@@ -65,29 +74,42 @@ def weights(name):
     return open(f"{w}/{name}/weights.bin", "rb").read()
 def pinned(name, names):  # bytes of these buffers on the pinned tier, as the estimate lists them
     return sum(b["bytes"] for b in json.load(open(f"{w}/{name}.est"))["buffers"] if b["tier"] == "pinned" and b["name"] in names)
-p, o, n = f"{tag}_params", f"{tag}_opt", f"{tag}_none"
-refs = [n] + ([o] if os.path.exists(f"{w}/{o}.est") else [])
-check(len(losses(p)) == 3, f"3 steps {losses(p)}")
-if o in refs:
-    check(losses(p) == losses(o) and weights(p) == weights(o), "against optimizer cpu alone: losses and weights bit for bit")
+def have(name):
+    return os.path.exists(f"{w}/{name}.est")
+n, o, p = f"{tag}_none", f"{tag}_opt", f"{tag}_params"
+d, v, vp = f"{tag}_devopt", f"{tag}_nvme", f"{tag}_nvmeparams"
+for name in (p, d, vp):
+    if have(name):
+        check(len(losses(name)) == 3, f"{name}: 3 steps {losses(name)}")
+# Bit for bit where the same optimizer does the same arithmetic and only where the shards live differs.
+for run_, ref in ((p, o), (d, n), (vp, v)):
+    if have(run_):
+        check(losses(run_) == losses(ref) and weights(run_) == weights(ref),
+              f"{run_} against {ref}: losses and weights bit for bit")
 if prec == "bf16":
-    check(losses(p) == losses(n) and weights(p) == weights(n), "against no offload: bit for bit")
+    check(losses(p) == losses(n) and weights(p) == weights(n), f"{p} against {n}: bit for bit")
 else:  # the bound of offload_emu.sh: the CPU AdamW against the kernel (FMA contraction)
     fa = np.frombuffer(weights(p), dtype=np.float32)[256:]
     fb = np.frombuffer(weights(n), dtype=np.float32)[256:]
     lerr = max(abs(a - b) / abs(b) for a, b in zip(losses(p), losses(n)))
     werr = float(np.max(np.abs(fa - fb)) / np.max(np.abs(fb)))
-    check(lerr <= 1e-7 and werr <= 2e-5, f"against no offload: loss rel err {lerr:.1e} (1e-7), weights {werr:.1e} (2e-5)")
-for name in refs + [p]:
-    est = json.load(open(f"{w}/{name}.est"))["memory"]
-    check(est == peak(name), f"{name}: estimate == tracked (device total {est['device']['total']})")
+    check(lerr <= 1e-7 and werr <= 2e-5, f"{p} against {n}: loss rel err {lerr:.1e} (1e-7), weights {werr:.1e} (2e-5)")
+for name in (n, o, p, d, v, vp):
+    if have(name):
+        est = json.load(open(f"{w}/{name}.est"))["memory"]
+        check(est == peak(name), f"{name}: estimate == tracked (device total {est['device']['total']})")
 shards = ("parameter shard", "gradient shard")
-for ref, names in ((o, shards), (n, shards + ("AdamW first moment", "AdamW second moment", "master weights"))):
-    if ref not in refs:
+states = ("AdamW first moment", "AdamW second moment", "master weights")
+for run_, ref, names in ((p, o, shards), (p, n, shards + states), (d, n, ("parameter shard",)), (vp, v, shards)):
+    if not have(run_):
         continue
-    moved = pinned(p, names)
-    fall = peak(ref)["device"]["total"] - peak(p)["device"]["total"]
-    check(moved > 0 and fall >= 0.8 * moved, f"device peak against {ref} falls by {fall} B, >= 80% of the {moved} B moved")
+    moved = pinned(run_, names)
+    fall = peak(ref)["device"]["total"] - peak(run_)["device"]["total"]
+    check(moved > 0 and fall >= 0.8 * moved, f"device peak of {run_} against {ref} falls by {fall} B, >= 80% of the {moved} B moved")
+for name in (v, vp):  # swap files gone after a normal end
+    if have(name):
+        left = os.listdir(f"{w}/swap_{name}") if os.path.isdir(f"{w}/swap_{name}") else []
+        check(not left, f"{name}: no swap file left ({left})")
 sys.exit(0 if ok else 1)
 PY
 done
