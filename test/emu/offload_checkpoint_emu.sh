@@ -4,8 +4,10 @@
 # emulator (test/emu; EMULATED, not a GPU). The pinned state is written and read in place, the
 # swapped state through its files, the parameters through device memory (src/checkpoint/state_io.h).
 #   1. bf16, 6 steps saving at 3 and 6, against a resume from step 3 with the same plan: losses of
-#      steps 4-6 and the final weights bit for bit. N = 1 stage 1 (cpu) and N = 2 stage 3 (nvme).
-#   2. The N = 2 nvme checkpoint continued elsewhere (losses of steps 4-6 against the N = 2 run):
+#      steps 4-6 and the final weights bit for bit. N = 1 stage 1 (cpu); N = 1 stage 3, the optimizer
+#      on the device and offload.params "cpu" (the parameter shard pinned); N = 2 stage 3, nvme with
+#      offload.params "cpu" (the CPU AdamW streaming its state, the parameter and gradient shards pinned).
+#   2. The N = 2 nvme + params cpu checkpoint continued elsewhere (losses of steps 4-6 against it):
 #      N = 1, stage 1, offload none (reshard, another stage, no offload) within 2e-2 relative, the bf16
 #      bound of train_emu.sh (stochastic rounding draws per global element, but the reduction order
 #      changes with N); the CPU backend in fp32 within 2e-2 (bf16 vs fp32, as checkpoint_emu.sh).
@@ -37,9 +39,9 @@ launch() {  # launch NP NAME ARGS...: one run, its output in $work/NAME.out, sto
 }
 ga() { echo $(( 2 / $1 )); }  # grad_accum keeping the global batch at 2 sequences
 
-for cfg in "1 1 cpu" "2 3 nvme"; do
-  set -- $cfg; np=$1; stage=$2; off=$3; n=n${np}_${off}
-  plan=(--set zero.stage=$stage --set offload.optimizer=$off --set batch.grad_accum=$(ga $np))
+for cfg in "1 1 cpu none" "1 3 none cpu" "2 3 nvme cpu"; do
+  set -- $cfg; np=$1; stage=$2; off=$3; par=$4; n=n${np}_${off}
+  plan=(--set zero.stage=$stage --set offload.optimizer=$off --set offload.params=$par --set batch.grad_accum=$(ga $np))
   launch $np $n "$EMU" "${common[@]}" "${gpu[@]}" "${plan[@]}" --set checkpoint.dir="$work/$n/ckpt" \
     --set checkpoint.every=3 --set run.log="$work/$n/metrics.jsonl" --set run.final_weights="$work/$n/final.bin"
   launch $np ${n}_resumed "$EMU" "${common[@]}" "${gpu[@]}" "${plan[@]}" \
@@ -62,7 +64,7 @@ def check(cond, what):
     global ok
     print(("ok    " if cond else "FAIL  ") + what)
     ok &= bool(cond)
-for n in ("n1_cpu", "n2_nvme"):
+for n in ("n1_cpu", "n1_none", "n2_nvme"):
     a, b = losses(n), losses(n + "_resumed")
     same = open(f"{w}/{n}/final.bin", "rb").read() == open(f"{w}/{n}_resumed/final.bin", "rb").read()
     check(sorted(b) == [4, 5, 6] and all(a[s] == b[s] for s in b) and same,
