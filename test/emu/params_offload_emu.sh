@@ -129,5 +129,34 @@ ok = len(a) == 3 and b == a[2:] and same
 print(("ok    " if ok else "FAIL  ") + f"resume from step 2: step 3 {b} against {a[2:]}, final weights {'equal' if same else 'differ'}")
 sys.exit(0 if ok else 1)
 PY
+# Swap files (offload.optimizer "nvme" beside the pinned parameter shard) are unnamed while the run
+# holds them, and nothing is left after a SIGTERM mid-run (N = 1) or an error mid-run (N = 2 on NCCL,
+# rank 1's link lost at its 1000th collective, a few steps in: ZT_EMU_NCCL_ASYNC_ERROR): the exit is non-zero.
+ended() {  # ended NAME NP [env ...] -- [--set ...]: a long run, ended by SIGTERM (np 1) or by its own error
+  local name=$1 np=$2; shift 2
+  local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+  local swap="$work/swap_$name"
+  local cmd=("$EMU" "${common[@]}" --set precision.compute=bf16 --set offload.optimizer=nvme --set offload.params=cpu
+             --set offload.nvme_dir="$swap" --set run.steps=100000 --set run.log="$work/$name/metrics.jsonl" "$@")
+  if [ "$np" = 1 ]; then env "${envs[@]}" "${cmd[@]}" > "$work/$name.out" 2>&1 &
+  else env "${envs[@]}" "$MPIRUN" -np "$np" -x ZT_EMU_DEVICES -x ZT_EMU_NCCL_ASYNC_ERROR "${cmd[@]}" > "$work/$name.out" 2>&1 & fi
+  local pid=$! held=0 t=0
+  while [ $t -lt 600 ] && kill -0 $pid 2>/dev/null; do  # until a step is logged (the swap files are open)
+    held=$(find /proc/[0-9]*/fd -lname "$swap/*" 2>/dev/null | wc -l || true)
+    grep -q '"loss"' "$work/$name/metrics.jsonl" 2>/dev/null && [ "$held" -gt 0 ] && break
+    sleep 0.1; t=$((t + 1))
+  done
+  local named; named=$(ls -A "$swap" 2>/dev/null | wc -l)
+  [ "$np" = 1 ] && kill -TERM $pid
+  local rc=0; wait $pid || rc=$?
+  local left; left=$(ls -A "$swap" 2>/dev/null | wc -l)
+  if [ "$held" -gt 0 ] && [ "$named" = 0 ] && [ "$left" = 0 ] && [ "$rc" != 0 ]; then
+    echo "ok    $name: $held swap files held unnamed during the run, none left after (exit $rc)"
+  else
+    echo "FAIL  $name: $held swap files held, $named named during the run, $left left after, exit $rc"; tail -5 "$work/$name.out"; fail=1
+  fi
+}
+ended sigterm 1 ZT_EMU_DEVICES=1 --
+ended error 2 ZT_EMU_DEVICES=3 ZT_EMU_NCCL_ASYNC_ERROR=1:1000 -- --set comm.backend=nccl --set comm.timeout_s=30
 echo "params_offload_emu ($WHERE): $([ $fail = 0 ] && echo ok || echo FAILED)"
 exit $fail
