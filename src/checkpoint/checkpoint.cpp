@@ -48,41 +48,46 @@ std::vector<TensorRange> my_share(const std::vector<TensorRange>& holds, const P
   return out;
 }
 
-// Rank r's file, streamed one range at a time through one host buffer.
+// Rank r's file, streamed one piece at a time through one host buffer: each range is cut into
+// pieces of at most chunk_bytes, each its own dataset (the reader joins pieces by their offsets),
+// so that no host copy is larger than a piece, however large the tensor shard.
 uint64_t write_rank_file(const std::string& path, const Meta& meta, const ParamLayout& layout,
-                         const std::vector<Buffer>& buffers, CopyFn d2h, const Progress& progress) {
+                         const std::vector<Buffer>& buffers, CopyFn d2h, size_t chunk_bytes,
+                         const Progress& progress) {
   RankFileWriter w(path, meta);
   std::vector<std::vector<TensorRange>> shares;
-  size_t total = 0;
+  size_t total = 0;  // bytes
   for (const Buffer& b : buffers) {
     shares.push_back(my_share(b.holds, layout, int(meta.rank), int(meta.world)));
-    total += shares.back().size();
+    for (const TensorRange& r : shares.back()) total += r.count * dtype_bytes(b.dtype);
   }
   const bool die = fault_kill_in_save(int(meta.rank), meta.step);
   std::vector<unsigned char> host;
   size_t done = 0;
   for (size_t i = 0; i < buffers.size(); ++i) {
     const Buffer& b = buffers[i];
-    const size_t eb = dtype_bytes(b.dtype);
-    for (const TensorRange& r : shares[i]) {
-      // Tests: this rank dies here, half way through its file, as under kill -9.
-      if (die && 2 * done >= total) ::raise(SIGKILL);
-      const unsigned char* src = nullptr;
-      if (b.read_range) {  // an offloaded state: from its file, one range at a time
-        host.resize(r.count * eb);
-        b.read_range(host.data(), host.size(), r.at * eb);
-        src = host.data();
-      } else if (d2h && b.in_backend_memory) {  // backend memory: through one host buffer
-        host.resize(r.count * eb);
-        d2h(host.data(), static_cast<const unsigned char*>(b.base) + r.at * eb, host.size());
-        src = host.data();
-      } else {  // host memory: written from in place
-        src = static_cast<const unsigned char*>(b.base) + r.at * eb;
+    const size_t eb = dtype_bytes(b.dtype), piece = std::max<size_t>(1, chunk_bytes / eb);
+    for (const TensorRange& r : shares[i])
+      for (size_t k = 0; k < r.count; k += piece) {
+        // Tests: this rank dies here, half way through its file, as under kill -9.
+        if (die && 2 * done >= total) ::raise(SIGKILL);
+        const size_t n = std::min(piece, r.count - k), at = (r.at + k) * eb;
+        const unsigned char* src = nullptr;
+        if (b.read_range) {  // an offloaded state: from its file
+          host.resize(n * eb);
+          b.read_range(host.data(), host.size(), at);
+          src = host.data();
+        } else if (d2h && b.in_backend_memory) {  // backend memory: through the host buffer
+          host.resize(n * eb);
+          d2h(host.data(), static_cast<const unsigned char*>(b.base) + at, host.size());
+          src = host.data();
+        } else {  // host memory: written from in place
+          src = static_cast<const unsigned char*>(b.base) + at;
+        }
+        w.add(b.kind, b.dtype, layout.tensors()[size_t(r.tensor)], r.offset + k, n, src);
+        done += n * eb;
+        if (progress) progress(total ? double(done) / double(total) : 1.0);
       }
-      w.add(b.kind, b.dtype, layout.tensors()[size_t(r.tensor)], r.offset, r.count, src);
-      ++done;
-      if (progress) progress(double(done) / double(total));
-    }
   }
   w.finish();
   return w.bytes();
@@ -176,8 +181,8 @@ std::string Transfer::summary(const char* verb) const {
   return os.str();
 }
 
-Transfer save(Comm& comm, const std::string& dir, int keep, const Meta& meta, const ParamLayout& layout,
-              const std::vector<Buffer>& buffers, CopyFn d2h, const Progress& progress) {
+Transfer save(Comm& comm, const std::string& dir, int keep, size_t chunk_bytes, const Meta& meta,
+              const ParamLayout& layout, const std::vector<Buffer>& buffers, CopyFn d2h, const Progress& progress) {
   const auto t0 = Clock::now();
   const fs::path root(dir), name(step_dir_name(meta.step));
   const fs::path tmp = root / (".tmp_" + name.string()), final = root / name;
@@ -195,7 +200,8 @@ Transfer save(Comm& comm, const std::string& dir, int keep, const Meta& meta, co
   agree_or_throw(comm, err, "could not prepare the checkpoint directory");
   double bytes = 0;
   try {
-    bytes = double(write_rank_file((tmp / rank_file_name(comm.rank())).string(), meta, layout, buffers, d2h, progress));
+    bytes = double(write_rank_file((tmp / rank_file_name(comm.rank())).string(), meta, layout, buffers, d2h, chunk_bytes,
+                                   progress));
   } catch (const Error& e) {
     err = e.what();
   }
@@ -251,6 +257,7 @@ std::string resolve_resume(const CheckpointSection& c) {
 Transfer load(const std::string& step_dir, const Plan& plan, int world, const ParamLayout& layout,
               const std::vector<Buffer>& buffers, CopyFn h2d, ToBf16Fn to_bf16, Meta& got) {
   const auto t0 = Clock::now();
+  const size_t chunk_bytes = size_t(plan.checkpoint.chunk_mb * 1048576.0);
   CheckpointReader rd(step_dir);
   got = rd.meta();
   const GPTConfig want = layout.config();
@@ -285,24 +292,30 @@ Transfer load(const std::string& step_dir, const Plan& plan, int world, const Pa
                              << (rd.dtype(src) == DType::bf16 ? "bf16" : "fp32") << " but this run keeps them as "
                              << (b.dtype == DType::bf16 ? "bf16" : "fp32"));
     const size_t eb = dtype_bytes(b.dtype), src_eb = dtype_bytes(rd.dtype(src));
+    // In pieces of at most checkpoint.chunk_mb, as saved (a piece saved larger, by another plan, is
+    // still read whole once to verify its checksum).
+    const size_t piece = std::max<size_t>(1, chunk_bytes / std::max(eb, src_eb));
     for (const TensorRange& r : b.holds) {
       const TensorSlot& slot = layout.tensors()[size_t(r.tensor)];
-      if (b.write_range) {  // an offloaded state: into its file, one range at a time
-        ZT_ASSERT(!round);  // offloaded states are fp32
-        host.resize(r.count * src_eb);
-        rd.read(src, slot, r.offset, r.count, host.data());
-        b.write_range(host.data(), host.size(), r.at * eb);
-        continue;
+      for (size_t k = 0; k < r.count; k += piece) {
+        const size_t n = std::min(piece, r.count - k);
+        if (b.write_range) {  // an offloaded state: into its file
+          ZT_ASSERT(!round);  // offloaded states are fp32
+          host.resize(n * src_eb);
+          rd.read(src, slot, r.offset + k, n, host.data());
+          b.write_range(host.data(), host.size(), (r.at + k) * eb);
+          continue;
+        }
+        unsigned char* dst = static_cast<unsigned char*>(b.base) + (r.at + k) * eb;
+        if ((!h2d || !b.in_backend_memory) && !round) {  // host memory: read in place
+          rd.read(src, slot, r.offset + k, n, dst);
+          continue;
+        }
+        host.resize(n * src_eb);
+        rd.read(src, slot, r.offset + k, n, host.data());
+        if (round) to_bf16(dst, reinterpret_cast<const float*>(host.data()), n);
+        else h2d(dst, host.data(), host.size());
       }
-      unsigned char* dst = static_cast<unsigned char*>(b.base) + r.at * eb;
-      if ((!h2d || !b.in_backend_memory) && !round) {  // host memory: read in place
-        rd.read(src, slot, r.offset, r.count, dst);
-        continue;
-      }
-      host.resize(r.count * src_eb);
-      rd.read(src, slot, r.offset, r.count, host.data());
-      if (round) to_bf16(dst, reinterpret_cast<const float*>(host.data()), r.count);
-      else h2d(dst, host.data(), host.size());
     }
   }
   return Transfer{rd.bytes_read(), since(t0), step_dir};

@@ -52,8 +52,8 @@ struct Transfer {
 // gathered. Any failure leaves the previous checkpoint and `latest` untouched.
 // `progress` (may be empty) is called with the fraction of this rank's file written so far.
 using Progress = std::function<void(double fraction)>;
-Transfer save(Comm& comm, const std::string& dir, int keep, const Meta& meta, const ParamLayout& layout,
-              const std::vector<Buffer>& buffers, CopyFn d2h, const Progress& progress = {});
+Transfer save(Comm& comm, const std::string& dir, int keep, size_t chunk_bytes, const Meta& meta,
+              const ParamLayout& layout, const std::vector<Buffer>& buffers, CopyFn d2h, const Progress& progress = {});
 
 // The step directory `latest` names under `dir` ("" when there is none); refuses a `latest` that
 // names something that is not there.

@@ -166,7 +166,11 @@ void CheckpointReader::read(Kind k, const TensorSlot& slot, size_t offset, size_
     // of it, else through a buffer.
     const bool in_place = lo == p.offset && hi == p.offset + p.count;
     unsigned char* out = static_cast<unsigned char*>(dst) + (lo - offset) * eb;
-    if (!in_place) buf_.resize(p.count * eb);
+    if (!in_place && buf_file_ == p.file && buf_dataset_ == p.dataset) {  // read and verified already
+      std::memcpy(out, buf_.data() + (lo - p.offset) * eb, (hi - lo) * eb);
+      continue;
+    }
+    if (!in_place) buf_.resize(p.count * eb), buf_file_ = -1;
     unsigned char* into = in_place ? out : buf_.data();
     const std::string path = file_path(p.file);
     h5::Id d(H5Dopen2(files_[size_t(p.file)], p.dataset.c_str(), H5P_DEFAULT));
@@ -180,7 +184,10 @@ void CheckpointReader::read(Kind k, const TensorSlot& slot, size_t offset, size_
     ZT_REQUIRE(crc == p.crc, "checkpoint: " << path << ": dataset " << p.dataset << " fails its checksum (crc32c "
                                             << hex(crc) << ", stored " << hex(p.crc) << "): the file is damaged");
     bytes_read_ += p.count * eb;
-    if (!in_place) std::memcpy(out, buf_.data() + (lo - p.offset) * eb, (hi - lo) * eb);
+    if (!in_place) {
+      buf_file_ = p.file, buf_dataset_ = p.dataset;
+      std::memcpy(out, buf_.data() + (lo - p.offset) * eb, (hi - lo) * eb);
+    }
   }
 }
 

@@ -51,6 +51,10 @@ class CheckpointReader {
   bool has_[kNumKinds] = {};
   std::map<std::pair<int, std::string>, std::vector<Piece>> index_;
   std::vector<unsigned char> buf_;
+  // What buf_ holds (a dataset read whole and verified): a piece larger than the caller's reads
+  // (saved with a larger checkpoint.chunk_mb, or ranges cut for another world size) is read once.
+  int buf_file_ = -1;
+  std::string buf_dataset_;
   uint64_t bytes_read_ = 0;
 };
 

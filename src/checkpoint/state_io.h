@@ -41,7 +41,8 @@ constexpr CopyFn h2d_of() { return Ops::tier == Tier::host ? nullptr : &Ops::h2d
 template <class Ops>
 Transfer save_store(Comm& comm, const CheckpointSection& c, const Meta& meta, const ParamLayout& layout,
                     const StateStore& store, const Progress& progress = {}) {
-  return save(comm, c.dir, c.keep, meta, layout, persistent_buffers(store), d2h_of<Ops>(), progress);
+  return save(comm, c.dir, c.keep, size_t(c.chunk_mb * 1048576.0), meta, layout, persistent_buffers(store),
+              d2h_of<Ops>(), progress);
 }
 
 // fp32 -> the backend's bf16 parameters (GPT::upload rounds to nearest even), or nullptr.

@@ -375,6 +375,9 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
   p.checkpoint.dir = get_str(r, "checkpoint.dir");
   p.checkpoint.every = get_int(r, "checkpoint.every", 0);
   p.checkpoint.keep = get_int(r, "checkpoint.keep", 1);
+  p.checkpoint.chunk_mb = get_positive(r, "checkpoint.chunk_mb");
+  if (p.checkpoint.chunk_mb > 65536 || p.checkpoint.chunk_mb * 1048576.0 < 4)
+    bad("checkpoint.chunk_mb", "must be between 4 bytes and 65536 MiB, got " + at(r, "checkpoint.chunk_mb").dump());
   // "none", "auto" (latest under checkpoint.dir, if any) or the path of a checkpoint.
   p.checkpoint.resume = get_str(r, "checkpoint.resume");
   if (p.checkpoint.resume.empty())

@@ -90,6 +90,8 @@ struct CheckpointSection {
   int every = 0;       // save every this many steps (and after the last); 0 = only on SIGTERM/SIGINT/SIGUSR1
   int keep = 3;        // newest checkpoints kept (>= 1); older ones are removed after each save
   std::string resume;  // "none" | "auto" (latest under dir, fresh start if none) | a checkpoint path
+  double chunk_mb = 64;  // a range larger than this is saved in pieces (datasets) of this size; a save
+                         // or load streams through one host buffer of one piece
 };
 
 struct RunSection {

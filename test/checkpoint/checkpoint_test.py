@@ -3,7 +3,8 @@
 
   resume   train 20 steps (saving at 10 and 20) vs resume from step 10 and train 10 more: the
            losses of steps 11-20 and the final weights (run.final_weights) are identical bit for
-           bit, zero stages 0-3 x world 1 and 3.
+           bit, zero stages 0-3 x world 1 and 3; saved in 0.01 MiB pieces (checkpoint.chunk_mb) and
+           resumed with 64 MiB ones, and the other way.
   reshard  saved at world 4 stage 3; resumed at world 2 stage 1, world 3 stage 0 and world 1
            stage 2 (same global batch through grad_accum): every continued loss within 1e-5
            relative of the uninterrupted world-4 run.
@@ -132,6 +133,23 @@ def part_resume(tmp):
                   f"world {world} stage {stage}: resumed losses of steps 11-20 equal the uninterrupted run's bit for bit")
             check(same_bytes(os.path.join(a, "final.bin"), os.path.join(b, "final.bin")),
                   f"world {world} stage {stage}: final weights identical bit for bit")
+    # checkpoint.chunk_mb: ranges saved in pieces of 0.01 MiB (2621 fp32 elements: the embedding's
+    # shard in ~220 datasets) resume bit for bit with the default 64 MiB, and the default-sized
+    # pieces of a33 load bit for bit through 0.01 MiB reads (each piece read and verified once).
+    a, b, c = (os.path.join(tmp, n) for n in ("ca33", "cb33", "cc33"))
+    run(3, sets(a, 3, checkpoint__dir=os.path.join(a, "ckpt"), checkpoint__every=10, checkpoint__chunk_mb=0.01))
+    run(3, sets(b, 3, checkpoint__resume=os.path.join(a, "ckpt", "step_00000010")))
+    run(3, sets(c, 3, checkpoint__resume=os.path.join(tmp, "a33", "ckpt", "step_00000010"), checkpoint__chunk_mb=0.01))
+    import h5py
+    with h5py.File(os.path.join(a, "ckpt", "step_00000010", "rank_00001.h5"), "r") as f:
+        pieces = len(f["param/wte/weight"])
+    check(pieces >= 200, f"checkpoint.chunk_mb 0.01: rank 1's embedding shard saved in {pieces} datasets")
+    for name, x, ref in (("saved in 0.01 MiB pieces, resumed with 64 MiB", b, a),
+                         ("saved in 64 MiB pieces, resumed with 0.01 MiB", c, os.path.join(tmp, "a33"))):
+        la, lb = losses(ref), losses(x)
+        check(sorted(lb) == list(range(11, 21)) and all(la[s] == lb[s] for s in lb)
+              and same_bytes(os.path.join(ref, "final.bin"), os.path.join(x, "final.bin")),
+              f"world 3 stage 3, {name}: losses of steps 11-20 and final weights bit for bit")
     # Optimizer state offloaded to swap files (docs/design.md §3.6) is saved and loaded like any other:
     # a run with offload saves, and runs with and without offload continue it bit for bit.
     for world, stage in ((1, 1), (3, 3)):
@@ -173,7 +191,8 @@ def part_files(tmp):
     import h5py
     a = os.path.join(tmp, "a")
     ck = os.path.join(a, "ckpt")
-    p = run(3, sets(a, 3, checkpoint__dir=ck, checkpoint__every=5, checkpoint__keep=2))
+    # (in 0.01 MiB pieces: model.h5 and export stitch many datasets per tensor and rank)
+    p = run(3, sets(a, 3, checkpoint__dir=ck, checkpoint__every=5, checkpoint__keep=2, checkpoint__chunk_mb=0.01))
     check(sorted(d for d in os.listdir(ck)) == ["latest", "step_00000015", "step_00000020"],
           f"checkpoint.keep 2: only the two newest remain ({sorted(os.listdir(ck))})")
     check(open(os.path.join(ck, "latest")).read() == "step_00000020\n", "latest names step_00000020")
