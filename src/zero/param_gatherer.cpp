@@ -67,23 +67,19 @@ void ParamGatherer<Ops>::use_copy_stream() {
       CopyStream& cs = *copies_;
       const T* src = store_.get<T>(StateId::param_shard) + part_.unit_shard_flat(u);
       const size_t bytes = part_.unit_shard_numel(u) * sizeof(T);
+      // A world of one has no all-gather: the shard is the unit, copied into its slot itself.
       T* upload = store_.get<T>(StateId::param_upload);
-      if (!upload) {  // a world of one: the shard is the unit, copied into its slot in stream order
-        ZT_CHECK_CUDA(cudaMemcpyAsync(slots_[size_t(i)].buf, src, bytes, cudaMemcpyHostToDevice, Ops::stream()));
-        return slots_[size_t(i)].buf;
-      }
-      T* dst = upload + param_upload_offset(part_, size_t(i));
-      // The buffer's previous shard may still be read by an all-gather the compute stream waits for.
+      T* dst = upload ? upload + param_upload_offset(part_, size_t(i)) : slots_[size_t(i)].buf;
+      // The buffer's previous contents may still be read by what the compute stream has queued: an
+      // all-gather it waits for, or (a world of one) the kernels of the slot's previous unit, whose
+      // last use was queued before its release, hence before this copy.
       ZT_CHECK_CUDA(cudaEventRecord(cs.mark, Ops::stream()));
       ZT_CHECK_CUDA(cudaStreamWaitEvent(cs.stream, cs.mark, 0));
       ZT_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cs.stream));
       ZT_CHECK_CUDA(cudaEventRecord(cs.ready[size_t(i)], cs.stream));
       return dst;
     };
-    c.wait = [this](int i) {
-      if (store_.has(StateId::param_upload))
-        ZT_CHECK_CUDA(cudaStreamWaitEvent(Ops::stream(), copies_->ready[size_t(i)], 0));
-    };
+    c.wait = [this](int i) { ZT_CHECK_CUDA(cudaStreamWaitEvent(Ops::stream(), copies_->ready[size_t(i)], 0)); };
     shards_ = offload::ShardSource<T>(std::move(c), slots_.size());
     return;
   }

@@ -32,7 +32,7 @@
 //               of the unit before may still read); the all-gather starts from there at delivery,
 //               the compute stream ordered after the copy: the copy overlaps one unit's compute, as
 //               a read does. A world of one has no all-gather to feed: the shard is copied into its
-//               slot on the compute stream, one unit ahead in stream order (no upload buffers).
+//               slot itself, on the same copy stream (no upload buffers).
 //   any stage   whole_unit(): unit by unit, whole, for streaming the weights out (stage 3
 //               gathers each into a slot: no rank ever holds the whole model).
 #pragma once
