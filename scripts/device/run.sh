@@ -369,12 +369,12 @@ phase_bench() {
 phase_paths() {
   need_bin "$BUILD/train" || return
   local mpiexec="$DEPS_ROOT/usr/bin/mpiexec.openmpi" s rc t failed=() args=()
-  for s in train_emu multirank_emu offload_emu checkpoint_emu offload_checkpoint_emu nccl_world1_emu; do
+  for s in train_emu multirank_emu offload_emu checkpoint_emu offload_checkpoint_emu nccl_world1_emu params_offload_emu; do
     t=$(( T - (SECONDS - PHASE_T0) ))
     if [ "$t" -lt 15 ]; then failed+=("$s(no time)"); continue; fi
     case "$s" in
       multirank_emu) args=("$BUILD/train" "$BUILD/train" "$mpiexec") ;;
-      offload_emu) args=("$BUILD/train" "$mpiexec") ;;
+      offload_emu | params_offload_emu) args=("$BUILD/train" "$mpiexec") ;;
       offload_checkpoint_emu) args=("$BUILD/train" "$BUILD/train" "$mpiexec") ;;
       nccl_world1_emu) args=("$BUILD/train") ;;
       *) args=("$BUILD/train" "$BUILD/train") ;;

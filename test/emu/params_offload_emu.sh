@@ -157,6 +157,10 @@ ended() {  # ended NAME NP [env ...] -- [--set ...]: a long run, ended by SIGTER
   fi
 }
 ended sigterm 1 ZT_EMU_DEVICES=1 --
-ended error 2 ZT_EMU_DEVICES=3 ZT_EMU_NCCL_ASYNC_ERROR=1:1000 -- --set comm.backend=nccl --set comm.timeout_s=30
+if [ "$WHERE" = "CUDA on a GPU" ]; then  # the lost link is the emulator's, and NCCL needs a GPU per rank
+  echo "skip  error: the injected NCCL error runs under the emulator only"
+else
+  ended error 2 ZT_EMU_DEVICES=3 ZT_EMU_NCCL_ASYNC_ERROR=1:1000 -- --set comm.backend=nccl --set comm.timeout_s=30
+fi
 echo "params_offload_emu ($WHERE): $([ $fail = 0 ] && echo ok || echo FAILED)"
 exit $fail
