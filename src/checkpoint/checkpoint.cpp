@@ -286,6 +286,11 @@ Transfer load(const std::string& step_dir, const Plan& plan, int world, const Pa
     if (b.kind == Kind::master && !rd.has(Kind::master)) src = Kind::param;
     ZT_REQUIRE(rd.has(src), "checkpoint " << step_dir << " has no " << kind_name(src) << " tensors");
     const bool round = b.dtype == DType::bf16 && rd.dtype(src) == DType::f32 && to_bf16;
+    // The CUDA backend's bf16 shards on disk (offload.params "nvme") are filled from bf16 tensors only.
+    ZT_REQUIRE(!round || !b.write_range,
+               "checkpoint " << step_dir << " holds fp32 parameters; loading them into bf16 shards on disk "
+                             << "(offload.params \"nvme\") is not implemented: resume once with offload.params "
+                             << "\"cpu\" or \"none\", save, and continue from that checkpoint");
     ZT_ASSERT(!round || b.in_backend_memory);  // host-side state is fp32 (the moments, the master)
     ZT_REQUIRE(rd.dtype(src) == b.dtype || round,
                "checkpoint " << step_dir << " holds " << kind_name(src) << " as "
@@ -300,7 +305,6 @@ Transfer load(const std::string& step_dir, const Plan& plan, int world, const Pa
       for (size_t k = 0; k < r.count; k += piece) {
         const size_t n = std::min(piece, r.count - k);
         if (b.write_range) {  // an offloaded state: into its file
-          ZT_ASSERT(!round);  // offloaded states are fp32
           host.resize(n * src_eb);
           rd.read(src, slot, r.offset + k, n, host.data());
           b.write_range(host.data(), host.size(), (r.at + k) * eb);

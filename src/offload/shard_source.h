@@ -56,7 +56,6 @@ class ShardSource {
   ShardSource(SwapFile* file, std::vector<Range> units, std::vector<T*> bufs, unsigned queue_depth)
       : file_(file), units_(std::move(units)), bufs_(std::move(bufs)), queued_at_(bufs_.size(), -1),
         send_(bufs_.size()) {
-    ZT_ASSERT(sizeof(T) == 4);  // offload runs on the CPU backend's fp32 only
     if (queue_depth) ring_ = std::make_unique<Uring>(queue_depth);
   }
 

@@ -24,25 +24,29 @@ size_t pool_numel(const SwapSpec& spec, size_t numel, int states) {
 }
 
 SwapPipeline::SwapPipeline(std::vector<SwapFile*> files, size_t numel, float* pool, const SwapSpec& spec,
-                           std::vector<bool> read_only)
-    : files_(std::move(files)), read_only_(std::move(read_only)), numel_(numel), sub_(subgroup_of(spec, numel)), pool_(pool),
+                           std::vector<bool> read_only, std::vector<size_t> elem_bytes)
+    : files_(std::move(files)), read_only_(std::move(read_only)), elem_bytes_(std::move(elem_bytes)), numel_(numel),
+      sub_(subgroup_of(spec, numel)), pool_(pool),
       sets_(int(sets_of(spec, numel))), ahead_(size_t(spec.buffer_count) - 2), uring_(spec.queue_depth) {
   ZT_ASSERT(!files_.empty() && spec.buffer_count >= 2 && sub_ > 0 && (sub_ * 4) % kIoAlign == 0);
   ZT_ASSERT(reinterpret_cast<uintptr_t>(pool_) % kIoAlign == 0);
-  for (const SwapFile* f : files_) ZT_ASSERT(f->bytes() == numel_ * 4);
   read_only_.resize(files_.size(), false);
+  elem_bytes_.resize(files_.size(), 4);
+  for (size_t s = 0; s < files_.size(); ++s)
+    ZT_ASSERT((elem_bytes_[s] == 4 || elem_bytes_[s] == 2) && files_[s]->bytes() == numel_ * elem_bytes_[s] &&
+              (subgroups() == 1 || (sub_ * elem_bytes_[s]) % kIoAlign == 0));  // sub-groups start on blocks
 }
 
 // Read tags are even, write tags odd: 2k and 2k + 1 for sub-group k.
 void SwapPipeline::transfer(size_t k, bool write) {
   const size_t begin = k * sub_, n = std::min(sub_, numel_ - begin);
   // Whole blocks: the last sub-group reaches into the file's zero padding (swap_file.h).
-  const size_t len = io_round_up(n * 4);
   for (size_t s = 0; s < files_.size(); ++s) {
     SwapFile& f = *files_[s];
+    const size_t eb = elem_bytes_[s], len = io_round_up(n * eb);
     if (write && read_only_[s]) continue;
-    if (write) uring_.write(f.fd(), buffer(k, s), len, begin * 4, int(2 * k + 1), f.path().c_str());
-    else uring_.read(f.fd(), buffer(k, s), len, begin * 4, int(2 * k), f.path().c_str());
+    if (write) uring_.write(f.fd(), buffer(k, s), len, begin * eb, int(2 * k + 1), f.path().c_str());
+    else uring_.read(f.fd(), buffer(k, s), len, begin * eb, int(2 * k), f.path().c_str());
   }
 }
 

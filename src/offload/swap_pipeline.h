@@ -27,8 +27,10 @@ class SwapPipeline {
   // files: the S state files, each of numel 4-byte elements; pool: pool_numel(spec, numel, S)
   // elements, kIoAlign-aligned. read_only: the files the update only reads (the gradient shard),
   // which are never written back; empty = none.
+  // elem_bytes: per file, 4 (fp32) or 2 (the CUDA backend's bf16 parameter and gradient shards,
+  // whose buffers then hold 2-byte elements in the first half); empty = all 4.
   SwapPipeline(std::vector<SwapFile*> files, size_t numel, float* pool, const SwapSpec& spec,
-               std::vector<bool> read_only = {});
+               std::vector<bool> read_only = {}, std::vector<size_t> elem_bytes = {});
 
   // Calls update(begin, n, bufs) for every sub-group [begin, begin + n) in order, bufs[s] holding
   // state s's elements of it; what update leaves in bufs is written back.
@@ -44,6 +46,7 @@ class SwapPipeline {
 
   std::vector<SwapFile*> files_;
   std::vector<bool> read_only_;
+  std::vector<size_t> elem_bytes_;
   size_t numel_, sub_;
   float* pool_;
   int sets_;      // buffer sets in use: buffer_count, or fewer when the shard has fewer sub-groups

@@ -36,10 +36,10 @@ offload::SwapSpec prepare_offload(const Plan& plan, int world, int rank, int loc
   ZT_REQUIRE(!host_backend || plan.offload.params != "cpu",
              "offload.params: \"cpu\" changes nothing on the CPU backend (device \"auto\" found no GPU), which "
              "already keeps everything in host memory; use \"nvme\" or \"none\"");
-  // The CUDA backend: the parameter shard in pinned memory, updated there by the CPU AdamW.
-  ZT_REQUIRE(host_backend || plan.offload.params != "nvme",
-             "offload.params: \"nvme\" is not implemented on the CUDA backend yet; use \"cpu\" (pinned host memory), "
-             "or run it with device \"cpu\"");
+  // The CUDA backend: the shards on disk are updated by the CPU AdamW as it streams them.
+  ZT_REQUIRE(host_backend || plan.offload.params != "nvme" || plan.offload.optimizer != "none",
+             "offload.params: \"nvme\" on the CUDA backend needs offload.optimizer \"cpu\" or \"nvme\" (the CPU "
+             "AdamW updates the shards on disk as it streams them), got offload.optimizer \"none\"");
   if (plan.offload.optimizer != "nvme" && plan.offload.params != "nvme") return {};
   int files = 0;
   const uint64_t per_rank = swap_file_bytes(plan, world, &files);

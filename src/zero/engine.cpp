@@ -1,6 +1,7 @@
 #include "zero/engine.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "backend/ops_cpu.h"
@@ -58,6 +59,17 @@ void ZeroEngine<Ops>::init_parameters(uint64_t seed, const std::string& llmc_pat
       if (!pinned) return GPT<Ops>::upload(to, values, n);
       for (size_t i = 0; i < n; ++i) to[i] = T(values[i]);
     };
+    // Into the swap file at element `at`: as T (the CUDA backend's bf16, rounded as put() rounds).
+    std::vector<T> narrow;
+    auto put_file = [&](size_t at, const M* values, size_t n) {
+      if constexpr (std::is_same_v<T, M>) {
+        file->write_at(values, n * sizeof(M), at * sizeof(T));
+      } else {
+        narrow.resize(n);
+        for (size_t i = 0; i < n; ++i) narrow[i] = T(values[i]);
+        file->write_at(narrow.data(), n * sizeof(T), at * sizeof(T));
+      }
+    };
     if (file && llmc_path.empty()) {
       // In pieces: the values depend only on (seed, tensor, element), and a tensor range of the
       // largest model would otherwise be a transient of its own (wte: V x C).
@@ -69,7 +81,7 @@ void ZeroEngine<Ops>::init_parameters(uint64_t seed, const std::string& llmc_pat
         for (size_t i = 0; i < r.count; i += kPiece) {
           const size_t n = std::min(kPiece, r.count - i);
           model_.init_gpt2_values(seed, r.tensor, r.offset + i, n, host.data());
-          file->write_at(host.data(), n * sizeof(M), (r.at + i) * sizeof(T));
+          put_file(r.at + i, host.data(), n);
         }
     } else if (llmc_path.empty()) {
       std::vector<M> host;
@@ -82,7 +94,7 @@ void ZeroEngine<Ops>::init_parameters(uint64_t seed, const std::string& llmc_pat
       model_.read_llmc(llmc_path, [&](int k, const M* values) {
         for (const TensorRange& r : shard.holds) {
           if (r.tensor != k) continue;
-          if (file) file->write_at(values + r.offset, r.count * sizeof(M), r.at * sizeof(T));
+          if (file) put_file(r.at, values + r.offset, r.count);
           else put(dst + r.at, values + r.offset, r.count);
         }
       });

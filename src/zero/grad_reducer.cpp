@@ -28,7 +28,6 @@ GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore
   }
   slot_of_bucket_.assign(part.buckets().size(), nullptr);
   if (offload::SwapFile* file = store.file(StateId::grad_shard)) {
-    ZT_ASSERT(Ops::tier == Tier::host && sizeof(T) == 4);
     // Synchronous, through param_io's gradient buffer (a bucket's shard, in whole blocks).
     shard_ = offload::ShardSource<T>(file, {}, {store.get<T>(StateId::param_io) + param_io_offset(part, part.gather_slots())}, 0);
     unit_ss_.assign(size_t(layout_.num_units()), 0.0);
@@ -153,8 +152,10 @@ void GradReducer<Ops>::complete(StagingSlot& s) {
   // squares on the last micro-step, while the values are in memory, for the gradient norm.
   const size_t flat0 = part_.unit_shard_flat(bk.units.back());
   const bool last_micro = s.micro == part_.config().grad_accum - 1;
-  if (host_shard_) add_to_host(s, flat0, last_micro);
+  if (host_shard_) add_to_host(s, flat0, last_micro, store_.get<T>(StateId::grad_shard) + flat0, false);
   else shard_.accumulate(flat0, bk.shard_numel, s.micro == 0, [&](T* shard) {
+    // The CUDA backend's shard on disk: summed on the device, back in the read buffer before it is written.
+    if (Ops::tier == Tier::device && shard_.on_disk()) return add_to_host(s, flat0, last_micro, shard, true);
     Ops::residual_forward(shard, shard, s.recv, bk.shard_numel);  // in the backend's memory
     if (shard_.on_disk() && last_micro)
       for (int v : bk.units)
@@ -165,14 +166,13 @@ void GradReducer<Ops>::complete(StagingSlot& s) {
 }
 
 template <class Ops>
-void GradReducer<Ops>::add_to_host(const StagingSlot& s, size_t flat0, bool last_micro) {
+void GradReducer<Ops>::add_to_host(const StagingSlot& s, size_t flat0, bool last_micro, T* host, bool sync) {
 #if ZT_HAVE_CUDA
   if constexpr (Ops::tier == Tier::device) {
     // The same sum as in device memory (zeros, or the shard so far, + the result), by the same
     // kernel, in the slot its reduce-scatter has finished reading; copies on the compute stream,
-    // so the slot is reused in order.
+    // so the slot is reused in order. sync: the host reads `host` next (to write it to disk).
     const Bucket& bk = part_.buckets()[size_t(s.bucket)];
-    T* host = store_.get<T>(StateId::grad_shard) + flat0;
     T* sum = s.buf;
     const size_t bytes = bk.shard_numel * sizeof(T);
     if (s.micro == 0) Ops::zero(sum, bk.shard_numel);
@@ -182,10 +182,11 @@ void GradReducer<Ops>::add_to_host(const StagingSlot& s, size_t flat0, bool last
       for (int v : bk.units)
         unit_ss_[size_t(v)] = Ops::sum_squares(sum + (part_.unit_shard_flat(v) - flat0), part_.unit_shard_numel(v));
     ZT_CHECK_CUDA(cudaMemcpyAsync(host, sum, bytes, cudaMemcpyDeviceToHost, Ops::stream()));
+    if (sync) ZT_CHECK_CUDA(cudaStreamSynchronize(Ops::stream()));
     return;
   }
 #endif
-  (void)s, (void)flat0, (void)last_micro;
+  (void)s, (void)flat0, (void)last_micro, (void)host, (void)sync;
   ZT_ASSERT(false);  // only the CUDA backend keeps the shard in pinned memory
 }
 

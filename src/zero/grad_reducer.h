@@ -102,7 +102,8 @@ class GradReducer {
   // offload.params "cpu" (CUDA): my gradient shard is pinned host memory; each bucket's part is
   // summed on the device in the bucket's staging slot, then copied out (add_to_host).
   bool host_shard_ = false;
-  void add_to_host(const StagingSlot& s, size_t flat0, bool last_micro);
+  // (and "nvme": into the read buffer of the blocks around the bucket's part, `host`)
+  void add_to_host(const StagingSlot& s, size_t flat0, bool last_micro, T* host, bool sync);
   Tracer* tr_ = nullptr;
   std::function<void(const std::vector<int>&)> on_final_;
   void tag(int b, int unit) {  // the next collective's bucket and unit

@@ -162,8 +162,12 @@ void ShardedOptimizer<Ops>::host_init_master() {
     auto widen = [&](float* dst, const T* src, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = float(src[i]);
     };
-    if (at_master_ >= 0) {  // through the pipeline: the moments pass unchanged, the master is written
-      swap_->for_each_subgroup([&](size_t begin, size_t n, M* const* bufs) { widen(bufs[at_master_], hp + begin, n); });
+    if (at_master_ >= 0 || at_param_ >= 0) {  // through the pipeline: what passes unchanged is written back as read
+      M* master = store_.get<M>(StateId::master);
+      swap_->for_each_subgroup([&](size_t begin, size_t n, M* const* bufs) {
+        const T* p = at_param_ >= 0 ? reinterpret_cast<const T*>(bufs[at_param_]) : hp + begin;
+        widen(at_master_ >= 0 ? bufs[at_master_] : master + begin, p, n);
+      });
     } else {
       widen(store_.get<M>(StateId::master), hp, part_.shard_total());
     }
@@ -308,15 +312,26 @@ void ShardedOptimizer<Ops>::host_step(double lr, double grad_scale) {
     host_send(all);  // what backward did not send (stages 0-1: everything; the embedding units)
     if (swap_) {
       for (int u = 0; u < U; ++u) ZT_CHECK_CUDA(cudaEventSynchronize(c.arrived[size_t(u)]));
+      // Each state from its sub-group buffer where it is swapped, else from pinned memory.
+      M* master = store_.get<M>(StateId::master);
+      M* m = store_.get<M>(StateId::adam_m);
+      M* v = store_.get<M>(StateId::adam_v);
       swap_->for_each_subgroup([&](size_t lo, size_t n, M* const* bufs) {
         const size_t hi = lo + n;
+        auto state_at = [&](int i, M* mem, size_t a) -> M* {
+          return i >= 0 ? bufs[i] + (a - lo) : mem ? mem + a : nullptr;
+        };
+        auto shard_at = [&](int i, T* mem, size_t a) -> T* {
+          return i >= 0 ? reinterpret_cast<T*>(bufs[i]) + (a - lo) : mem + a;
+        };
         for (int u = 0; u < U; ++u) {
           const size_t f = part_.unit_shard_flat(u), a = std::max(lo, f), b = std::min(hi, f + part_.unit_shard_numel(u));
           if (a >= b) continue;
-          const size_t k = a - f, at = a - lo;
-          adamw_unit_range<HostAdamW<T>>(layout_, u, part_.unit_shard_begin(u) + k, b - a, hp + a,
-                                         at_master_ >= 0 ? bufs[at_master_] + at : nullptr, hg + a, bufs[at_m_] + at, bufs[at_v_] + at,
-                                         optim_, lr, grad_scale, steps_taken_);
+          const size_t k = a - f;
+          adamw_unit_range<HostAdamW<T>>(layout_, u, part_.unit_shard_begin(u) + k, b - a, shard_at(at_param_, hp, a),
+                                         state_at(at_master_, master, a), shard_at(at_grad_, hg, a),
+                                         state_at(at_m_, m, a), state_at(at_v_, v, a), optim_, lr, grad_scale,
+                                         steps_taken_);
         }
       });
       for (int u = 0; u < U && !shards_on_host_; ++u) {

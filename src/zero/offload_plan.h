@@ -17,9 +17,10 @@ inline offload::SwapSpec swap_spec_of(const OffloadSection& o, int rank, bool di
   s.optimizer = o.optimizer == "nvme", s.params = o.params == "nvme";
   s.dir = o.nvme_dir, s.rank = rank, s.direct = direct;
   s.queue_depth = unsigned(o.queue_depth), s.buffer_count = o.buffer_count;
-  // Whole I/O blocks: subgroup_mb rounded down to a multiple of 4 KiB, at least one block.
-  const double blocks = std::floor(o.subgroup_mb * 1048576.0 / double(offload::kIoAlign));
-  s.subgroup_numel = size_t(std::max(1.0, blocks)) * offload::kIoAlign / 4;
+  // Whole I/O blocks: subgroup_mb rounded down to a multiple of 8 KiB, at least 8 KiB (two blocks:
+  // a sub-group of 2-byte elements, the CUDA backend's bf16 shards, also starts on a block).
+  const double pairs = std::floor(o.subgroup_mb * 1048576.0 / double(2 * offload::kIoAlign));
+  s.subgroup_numel = size_t(std::max(1.0, pairs)) * 2 * offload::kIoAlign / 4;
   return s;
 }
 

@@ -16,15 +16,21 @@ ShardedOptimizer<Ops>::ShardedOptimizer(const ParamLayout& layout, const Partiti
                                         const OptimSection& optim)
     : layout_(layout), part_(part), store_(store), comm_(comm), optim_(optim), rules_(part.rules()) {
   auto pinned = [&](StateId id) { return store.has(id) && store.info(id).tier == Tier::pinned; };
-  // The CUDA backend's AdamW on the host: on copies of my shards, or (offload.params "cpu") on them.
-  shards_on_host_ = pinned(StateId::grad_shard);
+  // The CUDA backend's AdamW on the host: on copies of my shards, or on them (offload.params "cpu":
+  // pinned; "nvme": streamed from their swap files).
+  shards_on_host_ = pinned(StateId::grad_shard) || (Ops::tier == Tier::device && store.file(StateId::grad_shard));
   host_ = store.has(StateId::host_params) || shards_on_host_;
   // offload.params "cpu" with the AdamW on the device: the parameter shard alone is on the host.
   params_staged_ = pinned(StateId::param_shard) && !host_;
   std::vector<offload::SwapFile*> files;
   std::vector<bool> read_only;
+  std::vector<size_t> elem_bytes;  // the shards hold T (bf16 on the CUDA backend), the state M
   auto add = [&](StateId id, int* at) {
-    if (offload::SwapFile* f = store.file(id)) *at = int(files.size()), files.push_back(f), read_only.push_back(id == StateId::grad_shard);
+    if (offload::SwapFile* f = store.file(id)) {
+      const bool shard = id == StateId::param_shard || id == StateId::grad_shard;
+      *at = int(files.size()), files.push_back(f), read_only.push_back(id == StateId::grad_shard);
+      elem_bytes.push_back(shard ? sizeof(T) : sizeof(M));
+    }
   };
   add(StateId::adam_m, &at_m_), add(StateId::adam_v, &at_v_), add(StateId::master, &at_master_);
   add(StateId::param_shard, &at_param_), add(StateId::grad_shard, &at_grad_);
@@ -36,7 +42,7 @@ ShardedOptimizer<Ops>::ShardedOptimizer(const ParamLayout& layout, const Partiti
   // where the flat shard is the parameters' own buffer.
   ZT_ASSERT((at_param_ < 0) == (at_grad_ < 0) && (at_param_ < 0 || !rules_.full_params));
   swap_ = std::make_unique<offload::SwapPipeline>(files, part.shard_total(), store.get<M>(StateId::swap_buffers),
-                                                  store.swap(), read_only);
+                                                  store.swap(), read_only, elem_bytes);
 }
 
 template <class Ops>

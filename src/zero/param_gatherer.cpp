@@ -45,16 +45,46 @@ ParamGatherer<Ops>::ParamGatherer(GPT<Ops>& model, const Partition& part, StateS
   std::vector<typename offload::ShardSource<T>::Range> units;
   for (int u = 0; u < layout_.num_units(); ++u) units.push_back({part.unit_shard_flat(u), part.unit_shard_numel(u)});
   if (offload::SwapFile* file = store.file(StateId::param_shard)) {
-    ZT_ASSERT(Ops::tier == Tier::host && sizeof(T) == 4);
     std::vector<T*> reads;  // one read buffer per slot
     for (size_t i = 0; i < slots_.size(); ++i) reads.push_back(store.get<T>(StateId::param_io) + param_io_offset(part, i));
     shards_ = offload::ShardSource<T>(file, std::move(units), std::move(reads), store.swap().queue_depth);
+    read_to_device_ = Ops::tier == Tier::device;  // the CUDA backend: a read goes on to the device
   } else if (store.info(StateId::param_shard).tier == Tier::pinned) {
     use_copy_stream();
   } else {
     shards_ = offload::ShardSource<T>(store.get<T>(StateId::param_shard), std::move(units));
   }
-  launch_ = [this](int slot, const T* shard) { launch_gather(slot, shard); };
+#if ZT_HAVE_CUDA
+  if (read_to_device_) copies_ = std::make_shared<CopyStream>(slots_.size());
+#endif
+  launch_ = [this](int slot, const T* shard) {
+    launch_gather(slot, read_to_device_ ? to_device(slot, slots_[size_t(slot)].unit, shard) : shard);
+  };
+}
+
+// offload.params "nvme" on the CUDA backend: unit u's shard, read into slot i's pinned read buffer,
+// is copied on the copy stream into the slot's upload buffer (a world of one: the slot itself),
+// after what the compute stream has queued (the buffer's previous contents may still be read);
+// the compute stream is ordered after the copy. The read buffer is not read into again before
+// this copy is done (start()).
+template <class Ops>
+const typename ParamGatherer<Ops>::T* ParamGatherer<Ops>::to_device(int i, int u, const T* shard) {
+#if ZT_HAVE_CUDA
+  if constexpr (Ops::tier == Tier::device) {
+    CopyStream& cs = *copies_;
+    T* upload = store_.get<T>(StateId::param_upload);
+    T* dst = upload ? upload + param_upload_offset(part_, size_t(i)) : slots_[size_t(i)].buf;
+    ZT_CHECK_CUDA(cudaEventRecord(cs.mark, Ops::stream()));
+    ZT_CHECK_CUDA(cudaStreamWaitEvent(cs.stream, cs.mark, 0));
+    ZT_CHECK_CUDA(cudaMemcpyAsync(dst, shard, part_.unit_shard_numel(u) * sizeof(T), cudaMemcpyHostToDevice, cs.stream));
+    ZT_CHECK_CUDA(cudaEventRecord(cs.ready[size_t(i)], cs.stream));
+    ZT_CHECK_CUDA(cudaStreamWaitEvent(Ops::stream(), cs.ready[size_t(i)], 0));
+    return dst;
+  }
+#endif
+  (void)i, (void)u;
+  ZT_ASSERT(false);  // only the CUDA backend copies a read on to the device
+  return shard;
 }
 
 template <class Ops>
@@ -142,6 +172,10 @@ void ParamGatherer<Ops>::start(int pos, GatherSlot& s) {
   s.unit = u;
   s.first = s.last = pos;
   while (s.last + 1 < int(sched_.size()) && sched_[size_t(s.last + 1)] == u) ++s.last;
+#if ZT_HAVE_CUDA
+  // The read buffer's previous shard must have left for the device before the read overwrites it.
+  if (read_to_device_) ZT_CHECK_CUDA(cudaEventSynchronize(copies_->ready[size_t(&s - slots_.data())]));
+#endif
   shards_.request(u, int(&s - slots_.data()), launch_);  // in memory: the all-gather starts now
   int alive = 0;
   for (const GatherSlot& g : slots_) alive += g.unit >= 0;
@@ -257,7 +291,8 @@ const typename ParamGatherer<Ops>::T* ParamGatherer<Ops>::whole_unit(int u) {
     return store_.get<T>(StateId::params) + layout_.units()[size_t(u)].offset;
   }
   ZT_ASSERT(slots_[0].unit < 0);  // between passes every slot is free
-  CommHandle h = gather(u, shards_.now(u, 0), slots_[0].buf);
+  const T* shard = shards_.now(u, 0);
+  CommHandle h = gather(u, read_to_device_ ? to_device(0, u, shard) : shard, slots_[0].buf);
   comm_.wait(h);
   return slots_[0].buf;
 }

@@ -32,7 +32,9 @@
 //               of the unit before may still read); the all-gather starts from there at delivery,
 //               the compute stream ordered after the copy: the copy overlaps one unit's compute, as
 //               a read does. A world of one has no all-gather to feed: the shard is copied into its
-//               slot itself, on the same copy stream (no upload buffers).
+//               slot itself, on the same copy stream (no upload buffers). With "nvme" on the CUDA
+//               backend both: the shard is read into a pinned read buffer, and at delivery copied
+//               on to the device the same way (to_device) before its all-gather starts.
 //   any stage   whole_unit(): unit by unit, whole, for streaming the weights out (stage 3
 //               gathers each into a slot: no rank ever holds the whole model).
 #pragma once
@@ -107,8 +109,10 @@ class ParamGatherer {
   Tracer* tr_ = nullptr;
   offload::ShardSource<T> shards_;  // stage 3: my parameter shard, read buffer i for slot i
   typename offload::ShardSource<T>::Deliver launch_;  // launch_gather
-  struct CopyStream;  // offload.params "cpu": the host-to-device copies of the shards
+  struct CopyStream;  // offload.params "cpu" / "nvme" (CUDA): the host-to-device copies of the shards
   std::shared_ptr<CopyStream> copies_;
+  bool read_to_device_ = false;  // offload.params "nvme" on the CUDA backend: each read goes on to the device
+  const T* to_device(int slot, int u, const T* shard);
 };
 
 }  // namespace zt

@@ -48,7 +48,8 @@ StagedComm::StagedComm(Comm& inner, const StateStore& store, DType elem, int sta
   float* host = store.get<float>(StateId::host_staging);
   ZT_ASSERT(host);
   for (StateId id : host_staged(stage)) {
-    if (!store.has(id) || store.info(id).tier == Tier::pinned) continue;  // offload.params "cpu": no collective
+    // offload.params "cpu" / "nvme": the shard itself is not a collective's (its upload buffers are)
+    if (!store.has(id) || store.info(id).tier == Tier::pinned || store.info(id).tier == Tier::nvme) continue;
     const StateBuffer& b = store.info(id);
     ZT_ASSERT(b.dtype == elem && b.tier == Tier::device);
     regions_.push_back({static_cast<const char*>(store.raw(id)), b.numel, host});

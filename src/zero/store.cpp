@@ -64,15 +64,15 @@ std::vector<TensorRange> shard(const ParamLayout& layout, const Partition& part)
 }
 }  // namespace
 
-size_t param_read_numel(size_t shard_numel) {
+size_t param_read_numel(size_t shard_numel, size_t elem_bytes) {
   // A shard starts anywhere in a block: the blocks it touches, plus one for the start's offset.
-  return (offload::io_round_up(shard_numel * 4) + offload::kIoAlign) / 4;
+  return (offload::io_round_up(shard_numel * elem_bytes) + offload::kIoAlign) / elem_bytes;
 }
 
 size_t param_io_offset(const Partition& part, size_t i) {
   const size_t N = size_t(part.config().world);
   size_t at = 0;
-  for (size_t k = 0; k < i && k < part.gather_slots(); ++k) at += param_read_numel(part.gather_slot_numel(k) / N);
+  for (size_t k = 0; k < i && k < part.gather_slots(); ++k) at += param_read_numel(part.gather_slot_numel(k) / N, part.config().elem_bytes);
   return at;
 }
 
@@ -86,7 +86,7 @@ size_t param_io_numel(const Partition& part) {
   // The largest gradient shard completed at once: a bucket's, or a one-unit embedding's.
   const size_t N = size_t(part.config().world);
   const size_t grad = std::max(part.staging_slot_numel(), part.embedding_staging_numel()) / N;
-  return param_io_offset(part, part.gather_slots()) + param_read_numel(grad);
+  return param_io_offset(part, part.gather_slots()) + param_read_numel(grad, part.config().elem_bytes);
 }
 std::vector<StateId> host_staged(int stage) {
   switch (stage) {
@@ -122,7 +122,10 @@ void add_host_optimizer(std::vector<StateBuffer>& out, const Partition& part, co
   ZT_ASSERT(ty.tier == Tier::device && part.config().stage >= 1);
   for (StateBuffer& b : out)
     if ((b.cat == Category::optimizer || b.cat == Category::master) && b.tier == Tier::device) b.tier = Tier::pinned;
-  if (ty.host_shards) return;
+  // The shards themselves are what it updates: pinned (offload.params "cpu") or streamed from their
+  // swap files (offload.params "nvme").
+  for (const StateBuffer& b : out)
+    if (b.id == StateId::param_shard && b.tier != Tier::device) return;
   const size_t sh = part.shard_total();
   out.push_back({StateId::host_params, Category::staging, ty.param, Tier::pinned, sh, false, {}});
   out.push_back({StateId::host_grads, Category::staging, ty.param, Tier::pinned, sh, false, {}});
@@ -177,7 +180,7 @@ std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Parti
     // Only a shard is swapped (the plan refuses stage 0, and parameters below stage 3): one flat
     // range per state, streamed in sub-groups through a pool of buffer_count sets
     // (offload/swap_pipeline.h).
-    ZT_ASSERT(s >= 1 && ty.state == DType::f32 && (!swap.params || s == 3));
+    ZT_ASSERT(s >= 1 && ty.state == DType::f32 && (!swap.params || (s == 3 && !ty.host_shards)));
     int states = 0;
     for (StateBuffer& b : out) {
       const bool opt = b.cat == Category::optimizer || b.cat == Category::master;
@@ -186,9 +189,11 @@ std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Parti
     }
     add(StateId::swap_buffers, Category::staging, ty.state, offload::pool_numel(swap, sh, states), false, {});
     out.back().tier = Tier::host;
-    if (swap.params) {
+    if (swap.params) {  // pinned on the CUDA backend: its reads go on to the device, its sums come back
       add(StateId::param_io, Category::staging, ty.param, param_io_numel(part), false, {});
-      out.back().tier = Tier::host;
+      out.back().tier = ty.tier == Tier::device ? Tier::pinned : Tier::host;
+      if (ty.tier == Tier::device && N > 1)  // the all-gathers' device send buffers, as for "cpu"
+        add(StateId::param_upload, Category::comm, ty.param, param_upload_offset(part, part.gather_slots()), false, {});
     }
   }
   add_host_shards(out, part, ty);

@@ -117,9 +117,9 @@ StateTypes state_types_of() {
 std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Partition& part, const StateTypes& types,
                                           const offload::SwapSpec& swap = {});
 
-// offload.params "nvme": elements of one read buffer that holds any unit shard of `shard_numel`
-// elements at any flat offset (whole blocks around it), and of all of param_io.
-size_t param_read_numel(size_t shard_numel);
+// offload.params "nvme": elements (of elem_bytes) of one read buffer that holds any unit shard of
+// `shard_numel` elements at any flat offset (whole blocks around it), and of all of param_io.
+size_t param_read_numel(size_t shard_numel, size_t elem_bytes);
 size_t param_io_numel(const Partition& part);
 // Where param_io's parts start: the read buffer of gathered slot i (i < gather_slots()), and
 // the gradient buffer (i == gather_slots()).

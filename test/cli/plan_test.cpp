@@ -548,9 +548,16 @@ TEST(PlanCombinations, OffloadRefusalsGiveTheReason) {
     }
     const std::string nv = error_of([&] {
       zt::load_plan(kSrc + "/plans/base.json",
-                    {"offload.params=nvme", "offload.optimizer=cpu", "device=cuda", "zero.stage=3"}, false);
+                    {"offload.params=nvme", "offload.optimizer=none", "device=cuda", "zero.stage=3"}, false);
     });
-    EXPECT_EQ(nv.rfind("plan: offload.params: \"nvme\" is not implemented on the CUDA backend yet", 0), 0u) << nv;
+    EXPECT_EQ(nv.rfind("plan: offload.params: \"nvme\" on the CUDA backend needs offload.optimizer \"cpu\" or "
+                       "\"nvme\"", 0), 0u) << nv;
+    for (const char* opt : {"cpu", "nvme"}) {
+      const zt::Plan q = zt::load_plan(
+          kSrc + "/plans/base.json",
+          {"offload.params=nvme", std::string("offload.optimizer=") + opt, "device=cuda", "zero.stage=3"}, false);
+      EXPECT_EQ(q.offload.params, "nvme");
+    }
     const zt::Plan both = zt::load_plan(kSrc + "/plans/base.json",
                                         {"offload.params=cpu", "offload.optimizer=cpu", "device=cuda", "zero.stage=3"}, false);
     EXPECT_EQ(both.offload.params, "cpu");

@@ -6,7 +6,9 @@
 #   1. bf16, 6 steps saving at 3 and 6, against a resume from step 3 with the same plan: losses of
 #      steps 4-6 and the final weights bit for bit. N = 1 stage 1 (cpu); N = 1 stage 3, the optimizer
 #      on the device and offload.params "cpu" (the parameter shard pinned); N = 2 stage 3, nvme with
-#      offload.params "cpu" (the CPU AdamW streaming its state, the parameter and gradient shards pinned).
+#      offload.params "cpu" (the CPU AdamW streaming its state, the parameter and gradient shards pinned);
+#      N = 2 stage 3, cpu with offload.params "nvme" (the bf16 shards in swap files), also continued
+#      on the CPU backend.
 #   2. The N = 2 nvme + params cpu checkpoint continued elsewhere (losses of steps 4-6 against it):
 #      N = 1, stage 1, offload none (reshard, another stage, no offload) within 2e-2 relative, the bf16
 #      bound of train_emu.sh (stochastic rounding draws per global element, but the reduction order
@@ -39,8 +41,8 @@ launch() {  # launch NP NAME ARGS...: one run, its output in $work/NAME.out, sto
 }
 ga() { echo $(( 2 / $1 )); }  # grad_accum keeping the global batch at 2 sequences
 
-for cfg in "1 1 cpu none" "1 3 none cpu" "2 3 nvme cpu"; do
-  set -- $cfg; np=$1; stage=$2; off=$3; par=$4; n=n${np}_${off}
+for cfg in "1 1 cpu none" "1 3 none cpu" "2 3 nvme cpu" "2 3 cpu nvme"; do
+  set -- $cfg; np=$1; stage=$2; off=$3; par=$4; n=n${np}_${off}_${par}
   plan=(--set zero.stage=$stage --set offload.optimizer=$off --set offload.params=$par --set batch.grad_accum=$(ga $np))
   launch $np $n "$EMU" "${common[@]}" "${gpu[@]}" "${plan[@]}" --set checkpoint.dir="$work/$n/ckpt" \
     --set checkpoint.every=3 --set run.log="$work/$n/metrics.jsonl" --set run.final_weights="$work/$n/final.bin"
@@ -50,9 +52,12 @@ for cfg in "1 1 cpu none" "1 3 none cpu" "2 3 nvme cpu"; do
 done
 # The N = 2 stage-3 nvme checkpoint, continued at N = 1 stage 1 without offload, and on the CPU backend.
 launch 1 n1_from_nvme "$EMU" "${common[@]}" "${gpu[@]}" --set zero.stage=1 --set batch.grad_accum=2 \
-  --set checkpoint.resume="$work/n2_nvme/ckpt/step_00000003" --set run.log="$work/n1_from_nvme/metrics.jsonl"
+  --set checkpoint.resume="$work/n2_nvme_cpu/ckpt/step_00000003" --set run.log="$work/n1_from_nvme/metrics.jsonl"
 launch 1 cpu_from_nvme "$TRAIN" "${common[@]}" --set device=cpu --set zero.stage=1 --set batch.grad_accum=2 \
-  --set checkpoint.resume="$work/n2_nvme/ckpt/step_00000003" --set run.log="$work/cpu_from_nvme/metrics.jsonl"
+  --set checkpoint.resume="$work/n2_nvme_cpu/ckpt/step_00000003" --set run.log="$work/cpu_from_nvme/metrics.jsonl"
+# The N = 2 checkpoint with the shards on disk (offload.params "nvme"), continued on the CPU backend.
+launch 1 cpu_from_disk "$TRAIN" "${common[@]}" --set device=cpu --set zero.stage=1 --set batch.grad_accum=2 \
+  --set checkpoint.resume="$work/n2_cpu_nvme/ckpt/step_00000003" --set run.log="$work/cpu_from_disk/metrics.jsonl"
 
 WHERE="$WHERE" "$PY" - "$work" <<'PY'
 import json, os, sys
@@ -64,16 +69,15 @@ def check(cond, what):
     global ok
     print(("ok    " if cond else "FAIL  ") + what)
     ok &= bool(cond)
-for n in ("n1_cpu", "n1_none", "n2_nvme"):
+for n in ("n1_cpu_none", "n1_none_cpu", "n2_nvme_cpu", "n2_cpu_nvme"):
     a, b = losses(n), losses(n + "_resumed")
     same = open(f"{w}/{n}/final.bin", "rb").read() == open(f"{w}/{n}_resumed/final.bin", "rb").read()
     check(sorted(b) == [4, 5, 6] and all(a[s] == b[s] for s in b) and same,
           f"{n}: resumed from step 3, losses {[b.get(s) for s in (4, 5, 6)]} and final weights bit for bit")
-ref = losses("n2_nvme")
-for n in ("n1_from_nvme", "cpu_from_nvme"):
-    got = losses(n)
+for n, ref_name in (("n1_from_nvme", "n2_nvme_cpu"), ("cpu_from_nvme", "n2_nvme_cpu"), ("cpu_from_disk", "n2_cpu_nvme")):
+    ref, got = losses(ref_name), losses(n)
     err = max(abs(got[s] - ref[s]) / abs(ref[s]) for s in (4, 5, 6)) if sorted(got) == [4, 5, 6] else 1.0
-    check(err <= 2e-2, f"{n}: steps 4-6 against n2_nvme, max relative error {err:.2e} (bound 2e-2)")
+    check(err <= 2e-2, f"{n}: steps 4-6 against {ref_name}, max relative error {err:.2e} (bound 2e-2)")
 print(f"offload_checkpoint_emu ({os.environ['WHERE']}): " + ("ok" if ok else "FAILED"))
 sys.exit(0 if ok else 1)
 PY

@@ -11,7 +11,11 @@
 #   The other optimizer placements (N = 1 bf16 grad_accum 3, N = 2 fp32 grad_accum 3): with the
 #   AdamW on the device (offload.optimizer "none": the parameter shard alone pinned, each unit's
 #   staged through a device slot for its update) bit for bit against no offload; with the state on
-#   disk ("nvme") bit for bit against "nvme" alone, and its swap files gone at the end.
+#   disk ("nvme") bit for bit against "nvme" alone, and its swap files gone at the end. offload.params
+#   "nvme" (the shards in swap files, read into pinned buffers and copied on to the device, the
+#   gradient sums copied back and written; the CPU AdamW streams them) with optimizer "cpu" and "nvme":
+#   bit for bit against optimizer "nvme" alone (the same sub-group pipeline), the device peak down by
+#   at least 80% of the shards' bytes.
 #   `train estimate` equals the tracked peak in every tier; the tracked device peak falls by at
 #   least 80% of the bytes moved to pinned memory: parameter and gradient shards against optimizer
 #   offload alone, and those plus the optimizer state against no offload. A checkpoint resumes bit
@@ -56,6 +60,9 @@ for cfg in "1 fp32 1 -" "1 bf16 3 all" "2 fp32 3 all" "2 bf16 1 -"; do
     run "${tag}_devopt" "$np" "$prec" "$accum" none cpu
     run "${tag}_nvme" "$np" "$prec" "$accum" nvme none --set offload.nvme_dir="$work/swap_${tag}_nvme"
     run "${tag}_nvmeparams" "$np" "$prec" "$accum" nvme cpu --set offload.nvme_dir="$work/swap_${tag}_nvmeparams"
+    # offload.params "nvme": the shards in swap files, streamed by the CPU AdamW's pipeline
+    run "${tag}_disk_cpu" "$np" "$prec" "$accum" cpu nvme --set offload.nvme_dir="$work/swap_${tag}_disk_cpu"
+    run "${tag}_disk_nvme" "$np" "$prec" "$accum" nvme nvme --set offload.nvme_dir="$work/swap_${tag}_disk_nvme"
   fi
   "$PY" - "$work" "$tag" "$prec" <<'PY' || fail=1
 import json, os, sys
@@ -78,11 +85,16 @@ def have(name):
     return os.path.exists(f"{w}/{name}.est")
 n, o, p = f"{tag}_none", f"{tag}_opt", f"{tag}_params"
 d, v, vp = f"{tag}_devopt", f"{tag}_nvme", f"{tag}_nvmeparams"
-for name in (p, d, vp):
+dc, dn = f"{tag}_disk_cpu", f"{tag}_disk_nvme"
+def on_disk(name, names):  # bytes of these buffers on the nvme tier, as the estimate lists them
+    return sum(b["bytes"] for b in json.load(open(f"{w}/{name}.est"))["buffers"] if b["tier"] == "nvme" and b["name"] in names)
+for name in (p, d, vp, dc, dn):
     if have(name):
         check(len(losses(name)) == 3, f"{name}: 3 steps {losses(name)}")
 # Bit for bit where the same optimizer does the same arithmetic and only where the shards live differs.
-for run_, ref in ((p, o), (d, n), (vp, v)):
+# The shards on disk go through the optimizer's sub-group pipeline, as the state of "nvme" alone does
+# (bf16: its stochastic rounding draws per slice, and sub-groups cut slices): against that, bit for bit.
+for run_, ref in ((p, o), (d, n), (vp, v), (dc, v), (dn, v)):
     if have(run_):
         check(losses(run_) == losses(ref) and weights(run_) == weights(ref),
               f"{run_} against {ref}: losses and weights bit for bit")
@@ -94,7 +106,7 @@ else:  # the bound of offload_emu.sh: the CPU AdamW against the kernel (FMA cont
     lerr = max(abs(a - b) / abs(b) for a, b in zip(losses(p), losses(n)))
     werr = float(np.max(np.abs(fa - fb)) / np.max(np.abs(fb)))
     check(lerr <= 1e-7 and werr <= 2e-5, f"{p} against {n}: loss rel err {lerr:.1e} (1e-7), weights {werr:.1e} (2e-5)")
-for name in (n, o, p, d, v, vp):
+for name in (n, o, p, d, v, vp, dc, dn):
     if have(name):
         est = json.load(open(f"{w}/{name}.est"))["memory"]
         check(est == peak(name), f"{name}: estimate == tracked (device total {est['device']['total']})")
@@ -106,7 +118,13 @@ for run_, ref, names in ((p, o, shards), (p, n, shards + states), (d, n, ("param
     moved = pinned(run_, names)
     fall = peak(ref)["device"]["total"] - peak(run_)["device"]["total"]
     check(moved > 0 and fall >= 0.8 * moved, f"device peak of {run_} against {ref} falls by {fall} B, >= 80% of the {moved} B moved")
-for name in (v, vp):  # swap files gone after a normal end
+for run_, ref in ((dn, v),):  # the shards from the device to disk
+    if not have(run_):
+        continue
+    moved = on_disk(run_, shards)
+    fall = peak(ref)["device"]["total"] - peak(run_)["device"]["total"]
+    check(moved > 0 and fall >= 0.8 * moved, f"device peak of {run_} against {ref} falls by {fall} B, >= 80% of the {moved} B moved to disk")
+for name in (v, vp, dc, dn):  # swap files gone after a normal end
     if have(name):
         left = os.listdir(f"{w}/swap_{name}") if os.path.isdir(f"{w}/swap_{name}") else []
         check(not left, f"{name}: no swap file left ({left})")
