@@ -60,9 +60,10 @@ file(APPEND ${labels_file} "if(ZT_UNIT_rest)\n  set_tests_properties(\${ZT_UNIT_
 set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_file})
 
 # ---- zero -------------------------------------------------------------------------------------
-# zero_equivalence: N in {1,2,3,4} x stage 0-3 x overlap on/off x grad_accum {1,3} against single-rank
-# stage 0 (loss, final weights, bytes per step vs theory, tracked memory vs `train estimate`);
-# about 2-3 minutes on 2 cores.
+# zero_equivalence: N in {1,2,3,4} x stage 0-3, two of eight (bucket, overlap, grad_accum) rows per
+# cell in a Latin square (every pair of factor values meets; the script's docstring says why that
+# suffices), against single-rank stage 0 (loss, final weights, bytes per step vs theory, tracked
+# memory vs `train estimate`); 32 runs, about 4 minutes on 2 cores.
 add_test(NAME zero_equivalence
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/zero/zero_equivalence.py --train $<TARGET_FILE:train>
                  --mpirun ${MPIEXEC_EXECUTABLE}
@@ -120,9 +121,9 @@ add_test(NAME comm_settings COMMAND bash ${CMAKE_SOURCE_DIR}/test/comm/comm_sett
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(comm_settings PROPERTIES LABELS "comm;cli" RUN_SERIAL TRUE TIMEOUT 300 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 # Several hosts for real: network namespaces (scripts/cluster), Open MPI over TCP.
-# zero_equivalence_multihost: every stage at 3 hosts x 1 rank (overlap on, grad_accum 1; off,
-# grad_accum 3) and 2 hosts x 2 ranks (overlap on) against the single-rank reference, 8 steps, bytes
-# per step vs theory. multihost_faults: a cut link and a kill -9 on a remote host end every rank,
+# zero_equivalence_multihost: every stage at 3 hosts x 1 rank and 2 hosts x 2 ranks, overlap on
+# (grad_accum 1) and off (grad_accum 3) alternating by layout and stage so every pair meets, against
+# the single-rank reference, 8 steps, bytes per step vs theory. multihost_faults: a cut link and a kill -9 on a remote host end every rank,
 # every daemon and mpirun within comm.timeout_s + 10 s, nothing left behind. Both need root and
 # iproute2; elsewhere they report Skipped (exit 77) with the reason, never Passed.
 add_test(NAME zero_equivalence_multihost
@@ -186,9 +187,9 @@ set_tests_properties(offload_equivalence PROPERTIES LABELS offload TIMEOUT 600 R
 
 # ---- recompute ---------------------------------------------------------------------------------
 # recompute_equivalence: every recompute policy against none at N = 1 stage 0 and N = 3 stage 3,
-# whole logits and classifier chunks of 37 positions: losses, grad norms and final weights bit for
-# bit (chunked against whole: tolerances), bytes per step vs theory, tracked memory vs estimate;
-# about two minutes.
+# and with whole logits and classifier chunks of 37 positions (each policy pairs with each
+# configuration and each chunk size once): losses, grad norms and final weights bit for bit (chunked
+# against whole: tolerances), bytes per step vs theory, tracked memory vs estimate; about a minute.
 add_test(NAME recompute_equivalence
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/recompute/recompute_equivalence.py --train $<TARGET_FILE:train>
                  --mpirun ${MPIEXEC_EXECUTABLE}
