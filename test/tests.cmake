@@ -176,7 +176,7 @@ set_tests_properties(checkpoint_dir PROPERTIES LABELS checkpoint TIMEOUT 300 RUN
 # bit for bit, N 1 and 3 x stages 1-3; peak resident memory falls by >= 80% of the moments; swap files
 # are unnamed during a run and gone after it, after every signal and after an error, stale ones of
 # dead processes removed at start; about 60 s. Then offload.params nvme at stage 3 (alone and with the
-# optimizer, N 1 and 3, grad_accum 1 and 2) the same way, VmHWM falling by >= 80% of all model states
+# optimizer, N 1 and 3, grad_accum 1 and 2: every pair of values once, 4 runs) the same way, VmHWM falling by >= 80% of all model states
 # with both; about 75 s more.
 add_test(NAME offload_equivalence
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/offload/offload_equivalence.py --train $<TARGET_FILE:train>
