@@ -123,8 +123,8 @@ set_tests_properties(comm_settings PROPERTIES LABELS "comm;cli" RUN_SERIAL TRUE 
 # Several hosts for real: network namespaces (scripts/cluster), Open MPI over TCP.
 # zero_equivalence_multihost: every stage at 3 hosts x 1 rank and 2 hosts x 2 ranks, overlap on
 # (grad_accum 1) and off (grad_accum 3) alternating by layout and stage so every pair meets, against
-# the single-rank reference, 8 steps, bytes per step vs theory. multihost_faults: a cut link and a kill -9 on a remote host end every rank,
-# every daemon and mpirun within comm.timeout_s + 10 s, nothing left behind. Both need root and
+# the single-rank reference, 8 steps, bytes per step vs theory. multihost_faults: a cut link and a
+# kill -9 on a remote host end every rank, every daemon and mpirun within comm.timeout_s + 10 s, nothing left behind. Both need root and
 # iproute2; elsewhere they report Skipped (exit 77) with the reason, never Passed.
 add_test(NAME zero_equivalence_multihost
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/zero/zero_equivalence.py --train $<TARGET_FILE:train>
@@ -176,8 +176,8 @@ set_tests_properties(checkpoint_dir PROPERTIES LABELS checkpoint TIMEOUT 300 RUN
 # bit for bit, N 1 and 3 x stages 1-3; peak resident memory falls by >= 80% of the moments; swap files
 # are unnamed during a run and gone after it, after every signal and after an error, stale ones of
 # dead processes removed at start; about 60 s. Then offload.params nvme at stage 3 (alone and with the
-# optimizer, N 1 and 3, grad_accum 1 and 2: every pair of values once, 4 runs) the same way, VmHWM falling by >= 80% of all model states
-# with both; about 75 s more.
+# optimizer, N 1 and 3, grad_accum 1 and 2: every pair of values once, 4 runs) the same way, VmHWM
+# falling by >= 80% of all model states with both; about 75 s more.
 add_test(NAME offload_equivalence
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/offload/offload_equivalence.py --train $<TARGET_FILE:train>
                  --mpirun ${MPIEXEC_EXECUTABLE}
