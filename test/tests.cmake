@@ -189,7 +189,7 @@ set_tests_properties(offload_equivalence PROPERTIES LABELS offload TIMEOUT 600 R
 # recompute_equivalence: every recompute policy against none at N = 1 stage 0 and N = 3 stage 3,
 # and with whole logits and classifier chunks of 37 positions (each policy pairs with each
 # configuration and each chunk size once): losses, grad norms and final weights bit for bit (chunked
-# against whole: tolerances), bytes per step vs theory, tracked memory vs estimate; about a minute.
+# against whole: tolerances), bytes per step vs theory, tracked memory vs estimate; about 75 s.
 add_test(NAME recompute_equivalence
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/recompute/recompute_equivalence.py --train $<TARGET_FILE:train>
                  --mpirun ${MPIEXEC_EXECUTABLE}
