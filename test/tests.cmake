@@ -60,9 +60,10 @@ file(APPEND ${labels_file} "if(ZT_UNIT_rest)\n  set_tests_properties(\${ZT_UNIT_
 set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_file})
 
 # ---- zero -------------------------------------------------------------------------------------
-# zero_equivalence: N in {1,2,3,4} x stage 0-3 x overlap on/off x grad_accum {1,3} against single-rank
-# stage 0 (loss, final weights, bytes per step vs theory, tracked memory vs `train estimate`);
-# about 2-3 minutes on 2 cores.
+# zero_equivalence: N in {1,2,3,4} x stage 0-3, two of eight (bucket, overlap, grad_accum) rows per
+# cell in a Latin square (every pair of factor values meets; the script's docstring says why that
+# suffices), against single-rank stage 0 (loss, final weights, bytes per step vs theory, tracked
+# memory vs `train estimate`); 32 runs, about 4 minutes on 2 cores.
 add_test(NAME zero_equivalence
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/zero/zero_equivalence.py --train $<TARGET_FILE:train>
                  --mpirun ${MPIEXEC_EXECUTABLE}
@@ -120,10 +121,10 @@ add_test(NAME comm_settings COMMAND bash ${CMAKE_SOURCE_DIR}/test/comm/comm_sett
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(comm_settings PROPERTIES LABELS "comm;cli" RUN_SERIAL TRUE TIMEOUT 300 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 # Several hosts for real: network namespaces (scripts/cluster), Open MPI over TCP.
-# zero_equivalence_multihost: every stage at 3 hosts x 1 rank (overlap on, grad_accum 1; off,
-# grad_accum 3) and 2 hosts x 2 ranks (overlap on) against the single-rank reference, 8 steps, bytes
-# per step vs theory. multihost_faults: a cut link and a kill -9 on a remote host end every rank,
-# every daemon and mpirun within comm.timeout_s + 10 s, nothing left behind. Both need root and
+# zero_equivalence_multihost: every stage at 3 hosts x 1 rank and 2 hosts x 2 ranks, overlap on
+# (grad_accum 1) and off (grad_accum 3) alternating by layout and stage so every pair meets, against
+# the single-rank reference, 8 steps, bytes per step vs theory. multihost_faults: a cut link and a
+# kill -9 on a remote host end every rank, every daemon and mpirun within comm.timeout_s + 10 s, nothing left behind. Both need root and
 # iproute2; elsewhere they report Skipped (exit 77) with the reason, never Passed.
 add_test(NAME zero_equivalence_multihost
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/zero/zero_equivalence.py --train $<TARGET_FILE:train>
@@ -175,8 +176,8 @@ set_tests_properties(checkpoint_dir PROPERTIES LABELS checkpoint TIMEOUT 300 RUN
 # bit for bit, N 1 and 3 x stages 1-3; peak resident memory falls by >= 80% of the moments; swap files
 # are unnamed during a run and gone after it, after every signal and after an error, stale ones of
 # dead processes removed at start; about 60 s. Then offload.params nvme at stage 3 (alone and with the
-# optimizer, N 1 and 3, grad_accum 1 and 2) the same way, VmHWM falling by >= 80% of all model states
-# with both; about 75 s more.
+# optimizer, N 1 and 3, grad_accum 1 and 2: every pair of values once, 4 runs) the same way, VmHWM
+# falling by >= 80% of all model states with both; about 75 s more.
 add_test(NAME offload_equivalence
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/offload/offload_equivalence.py --train $<TARGET_FILE:train>
                  --mpirun ${MPIEXEC_EXECUTABLE}
@@ -186,9 +187,9 @@ set_tests_properties(offload_equivalence PROPERTIES LABELS offload TIMEOUT 600 R
 
 # ---- recompute ---------------------------------------------------------------------------------
 # recompute_equivalence: every recompute policy against none at N = 1 stage 0 and N = 3 stage 3,
-# whole logits and classifier chunks of 37 positions: losses, grad norms and final weights bit for
-# bit (chunked against whole: tolerances), bytes per step vs theory, tracked memory vs estimate;
-# about two minutes.
+# and with whole logits and classifier chunks of 37 positions (each policy pairs with each
+# configuration and each chunk size once): losses, grad norms and final weights bit for bit (chunked
+# against whole: tolerances), bytes per step vs theory, tracked memory vs estimate; about 75 s.
 add_test(NAME recompute_equivalence
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/recompute/recompute_equivalence.py --train $<TARGET_FILE:train>
                  --mpirun ${MPIEXEC_EXECUTABLE}

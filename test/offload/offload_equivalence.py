@@ -24,8 +24,11 @@
 
 offload.params "nvme" (stage 3: the parameter and gradient shards in swap files):
 
-  params    N in {1, 3} x grad_accum {1, 2}, with and without the optimizer offloaded too: loss
-            curve and final weights BIT FOR BIT those of the same plan in memory; tracked peak =
+  params    N in {1, 3} x grad_accum {1, 2} x with and without the optimizer offloaded too, as a
+            covering design (PARAMS_RUNS: every pair of the three factors' values once, 4 runs,
+            not 8; a fault of the parameter swap depends on the world (shards), the accumulation
+            (the gradient shard read back) or the optimizer's files beside it, not on all three):
+            loss curve and final weights BIT FOR BIT those of the same plan in memory; tracked peak =
             estimate in every tier, the parameter and gradient shards (and the moments, when
             offloaded) in the nvme tier and not in host memory; no swap file left.
   prss      a stage-3 model with ~150 MiB of model states per rank (C 256, L 8, N 2): with both
@@ -120,12 +123,25 @@ def run(train, mpirun, n, stage, work, extra, timeout=300, accum=1):
             "estimate": json.loads(est.stdout), "output": out}
 
 
+# (N, grad_accum, optimizer offloaded too) of params_parity: an orthogonal array, every pair of values once.
+PARAMS_RUNS = [(1, 1, False), (1, 2, True), (3, 1, True), (3, 2, False)]
+_in_memory = {}  # (N, stage, grad_accum) -> the run of the plan without offload, shared by parity and params
+
+
+def in_memory(args, tmp, n, stage, accum=1):
+    """The plan without offload, run once however many offloaded runs compare with it."""
+    if (n, stage, accum) not in _in_memory:
+        _in_memory[(n, stage, accum)] = run(args.train, args.mpirun, n, stage,
+                                            os.path.join(tmp, f"ref_{n}_{stage}_{accum}"), [], accum=accum)
+    return _in_memory[(n, stage, accum)]
+
+
 def parity(args, tmp, fails):
     for n in (1, 3):
         for stage in (1, 2, 3):
             name = f"N={n} stage {stage}"
             swap = os.path.join(tmp, f"swap_{n}_{stage}")
-            ref = run(args.train, args.mpirun, n, stage, os.path.join(tmp, f"ref_{n}_{stage}"), [])
+            ref = in_memory(args, tmp, n, stage)
             off = run(args.train, args.mpirun, n, stage, os.path.join(tmp, f"off_{n}_{stage}"), nvme_sets(swap))
             errs = []
             if len(off["losses"]) != zm.STEPS or off["losses"] != ref["losses"]:
@@ -149,35 +165,35 @@ def parity(args, tmp, fails):
 
 def params_parity(args, tmp, fails):
     """offload.params nvme at stage 3, alone and with the optimizer, against the plan in memory."""
-    for n in (1, 3):
-        for accum in (1, 2):
-            ref = run(args.train, args.mpirun, n, 3, os.path.join(tmp, f"pref_{n}_{accum}"), [], accum=accum)
-            for opt in (False, True):
-                name = f"N={n} grad_accum {accum} {'params+optimizer' if opt else 'params'}"
-                swap = os.path.join(tmp, f"pswap_{n}_{accum}_{opt}")
-                off = run(args.train, args.mpirun, n, 3, os.path.join(tmp, f"poff_{n}_{accum}_{opt}"),
-                          params_sets(swap, opt), accum=accum)
-                errs = []
-                if len(off["losses"]) != zm.STEPS or off["losses"] != ref["losses"]:
-                    errs.append(f"losses differ: {off['losses'][:3]}... vs {ref['losses'][:3]}...")
-                if not ref["weights"] or off["weights"] != ref["weights"]:
-                    errs.append("final weights differ (or are missing)")
-                peak, est = off["summary"]["peak_memory_bytes"], off["estimate"]["memory"]
-                if peak != est:
-                    errs.append(f"tracked peak {peak} != estimate {est}")
-                host, nvme = ref["estimate"]["memory"]["host"], est.get("nvme", {})
-                moved = ["params", "grads"] + (["optimizer"] if opt else [])
-                for cat in moved:
-                    if nvme.get(cat) != host[cat] or cat in est["host"]:
-                        errs.append(f"estimate does not put the {host[cat]} {cat} bytes in the nvme tier: {est}")
-                if not opt and est["host"].get("optimizer") != host["optimizer"]:
-                    errs.append("the moments left host memory without offload.optimizer")
-                if swap_files(swap):
-                    errs.append(f"swap files left behind: {swap_files(swap)}")
-                print(("FAIL " if errs else "ok   ") + f"params parity {name}: {len(off['losses'])} losses and final "
-                      f"weights bit for bit, tracked = estimate, {'+'.join(moved)} in nvme" +
-                      "".join("\n     " + e for e in errs))
-                fails += [f"params parity {name}: {e}" for e in errs]
+    pairs = [{(a, b) for a, b, _ in PARAMS_RUNS}, {(a, c) for a, _, c in PARAMS_RUNS}, {(b, c) for _, b, c in PARAMS_RUNS}]
+    assert all(len(p) == 4 for p in pairs), PARAMS_RUNS  # every pair of values of two factors
+    for n, accum, opt in PARAMS_RUNS:
+        ref = in_memory(args, tmp, n, 3, accum)
+        name = f"N={n} grad_accum {accum} {'params+optimizer' if opt else 'params'}"
+        swap = os.path.join(tmp, f"pswap_{n}_{accum}_{opt}")
+        off = run(args.train, args.mpirun, n, 3, os.path.join(tmp, f"poff_{n}_{accum}_{opt}"),
+                  params_sets(swap, opt), accum=accum)
+        errs = []
+        if len(off["losses"]) != zm.STEPS or off["losses"] != ref["losses"]:
+            errs.append(f"losses differ: {off['losses'][:3]}... vs {ref['losses'][:3]}...")
+        if not ref["weights"] or off["weights"] != ref["weights"]:
+            errs.append("final weights differ (or are missing)")
+        peak, est = off["summary"]["peak_memory_bytes"], off["estimate"]["memory"]
+        if peak != est:
+            errs.append(f"tracked peak {peak} != estimate {est}")
+        host, nvme = ref["estimate"]["memory"]["host"], est.get("nvme", {})
+        moved = ["params", "grads"] + (["optimizer"] if opt else [])
+        for cat in moved:
+            if nvme.get(cat) != host[cat] or cat in est["host"]:
+                errs.append(f"estimate does not put the {host[cat]} {cat} bytes in the nvme tier: {est}")
+        if not opt and est["host"].get("optimizer") != host["optimizer"]:
+            errs.append("the moments left host memory without offload.optimizer")
+        if swap_files(swap):
+            errs.append(f"swap files left behind: {swap_files(swap)}")
+        print(("FAIL " if errs else "ok   ") + f"params parity {name}: {len(off['losses'])} losses and final "
+              f"weights bit for bit, tracked = estimate, {'+'.join(moved)} in nvme" +
+              "".join("\n     " + e for e in errs))
+        fails += [f"params parity {name}: {e}" for e in errs]
 
 
 def headline_plan(args, fails):

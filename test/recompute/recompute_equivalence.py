@@ -16,13 +16,23 @@ so each micro-step's backward regathers units and recomputes from them), every p
 A recomputed LayerNorm, GELU or block runs the same kernel on the same inputs as forward did, so
 anything short of bit equality is a bug (a stale scratch, a parameter not gathered yet, a
 different fused/unfused op). Last, two ranks at stages 0-2 with classifier chunks and the
-overlapped LM-head gradient against one rank with whole logits. About 20 runs of a few seconds each.
+overlapped LM-head gradient against one rank with whole logits. 14 runs of a few seconds each.
+
+Which policy runs where (RUNS) is a covering design, not the full 2 configurations x 2 chunk
+sizes x 3 policies: `none` runs in all four (configuration, chunk) cells, and the policies are spread
+so that every (configuration, policy), (chunk, policy) and (configuration, chunk) pair runs once
+(check_design): 6 policy runs, not 12. A recompute fault is a function of the policy and one of the
+others (a stale scratch at stage 3's regather, a chunked head that recomputes another way), and
+each run is compared bit for bit. The activation ordering, which needs every policy in one cell, is
+checked on `train estimate` (what the runs' own estimates are) for all four cells.
 
   /usr/bin/python3 test/recompute/recompute_equivalence.py [--train ./train] [--mpirun mpirun] [--keep]
 """
 import argparse
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +54,28 @@ CONFIGS = [(1, 0, 1), (3, 3, 2)]  # (ranks, stage, grad_accum)
 # split: the log-sum-exp is folded over its vocabulary chunks (another rounding), and bytes per
 # step include the embedding gathered once more for its gradient (zero_equivalence.theory_bytes, regather).
 CHUNKS = [0, 37]
+# (ranks, stage, grad_accum) -> chunk -> the policies run there besides none (module docstring).
+RUNS = {(1, 0, 1): {0: [("selective", 1), ("block", 2)], 37: [("block", 1)]},
+        (3, 3, 2): {0: [("block", 1)], 37: [("selective", 1), ("block", 2)]}}
+
+
+def check_design():
+    """Every cell runs, every policy runs in every configuration and with every chunk size."""
+    assert sorted(RUNS) == sorted(CONFIGS) and all(sorted(RUNS[c]) == CHUNKS for c in CONFIGS)
+    for c in CONFIGS:
+        assert sorted(p for ch in CHUNKS for p in RUNS[c][ch]) == sorted(POLICIES), c
+    for ch in CHUNKS:
+        assert sorted(p for c in CONFIGS for p in RUNS[c][ch]) == sorted(POLICIES), ch
+
+
+def estimate_activations(train, n, stage, accum, work, extra):
+    """Host activations bytes of `train estimate` for this plan (the same call run_train makes)."""
+    sets = zm.plan_sets(stage, True, accum, work, 0.05, extra)
+    p = subprocess.run([train, "estimate", "plans/default.json", "--world", str(n), "--json"] + sets,
+                       cwd=zm.ROOT, env=zm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    if p.returncode != 0:
+        raise zm.RunFailed(f"estimate failed ({p.returncode}): {p.stdout.decode(errors='replace')}")
+    return json.loads(p.stdout)["memory"]["host"]["activations"]
 
 
 def sets(policy, every, chunk=0):
@@ -88,6 +120,7 @@ def main():
     train = os.path.abspath(args.train)
     if not os.access(train, os.X_OK):
         sys.exit(f"recompute_equivalence: {train} is not executable")
+    check_design()
     work = tempfile.mkdtemp(prefix="recompute_equivalence.")
     t0 = time.monotonic()
     failures = []
@@ -97,7 +130,7 @@ def main():
     for n, stage, accum in CONFIGS:
       for chunk in CHUNKS:
         runs = {}
-        for policy, every in [("none", 1)] + POLICIES:
+        for policy, every in [("none", 1)] + RUNS[(n, stage, accum)][chunk]:
             name = f"N={n} stage={stage} accum={accum} policy={policy} every={every} chunk={chunk}"
             try:
                 runs[(policy, every)] = res = zm.run_train(train, args.mpirun, n, stage, True, accum,
@@ -132,12 +165,16 @@ def main():
             print(f"{n:>2} {stage:>5} {accum:>5} {policy:>10} {every:>5} {chunk:>5} {act:>12d} {ok:>5} {bits_vs:>6} "
                   f"{'ok' if m['bytes_ok'] else 'BAD':>5} {'ok' if m['mem_ok'] else 'BAD':>4} {res['seconds']:5.1f}",
                   flush=True)
-        acts = [runs[k]["estimate"]["memory"]["host"]["activations"] for k in
-                [("none", 1), ("selective", 1), ("block", 2), ("block", 1)] if k in runs]
-        if len(acts) == 4 and not all(a > b for a, b in zip(acts, acts[1:])):
+        try:
+            acts = [estimate_activations(train, n, stage, accum, work, sets(p, e, chunk)) for p, e in
+                    [("none", 1), ("selective", 1), ("block", 2), ("block", 1)]]
+        except zm.RunFailed as e:
+            failures.append(f"N={n} chunk={chunk}: {e}")
+            continue
+        if not all(a > b for a, b in zip(acts, acts[1:])):
             failures.append(f"N={n} chunk={chunk}: activations not none > selective > block/2 > block/1: {acts}")
-        if chunk != 0 and not (n > 1 and stage == 3) and ("none", 1) in runs and (n, stage) in whole_none:
-            a, w = (r["estimate"]["memory"]["host"]["activations"] for r in (runs[("none", 1)], whole_none[(n, stage)]))
+        if chunk != 0 and not (n > 1 and stage == 3) and (n, stage) in whole_none:
+            a, w = acts[0], whole_none[(n, stage)]["estimate"]["memory"]["host"]["activations"]
             if not a < w:
                 failures.append(f"N={n} chunk={chunk}: chunked activations {a} not below whole {w}")
 
