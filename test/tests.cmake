@@ -363,8 +363,9 @@ if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
   set_tests_properties(emulated.offload_cuda PROPERTIES LABELS emu TIMEOUT 600 RUN_SERIAL TRUE
                        ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   # offload.params cpu on the CUDA backend (stage 3, with offload.optimizer cpu, none and nvme) against
-  # the same optimizer placement without it and no offload, N = 1 and 2, grad_accum 1 and 3
-  # (test/emu/params_offload_emu.sh).
+  # the same optimizer placement without it and no offload, and offload.params nvme (optimizer cpu,
+  # nvme) against optimizer nvme alone, N = 1 and 2, grad_accum 1 and 3; swap files after SIGTERM and
+  # an error (test/emu/params_offload_emu.sh).
   add_test(NAME emulated.params_offload_cuda
            COMMAND bash ${CMAKE_SOURCE_DIR}/test/emu/params_offload_emu.sh $<TARGET_FILE:zt_train_emu> ${MPIEXEC_EXECUTABLE}
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
