@@ -42,6 +42,21 @@ TEST(LargestPlan, Gpu80FitsTheMachine) {
   EXPECT_EQ(e.by_tier_category.count({zt::Tier::device, zt::Category::optimizer}), 0u);
 }
 
+// plans/largest_gpu80_nvme.json: the parameter and gradient shards on disk (offload.params "nvme"),
+// so the host holds 12 bytes per parameter instead of 16: 44 layers, and 48 do not fit the host.
+TEST(LargestPlan, Gpu80NvmeFitsTheMachine) {
+  const std::string plan = std::string(ZT_SOURCE_DIR) + "/plans/largest_gpu80_nvme.json";
+  const zt::Plan p = zt::load_plan(plan, {}, false);
+  const zt::Estimate e = zt::estimate_plan(p, 1);
+  EXPECT_GT(e.num_params, size_t(9e9));
+  const Use u = use_of(p);
+  EXPECT_LE(u.device, kDevice) << u.device / GiB << " GiB";
+  EXPECT_LE(u.host, kHost) << u.host / GiB << " GiB";
+  EXPECT_LE(u.disk, kDisk) << u.disk / GiB << " GiB";
+  EXPECT_EQ(e.by_tier_category.count({zt::Tier::device, zt::Category::params}), 0u);
+  EXPECT_GT(use_of(zt::load_plan(plan, {"model.n_layer=48"}, false)).host, kHost);
+}
+
 TEST(LargestPlan, Gpu80NextSizeDoesNotFit) {
   const zt::Plan p = zt::load_plan(kPlan, {"model.n_layer=36"}, false);
   EXPECT_GT(use_of(p).host, kHost);
