@@ -143,14 +143,7 @@ def parity(args, tmp, fails):
             swap = os.path.join(tmp, f"swap_{n}_{stage}")
             ref = in_memory(args, tmp, n, stage)
             off = run(args.train, args.mpirun, n, stage, os.path.join(tmp, f"off_{n}_{stage}"), nvme_sets(swap))
-            errs = []
-            if len(off["losses"]) != zm.STEPS or off["losses"] != ref["losses"]:
-                errs.append(f"losses differ: {off['losses'][:3]}... vs {ref['losses'][:3]}...")
-            if not ref["weights"] or off["weights"] != ref["weights"]:
-                errs.append("final weights differ (or are missing)")
-            peak, est = off["summary"]["peak_memory_bytes"], off["estimate"]["memory"]
-            if peak != est:
-                errs.append(f"tracked peak {peak} != estimate {est}")
+            errs, est = same_run(off, ref), off["estimate"]["memory"]
             shard_bytes = ref["estimate"]["memory"]["host"]["optimizer"]
             if est.get("nvme", {}).get("optimizer") != shard_bytes or "optimizer" in est["host"]:
                 errs.append(f"estimate does not put the {shard_bytes} moment bytes in the nvme tier: {est}")
@@ -163,6 +156,20 @@ def parity(args, tmp, fails):
             fails += [f"parity {name}: {e}" for e in errs]
 
 
+def same_run(off, ref):
+    """What an offloaded run must share with the run in memory: losses and final weights bit for
+    bit, and its tracked peak equal to its estimate. The differences, as messages."""
+    errs = []
+    if len(off["losses"]) != zm.STEPS or off["losses"] != ref["losses"]:
+        errs.append(f"losses differ: {off['losses'][:3]}... vs {ref['losses'][:3]}...")
+    if not ref["weights"] or off["weights"] != ref["weights"]:
+        errs.append("final weights differ (or are missing)")
+    peak, est = off["summary"]["peak_memory_bytes"], off["estimate"]["memory"]
+    if peak != est:
+        errs.append(f"tracked peak {peak} != estimate {est}")
+    return errs
+
+
 def params_parity(args, tmp, fails):
     """offload.params nvme at stage 3, alone and with the optimizer, against the plan in memory."""
     pairs = [{(a, b) for a, b, _ in PARAMS_RUNS}, {(a, c) for a, _, c in PARAMS_RUNS}, {(b, c) for _, b, c in PARAMS_RUNS}]
@@ -173,14 +180,7 @@ def params_parity(args, tmp, fails):
         swap = os.path.join(tmp, f"pswap_{n}_{accum}_{opt}")
         off = run(args.train, args.mpirun, n, 3, os.path.join(tmp, f"poff_{n}_{accum}_{opt}"),
                   params_sets(swap, opt), accum=accum)
-        errs = []
-        if len(off["losses"]) != zm.STEPS or off["losses"] != ref["losses"]:
-            errs.append(f"losses differ: {off['losses'][:3]}... vs {ref['losses'][:3]}...")
-        if not ref["weights"] or off["weights"] != ref["weights"]:
-            errs.append("final weights differ (or are missing)")
-        peak, est = off["summary"]["peak_memory_bytes"], off["estimate"]["memory"]
-        if peak != est:
-            errs.append(f"tracked peak {peak} != estimate {est}")
+        errs, est = same_run(off, ref), off["estimate"]["memory"]
         host, nvme = ref["estimate"]["memory"]["host"], est.get("nvme", {})
         moved = ["params", "grads"] + (["optimizer"] if opt else [])
         for cat in moved:
