@@ -183,11 +183,6 @@ void check_combinations(const Plan& p) {
     bad("offload.params", json(p.offload.params).dump() +
                               " requires zero.stage 3 (only sharded parameters can be offloaded), got zero.stage " +
                               std::to_string(p.zero.stage));
-  // The CUDA backend's shards on disk are updated by the CPU AdamW, which streams them (device "auto"
-  // may still find a GPU at run time: train/offload_setup.cpp refuses it there).
-  if (p.offload.params == "nvme" && p.offload.optimizer == "none" && p.device == "cuda")
-    bad("offload.params", "\"nvme\" on the CUDA backend needs offload.optimizer \"cpu\" or \"nvme\" (the CPU AdamW "
-                          "updates the shards on disk as it streams them), got offload.optimizer \"none\"");
   if (p.offload.optimizer != "none" && p.zero.stage == 0)
     bad("offload.optimizer", json(p.offload.optimizer).dump() +
                                  " requires zero.stage 1, 2 or 3: offload streams a rank's shard of the optimizer "

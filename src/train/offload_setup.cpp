@@ -36,10 +36,6 @@ offload::SwapSpec prepare_offload(const Plan& plan, int world, int rank, int loc
   ZT_REQUIRE(!host_backend || plan.offload.params != "cpu",
              "offload.params: \"cpu\" changes nothing on the CPU backend (device \"auto\" found no GPU), which "
              "already keeps everything in host memory; use \"nvme\" or \"none\"");
-  // The CUDA backend: the shards on disk are updated by the CPU AdamW as it streams them.
-  ZT_REQUIRE(host_backend || plan.offload.params != "nvme" || plan.offload.optimizer != "none",
-             "offload.params: \"nvme\" on the CUDA backend needs offload.optimizer \"cpu\" or \"nvme\" (the CPU "
-             "AdamW updates the shards on disk as it streams them), got offload.optimizer \"none\"");
   if (plan.offload.optimizer != "nvme" && plan.offload.params != "nvme") return {};
   int files = 0;
   const uint64_t per_rank = swap_file_bytes(plan, world, &files);
@@ -55,20 +51,29 @@ offload::SwapSpec prepare_offload(const Plan& plan, int world, int rank, int loc
   return swap_spec_of(plan.offload, rank, d.direct);
 }
 
-std::string describe_offload(const offload::SwapSpec& spec, const Plan& plan, int world) {
+std::string describe_offload(const offload::SwapSpec& spec, const Plan& plan, int world, bool host_backend) {
   if (!spec.enabled()) return "";
   int files = 0;
   uint64_t pool = 0;
   const uint64_t per_rank = swap_file_bytes(plan, world, &files, &pool);
   const offload::Uring probe(1);
   std::ostringstream os;
+  // The CUDA backend's AdamW on the device keeps the gradient shard there (zero/store.cpp).
+  const bool device_adamw = !host_backend && !spec.optimizer;
   const char* what = spec.optimizer && spec.params ? "optimizer state, parameter and gradient shards"
+                     : device_adamw                ? "parameter shard"
                      : spec.params                ? "parameter and gradient shards"
                                                   : "optimizer state";
-  os << "offload: " << what << " on disk, " << files << " swap files of " << format_bytes(double(per_rank) / files)
+  os << "offload: " << what << " on disk, " << files << (files == 1 ? " swap file of " : " swap files of ") << format_bytes(double(per_rank) / files)
      << " per rank in " << spec.dir << " (" << (spec.direct ? "O_DIRECT" : "buffered: the filesystem refused O_DIRECT")
      << ", " << (probe.available() ? "io_uring" : "synchronous pread/pwrite: io_uring is not permitted here")
-     << "); sub-groups of " << format_bytes(double(spec.subgroup_numel) * 4) << " per state, " << spec.buffer_count
+     << ")";
+  if (device_adamw) {
+    os << "; each unit's shard read before its all-gather, and read, updated on the device and written back "
+          "at the step";
+    return os.str();
+  }
+  os << "; sub-groups of " << format_bytes(double(spec.subgroup_numel) * 4) << " per state, " << spec.buffer_count
      << " buffer sets, queue depth " << spec.queue_depth;
   // Legal, but the run then keeps more host memory than it moved to disk.
   if (pool >= per_rank)

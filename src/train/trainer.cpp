@@ -403,7 +403,7 @@ class Trainer {
                 plan_.zero.overlap_comm ? "overlapped bucketed communication" : "naive blocking per-unit communication",
                 partition_->buckets().size());
     std::printf("comm: %s\n", describe_comm_backend(plan_.comm.backend, Ops::tier == Tier::device).c_str());
-    if (swap_.enabled()) std::printf("%s\n", describe_offload(swap_, plan_, world).c_str());
+    if (swap_.enabled()) std::printf("%s\n", describe_offload(swap_, plan_, world, Ops::tier == Tier::host).c_str());
     std::printf("\nmemory per rank (tracked):\n%s\n", mem_.table(false).c_str());
     std::fflush(stdout);
   }

@@ -22,6 +22,10 @@ ShardedOptimizer<Ops>::ShardedOptimizer(const ParamLayout& layout, const Partiti
   host_ = store.has(StateId::host_params) || shards_on_host_;
   // offload.params "cpu" with the AdamW on the device: the parameter shard alone is on the host.
   params_staged_ = pinned(StateId::param_shard) && !host_;
+  // offload.params "nvme" with the AdamW on the device: the parameter shard alone is on disk, read
+  // and written unit by unit around the update (staged_in / staged_out), not by a pipeline.
+  if (Ops::tier == Tier::device && !host_ && store.file(StateId::param_shard))
+    param_file_ = store.file(StateId::param_shard), params_staged_ = true;
   std::vector<offload::SwapFile*> files;
   std::vector<bool> read_only;
   std::vector<size_t> elem_bytes;  // the shards hold T (bf16 on the CUDA backend), the state M
@@ -33,7 +37,7 @@ ShardedOptimizer<Ops>::ShardedOptimizer(const ParamLayout& layout, const Partiti
     }
   };
   add(StateId::adam_m, &at_m_), add(StateId::adam_v, &at_v_), add(StateId::master, &at_master_);
-  add(StateId::param_shard, &at_param_), add(StateId::grad_shard, &at_grad_);
+  if (!param_file_) add(StateId::param_shard, &at_param_), add(StateId::grad_shard, &at_grad_);
   if (files.empty()) return;
   ZT_ASSERT(rules_.optimizer_sharded && (Ops::tier == Tier::host || host_));  // the CPU runs the update on host memory
   // Swapped master weights are initialised into their file by host_init_master (CUDA backend).
@@ -77,22 +81,33 @@ void ShardedOptimizer<Ops>::init_master() {
   }
 }
 
-// offload.params "cpu" with the AdamW on the device (params_staged_): unit u's parameter shard is
+// The AdamW on the device with the parameter shard off it (params_staged_): unit u's shard is
 // copied into the first gathered-unit slot, which fits any unit and is free between passes, on the
 // compute stream (kernels read device memory only); staged_out() copies it back after its update.
+//   offload.params "cpu":  from and to the pinned shard itself.
+//   offload.params "nvme": through slot 0's pinned read buffer (param_io, free between passes): the
+//                          whole blocks around the shard are read from the swap file, and written
+//                          back once the stream has copied the updated shard into them. Synchronous,
+//                          unit after unit (blocks shared by neighbouring units stay consistent).
 template <class Ops>
 typename ShardedOptimizer<Ops>::T* ShardedOptimizer<Ops>::staged_in(int u) {
   if (!params_staged_) return params(u);
 #if ZT_HAVE_CUDA
   if constexpr (Ops::tier == Tier::device) {
     T* slot = store_.get<T>(StateId::gathered_units);  // (unit shard) of slot 0
-    ZT_ASSERT(part_.unit_shard_numel(u) <= part_.gather_slot_numel(0));
-    ZT_CHECK_CUDA(cudaMemcpyAsync(slot, params(u), part_.unit_shard_numel(u) * sizeof(T), cudaMemcpyHostToDevice,
-                                  Ops::stream()));
+    const size_t n = part_.unit_shard_numel(u);
+    ZT_ASSERT(n <= part_.gather_slot_numel(0));
+    const T* src = params(u);
+    if (param_file_) {
+      // The read buffer's last copies (the gatherer's, or the previous unit's) must be done.
+      ZT_CHECK_CUDA(cudaStreamSynchronize(Ops::stream()));
+      src = read_param_blocks(u);
+    }
+    ZT_CHECK_CUDA(cudaMemcpyAsync(slot, src, n * sizeof(T), cudaMemcpyHostToDevice, Ops::stream()));
     return slot;
   }
 #endif
-  ZT_ASSERT(false);  // only the CUDA backend keeps the shard in pinned memory
+  ZT_ASSERT(false);  // only the CUDA backend keeps the shard off the device with its AdamW
   return nullptr;
 }
 
@@ -101,11 +116,37 @@ void ShardedOptimizer<Ops>::staged_out(int u) {
 #if ZT_HAVE_CUDA
   if constexpr (Ops::tier == Tier::device) {
     if (!params_staged_) return;
-    ZT_CHECK_CUDA(cudaMemcpyAsync(params(u), store_.get<T>(StateId::gathered_units),
-                                  part_.unit_shard_numel(u) * sizeof(T), cudaMemcpyDeviceToHost, Ops::stream()));
+    const T* slot = store_.get<T>(StateId::gathered_units);
+    const size_t bytes = part_.unit_shard_numel(u) * sizeof(T);
+    if (!param_file_) {
+      ZT_CHECK_CUDA(cudaMemcpyAsync(params(u), slot, bytes, cudaMemcpyDeviceToHost, Ops::stream()));
+      return;
+    }
+    const ParamBlocks b = param_blocks(u);
+    ZT_CHECK_CUDA(cudaMemcpyAsync(b.shard, slot, bytes, cudaMemcpyDeviceToHost, Ops::stream()));
+    ZT_CHECK_CUDA(cudaStreamSynchronize(Ops::stream()));
+    param_file_->write_blocks(b.blocks, b.len, b.at);
   }
 #endif
   (void)u;
+}
+
+// offload.params "nvme", AdamW on the device: the whole I/O blocks around unit u's shard in its
+// swap file, and where they sit in slot 0's read buffer (shard: the shard's first element there).
+template <class Ops>
+typename ShardedOptimizer<Ops>::ParamBlocks ShardedOptimizer<Ops>::param_blocks(int u) const {
+  T* read = store_.get<T>(StateId::param_io) + param_io_offset(part_, 0);
+  ZT_ASSERT(part_.unit_shard_numel(u) <= part_.gather_slot_numel(0) / size_t(part_.config().world));
+  const size_t off = part_.unit_shard_flat(u) * sizeof(T), a0 = off / offload::kIoAlign * offload::kIoAlign;
+  const size_t a1 = offload::io_round_up(off + part_.unit_shard_numel(u) * sizeof(T));
+  return {read, read + (off - a0) / sizeof(T), a1 - a0, a0};
+}
+
+template <class Ops>
+const typename ShardedOptimizer<Ops>::T* ShardedOptimizer<Ops>::read_param_blocks(int u) {
+  const ParamBlocks b = param_blocks(u);
+  param_file_->read_blocks(b.blocks, b.len, b.at);
+  return b.shard;
 }
 
 template <class Ops>

@@ -85,11 +85,23 @@ class ShardedOptimizer {
   // already (shards_on_host_): the CPU AdamW updates them in place, nothing crosses the bus here.
   bool host_ = false;
   bool shards_on_host_ = false;
-  // offload.params "cpu" with the AdamW on the device: the parameter shard is pinned host memory,
-  // each unit's part staged through a device slot for its update (staged_in / staged_out).
+  // offload.params "cpu" / "nvme" with the AdamW on the device: the parameter shard is pinned host
+  // memory or a swap file, each unit's part staged through a device slot for its update
+  // (staged_in / staged_out).
   bool params_staged_ = false;
   T* staged_in(int u);
   void staged_out(int u);
+  // offload.params "nvme" with the AdamW on the device: the parameter shard's swap file, which
+  // staged_in / staged_out read and write unit by unit (nullptr otherwise).
+  offload::SwapFile* param_file_ = nullptr;
+  struct ParamBlocks {
+    T* blocks;     // the read buffer
+    T* shard;      // unit u's shard in it
+    size_t len;    // bytes: whole I/O blocks
+    uint64_t at;   // their offset in the file
+  };
+  ParamBlocks param_blocks(int u) const;
+  const T* read_param_blocks(int u);
   T* host_params() const;  // the shards the CPU AdamW reads and writes
   T* host_grads() const;
   struct HostCopies;                    // the copy stream, per-unit events, the CPU worker

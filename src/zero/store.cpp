@@ -82,7 +82,8 @@ size_t param_upload_offset(const Partition& part, size_t i) {
   return at;
 }
 
-size_t param_io_numel(const Partition& part) {
+size_t param_io_numel(const Partition& part, bool grads_on_disk) {
+  if (!grads_on_disk) return param_io_offset(part, part.gather_slots());
   // The largest gradient shard completed at once: a bucket's, or a one-unit embedding's.
   const size_t N = size_t(part.config().world);
   const size_t grad = std::max(part.staging_slot_numel(), part.embedding_staging_numel()) / N;
@@ -181,16 +182,22 @@ std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Parti
     // range per state, streamed in sub-groups through a pool of buffer_count sets
     // (offload/swap_pipeline.h).
     ZT_ASSERT(s >= 1 && ty.state == DType::f32 && (!swap.params || (s == 3 && !ty.host_shards)));
+    // The CUDA backend's AdamW on the device (offload.params "nvme", offload.optimizer "none"): only
+    // the parameter shard goes to disk; the gradient shard stays where that AdamW reads it, and each
+    // unit's parameter shard is staged through a gathered-unit slot for its update (no pipeline).
+    const bool device_adamw = ty.tier == Tier::device && !ty.host_optimizer;
     int states = 0;
     for (StateBuffer& b : out) {
       const bool opt = b.cat == Category::optimizer || b.cat == Category::master;
-      const bool par = b.id == StateId::param_shard || b.id == StateId::grad_shard;
+      const bool par = b.id == StateId::param_shard || (b.id == StateId::grad_shard && !device_adamw);
       if ((swap.optimizer && opt) || (swap.params && par)) b.tier = Tier::nvme, ++states;
     }
-    add(StateId::swap_buffers, Category::staging, ty.state, offload::pool_numel(swap, sh, states), false, {});
-    out.back().tier = Tier::host;
+    if (!device_adamw) {  // the pool the optimizer pipeline streams its swapped states through
+      add(StateId::swap_buffers, Category::staging, ty.state, offload::pool_numel(swap, sh, states), false, {});
+      out.back().tier = Tier::host;
+    }
     if (swap.params) {  // pinned on the CUDA backend: its reads go on to the device, its sums come back
-      add(StateId::param_io, Category::staging, ty.param, param_io_numel(part), false, {});
+      add(StateId::param_io, Category::staging, ty.param, param_io_numel(part, !device_adamw), false, {});
       out.back().tier = ty.tier == Tier::device ? Tier::pinned : Tier::host;
       if (ty.tier == Tier::device && N > 1)  // the all-gathers' device send buffers, as for "cpu"
         add(StateId::param_upload, Category::comm, ty.param, param_upload_offset(part, part.gather_slots()), false, {});

@@ -21,7 +21,9 @@
 //   gathered_units     3      (prefetch + 1) x max(block, chunk)   communication slots: gathered units
 //   swap_buffers       1-3    B x S x sub-group          offload nvme: the optimizer pipeline's pool
 //   param_io           3      one read buffer per gathered-unit slot + one gradient bucket shard
-//                                            (each in whole I/O blocks): offload.params nvme
+//                                            (each in whole I/O blocks): offload.params nvme (no
+//                                            gradient part with the CUDA backend's AdamW on the device,
+//                                            whose gradient shard stays on the device)
 //   host_staging       0-3    sum of the buffers collectives touch (fp32)   CUDA backend, world > 1, MPI:
 //                                            pinned host mirrors the MPI comm reads and writes
 //                                            (zero/staged_comm.h; host_staged() says which buffers)
@@ -120,7 +122,7 @@ std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Parti
 // offload.params "nvme": elements (of elem_bytes) of one read buffer that holds any unit shard of
 // `shard_numel` elements at any flat offset (whole blocks around it), and of all of param_io.
 size_t param_read_numel(size_t shard_numel, size_t elem_bytes);
-size_t param_io_numel(const Partition& part);
+size_t param_io_numel(const Partition& part, bool grads_on_disk = true);
 // Where param_io's parts start: the read buffer of gathered slot i (i < gather_slots()), and
 // the gradient buffer (i == gather_slots()).
 size_t param_io_offset(const Partition& part, size_t i);

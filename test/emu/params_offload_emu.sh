@@ -15,7 +15,9 @@
 #   "nvme" (the shards in swap files, read into pinned buffers and copied on to the device, the
 #   gradient sums copied back and written; the CPU AdamW streams them) with optimizer "cpu" and "nvme":
 #   bit for bit against optimizer "nvme" alone (the same sub-group pipeline), the device peak down by
-#   at least 80% of the shards' bytes.
+#   at least 80% of the shards' bytes; with optimizer "none" (the parameter shard alone on disk, each
+#   unit's read, staged through a device slot for the device AdamW and written back) bit for bit
+#   against no offload, the device peak down by at least 80% of the parameter shard's bytes.
 #   `train estimate` equals the tracked peak in every tier; the tracked device peak falls by at
 #   least 80% of the bytes moved to pinned memory: parameter and gradient shards against optimizer
 #   offload alone, and those plus the optimizer state against no offload. A checkpoint resumes bit
@@ -63,6 +65,8 @@ for cfg in "1 fp32 1 -" "1 bf16 3 all" "2 fp32 3 all" "2 bf16 1 -"; do
     # offload.params "nvme": the shards in swap files, streamed by the CPU AdamW's pipeline
     run "${tag}_disk_cpu" "$np" "$prec" "$accum" cpu nvme --set offload.nvme_dir="$work/swap_${tag}_disk_cpu"
     run "${tag}_disk_nvme" "$np" "$prec" "$accum" nvme nvme --set offload.nvme_dir="$work/swap_${tag}_disk_nvme"
+    # the parameter shard alone in its swap file, each unit's staged through a slot for the device AdamW
+    run "${tag}_disk_dev" "$np" "$prec" "$accum" none nvme --set offload.nvme_dir="$work/swap_${tag}_disk_dev"
   fi
   "$PY" - "$work" "$tag" "$prec" <<'PY' || fail=1
 import json, os, sys
@@ -85,16 +89,16 @@ def have(name):
     return os.path.exists(f"{w}/{name}.est")
 n, o, p = f"{tag}_none", f"{tag}_opt", f"{tag}_params"
 d, v, vp = f"{tag}_devopt", f"{tag}_nvme", f"{tag}_nvmeparams"
-dc, dn = f"{tag}_disk_cpu", f"{tag}_disk_nvme"
+dc, dn, dd = f"{tag}_disk_cpu", f"{tag}_disk_nvme", f"{tag}_disk_dev"
 def on_disk(name, names):  # bytes of these buffers on the nvme tier, as the estimate lists them
     return sum(b["bytes"] for b in json.load(open(f"{w}/{name}.est"))["buffers"] if b["tier"] == "nvme" and b["name"] in names)
-for name in (p, d, vp, dc, dn):
+for name in (p, d, vp, dc, dn, dd):
     if have(name):
         check(len(losses(name)) == 3, f"{name}: 3 steps {losses(name)}")
 # Bit for bit where the same optimizer does the same arithmetic and only where the shards live differs.
 # The shards on disk go through the optimizer's sub-group pipeline, as the state of "nvme" alone does
 # (bf16: its stochastic rounding draws per slice, and sub-groups cut slices): against that, bit for bit.
-for run_, ref in ((p, o), (d, n), (vp, v), (dc, v), (dn, v)):
+for run_, ref in ((p, o), (d, n), (vp, v), (dc, v), (dn, v), (dd, n)):
     if have(run_):
         check(losses(run_) == losses(ref) and weights(run_) == weights(ref),
               f"{run_} against {ref}: losses and weights bit for bit")
@@ -106,7 +110,7 @@ else:  # the bound of offload_emu.sh: the CPU AdamW against the kernel (FMA cont
     lerr = max(abs(a - b) / abs(b) for a, b in zip(losses(p), losses(n)))
     werr = float(np.max(np.abs(fa - fb)) / np.max(np.abs(fb)))
     check(lerr <= 1e-7 and werr <= 2e-5, f"{p} against {n}: loss rel err {lerr:.1e} (1e-7), weights {werr:.1e} (2e-5)")
-for name in (n, o, p, d, v, vp, dc, dn):
+for name in (n, o, p, d, v, vp, dc, dn, dd):
     if have(name):
         est = json.load(open(f"{w}/{name}.est"))["memory"]
         check(est == peak(name), f"{name}: estimate == tracked (device total {est['device']['total']})")
@@ -118,13 +122,13 @@ for run_, ref, names in ((p, o, shards), (p, n, shards + states), (d, n, ("param
     moved = pinned(run_, names)
     fall = peak(ref)["device"]["total"] - peak(run_)["device"]["total"]
     check(moved > 0 and fall >= 0.8 * moved, f"device peak of {run_} against {ref} falls by {fall} B, >= 80% of the {moved} B moved")
-for run_, ref in ((dn, v),):  # the shards from the device to disk
+for run_, ref, names in ((dn, v, shards), (dd, n, ("parameter shard",))):  # from the device to disk
     if not have(run_):
         continue
-    moved = on_disk(run_, shards)
+    moved = on_disk(run_, names)
     fall = peak(ref)["device"]["total"] - peak(run_)["device"]["total"]
     check(moved > 0 and fall >= 0.8 * moved, f"device peak of {run_} against {ref} falls by {fall} B, >= 80% of the {moved} B moved to disk")
-for name in (v, vp, dc, dn):  # swap files gone after a normal end
+for name in (v, vp, dc, dn, dd):  # swap files gone after a normal end
     if have(name):
         left = os.listdir(f"{w}/swap_{name}") if os.path.isdir(f"{w}/swap_{name}") else []
         check(not left, f"{name}: no swap file left ({left})")
