@@ -426,7 +426,7 @@ int run(const Args& a) {
     uint32_t seed = 0;
     // per parameter: grad (bf16) read, master / m / v (fp32) read + written, bf16 param written
     mem_row("adamw (bf16 + fp32 master, 124M)", double(P) * (E + 3 * 8 + E), [&] {
-      zt::cuda::adamw_update<bf16>(param.get(), master.get(), grad.get(), m.get(), v.get(), P, args, seed++, stream);
+      zt::cuda::adamw_update<bf16>(param.get(), master.get(), grad.get(), m.get(), v.get(), P, args, seed++, 0, stream);
     });
     mem_row("sum_squares (bf16 grads, 124M)", double(P) * E,
             [&] { zt::cuda::sum_squares_accumulate<bf16>(acc.get(), grad.get(), P, scratch.get(), stream); });

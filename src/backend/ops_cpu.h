@@ -100,8 +100,10 @@ struct CpuOps {
                               S dloss) {
     cpu::xent_chunk_grad(logits, ld, N, col0, cols, V, targets, lse, dloss);
   }
-  // master is always nullptr here (the parameters are the master copy); seed is for stochastic rounding.
-  static void adamw(T* p, M* master, const T* g, M* m, M* v, size_t n, const cpu::AdamWArgs& a, uint32_t seed) {
+  // master is always nullptr here (the parameters are the master copy); seed and first are for
+  // stochastic rounding, which fp32 does not do.
+  static void adamw(T* p, M* master, const T* g, M* m, M* v, size_t n, const cpu::AdamWArgs& a, uint32_t seed,
+                    uint64_t first) {
     cpu::adamw_update(p, g, m, v, n, a);
   }
   static double sum_squares(const T* x, size_t n) { return cpu::sum_squares(x, n); }

@@ -114,8 +114,9 @@ struct CudaOps {
                               S dloss) {
     cuda::xent_chunk_grad(logits, ld, N, col0, cols, V, targets, lse, dloss, stream());
   }
-  static void adamw(T* p, M* master, const T* g, M* m, M* v, size_t n, const cpu::AdamWArgs& a, uint32_t seed) {
-    cuda::adamw_update(p, master, g, m, v, n, a, seed, stream());
+  static void adamw(T* p, M* master, const T* g, M* m, M* v, size_t n, const cpu::AdamWArgs& a, uint32_t seed,
+                    uint64_t first) {
+    cuda::adamw_update(p, master, g, m, v, n, a, seed, first, stream());
   }
   // Returns to the host: synchronises the stream.
   static double sum_squares(const T* x, size_t n) {

@@ -43,7 +43,7 @@ void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const AdamWArgs
 template void adamw_update<float>(float*, const float*, float*, float*, size_t, const AdamWArgs&);
 
 namespace {
-// hash_u32 and stochastic_round_bf16 of kernels/cuda_common.cuh, bit for bit.
+// hash_u32, element_bits and stochastic_round_bf16 of kernels/cuda_common.cuh, bit for bit.
 inline uint32_t hash_u32(uint32_t idx, uint32_t seed) {
   constexpr uint32_t n1 = 0xd2a80a3fu, n2 = 0xa884f197u, n3 = 0x6C736F4Bu, n4 = 0xB79F3ABBu, n5 = 0x1b56c4f5u;
   uint32_t m = idx;
@@ -53,6 +53,9 @@ inline uint32_t hash_u32(uint32_t idx, uint32_t seed) {
   m += n4; m ^= (m >> 15);
   m *= n5; m ^= (m >> 17);
   return m;
+}
+inline uint32_t element_bits(uint64_t index, uint32_t seed) {
+  return hash_u32(uint32_t(index), seed ^ uint32_t(index >> 32) * 0x85EBCA77u);
 }
 inline float bf16_bits_to_float(uint16_t b) {
   const uint32_t u = uint32_t(b) << 16;
@@ -68,7 +71,7 @@ inline uint16_t stochastic_round_bf16(float x, uint32_t random) {
 }  // namespace
 
 void adamw_update_bf16_master(uint16_t* param, float* master, const uint16_t* grad, float* m, float* v, size_t n,
-                              const AdamWArgs& a, uint32_t seed) {
+                              const AdamWArgs& a, uint32_t seed, uint64_t first) {
   // The scalars exactly as adamw.cu computes them (double, rounded to float).
   const double bc1 = 1.0 - std::pow(double(a.beta1), a.step);
   const double bc2 = 1.0 - std::pow(double(a.beta2), a.step);
@@ -87,7 +90,7 @@ void adamw_update_bf16_master(uint16_t* param, float* master, const uint16_t* gr
     const float denom = std::sqrt(vi) / bc2_sqrt + eps;
     const float p_new = master[i] * decay - step_size * (mi / denom);
     master[i] = p_new;
-    param[i] = stochastic_round_bf16(p_new, hash_u32(uint32_t(i), seed));
+    param[i] = stochastic_round_bf16(p_new, element_bits(first + i, seed));
   }
 }
 template void adamw_update<double>(double*, const double*, double*, double*, size_t, const AdamWArgs&);

@@ -10,7 +10,8 @@
 //
 // Where p comes from: master != nullptr -> the fp32 master copy (updated in place); otherwise the
 // parameter itself, read as float. The parameter is written as round_param<T>(p): identity for
-// float, stochastic rounding for bf16 with random bits hash(index, seed) so a rerun is bit-identical.
+// float, stochastic rounding for bf16 with the random bits of the element's global index
+// (first + i) and the step's seed, so a rerun is bit-identical however the buffer is cut into calls.
 #include <cmath>
 
 #include "kernels/adamw.h"
@@ -25,7 +26,8 @@ struct AdamWScalars {
 
 template <class T>
 __global__ void adamw_kernel(T* __restrict__ param, float* __restrict__ master, const T* __restrict__ grad,
-                             float* __restrict__ m, float* __restrict__ v, size_t n, AdamWScalars s, uint32_t seed) {
+                             float* __restrict__ m, float* __restrict__ v, size_t n, AdamWScalars s, uint32_t seed,
+                             uint64_t first) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const float g = to_float(grad[i]) * s.scale;
     const float m0 = m[i];
@@ -37,7 +39,7 @@ __global__ void adamw_kernel(T* __restrict__ param, float* __restrict__ master, 
     const float p = master ? master[i] : to_float(param[i]);
     const float p_new = p * s.decay - s.step_size * (mi / denom);
     if (master) master[i] = p_new;
-    param[i] = round_param<T>(p_new, hash_u32(uint32_t(i), seed));
+    param[i] = round_param<T>(p_new, element_bits(first + i, seed));
   }
 }
 
@@ -45,7 +47,7 @@ __global__ void adamw_kernel(T* __restrict__ param, float* __restrict__ master, 
 
 template <class T>
 void adamw_update(T* param, float* master, const T* grad, float* m, float* v, size_t n, const cpu::AdamWArgs& a,
-                  uint32_t seed, cudaStream_t stream) {
+                  uint32_t seed, uint64_t first, cudaStream_t stream) {
   if (n == 0) return;
   ZT_REQUIRE(a.step >= 1, "adamw: step is 1-based, got " << a.step);
   // Per-call scalars in double, rounded to float, as the CPU reference does.
@@ -66,13 +68,13 @@ void adamw_update(T* param, float* master, const T* grad, float* m, float* v, si
   constexpr size_t max_blocks = 8192;  // grid-stride beyond this
   const size_t blocks = (n + threads - 1) / threads;
   const int grid = int(blocks < max_blocks ? blocks : max_blocks);
-  adamw_kernel<T><<<grid, threads, 0, stream>>>(param, master, grad, m, v, n, s, seed);
+  adamw_kernel<T><<<grid, threads, 0, stream>>>(param, master, grad, m, v, n, s, seed, first);
   ZT_CHECK_LAUNCH();
 }
 
 template void adamw_update<float>(float*, float*, const float*, float*, float*, size_t, const cpu::AdamWArgs&,
-                                  uint32_t, cudaStream_t);
+                                  uint32_t, uint64_t, cudaStream_t);
 template void adamw_update<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, float*, float*, size_t,
-                                          const cpu::AdamWArgs&, uint32_t, cudaStream_t);
+                                          const cpu::AdamWArgs&, uint32_t, uint64_t, cudaStream_t);
 
 }  // namespace zt::cuda

@@ -13,20 +13,21 @@ template <class T> void adamw_update(T* param, const T* grad, T* m, T* v, size_t
 // The CUDA kernel's mixed-precision update (adamw.cu, T = bf16 with a master) on the CPU, for the CUDA
 // backend's offloaded optimizer (offload.optimizer "cpu" / "nvme"): the same fp32 arithmetic, the
 // master updated, the bf16 parameter (raw bits) its stochastic rounding with the kernel's random bits
-// hash(i, seed).
+// (those of element first + i for the step's seed).
 void adamw_update_bf16_master(uint16_t* param, float* master, const uint16_t* grad, float* m, float* v, size_t n,
-                              const AdamWArgs& a, uint32_t seed);
+                              const AdamWArgs& a, uint32_t seed, uint64_t first);
 }  // namespace zt::cpu
 
 #if ZT_HAVE_CUDA
 #include "runtime/cuda_check.h"
 namespace zt::cuda {
 // AdamW with fp32 state. T = bf16: `master` (fp32 copy of the parameters) is updated and the bf16
-// parameter is its stochastic rounding (seeded by `seed`, counter-based per element). T = float:
+// parameter is its stochastic rounding (counter-based: the bits of element first + i, first being
+// the global flat index of param[0], for the step's `seed`, so any cut into calls rounds alike). T = float:
 // master may be nullptr (param is the master; for bf16 the update is then computed from the bf16
 // value and stochastically rounded back). With a master, param = round(master) afterwards, exactly
 // for float. m and v are fp32 always.
 template <class T> void adamw_update(T* param, float* master, const T* grad, float* m, float* v, size_t n,
-                                     const cpu::AdamWArgs& a, uint32_t seed, cudaStream_t stream);
+                                     const cpu::AdamWArgs& a, uint32_t seed, uint64_t first, cudaStream_t stream);
 }  // namespace zt::cuda
 #endif

@@ -98,6 +98,12 @@ __device__ __forceinline__ uint32_t hash_u32(uint32_t idx, uint32_t seed) {
   m *= n5; m ^= (m >> 17);
   return m;
 }
+// The random bits of element `index` of the whole flat parameter buffer: by its global index, so
+// that a range updated in one call or cut into slices (shards, offload sub-groups) rounds alike.
+// Beyond 2^32 elements the high bits vary the seed.
+__device__ __forceinline__ uint32_t element_bits(uint64_t index, uint32_t seed) {
+  return hash_u32(uint32_t(index), seed ^ uint32_t(index >> 32) * 0x85EBCA77u);
+}
 // Rounds x to bf16 up or down with probability given by the distance to each neighbour, so that
 // E[round(x)] = x: small AdamW updates are not lost to round-to-nearest on bf16 parameters.
 __device__ __forceinline__ __nv_bfloat16 stochastic_round_bf16(float x, uint32_t random) {

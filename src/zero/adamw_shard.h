@@ -28,10 +28,10 @@ void adamw_unit_range(const ParamLayout& layout, int u, size_t begin, size_t n, 
     cpu::AdamWArgs args{float(lr), float(cfg.beta1), float(cfg.beta2), float(cfg.eps),
                         float(s.decay ? cfg.weight_decay : 0.0), float(grad_scale), step};
     const size_t k = a - begin;
-    // Stochastic-rounding seed: distinct per step and per slice (by its global flat offset), the
-    // same on every rank.
-    const uint32_t seed = uint32_t(step) * 0x9E3779B1u ^ uint32_t(unit.offset + a) * 0x85EBCA77u;
-    Ops::adamw(param + k, master ? master + k : nullptr, grad + k, m + k, v + k, b - a, args, seed);
+    // Stochastic rounding draws by the element's global flat index and the step, never by the
+    // slice: ranks, shards and offload sub-groups cut the buffer differently and round alike.
+    const uint32_t seed = uint32_t(step) * 0x9E3779B1u;
+    Ops::adamw(param + k, master ? master + k : nullptr, grad + k, m + k, v + k, b - a, args, seed, unit.offset + a);
   }
 }
 

@@ -51,14 +51,15 @@ template <class TT>
 struct HostAdamW {
   using T = TT;
   using M = float;
-  static void adamw(T* p, M* master, const T* g, M* m, M* v, size_t n, const cpu::AdamWArgs& a, uint32_t seed) {
+  static void adamw(T* p, M* master, const T* g, M* m, M* v, size_t n, const cpu::AdamWArgs& a, uint32_t seed,
+                    uint64_t first) {
     if constexpr (std::is_same_v<T, float>) {
       ZT_ASSERT(!master);
       cpu::adamw_update<float>(p, g, m, v, n, a);
     } else {
       ZT_ASSERT(master);
       cpu::adamw_update_bf16_master(reinterpret_cast<uint16_t*>(p), master, reinterpret_cast<const uint16_t*>(g), m,
-                                    v, n, a, seed);
+                                    v, n, a, seed, first);
     }
   }
 };

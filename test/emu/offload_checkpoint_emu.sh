@@ -5,7 +5,8 @@
 # swapped state through its files, the parameters through device memory (src/checkpoint/state_io.h).
 #   1. bf16, 6 steps saving at 3 and 6, against a resume from step 3 with the same plan: losses of
 #      steps 4-6 and the final weights bit for bit. N = 1 stage 1 (cpu); N = 1 stage 3, the optimizer
-#      on the device and offload.params "cpu" (the parameter shard pinned); N = 2 stage 3, nvme with
+#      on the device and offload.params "cpu" (the parameter shard pinned), and "nvme" (the parameter
+#      shard alone in its swap file); N = 2 stage 3, nvme with
 #      offload.params "cpu" (the CPU AdamW streaming its state, the parameter and gradient shards pinned);
 #      N = 2 stage 3, cpu with offload.params "nvme" (the bf16 shards in swap files), also continued
 #      on the CPU backend.
@@ -41,7 +42,7 @@ launch() {  # launch NP NAME ARGS...: one run, its output in $work/NAME.out, sto
 }
 ga() { echo $(( 2 / $1 )); }  # grad_accum keeping the global batch at 2 sequences
 
-for cfg in "1 1 cpu none" "1 3 none cpu" "2 3 nvme cpu" "2 3 cpu nvme"; do
+for cfg in "1 1 cpu none" "1 3 none cpu" "1 3 none nvme" "2 3 nvme cpu" "2 3 cpu nvme"; do
   set -- $cfg; np=$1; stage=$2; off=$3; par=$4; n=n${np}_${off}_${par}
   plan=(--set zero.stage=$stage --set offload.optimizer=$off --set offload.params=$par --set batch.grad_accum=$(ga $np))
   launch $np $n "$EMU" "${common[@]}" "${gpu[@]}" "${plan[@]}" --set checkpoint.dir="$work/$n/ckpt" \
@@ -69,7 +70,7 @@ def check(cond, what):
     global ok
     print(("ok    " if cond else "FAIL  ") + what)
     ok &= bool(cond)
-for n in ("n1_cpu_none", "n1_none_cpu", "n2_nvme_cpu", "n2_cpu_nvme"):
+for n in ("n1_cpu_none", "n1_none_cpu", "n1_none_nvme", "n2_nvme_cpu", "n2_cpu_nvme"):
     a, b = losses(n), losses(n + "_resumed")
     same = open(f"{w}/{n}/final.bin", "rb").read() == open(f"{w}/{n}_resumed/final.bin", "rb").read()
     check(sorted(b) == [4, 5, 6] and all(a[s] == b[s] for s in b) and same,

@@ -4,9 +4,10 @@
 # (the same state in swap files, through offload::SwapPipeline) against the same plan without
 # offload (src/zero/host_optimizer.cpp). EMULATED: this is not a GPU run.
 #   bf16: every step's loss and the final weights (run.final_weights, an llm.c file) bit for bit:
-#   the CPU AdamW is the CUDA kernel's arithmetic with the same stochastic-rounding bits, and no
-#   sub-group cuts a tensor here (offload.subgroup_mb 16 > the shard; with cuts the rounding bits
-#   differ, see README). fp32: the same formula, but the compiler contracts a*b+c into fused
+#   the CPU AdamW is the CUDA kernel's arithmetic with the same stochastic-rounding bits, drawn by
+#   each element's global index: the "nvme" sub-groups (offload.subgroup_mb 0.05, 16 KiB of fp32
+#   per state, which cut every tensor into many slices) round as the whole update does. fp32: the
+#   same formula, but the compiler contracts a*b+c into fused
 #   multiply-adds differently in the CPU loop and the kernel (measured here ~1e-9 relative on the
 #   loss; AdamW turns the last-bit differences into up to ~3e-6 of the largest weight in 3 steps for
 #   elements whose gradient is near eps): losses within 1e-7 relative, weights within 2e-5 of the largest.
@@ -33,7 +34,7 @@ common=(plans/default.json
   --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.seq_len=64
   --set batch.micro_batch=1 --set batch.grad_accum=1 --set optim.lr=0.003 --set optim.warmup_steps=1
   --set run.steps=3 --set run.eval_every=0 --set run.sample_every=0 --set zero.bucket_mb=0.05
-  --set device=cuda --set offload.subgroup_mb=16 --set offload.nvme_dir="$work/swap"
+  --set device=cuda --set offload.subgroup_mb=0.05 --set offload.nvme_dir="$work/swap"
   --set comm.backend=mpi)  # N = 2 shares the one emulated device: host-staged, as auto picks there
 
 fail=0

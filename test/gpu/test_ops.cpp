@@ -646,7 +646,7 @@ TEST(GpuAdamW, Fp32WithAndWithoutMaster) {
       SCOPED_TRACE(tag<float>("adamw") + " " + shape_str({{"n", (long long)n}, {"master", with_master}}));
       const AdamState s = adam_state<float>(n, 1000 + uint32_t(n));
       Guarded<float> d_p(s.param), d_g(s.grad), d_m(s.m), d_v(s.v), d_master(s.param);
-      zt::cuda::adamw_update<float>(d_p.p(), with_master ? d_master.p() : nullptr, d_g.p(), d_m.p(), d_v.p(), n, args, 1234u,
+      zt::cuda::adamw_update<float>(d_p.p(), with_master ? d_master.p() : nullptr, d_g.p(), d_m.p(), d_v.p(), n, args, 1234u, 0,
                                     g.stream);
       g.sync();
       Vec rp = to_double(s.param), rm = to_double(s.m), rv = to_double(s.v);
@@ -684,7 +684,7 @@ TEST(GpuAdamW, Bf16WithMasterStochasticRounding) {
     Guarded<float> d_master(s.param), d_m(s.m), d_v(s.v);
     const uint32_t seed = 777u;
     auto run = [&](uint32_t sd) {
-      zt::cuda::adamw_update<bf16>(d_p.p(), d_master.p(), d_g.p(), d_m.p(), d_v.p(), n, args, sd, g.stream);
+      zt::cuda::adamw_update<bf16>(d_p.p(), d_master.p(), d_g.p(), d_m.p(), d_v.p(), n, args, sd, 0, g.stream);
       g.sync();
     };
     run(seed);
@@ -761,9 +761,9 @@ TEST(GpuAdamW, HostBf16MasterMatchesKernel) {
   std::memcpy(hp.data(), static_cast<const void*>(p0.data()), 2 * n);
   std::memcpy(hg.data(), static_cast<const void*>(g0.data()), 2 * n);
   std::vector<float> hmaster(s.param.begin(), s.param.end()), hm(s.m.begin(), s.m.end()), hv(s.v.begin(), s.v.end());
-  zt::cuda::adamw_update<bf16>(d_p.p(), d_master.p(), d_g.p(), d_m.p(), d_v.p(), n, args, seed, g.stream);
+  zt::cuda::adamw_update<bf16>(d_p.p(), d_master.p(), d_g.p(), d_m.p(), d_v.p(), n, args, seed, 0, g.stream);
   g.sync();
-  zt::cpu::adamw_update_bf16_master(hp.data(), hmaster.data(), hg.data(), hm.data(), hv.data(), n, args, seed);
+  zt::cpu::adamw_update_bf16_master(hp.data(), hmaster.data(), hg.data(), hm.data(), hv.data(), n, args, seed, 0);
   const std::vector<bf16> dp = d_p.download_raw();
   std::vector<uint16_t> dpb(n);
   std::memcpy(dpb.data(), static_cast<const void*>(dp.data()), 2 * n);
@@ -782,6 +782,30 @@ TEST(GpuAdamW, HostBf16MasterMatchesKernel) {
   }
 }
 
+// The kernel's stochastic rounding draws by the element's global index (first + i): one launch over
+// a buffer and launches over its slices (shards, offload sub-groups) give the same bf16 bits.
+TEST(GpuAdamW, Bf16RoundingIndependentOfSlices) {
+  ZT_REQUIRE_GPU();
+  GpuContext& g = gpu();
+  const auto args = adamw_args();
+  const size_t n = 100003, cut1 = 4097, cut2 = 77777;
+  const uint64_t first = (uint64_t(1) << 32) + 99;
+  const AdamState s = adam_state<bf16>(n, 1800);
+  auto update = [&](const std::vector<size_t>& cuts) {
+    Guarded<bf16> d_p(s.param), d_g(s.grad);
+    Guarded<float> d_master(s.param), d_m(s.m), d_v(s.v);
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      const size_t lo = cuts[c];
+      zt::cuda::adamw_update<bf16>(d_p.p() + lo, d_master.p() + lo, d_g.p() + lo, d_m.p() + lo, d_v.p() + lo,
+                                   cuts[c + 1] - lo, args, 4243u, first + lo, g.stream);
+    }
+    g.sync();
+    return d_p.download_raw();
+  };
+  const std::vector<bf16> whole = update({0, n}), sliced = update({0, cut1, cut2, n});
+  EXPECT_EQ(count_bitwise_diff(whole, sliced), 0u) << "the rounding depends on where the buffer is cut";
+}
+
 // bf16 parameters without a master: the update is computed in fp32 from the bf16 value and
 // stochastically rounded back.
 TEST(GpuAdamW, Bf16WithoutMaster) {
@@ -794,7 +818,7 @@ TEST(GpuAdamW, Bf16WithoutMaster) {
     round_to_bf16(s.param);
     Guarded<bf16> d_p(s.param), d_g(s.grad);
     Guarded<float> d_m(s.m), d_v(s.v);
-    zt::cuda::adamw_update<bf16>(d_p.p(), nullptr, d_g.p(), d_m.p(), d_v.p(), n, args, 99u, g.stream);
+    zt::cuda::adamw_update<bf16>(d_p.p(), nullptr, d_g.p(), d_m.p(), d_v.p(), n, args, 99u, 0, g.stream);
     g.sync();
     Vec rp = to_double(s.param), rm = to_double(s.m), rv = to_double(s.v);
     zt::cpu::adamw_update<double>(rp.data(), to_double(s.grad).data(), rm.data(), rv.data(), n, args);

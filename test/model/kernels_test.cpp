@@ -521,6 +521,41 @@ TEST(AdamW, SmallBufferAndNoWeightDecay) {
   EXPECT_LT(rel_err(v, ref.v), 1e-14);
 }
 
+// The mixed-precision update the CUDA backend's CPU AdamW runs: its stochastic rounding draws by the
+// element's global index (first + i), so a buffer updated in one call and the same buffer cut into
+// slices (shards, offload sub-groups) end bit for bit alike; another `first` draws other bits.
+TEST(AdamW, Bf16MasterRoundsByGlobalIndex) {
+  std::mt19937_64 rng(15);
+  const size_t n = 20011, cut1 = 777, cut2 = 13001;
+  const uint64_t first = (uint64_t(1) << 32) + 12345;  // past 2^32: the high bits reach the draw too
+  const VecF master0 = to_float(random_vec(n, rng)), grad = to_float(random_vec(n, rng, -0.5, 0.5));
+  std::vector<uint16_t> g16(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &grad[i], 4);
+    g16[i] = uint16_t(u >> 16);
+  }
+  const AdamWArgs a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
+  auto update = [&](const std::vector<size_t>& cuts, uint64_t at) {
+    VecF master = master0, m(n, 0.f), v(n, 0.f);
+    std::vector<uint16_t> p(n, 0);
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      const size_t lo = cuts[c], len = cuts[c + 1] - lo;
+      adamw_update_bf16_master(p.data() + lo, master.data() + lo, g16.data() + lo, m.data() + lo, v.data() + lo, len,
+                               a, 77u, at + lo);
+    }
+    return p;
+  };
+  const std::vector<uint16_t> whole = update({0, n}, first), sliced = update({0, cut1, cut2, n}, first);
+  size_t differ = 0;
+  for (size_t i = 0; i < n; ++i) differ += whole[i] != sliced[i];
+  EXPECT_EQ(differ, 0u) << "the rounding depends on where the buffer is cut";
+  const std::vector<uint16_t> shifted = update({0, n}, first + 1);
+  differ = 0;
+  for (size_t i = 0; i < n; ++i) differ += whole[i] != shifted[i];
+  EXPECT_GT(differ, n / 20) << "the global index does not reach the draw";
+}
+
 // ---------------------------------------------------------------------------------------------
 // sum of squares
 
