@@ -17,9 +17,9 @@
 
 #include "checkpoint/checkpoint.h"
 #include "comm/comm.h"
-#include "comm/launcher.h"
 #include "plan/plan.h"
 #include "runtime/error.h"
+#include "runtime/launcher.h"
 #include "runtime/support.h"
 #include "train/backend_choice.h"
 #include "train/trainer.h"

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "comm/launcher.h"
 #include "runtime/error.h"
+#include "runtime/launcher.h"
 
 namespace zt {
 

@@ -22,7 +22,6 @@
 #include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "backend/ops_cpu.h"
-#include "comm/launcher.h"
 #include "checkpoint/state_io.h"
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
@@ -32,6 +31,7 @@
 #endif
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/launcher.h"
 #include "runtime/memory.h"
 #include "runtime/support.h"
 #include "runtime/trace.h"
@@ -280,7 +280,7 @@ class Trainer {
       dev_use_.total = device::total_bytes();
       dev_use_.free_at_start = dev_use_.free_min = device::free_bytes();
     }
-    // The CPUs the launcher gave this rank (comm/launcher.h), not the whole host.
+    // The CPUs the launcher gave this rank (runtime/launcher.h), not the whole host.
     const int threads = plan_.run.threads > 0 ? plan_.run.threads
                                               : threads_per_rank(this_launch(), affinity_cpus(), comm_.local_world());
     omp_set_num_threads(threads);

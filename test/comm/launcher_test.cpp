@@ -1,4 +1,4 @@
-// comm/launcher.h: what mpirun and srun put in the environment, as each would set it. Each case
+// runtime/launcher.h: what mpirun and srun put in the environment, as each would set it. Each case
 // names what the code before the launcher module did wrong there.
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/launcher.h"
+#include "runtime/launcher.h"
 #include "runtime/error.h"
 
 namespace {

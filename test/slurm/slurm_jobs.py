@@ -136,7 +136,10 @@ def main():
         print(f"slurm_jobs SKIPPED: {chk.stdout.strip()}")
         sys.exit(77)
 
+    inside = []  # every process that ran on a host: daemons, job steps, ranks
+
     def down(*sig):
+        inside.extend(subprocess.run([CLUSTER, "pids"], env=env(), stdout=subprocess.PIPE, text=True).stdout.split())
         subprocess.run([CLUSTER, "down"], env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if sig:
             sys.exit(1)
@@ -181,11 +184,13 @@ def main():
         failures.append(str(e))
     finally:
         down()
-    # Daemons name the cluster's state directory on their command line, ranks the run directory.
-    left = "\n".join(subprocess.run(["pgrep", "-af", pat], stdout=subprocess.PIPE, text=True).stdout.strip()
-                     for pat in (f"/run/zt-cluster/{NAME}/", work)).strip()
-    if left:
-        failures.append(f"left running after `scripts/cluster down`:\n{left}")
+    # Gone, not even a zombie (killed daemons are reaped by init within a few seconds).
+    def alive():
+        return [f"{p} {open(f'/proc/{p}/comm').read().strip()}" for p in inside if os.path.exists(f"/proc/{p}/comm")]
+    try:
+        wait_for("the cluster's processes to be gone", lambda: not alive(), 15)
+    except RuntimeError:
+        failures.append(f"left after `scripts/cluster down`: {', '.join(alive())}")
     print(f"{time.monotonic() - t_all:.0f} s in all")
     if failures:
         print(f"\nslurm_jobs FAILED ({len(failures)}), run directories in {work}:")

@@ -1,4 +1,5 @@
 // How this process was started: what mpirun or srun told it in the environment (docs/slurm.md).
+// In the runtime (the ground) because the plan's checks count the CPUs too.
 // The communicator stays the authority on rank and locality (MPI learns them from the same
 // launcher, through PMIx under both); this says what MPI cannot: whether a launcher started the
 // process at all (progress decoration), how many tasks it started (srun without --mpi=pmix starts

@@ -1,4 +1,4 @@
-#include "comm/launcher.h"
+#include "runtime/launcher.h"
 
 #include <sched.h>
 #include <unistd.h>
