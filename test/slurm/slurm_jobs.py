@@ -69,12 +69,19 @@ def losses(log):
     return [json.loads(l) for l in open(log) if '"loss"' in l]
 
 
-def wait_for(what, cond, timeout):
+def wait_for(what, cond, timeout, job=None):
+    """Polls cond until it returns something true; with job, gives up as soon as the job has ended
+    without it."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         v = cond()
         if v:
             return v
+        if job and (state := job_field(job, "JobState")) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
+            v = cond()  # it may have come just before the end
+            if v:
+                return v
+            raise RuntimeError(f"job {job} ended {state} while waiting for {what}")
         time.sleep(0.05)
     raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
 
@@ -96,7 +103,7 @@ def finish(job, d, timeout=120):
                      ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL") and s, timeout)
     out = open(os.path.join(d, "job.out")).read()
     if state != "COMPLETED":
-        raise RuntimeError(f"job {job} ended {state}:\n{out[-3000:]}")
+        raise RuntimeError(f"job {job} ended {state}; the end of its output:\n{out[-1500:]}")
     return out
 
 
@@ -109,15 +116,15 @@ def interrupted(work, tag, train, how):
     finish; returns the directory and the three measured times."""
     job, d, t_sub = submit(work, tag, train)
     log = os.path.join(d, "metrics.jsonl")
-    wait_for(f"step {STOP_AFTER}", lambda: len(losses(log)) >= STOP_AFTER, 120)
+    wait_for(f"step {STOP_AFTER}", lambda: len(losses(log)) >= STOP_AFTER, 120, job)
     t_sig = time.monotonic()
     how(job)
     # Saved: the ranks print the stop line after the checkpoint is complete.
-    wait_for("the checkpoint after the signal", lambda: "checkpoint saved" in open(os.path.join(d, "job.out")).read(), 60)
+    wait_for("the checkpoint after the signal", lambda: "checkpoint saved" in open(os.path.join(d, "job.out")).read(), 60, job)
     t_saved = time.monotonic()
     # Resumed: the new run's first step (its log replaces the first run's, moved aside).
     first = wait_for("the resumed run's first step",
-                     lambda: job_field(job, "Restarts") == "1" and (l := losses(log)) and l[0]["step"] > 1 and l[0], 120)
+                     lambda: job_field(job, "Restarts") == "1" and (l := losses(log)) and l[0]["step"] > 1 and l[0], 120, job)
     t_res = time.monotonic()
     out = finish(job, d)
     if len(losses(log)) != STEPS - first["step"] + 1 or losses(log)[-1]["step"] != STEPS:
@@ -160,7 +167,7 @@ def main():
         ref_loss = [r["loss"] for r in losses(f"{ref}/metrics.jsonl")]
 
         job, d_full, t_sub = submit(work, "uninterrupted", train)
-        wait_for("the first step", lambda: losses(f"{d_full}/metrics.jsonl"), 120)
+        wait_for("the first step", lambda: losses(f"{d_full}/metrics.jsonl"), 120, job)
         t_first = time.monotonic() - t_sub
         out = finish(job, d_full)
         got = [r["loss"] for r in losses(f"{d_full}/metrics.jsonl")]
