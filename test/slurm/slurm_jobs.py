@@ -4,7 +4,8 @@ scripts/cluster, jobs submitted with the docs' own scripts/slurm/train.sbatch (2
 srun --mpi=pmix, CPU backend, a tiny model).
 
   1. uninterrupted: the job's losses equal the single-rank run's at the same global batch
-     (N=1 with grad_accum 2 vs N=2 with grad_accum 1, relative 1e-5 as test/zero/zero_equivalence.py).
+     (N=1 with grad_accum 2 vs N=2 with grad_accum 1, relative 1e-5 as test/zero/zero_equivalence.py);
+     `mpirun` inside a 2-node allocation (sbatch --wrap) gives the srun job's losses exactly.
   2. preempted: `scontrol requeue` mid-run; the ranks get SIGTERM, save, Slurm requeues the job,
      checkpoint.resume "auto" continues; final weights == the uninterrupted job's, bit for bit.
   3. time limit: the batch shell gets SIGUSR1 as --signal=B:USR1@120 sends it (here from
@@ -176,6 +177,19 @@ def main():
               f"worst relative difference to the single rank {worst:.1e} (tol {LOSS_TOL}); submit to first step {t_first:.1f} s")
         if not worst <= LOSS_TOL:
             failures.append(f"uninterrupted job: losses differ from the single-rank run by {worst:.2e} relative\n{out[-2000:]}")
+
+        # mpirun inside an allocation (Open MPI starts its daemons through Slurm): the same run.
+        d_mp = os.path.join(work, "mpirun")
+        os.makedirs(d_mp)
+        wrap = f"mpirun {train} plans/default.json " + sets(dict(TINY, **{"run.log": f"{d_mp}/metrics.jsonl"}))
+        p = subprocess.run([CLUSTER, "slurm", "sbatch", "--parsable", "-N2", "--ntasks-per-node=1", f"--chdir={ROOT}",
+                            f"--output={d_mp}/job.out", f"--wrap={wrap}"], env=env({"OMPI_ALLOW_RUN_AS_ROOT": "1",
+                           "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        finish(p.stdout.strip().split(";")[0], d_mp)
+        same = [r["loss"] for r in losses(f"{d_mp}/metrics.jsonl")] == got
+        print(f"mpirun inside a 2-node allocation: losses {'==' if same else '!='} the srun job's")
+        if not same:
+            failures.append("mpirun inside the allocation: losses differ from the srun job's")
 
         cases = [("scontrol requeue", lambda job: slurm("scontrol", "requeue", job)),
                  ("time-limit signal (B:USR1)", lambda job: slurm("scancel", "--batch", "--signal=USR1", job))]
