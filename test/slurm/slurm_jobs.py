@@ -36,7 +36,8 @@ LOSS_TOL = 1e-5
 TINY = {"model.n_layer": 3, "model.n_head": 5, "model.n_embd": 35, "model.seq_len": 31,
         "data.train": "data/sample/train_*.bin", "data.val": "data/sample/val.bin", "data.tokenizer": "",
         "batch.micro_batch": 2, "optim.warmup_steps": 3, "run.steps": STEPS, "run.eval_every": 0,
-        "run.eval_batches": 1, "run.sample_every": 0, "run.threads": 1, "device": "cpu"}
+        "run.eval_batches": 1, "run.sample_every": 0, "device": "cpu"}
+ONE_THREAD = {"run.threads": 1}  # runs outside srun -c 1
 
 
 def env(extra=None):
@@ -92,7 +93,9 @@ def submit(work, tag, train):
     os.makedirs(d)
     run = dict(TINY, **{"run.log": f"{d}/metrics.jsonl", "run.final_weights": f"{d}/final.bin"})
     job_env = {"PLAN": "plans/default.json", "CKPT": f"{d}/ckpt", "TRAIN": train, "TRAIN_ARGS": sets(run)}
-    p = subprocess.run([CLUSTER, "slurm", "sbatch", "--parsable", f"--chdir={ROOT}", f"--output={d}/job.out", SBATCH],
+    # --cpus-per-task=1: the ranks must take their thread count from Slurm (runtime/launcher.h).
+    p = subprocess.run([CLUSTER, "slurm", "sbatch", "--parsable", "--cpus-per-task=1", f"--chdir={ROOT}",
+                        f"--output={d}/job.out", SBATCH],
                        env=env(job_env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"sbatch: {p.stdout.strip()}")
@@ -162,7 +165,7 @@ def main():
         # The oracle: one rank, no Slurm, the same global batch.
         ref = os.path.join(work, "ref")
         os.makedirs(ref)
-        subprocess.run([train, "plans/default.json", *sets(dict(TINY, **{
+        subprocess.run([train, "plans/default.json", *sets(dict(TINY, **ONE_THREAD, **{
             "batch.grad_accum": 2, "run.log": f"{ref}/metrics.jsonl"})).split()],
             cwd=ROOT, env=env(), check=True, stdout=subprocess.DEVNULL)
         ref_loss = [r["loss"] for r in losses(f"{ref}/metrics.jsonl")]
@@ -175,13 +178,20 @@ def main():
         worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref_loss)) if len(got) == len(ref_loss) == STEPS else float("inf")
         print(f"uninterrupted 2x1 job {job}: {len(got)} steps, loss {got[0]:.4f} -> {got[-1]:.4f}, "
               f"worst relative difference to the single rank {worst:.1e} (tol {LOSS_TOL}); submit to first step {t_first:.1f} s")
+        # Threads from SLURM_CPUS_PER_TASK, not from the CPUs the rank may run on (all of the host's).
+        threads_ok = "2 rank(s) x 1 threads" in out
+        print(f"threads per rank under srun -c 1: {'1' if threads_ok else 'not 1'} (the process may run on "
+              f"{len(os.sched_getaffinity(0))} CPUs)")
+        if not threads_ok:
+            failures.append("srun -c 1: the ranks did not run 1 thread each:\n" +
+                            "\n".join(l for l in out.splitlines() if "rank(s) x" in l))
         if not worst <= LOSS_TOL:
             failures.append(f"uninterrupted job: losses differ from the single-rank run by {worst:.2e} relative\n{out[-2000:]}")
 
         # mpirun inside an allocation (Open MPI starts its daemons through Slurm): the same run.
         d_mp = os.path.join(work, "mpirun")
         os.makedirs(d_mp)
-        wrap = f"mpirun {train} plans/default.json " + sets(dict(TINY, **{"run.log": f"{d_mp}/metrics.jsonl"}))
+        wrap = f"mpirun {train} plans/default.json " + sets(dict(TINY, **ONE_THREAD, **{"run.log": f"{d_mp}/metrics.jsonl"}))
         p = subprocess.run([CLUSTER, "slurm", "sbatch", "--parsable", "-N2", "--ntasks-per-node=1", f"--chdir={ROOT}",
                             f"--output={d_mp}/job.out", f"--wrap={wrap}"], env=env({"OMPI_ALLOW_RUN_AS_ROOT": "1",
                            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
