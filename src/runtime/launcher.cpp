@@ -24,20 +24,21 @@ int env_int(const char* name, int fallback) {
 // Slurm's SLURM_STEP_TASKS_PER_NODE: tasks on each node of the step in node order, runs of equal
 // counts compressed ("2(x3),1" = 2,2,2,1). The count of node `node`.
 int tasks_on_node(const std::string& spec, int node) {
-  size_t pos = 0;
-  while (pos < spec.size()) {
-    size_t used = 0;
-    const int tasks = std::stoi(spec.substr(pos), &used);
-    pos += used;
-    int repeat = 1;
-    if (pos < spec.size() && spec[pos] == '(') {
-      ZT_REQUIRE(spec.compare(pos, 2, "(x") == 0, "SLURM_STEP_TASKS_PER_NODE=" << spec << ": not Slurm's form");
-      repeat = std::stoi(spec.substr(pos + 2), &used);
-      pos += 2 + used + 1;  // "(x" digits ")"
+  const char* p = spec.c_str();
+  while (*p) {
+    char* end = nullptr;
+    const long tasks = std::strtol(p, &end, 10);
+    long repeat = 1;
+    if (end != p && end[0] == '(' && end[1] == 'x') {
+      p = end + 2;
+      repeat = std::strtol(p, &end, 10);
+      ZT_REQUIRE(end != p && *end == ')', "SLURM_STEP_TASKS_PER_NODE=" << spec << ": not Slurm's form");
+      ++end;
     }
-    if (node < repeat) return tasks;
-    node -= repeat;
-    if (pos < spec.size() && spec[pos] == ',') ++pos;
+    ZT_REQUIRE(end != p && (*end == ',' || *end == '\0'), "SLURM_STEP_TASKS_PER_NODE=" << spec << ": not Slurm's form");
+    if (node < repeat) return int(tasks);
+    node -= int(repeat);
+    p = *end ? end + 1 : end;
   }
   throw Error("SLURM_STEP_TASKS_PER_NODE=" + spec + " names fewer nodes than SLURM_NODEID");
 }
@@ -68,10 +69,26 @@ Launch launch_from_env() {
 }
 
 namespace {
-const Launch kAtStart = launch_from_env();
+// Read before main; a variable it cannot read is reported when the program first asks (an
+// exception here would end the process before main could print it).
+struct AtStart {
+  Launch launch;
+  std::string error;
+};
+AtStart read_at_start() {
+  try {
+    return {launch_from_env(), ""};
+  } catch (const Error& e) {
+    return {Launch{}, e.what()};
+  }
+}
+const AtStart kAtStart = read_at_start();
 }  // namespace
 
-const Launch& this_launch() { return kAtStart; }
+const Launch& this_launch() {
+  ZT_REQUIRE(kAtStart.error.empty(), kAtStart.error);
+  return kAtStart.launch;
+}
 
 int affinity_cpus() {
   cpu_set_t set;

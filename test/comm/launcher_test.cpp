@@ -65,6 +65,19 @@ TEST(Launcher, SrunUnevenTasksPerNode) {
   EXPECT_EQ(zt::launch_from_env().local_world, 2);
 }
 
+// A value no launcher would set is refused with its name, never read as a number it is not.
+TEST(Launcher, MalformedVariablesRefused) {
+  LaunchEnv env({{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_NODEID", "0"}, {"SLURM_STEP_TASKS_PER_NODE", "2(3)"}});
+  EXPECT_THROW(zt::launch_from_env(), zt::Error);
+  LaunchEnv cpus({{"SLURM_CPUS_PER_TASK", "4x"}, {"SLURM_PROCID", "0"}});
+  try {
+    zt::launch_from_env();
+    FAIL() << "SLURM_CPUS_PER_TASK=4x accepted";
+  } catch (const zt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SLURM_CPUS_PER_TASK=4x"), std::string::npos) << e.what();
+  }
+}
+
 // mpirun inside an allocation: its ranks inherit the batch script's SLURM_PROCID=0 and
 // SLURM_LOCALID=0; Open MPI's own variables say who they are.
 TEST(Launcher, MpirunInsideAllocationIgnoresInheritedSlurmIds) {
