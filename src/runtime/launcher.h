@@ -2,7 +2,7 @@
 // In the runtime (the ground) because the plan's checks count the CPUs too.
 // The communicator stays the authority on rank and locality (MPI learns them from the same
 // launcher, through PMIx under both); this says what MPI cannot: whether a launcher started the
-// process at all (progress decoration), how many tasks it started (srun without --mpi=pmix starts
+// process at all (progress decoration), how many tasks it started (a launcher of another MPI starts
 // N singletons that each believe they are the whole run), and how many CPUs Slurm gave each task.
 #pragma once
 #include <string>
@@ -34,8 +34,9 @@ int affinity_cpus();
 // the CPUs this process may run on, shared by the host's ranks.
 int threads_per_rank(const Launch& launch, int affinity_cpus, int local_world);
 
-// Refuses a communicator that disagrees with the launcher on the world size: srun without
-// --mpi=pmix (or mpirun of another MPI) starts tasks that each initialise a world of one.
+// Refuses a communicator that disagrees with the launcher on the world size: an srun plugin or an
+// mpirun that ./train's MPI cannot talk to starts tasks that each initialise a world of one
+// (Debian's Open MPI itself refuses srun without --mpi=pmix; other MPIs may not).
 void check_launch(const Launch& launch, int comm_world);
 
 }  // namespace zt
