@@ -19,6 +19,7 @@
 #include "comm/comm.h"
 #include "plan/plan.h"
 #include "runtime/error.h"
+#include "runtime/launcher.h"
 #include "runtime/support.h"
 #include "train/backend_choice.h"
 #include "train/trainer.h"
@@ -178,6 +179,7 @@ int run(int argc, char** argv) {
   zt::Plan plan = zt::load_plan(plan_path, overrides);
   std::vector<std::string> env_notes;
   g_comm = zt::make_mpi_comm(comm_options(plan, env_notes));
+  zt::check_launch(zt::this_launch(), g_comm->world());
   check_same_plan_everywhere(plan, *g_comm);
   // Refuse what cannot run here before writing anything; the plan written beside the log then
   // names the device, precision and comm backend that run rather than "auto".

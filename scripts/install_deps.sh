@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that building ./train and preparing the data need; with --test,
 # also those of the tests (GoogleTest, and PyTorch, h5py and matplotlib for the reference and
-# checkpoint tests and scripts/compare).
+# checkpoint tests and scripts/compare; Slurm and munge for the Slurm jobs test).
 # Idempotent: when everything is present it only checks and returns in about a second.
 #   bash scripts/install_deps.sh [--test]
 set -euo pipefail
@@ -10,7 +10,8 @@ PKGS=(build-essential cmake g++ make pkg-config git
       libopenblas-dev libopenblas-openmp-dev libcli11-dev nlohmann-json3-dev
       libopenmpi-dev openmpi-bin libhdf5-dev liburing-dev
       nodejs npm)
-TEST_PKGS=(libgtest-dev hdf5-tools python3 python3-numpy python3-torch python3-h5py python3-matplotlib)
+TEST_PKGS=(libgtest-dev hdf5-tools python3 python3-numpy python3-torch python3-h5py python3-matplotlib
+           slurmctld slurmd slurm-client munge)  # a real Slurm for test/slurm (scripts/cluster slurm up)
 
 case "${1:-}" in
   "") ;;

@@ -137,6 +137,13 @@ set_tests_properties(zero_equivalence_multihost PROPERTIES LABELS "zero;comm")
 set_tests_properties(multihost_faults PROPERTIES LABELS comm)
 set_tests_properties(zero_equivalence_multihost multihost_faults PROPERTIES RUN_SERIAL TRUE SKIP_RETURN_CODE 77
                      TIMEOUT 600 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+# slurm_jobs: a real Slurm on those hosts (scripts/cluster slurm up): the docs' scripts/slurm/train.sbatch
+# as a 2-node x 1-rank job matches the single-rank losses (mpirun inside the allocation: the same); preempted (scontrol requeue) and signalled
+# before its time limit (B:USR1), it saves, is requeued and resumes to the same final weights bit for
+# bit; nothing left running. Skipped (77) without namespaces or the Slurm packages (docs/slurm.md).
+add_test(NAME slurm_jobs COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/slurm/slurm_jobs.py --train $<TARGET_FILE:train>
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(slurm_jobs PROPERTIES LABELS "comm;checkpoint" RUN_SERIAL TRUE SKIP_RETURN_CODE 77 TIMEOUT 300)
 
 # ---- checkpoint (docs/design.md §3.7, §3.9) ------------------------------------------------------
 # resume_in_memory_np*: steps 0-9 against 0-4 + rebuild from the step-5 TrainState + 5-9, bit for bit,

@@ -7,7 +7,6 @@
 #include "plan/plan.h"
 
 #include <glob.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cctype>
@@ -22,6 +21,7 @@
 #include <unordered_set>
 
 #include "runtime/error.h"
+#include "runtime/launcher.h"
 #include "runtime/support.h"
 #include "plan/plan_detail.h"
 
@@ -232,7 +232,7 @@ void check_data_files(const Plan& p) {
 
 // More threads than this per rank only thrash; far more exhaust the process (each is a stack).
 void check_machine(const Plan& p) {
-  const int cores = omp_get_num_procs();
+  const int cores = affinity_cpus();
   if (int64_t(p.run.threads) > 4 * int64_t(cores))
     bad("run.threads", std::to_string(p.run.threads) + " is more than 4 x the " + std::to_string(cores) +
                            " cores this process may use (0 = one per core)");

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "runtime/error.h"
+#include "runtime/launcher.h"
 
 namespace zt {
 
@@ -30,12 +31,6 @@ void MetricsLog::write(const nlohmann::json& j) {
   ZT_REQUIRE(out_, "run.log: write to " << path_ << " failed");
 }
 
-namespace {
-// The launcher's variables are read at program start, before MPI_Init: a singleton MPI_Init (no
-// mpirun) sets PMIX_RANK in our own environment.
-const bool kUnderLauncher = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
-}  // namespace
-
 bool decorate_progress() {
   const char* env = std::getenv("ZT_PROGRESS");
   const std::string mode = env ? env : "";
@@ -43,7 +38,7 @@ bool decorate_progress() {
   if (mode == "plain") return false;
   ZT_REQUIRE(mode.empty() || mode == "auto",
              "ZT_PROGRESS: \"" << mode << "\" is not a progress mode (tty, plain or auto; unset = auto)");
-  return !kUnderLauncher && isatty(STDOUT_FILENO) == 1;
+  return this_launch().launcher.empty() && isatty(STDOUT_FILENO) == 1;
 }
 
 }  // namespace zt

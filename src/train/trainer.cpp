@@ -31,6 +31,7 @@
 #endif
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/launcher.h"
 #include "runtime/memory.h"
 #include "runtime/support.h"
 #include "runtime/trace.h"
@@ -279,8 +280,9 @@ class Trainer {
       dev_use_.total = device::total_bytes();
       dev_use_.free_at_start = dev_use_.free_min = device::free_bytes();
     }
-    // Ranks on one host share its cores.
-    const int threads = plan_.run.threads > 0 ? plan_.run.threads : std::max(1, omp_get_num_procs() / comm_.local_world());
+    // The CPUs the launcher gave this rank (runtime/launcher.h), not the whole host.
+    const int threads = plan_.run.threads > 0 ? plan_.run.threads
+                                              : threads_per_rank(this_launch(), affinity_cpus(), comm_.local_world());
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
 

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""zerotrain under a real Slurm (docs/slurm.md): slurmctld and one slurmd per namespace host of
+scripts/cluster, jobs submitted with the docs' own scripts/slurm/train.sbatch (2 nodes x 1 rank,
+srun --mpi=pmix, CPU backend, a tiny model).
+
+  1. uninterrupted: the job's losses equal the single-rank run's at the same global batch
+     (N=1 with grad_accum 2 vs N=2 with grad_accum 1, relative 1e-5 as test/zero/zero_equivalence.py);
+     `mpirun` inside a 2-node allocation (sbatch --wrap) gives the srun job's losses exactly.
+  2. preempted: `scontrol requeue` mid-run; the ranks get SIGTERM, save, Slurm requeues the job,
+     checkpoint.resume "auto" continues; final weights == the uninterrupted job's, bit for bit.
+  3. time limit: the batch shell gets SIGUSR1 as --signal=B:USR1@120 sends it (here from
+     `scancel --batch --signal=USR1`, not a 2-minute wait); the script forwards it to the ranks,
+     they save, the script requeues the job, it resumes; final weights equal again.
+Prints the measured times: submit to first step, signal to saved checkpoint, requeue to resumed
+step. Afterwards no Slurm daemon, munged or rank of this cluster may be left running.
+Exit 77 (ctest: Skipped) with the reason where namespaces or the Slurm packages are missing.
+
+  /usr/bin/python3 test/slurm/slurm_jobs.py --train build/train
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLUSTER = os.path.join(ROOT, "scripts", "cluster")
+SBATCH = os.path.join(ROOT, "scripts", "slurm", "train.sbatch")
+NAME = f"zsl{os.getpid() % 100000}"
+STEPS, STOP_AFTER = 30, 8          # preempt once the log shows this step
+LOSS_TOL = 1e-5
+TINY = {"model.n_layer": 3, "model.n_head": 5, "model.n_embd": 35, "model.seq_len": 31,
+        "data.train": "data/sample/train_*.bin", "data.val": "data/sample/val.bin", "data.tokenizer": "",
+        "batch.micro_batch": 2, "optim.warmup_steps": 3, "run.steps": STEPS, "run.eval_every": 0,
+        "run.eval_batches": 1, "run.sample_every": 0, "device": "cpu"}
+ONE_THREAD = {"run.threads": 1}  # runs outside srun -c 1
+
+
+def env(extra=None):
+    e = dict(os.environ, ZT_CLUSTER=NAME, OMP_NUM_THREADS="1",
+             OMPI_MCA_pml="ob1", OMPI_MCA_btl="tcp,vader,self")  # TCP between hosts, as docs/multihost.md
+    e.update(extra or {})
+    return e
+
+
+def sets(d):
+    return " ".join(f"--set {k}={v}" for k, v in d.items())
+
+
+def slurm(*args, check=True):
+    p = subprocess.run([CLUSTER, "slurm", *args], env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: exit {p.returncode}: {p.stdout.strip()}")
+    return p.stdout.strip()
+
+
+def job_field(job, key):
+    for kv in slurm("scontrol", "-o", "show", "job", job).split():
+        if kv.startswith(key + "="):
+            return kv.split("=", 1)[1]
+    return ""
+
+
+def losses(log):
+    if not os.path.exists(log):
+        return []
+    return [json.loads(l) for l in open(log) if '"loss"' in l]
+
+
+def wait_for(what, cond, timeout, job=None):
+    """Polls cond until it returns something true; with job, gives up as soon as the job has ended
+    without it."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        v = cond()
+        if v:
+            return v
+        if job and (state := job_field(job, "JobState")) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
+            v = cond()  # it may have come just before the end
+            if v:
+                return v
+            raise RuntimeError(f"job {job} ended {state} while waiting for {what}")
+        time.sleep(0.05)
+    raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
+
+
+def submit(work, tag, train):
+    d = os.path.join(work, tag)
+    os.makedirs(d)
+    run = dict(TINY, **{"run.log": f"{d}/metrics.jsonl", "run.final_weights": f"{d}/final.bin"})
+    job_env = {"PLAN": "plans/default.json", "CKPT": f"{d}/ckpt", "TRAIN": train, "TRAIN_ARGS": sets(run)}
+    # --cpus-per-task=1: the ranks must take their thread count from Slurm (runtime/launcher.h).
+    p = subprocess.run([CLUSTER, "slurm", "sbatch", "--parsable", "--cpus-per-task=1", f"--chdir={ROOT}",
+                        f"--output={d}/job.out", SBATCH],
+                       env=env(job_env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"sbatch: {p.stdout.strip()}")
+    return p.stdout.strip().split(";")[0], d, time.monotonic()
+
+
+def finish(job, d, timeout=120):
+    state = wait_for(f"job {job} to end", lambda: (s := job_field(job, "JobState")) in
+                     ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL") and s, timeout)
+    out = open(os.path.join(d, "job.out")).read()
+    if state != "COMPLETED":
+        raise RuntimeError(f"job {job} ended {state}; the end of its output:\n{out[-1500:]}")
+    return out
+
+
+def weights(d):
+    return open(os.path.join(d, "final.bin"), "rb").read()
+
+
+def interrupted(work, tag, train, how):
+    """Submits, stops the job mid-run `how` (a function of the job id), waits for the resumed job to
+    finish; returns the directory and the three measured times."""
+    job, d, t_sub = submit(work, tag, train)
+    log = os.path.join(d, "metrics.jsonl")
+    wait_for(f"step {STOP_AFTER}", lambda: len(losses(log)) >= STOP_AFTER, 120, job)
+    t_sig = time.monotonic()
+    how(job)
+    # Saved: the ranks print the stop line after the checkpoint is complete.
+    wait_for("the checkpoint after the signal", lambda: "checkpoint saved" in open(os.path.join(d, "job.out")).read(), 60, job)
+    t_saved = time.monotonic()
+    # Resumed: the new run's first step (its log replaces the first run's, moved aside).
+    first = wait_for("the resumed run's first step",
+                     lambda: job_field(job, "Restarts") == "1" and (l := losses(log)) and l[0]["step"] > 1 and l[0], 120, job)
+    t_res = time.monotonic()
+    out = finish(job, d)
+    if len(losses(log)) != STEPS - first["step"] + 1 or losses(log)[-1]["step"] != STEPS:
+        raise RuntimeError(f"{tag}: the resumed run logged steps {first['step']}..{losses(log)[-1]['step']}, not up to {STEPS}")
+    return d, out, {"signal to saved checkpoint": t_saved - t_sig, "requeue to resumed step": t_res - t_saved,
+                    "resumed at step": first["step"]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--train", default="build/train")
+    args = ap.parse_args()
+    train = os.path.abspath(args.train)
+    chk = subprocess.run([CLUSTER, "slurm", "check"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if chk.returncode != 0:
+        print(f"slurm_jobs SKIPPED: {chk.stdout.strip()}")
+        sys.exit(77)
+
+    inside = []  # every process that ran on a host: daemons, job steps, ranks
+
+    def down(*sig):
+        inside.extend(subprocess.run([CLUSTER, "pids"], env=env(), stdout=subprocess.PIPE, text=True).stdout.split())
+        subprocess.run([CLUSTER, "down"], env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if sig:
+            sys.exit(1)
+    signal.signal(signal.SIGTERM, down)
+    signal.signal(signal.SIGINT, down)
+    work = tempfile.mkdtemp(prefix="slurm_jobs.")
+    failures, t_all = [], time.monotonic()
+    try:
+        subprocess.run([CLUSTER, "up", "2"], env=env(), check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([CLUSTER, "slurm", "up"], env=env(), check=True)
+
+        # The oracle: one rank, no Slurm, the same global batch.
+        ref = os.path.join(work, "ref")
+        os.makedirs(ref)
+        subprocess.run([train, "plans/default.json", *sets(dict(TINY, **ONE_THREAD, **{
+            "batch.grad_accum": 2, "run.log": f"{ref}/metrics.jsonl"})).split()],
+            cwd=ROOT, env=env(), check=True, stdout=subprocess.DEVNULL)
+        ref_loss = [r["loss"] for r in losses(f"{ref}/metrics.jsonl")]
+
+        job, d_full, t_sub = submit(work, "uninterrupted", train)
+        wait_for("the first step", lambda: losses(f"{d_full}/metrics.jsonl"), 120, job)
+        t_first = time.monotonic() - t_sub
+        out = finish(job, d_full)
+        got = [r["loss"] for r in losses(f"{d_full}/metrics.jsonl")]
+        worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref_loss)) if len(got) == len(ref_loss) == STEPS else float("inf")
+        print(f"uninterrupted 2x1 job {job}: {len(got)} steps, loss {got[0]:.4f} -> {got[-1]:.4f}, "
+              f"worst relative difference to the single rank {worst:.1e} (tol {LOSS_TOL}); submit to first step {t_first:.1f} s")
+        # Threads from SLURM_CPUS_PER_TASK, not from the CPUs the rank may run on (all of the host's).
+        threads_ok = "2 rank(s) x 1 threads" in out
+        print(f"threads per rank under srun -c 1: {'1' if threads_ok else 'not 1'} (the process may run on "
+              f"{len(os.sched_getaffinity(0))} CPUs)")
+        if not threads_ok:
+            failures.append("srun -c 1: the ranks did not run 1 thread each:\n" +
+                            "\n".join(l for l in out.splitlines() if "rank(s) x" in l))
+        if not worst <= LOSS_TOL:
+            failures.append(f"uninterrupted job: losses differ from the single-rank run by {worst:.2e} relative\n{out[-2000:]}")
+
+        # mpirun inside an allocation (Open MPI starts its daemons through Slurm): the same run.
+        d_mp = os.path.join(work, "mpirun")
+        os.makedirs(d_mp)
+        wrap = f"mpirun {train} plans/default.json " + sets(dict(TINY, **ONE_THREAD, **{"run.log": f"{d_mp}/metrics.jsonl"}))
+        p = subprocess.run([CLUSTER, "slurm", "sbatch", "--parsable", "-N2", "--ntasks-per-node=1", f"--chdir={ROOT}",
+                            f"--output={d_mp}/job.out", f"--wrap={wrap}"], env=env({"OMPI_ALLOW_RUN_AS_ROOT": "1",
+                           "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        finish(p.stdout.strip().split(";")[0], d_mp)
+        same = [r["loss"] for r in losses(f"{d_mp}/metrics.jsonl")] == got
+        print(f"mpirun inside a 2-node allocation: losses {'==' if same else '!='} the srun job's")
+        if not same:
+            failures.append("mpirun inside the allocation: losses differ from the srun job's")
+
+        cases = [("scontrol requeue", lambda job: slurm("scontrol", "requeue", job)),
+                 ("time-limit signal (B:USR1)", lambda job: slurm("scancel", "--batch", "--signal=USR1", job))]
+        for tag, how in cases:
+            d, out, t = interrupted(work, tag.split()[0].replace("-", "_"), train, how)
+            same = weights(d) == weights(d_full)
+            print(f"{tag}: resumed at step {t['resumed at step']}, final weights {'==' if same else '!='} the uninterrupted "
+                  f"job's; signal to saved checkpoint {t['signal to saved checkpoint']:.1f} s, "
+                  f"requeue to resumed step {t['requeue to resumed step']:.1f} s")
+            if not same:
+                failures.append(f"{tag}: final weights differ from the uninterrupted job's\n{out[-2000:]}")
+    except (RuntimeError, subprocess.CalledProcessError) as e:
+        failures.append(str(e))
+    finally:
+        down()
+    # Gone, not even a zombie (killed daemons are reaped by init within a few seconds).
+    def alive():
+        return [f"{p} {open(f'/proc/{p}/comm').read().strip()}" for p in inside if os.path.exists(f"/proc/{p}/comm")]
+    try:
+        wait_for("the cluster's processes to be gone", lambda: not alive(), 15)
+    except RuntimeError:
+        failures.append(f"left after `scripts/cluster down`: {', '.join(alive())}")
+    print(f"{time.monotonic() - t_all:.0f} s in all")
+    if failures:
+        print(f"\nslurm_jobs FAILED ({len(failures)}), run directories in {work}:")
+        for f in failures:
+            print("  - " + f)
+        sys.exit(1)
+    shutil.rmtree(work, ignore_errors=True)
+    print("slurm_jobs passed")
+
+
+if __name__ == "__main__":
+    main()
