@@ -10,15 +10,7 @@
 set -euo pipefail
 TRAIN=${1:?usage: checkpoint_emu.sh path/to/train path/to/zt_train_emu}
 EMU=${2:?usage: checkpoint_emu.sh path/to/train path/to/zt_train_emu}
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$ROOT"
-# numpy/h5py: Debian's /usr/bin/python3 here; scripts/device/run.sh sets ZT_PYTHON on the GPU machine.
-PY=${ZT_PYTHON:-/usr/bin/python3}
-# What ran: the emulator (zt_train_emu, version "...-emu"), or the real CUDA build on a GPU
-# (scripts/device/run.sh runs these scripts there with ./train in the emulator's place).
-case "$("$EMU" --version 2>/dev/null)" in *-emu*) WHERE="EMULATED CUDA, not a GPU" ;; *) WHERE="CUDA on a GPU" ;; esac
-export WHERE
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/common.sh"
 
 common=(plans/default.json
   --set data.train='data/sample/train_*.bin' --set data.val=data/sample/val.bin --set data.tokenizer=

@@ -33,20 +33,10 @@ set -euo pipefail
 TRAIN=${1:?usage: nccl_emu.sh train zt_train_emu mpiexec}
 EMU=${2:?}
 MPIRUN=${3:?}
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$ROOT"
-PY=${ZT_PYTHON:-/usr/bin/python3}
-case "$("$EMU" --version 2>/dev/null)" in *-emu*) WHERE="EMULATED CUDA, not a GPU" ;; *) WHERE="CUDA on a GPU" ;; esac
-export WHERE
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+source "$(dirname "$0")/common.sh"
 export ZT_EMU_DEVICES=3
-common=(plans/default.json
-  --set data.train='data/sample/train_*.bin' --set data.val=data/sample/val.bin --set data.tokenizer=
-  --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.seq_len=64
-  --set batch.micro_batch=1 --set optim.lr=0.003 --set optim.warmup_steps=2
-  --set run.steps=3 --set run.eval_every=0 --set run.eval_batches=1 --set run.sample_every=0
-  --set run.final_weights="" --set zero.bucket_mb=0.05 --set zero.prefetch_units=2 --set device=cuda)
+common=(plans/default.json "${small[@]}" --set data.tokenizer= --set optim.lr=0.003 --set optim.warmup_steps=2
+  --set run.steps=3 --set run.final_weights="" --set zero.bucket_mb=0.05 --set zero.prefetch_units=2 --set device=cuda)
 
 run() {  # name np precision stage grad_accum [extra --set ...]
   local name=$1 np=$2 prec=$3 stage=$4 accum=$5; shift 5

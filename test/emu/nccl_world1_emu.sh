@@ -7,11 +7,7 @@
 # usage: nccl_world1_emu.sh path/to/zt_train_emu (or ./train on a GPU)
 set -euo pipefail
 EMU=${1:?usage: nccl_world1_emu.sh path/to/zt_train_emu}
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$ROOT"
-PY=${ZT_PYTHON:-/usr/bin/python3}
-case "$("$EMU" --version 2>/dev/null)" in *-emu*) WHERE="EMULATED CUDA, not a GPU" ;; *) WHERE="CUDA on a GPU" ;; esac
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/common.sh"
 common=(plans/default.json
   --set data.train='data/sample/train_*.bin' --set data.val=data/sample/val.bin --set data.tokenizer=
   --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.seq_len=64

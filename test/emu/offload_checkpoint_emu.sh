@@ -20,18 +20,9 @@ set -euo pipefail
 TRAIN=${1:?usage: offload_checkpoint_emu.sh train zt_train_emu mpiexec}
 EMU=${2:?}
 MPIRUN=${3:?}
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$ROOT"
-PY=${ZT_PYTHON:-/usr/bin/python3}
-case "$("$EMU" --version 2>/dev/null)" in *-emu*) WHERE="EMULATED CUDA, not a GPU" ;; *) WHERE="CUDA on a GPU" ;; esac
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-common=(plans/default.json
-  --set data.train='data/sample/train_*.bin' --set data.val=data/sample/val.bin --set data.tokenizer=
-  --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.seq_len=64
-  --set batch.micro_batch=1 --set optim.lr=0.003 --set optim.warmup_steps=1
-  --set run.steps=6 --set run.eval_every=0 --set run.eval_batches=1 --set run.sample_every=0 --set zero.bucket_mb=0.05
-  --set offload.subgroup_mb=16 --set offload.nvme_dir="$work/swap")
+source "$(dirname "$0")/common.sh"
+common=(plans/default.json "${small[@]}" --set data.tokenizer= --set optim.lr=0.003 --set optim.warmup_steps=1
+  --set run.steps=6 --set zero.bucket_mb=0.05 --set offload.subgroup_mb=16 --set offload.nvme_dir="$work/swap")
 gpu=(--set device=cuda --set precision.compute=bf16)
 
 launch() {  # launch NP NAME ARGS...: one run, its output in $work/NAME.out, stopped on failure

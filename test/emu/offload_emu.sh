@@ -18,23 +18,10 @@
 set -euo pipefail
 EMU=${1:?usage: offload_emu.sh zt_train_emu mpiexec}
 MPIRUN=${2:?}
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$ROOT"
-# numpy/h5py: Debian's /usr/bin/python3 here; scripts/device/run.sh sets ZT_PYTHON on the GPU machine.
-PY=${ZT_PYTHON:-/usr/bin/python3}
-# What ran: the emulator (zt_train_emu, version "...-emu"), or the real CUDA build on a GPU
-# (scripts/device/run.sh runs these scripts there with ./train in the emulator's place).
-case "$("$EMU" --version 2>/dev/null)" in *-emu*) WHERE="EMULATED CUDA, not a GPU" ;; *) WHERE="CUDA on a GPU" ;; esac
-export WHERE
-work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-common=(plans/default.json
-  --set data.train='data/sample/train_*.bin' --set data.val=data/sample/val.bin
-  --set data.tokenizer=data/sample/gpt2_tokenizer.bin
-  --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.seq_len=64
-  --set batch.micro_batch=1 --set batch.grad_accum=1 --set optim.lr=0.003 --set optim.warmup_steps=1
-  --set run.steps=3 --set run.eval_every=0 --set run.sample_every=0 --set zero.bucket_mb=0.05
-  --set device=cuda --set offload.subgroup_mb=0.05 --set offload.nvme_dir="$work/swap"
+source "$(dirname "$0")/common.sh"
+common=(plans/default.json "${small[@]}" --set data.tokenizer=data/sample/gpt2_tokenizer.bin
+  --set batch.grad_accum=1 --set optim.lr=0.003 --set optim.warmup_steps=1 --set run.steps=3
+  --set zero.bucket_mb=0.05 --set device=cuda --set offload.subgroup_mb=0.05 --set offload.nvme_dir="$work/swap"
   --set comm.backend=mpi)  # N = 2 shares the one emulated device: host-staged, as auto picks there
 
 fail=0

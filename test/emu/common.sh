@@ -1,0 +1,21 @@
+# Sourced by the emulator scripts (test/emu/*_emu.sh) after `set -euo pipefail` and EMU (zt_train_emu,
+# or ./train where scripts/device/run.sh runs them on a GPU): the set-up they all share.
+# Leaves: the repository root as working directory; PY; WHERE (exported); work, a temporary directory
+# removed at exit; Open MPI allowed as root and oversubscribed; small, the model and data every script trains.
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+# numpy/h5py: Debian's /usr/bin/python3 here; scripts/device/run.sh sets ZT_PYTHON on the GPU machine.
+PY=${ZT_PYTHON:-/usr/bin/python3}
+# What ran: the emulator (zt_train_emu, version "...-emu"), or the real CUDA build on a GPU.
+case "$("$EMU" --version 2>/dev/null)" in *-emu*) WHERE="EMULATED CUDA, not a GPU" ;; *) WHERE="CUDA on a GPU" ;; esac
+export WHERE
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# A small model (2 layers, 64 wide, 64 tokens, one sequence per micro-batch: emulation is slow) on the
+# committed sample data. The end-of-run evaluation and sample still run (their code stays covered),
+# on one batch and one token: no script checks them, and at the plan's defaults (20 batches, 63
+# tokens) they took three quarters of each emulated run.
+small=(--set data.train='data/sample/train_*.bin' --set data.val=data/sample/val.bin
+  --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.seq_len=64
+  --set batch.micro_batch=1 --set run.eval_every=0 --set run.eval_batches=1
+  --set run.sample_every=0 --set run.sample_tokens=1)
