@@ -5,8 +5,8 @@
 # offload (src/zero/host_optimizer.cpp). EMULATED: this is not a GPU run.
 #   bf16: every step's loss and the final weights (run.final_weights, an llm.c file) bit for bit:
 #   the CPU AdamW is the CUDA kernel's arithmetic with the same stochastic-rounding bits, drawn by
-#   each element's global index: the "nvme" sub-groups (offload.subgroup_mb 0.05, 16 KiB of fp32
-#   per state, which cut every tensor into many slices) round as the whole update does. fp32: the
+#   each element's global index: the "nvme" sub-groups (offload.subgroup_mb 0.05, 48 KiB of fp32
+#   per state, which cut the large tensors into many slices) round as the whole update does. fp32: the
 #   same formula, but the compiler contracts a*b+c into fused
 #   multiply-adds differently in the CPU loop and the kernel (measured here ~1e-9 relative on the
 #   loss; AdamW turns the last-bit differences into up to ~3e-6 of the largest weight in 3 steps for
