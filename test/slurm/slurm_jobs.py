@@ -88,14 +88,16 @@ def wait_for(what, cond, timeout, job=None):
     raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
 
 
-def submit(work, tag, train):
+def submit(work, tag, train, more=None, ckpt=None, sbatch_args=()):
+    """sbatch of the docs' script; more: further --set options; ckpt: checkpoint.dir (default: the
+    job's own directory's)."""
     d = os.path.join(work, tag)
     os.makedirs(d)
-    run = dict(TINY, **{"run.log": f"{d}/metrics.jsonl", "run.final_weights": f"{d}/final.bin"})
-    job_env = {"PLAN": "plans/default.json", "CKPT": f"{d}/ckpt", "TRAIN": train, "TRAIN_ARGS": sets(run)}
+    run = dict(TINY, **{"run.log": f"{d}/metrics.jsonl", "run.final_weights": f"{d}/final.bin"}, **(more or {}))
+    job_env = {"PLAN": "plans/default.json", "CKPT": ckpt or f"{d}/ckpt", "TRAIN": train, "TRAIN_ARGS": sets(run)}
     # --cpus-per-task=1: the ranks must take their thread count from Slurm (runtime/launcher.h).
     p = subprocess.run([CLUSTER, "slurm", "sbatch", "--parsable", "--cpus-per-task=1", f"--chdir={ROOT}",
-                        f"--output={d}/job.out", SBATCH],
+                        f"--output={d}/job.out", *sbatch_args, SBATCH],
                        env=env(job_env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"sbatch: {p.stdout.strip()}")
