@@ -32,6 +32,9 @@ from slurm_jobs import (CLUSTER, LOSS_TOL, ONE_THREAD, ROOT, STEPS, STOP_AFTER, 
 
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 DAEMONS = {"munged", "slurmctld", "slurmscriptd", "slurmd"}  # slurmscriptd: slurmctld's helper
+TIMEOUT_S = 5      # comm.timeout_s of the job whose node is lost
+RANK_BOUND = 10    # a rank whose abort cannot reach the launcher ends itself 5 s after its timeout (docs/multihost.md)
+SRUN_BOUND = 35    # srun waits KillWait + 2 s for a lost node's tasks, Slurm SlurmdTimeout to declare it down (30 s each here)
 REFUSED_BY = 30  # seconds from submit to the end of a job whose plan is refused: "at once", with slack for 2 shared cores
 
 
@@ -159,6 +162,39 @@ def main():
               steps == list(range(steps[0], STEPS + 1)) and worst <= LOSS_TOL,
               f"2-node checkpoint resumed by a 1-node job ({state}): steps {steps[0] if steps else None}..{steps[-1] if steps else None}, "
               f"worst relative difference to the single-rank run {worst:.1e} (tol {LOSS_TOL})", out[-1500:])
+
+        # 4. A node lost mid-job (its cable cut): the ranks end within comm.timeout_s (+ the bound
+        # of a rank whose abort cannot reach the launcher), srun within its own bound, the script
+        # requeues the job, which resumes from the last complete checkpoint once the node is back.
+        job, d, t_sub = submit(work, "lost", train, {"comm.timeout_s": TIMEOUT_S, "checkpoint.every": 5})
+        log = f"{d}/metrics.jsonl"
+        wait_for("step 12", lambda: len(losses(log)) >= 12, 120, job)
+        subprocess.run([CLUSTER, "link", hosts[-1], "down"], env=env(), check=True)
+        t_cut = time.monotonic()
+        wait_for("the ranks to end", lambda: not any(c == "train" for h in hosts for _, c in host_procs(h)), 60)
+        t_ranks = time.monotonic() - t_cut
+        # Requeued by the script (srun gave up on the lost node's task: KillWait + 2 s) or by Slurm
+        # (it declared the node down: SlurmdTimeout), whichever comes first.
+        wait_for("the job's requeue", lambda: job_field(job, "Restarts") == "1", 120)
+        t_requeue = time.monotonic() - t_cut
+        by = "its script" if "requeuing job" in open(f"{d}/job.out").read() else "Slurm (node failure)"
+        latest = open(os.path.join(d, "ckpt", "latest")).read().strip()
+        check(t_ranks <= TIMEOUT_S + RANK_BOUND and t_requeue <= TIMEOUT_S + RANK_BOUND + SRUN_BOUND,
+              f"link of {hosts[-1]} cut: every rank gone {t_ranks:.1f} s later (bound comm.timeout_s {TIMEOUT_S} + "
+              f"{RANK_BOUND}), the job requeued by {by} {t_requeue:.1f} s later (bound + {SRUN_BOUND})")
+        subprocess.run([CLUSTER, "link", hosts[-1], "up"], env=env(), check=True)
+        t_up = time.monotonic()
+        first = wait_for("the requeued job's first step", lambda: job_field(job, "Restarts") == "1" and
+                         (l := losses(log)) and l[0]["step"] > 1 and l[0], 180)
+        t_resumed = time.monotonic() - t_up
+        state = wait_for(f"requeued job {job} to end", lambda: job_state(job), 120)
+        got = {r["step"]: r["loss"] for r in losses(log)}
+        worst = max((abs(got[s] - ref_loss[s]) / abs(ref_loss[s]) for s in got), default=float("inf"))
+        check(state == "COMPLETED" and first["step"] == int(latest.split("_")[1]) + 1 and max(got) == STEPS and
+              worst <= LOSS_TOL,
+              f"the requeued job ({state}) resumed at step {first['step']} from the last complete checkpoint "
+              f"{latest}, {t_resumed:.1f} s after the link came back; worst relative difference to the single-rank "
+              f"run {worst:.1e}", open(f"{d}/job.out").read()[-2000:])
     except (RuntimeError, subprocess.CalledProcessError) as e:
         failures.append(str(e))
     finally:
