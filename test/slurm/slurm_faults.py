@@ -27,8 +27,8 @@ import sys
 import tempfile
 import time
 
-from slurm_jobs import (CLUSTER, LOSS_TOL, ONE_THREAD, ROOT, STEPS, STOP_AFTER, TINY, env, job_field, losses,
-                        sets, slurm, submit, wait_for)
+from slurm_jobs import (CLUSTER, LOSS_TOL, ONE_THREAD, ROOT, STEPS, STOP_AFTER, TINY, alive, env, job_field,
+                        losses, sets, slurm, submit, wait_for)
 
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 DAEMONS = {"munged", "slurmctld", "slurmscriptd", "slurmd"}  # slurmscriptd: slurmctld's helper
@@ -200,12 +200,10 @@ def main():
     finally:
         down()
 
-    def alive():
-        return [f"{p} {open(f'/proc/{p}/comm').read().strip()}" for p in inside if os.path.exists(f"/proc/{p}/comm")]
     try:
-        wait_for("the cluster's processes to be gone", lambda: not alive(), 15)
+        wait_for("the cluster's processes to be gone", lambda: not alive(inside), 15)
     except RuntimeError:
-        failures.append(f"left after `scripts/cluster down`: {', '.join(alive())}")
+        failures.append(f"left after `scripts/cluster down`: {', '.join(alive(inside))}")
     print(f"{time.monotonic() - t_all:.0f} s in all")
     if failures:
         print(f"\nslurm_faults FAILED ({len(failures)}), run directories in {work}:")

@@ -113,6 +113,17 @@ def finish(job, d, timeout=120):
     return out
 
 
+def alive(pids):
+    """'pid name' of those of pids that still exist (a zombie too)."""
+    found = []
+    for p in pids:
+        try:
+            found.append(f"{p} {open(f'/proc/{p}/comm').read().strip()}")
+        except OSError:
+            pass  # gone, also between listing and reading
+    return found
+
+
 def weights(d):
     return open(os.path.join(d, "final.bin"), "rb").read()
 
@@ -218,12 +229,10 @@ def main():
     finally:
         down()
     # Gone, not even a zombie (killed daemons are reaped by init within a few seconds).
-    def alive():
-        return [f"{p} {open(f'/proc/{p}/comm').read().strip()}" for p in inside if os.path.exists(f"/proc/{p}/comm")]
     try:
-        wait_for("the cluster's processes to be gone", lambda: not alive(), 15)
+        wait_for("the cluster's processes to be gone", lambda: not alive(inside), 15)
     except RuntimeError:
-        failures.append(f"left after `scripts/cluster down`: {', '.join(alive())}")
+        failures.append(f"left after `scripts/cluster down`: {', '.join(alive(inside))}")
     print(f"{time.monotonic() - t_all:.0f} s in all")
     if failures:
         print(f"\nslurm_jobs FAILED ({len(failures)}), run directories in {work}:")
