@@ -88,14 +88,16 @@ def wait_for(what, cond, timeout, job=None):
     raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
 
 
-def submit(work, tag, train):
+def submit(work, tag, train, more=None, ckpt=None, sbatch_args=()):
+    """sbatch of the docs' script; more: further --set options; ckpt: checkpoint.dir (default: the
+    job's own directory's)."""
     d = os.path.join(work, tag)
     os.makedirs(d)
-    run = dict(TINY, **{"run.log": f"{d}/metrics.jsonl", "run.final_weights": f"{d}/final.bin"})
-    job_env = {"PLAN": "plans/default.json", "CKPT": f"{d}/ckpt", "TRAIN": train, "TRAIN_ARGS": sets(run)}
+    run = dict(TINY, **{"run.log": f"{d}/metrics.jsonl", "run.final_weights": f"{d}/final.bin"}, **(more or {}))
+    job_env = {"PLAN": "plans/default.json", "CKPT": ckpt or f"{d}/ckpt", "TRAIN": train, "TRAIN_ARGS": sets(run)}
     # --cpus-per-task=1: the ranks must take their thread count from Slurm (runtime/launcher.h).
     p = subprocess.run([CLUSTER, "slurm", "sbatch", "--parsable", "--cpus-per-task=1", f"--chdir={ROOT}",
-                        f"--output={d}/job.out", SBATCH],
+                        f"--output={d}/job.out", *sbatch_args, SBATCH],
                        env=env(job_env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"sbatch: {p.stdout.strip()}")
@@ -109,6 +111,17 @@ def finish(job, d, timeout=120):
     if state != "COMPLETED":
         raise RuntimeError(f"job {job} ended {state}; the end of its output:\n{out[-1500:]}")
     return out
+
+
+def alive(pids):
+    """'pid name' of those of pids that still exist (a zombie too)."""
+    found = []
+    for p in pids:
+        try:
+            found.append(f"{p} {open(f'/proc/{p}/comm').read().strip()}")
+        except OSError:
+            pass  # gone, also between listing and reading
+    return found
 
 
 def weights(d):
@@ -216,12 +229,10 @@ def main():
     finally:
         down()
     # Gone, not even a zombie (killed daemons are reaped by init within a few seconds).
-    def alive():
-        return [f"{p} {open(f'/proc/{p}/comm').read().strip()}" for p in inside if os.path.exists(f"/proc/{p}/comm")]
     try:
-        wait_for("the cluster's processes to be gone", lambda: not alive(), 15)
+        wait_for("the cluster's processes to be gone", lambda: not alive(inside), 15)
     except RuntimeError:
-        failures.append(f"left after `scripts/cluster down`: {', '.join(alive())}")
+        failures.append(f"left after `scripts/cluster down`: {', '.join(alive(inside))}")
     print(f"{time.monotonic() - t_all:.0f} s in all")
     if failures:
         print(f"\nslurm_jobs FAILED ({len(failures)}), run directories in {work}:")
