@@ -93,17 +93,19 @@ struct Alloc {
 
 // ---- opening allocations to the code allowed to touch them --------------------------------------------
 // A closed allocation must fault when touched. mprotect'ing it PROT_NONE and back around every op
-// walks its page table entries twice per launch: about half the CPU time of an emulated training
-// run. So the allocations opened most recently stay readable and writable, each tagged with a memory
-// protection key of its own (pkeys(7), x86 PKU), and the key's access bit in this thread's PKRU
-// register (a user-mode instruction, no system call) opens and closes it. Host code runs with every
-// key's access disabled, and an op enables the keys of its own allocations only, so the same
-// accesses fault as with PROT_NONE: host code touching any device allocation, an op touching one it
-// was not given. The least recently opened closed allocation gives up its key when another needs
-// one (mprotect, back to PROT_NONE). With no key to take (every key held by an allocation the
-// current op has open, or a CPU or kernel without protection keys) an allocation is opened and
-// closed with mprotect, as without keys. A thread created while an op runs inherits that op's
-// enabled keys (PKRU is per thread); the emulator starts none.
+// walks its page table entries twice per launch: up to half the CPU time of an emulated run (the
+// offload runs of emulated.offload_cuda). So the allocations opened most recently stay readable and
+// writable, each tagged with a memory protection key of its own (pkeys(7), x86 PKU), and the key's
+// access bit in this thread's PKRU register (a user-mode instruction, no system call) opens and
+// closes it. Host code runs with every key's access disabled, and an op enables the keys of its own
+// allocations only, so the same accesses fault as with PROT_NONE: host code touching any device
+// allocation, an op touching one it was not given. The least recently opened closed allocation
+// gives up its key when another needs one (mprotect, back to PROT_NONE). With no key to take (every
+// key held by an allocation the current op has open, or a CPU or kernel without protection keys) an
+// allocation is opened and closed with mprotect, as without keys. Other threads keep every key
+// disabled (a new thread starts with its creator's PKRU, and the host threads start in host code),
+// so host threads touching device memory fault even while an op runs, which PROT_NONE alone
+// did not catch.
 struct Keys {
   int n = 0;  // keys allocated at start-up (up to 15 on x86; 0 without PKU)
   int key[16];
@@ -222,7 +224,7 @@ std::string describe_addr(uintptr_t a) {
 // ---- fault handler: host code touching device memory, kernels leaving their allocations -------------
 uintptr_t g_stacks = 0;  // fiber stacks, for overflow messages
 size_t g_stacks_bytes = 0;
-bool g_in_kernel = false;
+thread_local bool g_in_kernel = false;  // on the thread running the kernel: others are host code
 
 void on_segv(int sig, siginfo_t* si, void*) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(si->si_addr);

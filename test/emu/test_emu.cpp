@@ -3,8 +3,10 @@
 // the compute stream. Built with cuda_emu.h force-included (kernels below use the launch helper).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "backend/ops_cuda.h"
@@ -175,6 +177,30 @@ TEST(EmuMemoryDeathTest, HostDereferenceBetweenLaunches) {
         volatile float v = x[3];
         (void)v;
         add_one | Launch("add_one", 1, 16, 0, nullptr)(x, x, 16);
+      },
+      "host code dereferenced device memory");
+}
+
+// A host thread reads x while a kernel that was given x runs (the kernel waits for it): on a GPU
+// the two overlap, and the read is of device memory all the same.
+std::atomic<int> g_phase{0};
+void wait_for_host_thread(float* x) {
+  g_phase = 1;
+  while (g_phase != 2) std::this_thread::yield();
+  x[0] = 0.0f;
+}
+TEST(EmuMemoryDeathTest, HostThreadDereferenceWhileAKernelRuns) {
+  float* x = dev_floats(16, 1.0f);
+  EXPECT_DEATH(
+      {
+        std::thread host([x] {
+          while (g_phase != 1) std::this_thread::yield();
+          volatile float v = x[3];
+          (void)v;
+          g_phase = 2;
+        });
+        wait_for_host_thread | Launch("wait_for_host_thread", 1, 1, 0, nullptr)(x);
+        host.join();
       },
       "host code dereferenced device memory");
 }
