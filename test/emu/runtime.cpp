@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -86,7 +87,85 @@ struct Alloc {
   uintptr_t ptr;      // what cudaMalloc returned (the allocation ends at the guard page)
   size_t bytes;       // requested size
   int open = 0;       // OpScopes / kernels currently allowed to touch it
+  int slot = -1;      // its protection key's slot in g_keys (below), -1: none (PROT_NONE while closed)
+  uint64_t last_open = 0;
 };
+
+// ---- opening allocations to the code allowed to touch them --------------------------------------------
+// A closed allocation must fault when touched. mprotect'ing it PROT_NONE and back around every op
+// walks its page table entries twice per launch: up to half the CPU time of an emulated run (the
+// offload runs of emulated.offload_cuda). So the allocations opened most recently stay readable and
+// writable, each tagged with a memory protection key of its own (pkeys(7), x86 PKU), and the key's
+// access bit in this thread's PKRU register (a user-mode instruction, no system call) opens and
+// closes it. Host code runs with every key's access disabled, and an op enables the keys of its own
+// allocations only, so the same accesses fault as with PROT_NONE: host code touching any device
+// allocation, an op touching one it was not given. The least recently opened closed allocation
+// gives up its key when another needs one (mprotect, back to PROT_NONE). With no key to take (every
+// key held by an allocation the current op has open, or a CPU or kernel without protection keys) an
+// allocation is opened and closed with mprotect, as without keys. Other threads keep every key
+// disabled (a new thread starts with its creator's PKRU, and the host threads start in host code),
+// so host threads touching device memory fault even while an op runs, which PROT_NONE alone
+// did not catch.
+struct Keys {
+  int n = 0;  // keys allocated at start-up (up to 15 on x86; 0 without PKU)
+  int key[16];
+  Alloc* holder[16] = {};  // allocation tagged with key[i], or nullptr
+  uint64_t opens = 0;
+};
+Keys g_keys;
+
+void alloc_keys() {
+  while (g_keys.n < 16) {
+    const int k = pkey_alloc(0, PKEY_DISABLE_ACCESS);
+    if (k < 0) break;
+    g_keys.key[g_keys.n++] = k;
+  }
+}
+
+void set_prot(const Alloc& a, int prot, int key) {
+  void* p = reinterpret_cast<void*>(a.span);
+  if ((key < 0 ? mprotect(p, a.span_bytes, prot) : pkey_mprotect(p, a.span_bytes, prot, key)) != 0)
+    fatal("mprotect of the device allocation [%p, +%zu bytes): %s", (void*)a.ptr, a.bytes, strerror(errno));
+}
+
+// Back to PROT_NONE without a key (key 0: merges with its neighbours' mappings again).
+void drop_key(Alloc& a) {
+  set_prot(a, PROT_NONE, 0);
+  g_keys.holder[a.slot] = nullptr;
+  a.slot = -1;
+}
+
+// Tags a (closed, keyless) with a free key, or the key of the least recently opened closed allocation.
+bool take_key(Alloc& a) {
+  int s = -1;
+  for (int i = 0; i < g_keys.n; ++i) {
+    const Alloc* h = g_keys.holder[i];
+    if (!h) {
+      s = i;
+      break;
+    }
+    if (h->open == 0 && (s < 0 || h->last_open < g_keys.holder[s]->last_open)) s = i;
+  }
+  if (s < 0) return false;
+  if (g_keys.holder[s]) drop_key(*g_keys.holder[s]);
+  set_prot(a, PROT_READ | PROT_WRITE, g_keys.key[s]);
+  g_keys.holder[s] = &a;
+  a.slot = s;
+  return true;
+}
+
+void open_alloc(Alloc& a) {
+  a.last_open = ++g_keys.opens;
+  if (a.open++ > 0) return;
+  if (a.slot >= 0 || take_key(a)) pkey_set(g_keys.key[a.slot], 0);
+  else set_prot(a, PROT_READ | PROT_WRITE, -1);
+}
+
+void close_alloc(Alloc& a) {
+  if (--a.open > 0) return;
+  if (a.slot >= 0) pkey_set(g_keys.key[a.slot], PKEY_DISABLE_ACCESS);
+  else set_prot(a, PROT_NONE, -1);
+}
 
 struct Heap {
   unsigned char* base = nullptr;
@@ -103,6 +182,7 @@ struct Heap {
     base = static_cast<unsigned char*>(p);
     const char* mb = std::getenv("ZT_EMU_MEM_MB");
     capacity = size_t(mb ? std::atoll(mb) : 16384) << 20;
+    alloc_keys();
   }
   bool contains(uintptr_t a) const { return base && a >= uintptr_t(base) && a < uintptr_t(base) + kHeapReserve; }
   // Live allocation whose [ptr, ptr + bytes] holds a (one past the end included), or nullptr.
@@ -121,14 +201,6 @@ struct Heap {
   }
 };
 Heap g_heap;
-
-void protect(Alloc& a, bool open) {
-  if (open) {
-    if (a.open++ == 0) mprotect(reinterpret_cast<void*>(a.span), a.span_bytes, PROT_READ | PROT_WRITE);
-  } else {
-    if (--a.open == 0) mprotect(reinterpret_cast<void*>(a.span), a.span_bytes, PROT_NONE);
-  }
-}
 
 std::string describe_addr(uintptr_t a) {
   char buf[256];
@@ -152,7 +224,7 @@ std::string describe_addr(uintptr_t a) {
 // ---- fault handler: host code touching device memory, kernels leaving their allocations -------------
 uintptr_t g_stacks = 0;  // fiber stacks, for overflow messages
 size_t g_stacks_bytes = 0;
-bool g_in_kernel = false;
+thread_local bool g_in_kernel = false;  // on the thread running the kernel: others are host code
 
 void on_segv(int sig, siginfo_t* si, void*) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(si->si_addr);
@@ -384,9 +456,9 @@ void defer(cudaStream_t stream, std::function<bool(bool)> done) {
 void with_device_memory(const void* ptr, const std::function<void()>& fn) {
   Alloc* a = g_heap.find(reinterpret_cast<uintptr_t>(ptr));
   if (!a) fatal("deferred write to %p, which is not live device memory", ptr);
-  protect(*a, true);
+  open_alloc(*a);
   fn();
-  protect(*a, false);
+  close_alloc(*a);
 }
 
 // ---- OpScope ------------------------------------------------------------------------------------------
@@ -422,7 +494,7 @@ OpScope::OpScope(cudaStream_t stream, const std::string& what, std::initializer_
       if (!seen) {
         if (nopen_ == 16) fatal("%s: more than 16 allocations in one operation", what.c_str());
         open_[nopen_++] = a->ptr;
-        protect(*a, true);
+        open_alloc(*a);
       }
     }
     check_and_record(*st, seq, lo, lo + bytes, r.write, what, r.what, Extent::exact);
@@ -433,7 +505,7 @@ OpScope::OpScope(cudaStream_t stream, const std::string& what, std::initializer_
 OpScope::~OpScope() {
   for (int i = 0; i < nopen_; ++i) {
     auto it = g_heap.live.find(open_[i]);
-    if (it != g_heap.live.end()) protect(it->second, false);
+    if (it != g_heap.live.end()) close_alloc(it->second);
   }
   g_op = "host code";
 }
@@ -853,7 +925,7 @@ void launch(const void* kernel, const LaunchCfg& cfg, const Access* acc, size_t 
     check_and_record(st, seq, p, a->ptr + a->bytes, acc[i].write, what,
                      "a pointer argument (to the end of its allocation)", Extent::from_pointer);
     if (std::find(opened.begin(), opened.end(), a) == opened.end()) {
-      protect(*a, true);
+      open_alloc(*a);
       opened.push_back(a);
     }
   }
@@ -875,7 +947,7 @@ void launch(const void* kernel, const LaunchCfg& cfg, const Access* acc, size_t 
       }
   g_in_kernel = false;
   g_op = "host code";
-  for (Alloc* a : opened) protect(*a, false);
+  for (Alloc* a : opened) close_alloc(*a);
 }
 
 }  // namespace zt_emu
@@ -982,10 +1054,10 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   a.bytes = bytes;
   g_heap.top += span_bytes + kPage;
   g_heap.used += bytes;
-  protect(a, true);
+  Alloc& al = g_heap.live.emplace(a.ptr, a).first->second;
+  open_alloc(al);
   std::memset(reinterpret_cast<void*>(a.span), 0xFF, span_bytes);  // uninitialised memory reads as NaN
-  protect(a, false);
-  g_heap.live.emplace(a.ptr, a);
+  close_alloc(al);
   *ptr = reinterpret_cast<void*>(a.ptr);
   return cudaSuccess;
 }
@@ -1001,9 +1073,9 @@ cudaError_t cudaFree(void* ptr) {
   host_waits_all();  // cudaFree synchronises the device
   forget_range(a.span, a.span + a.span_bytes);
   g_heap.used -= a.bytes;
+  if (a.slot >= 0) drop_key(it->second);
   g_heap.live.erase(it);
   madvise(reinterpret_cast<void*>(a.span), a.span_bytes, MADV_DONTNEED);
-  mprotect(reinterpret_cast<void*>(a.span), a.span_bytes, PROT_NONE);
   g_heap.freed.emplace_back(a.span, a.span + a.span_bytes);
   return cudaSuccess;
 }

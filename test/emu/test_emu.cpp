@@ -3,8 +3,10 @@
 // the compute stream. Built with cuda_emu.h force-included (kernels below use the launch helper).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "backend/ops_cuda.h"
@@ -164,6 +166,77 @@ TEST(EmuNccl, NeedsAComputeStream) {
 TEST(EmuMemoryDeathTest, HostDereferenceOfDeviceMemory) {
   float* x = dev_floats(16, 1.0f);
   EXPECT_DEATH({ volatile float v = x[3]; (void)v; }, "host code dereferenced device memory");
+}
+// Between two launches on the same allocation (it stays mapped, its protection key disabled): the
+// host's read still faults.
+TEST(EmuMemoryDeathTest, HostDereferenceBetweenLaunches) {
+  float* x = dev_floats(16, 1.0f);
+  add_one | Launch("add_one", 1, 16, 0, nullptr)(x, x, 16);
+  EXPECT_DEATH(
+      {
+        volatile float v = x[3];
+        (void)v;
+        add_one | Launch("add_one", 1, 16, 0, nullptr)(x, x, 16);
+      },
+      "host code dereferenced device memory");
+}
+
+// A host thread reads x while a kernel that was given x runs (the kernel waits for it): on a GPU
+// the two overlap, and the read is of device memory all the same.
+std::atomic<int> g_phase{0};
+void wait_for_host_thread(float* x) {
+  g_phase = 1;
+  while (g_phase != 2) std::this_thread::yield();
+  x[0] = 0.0f;
+}
+TEST(EmuMemoryDeathTest, HostThreadDereferenceWhileAKernelRuns) {
+  float* x = dev_floats(16, 1.0f);
+  EXPECT_DEATH(
+      {
+        std::thread host([x] {
+          while (g_phase != 1) std::this_thread::yield();
+          volatile float v = x[3];
+          (void)v;
+          g_phase = 2;
+        });
+        wait_for_host_thread | Launch("wait_for_host_thread", 1, 1, 0, nullptr)(x);
+        host.join();
+      },
+      "host code dereferenced device memory");
+}
+
+// out[0] = *elsewhere: an allocation the kernel was not given.
+float* g_elsewhere = nullptr;
+void read_elsewhere(float* out) { out[0] = *g_elsewhere; }
+// The allocation the previous launch used (its protection key held, not enabled for this launch).
+TEST(EmuMemoryDeathTest, KernelTouchingAnAllocationNotPassedToIt) {
+  g_elsewhere = dev_floats(16, 1.0f);
+  float* out = dev_floats(16, 0.0f);
+  add_one | Launch("add_one", 1, 16, 0, nullptr)(g_elsewhere, g_elsewhere, 16);
+  EXPECT_DEATH(read_elsewhere | Launch("read_elsewhere", 1, 1, 0, nullptr)(out),
+               "which is not an allocation passed to it as an argument");
+}
+
+// out[i] = the sum of 16 inputs: 17 allocations in one launch, more than there are protection keys
+// (15), so some are opened with mprotect instead: each is open during the launch, closed after it.
+void sum16(float* out, const float* a0, const float* a1, const float* a2, const float* a3, const float* a4,
+           const float* a5, const float* a6, const float* a7, const float* a8, const float* a9, const float* a10,
+           const float* a11, const float* a12, const float* a13, const float* a14, const float* a15) {
+  const int i = int(threadIdx.x);
+  out[i] = a0[i] + a1[i] + a2[i] + a3[i] + a4[i] + a5[i] + a6[i] + a7[i] + a8[i] + a9[i] + a10[i] + a11[i] + a12[i] +
+           a13[i] + a14[i] + a15[i];
+}
+TEST(EmuMemoryDeathTest, MoreAllocationsThanProtectionKeys) {
+  std::vector<float*> in;
+  for (int k = 0; k < 16; ++k) in.push_back(dev_floats(32, float(k)));
+  float* out = dev_floats(32, 0.0f);
+  for (int rep = 0; rep < 2; ++rep) {  // twice: those without a key are opened and closed again
+    sum16 | Launch("sum16", 1, 32, 0, nullptr)(out, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8],
+                                                in[9], in[10], in[11], in[12], in[13], in[14], in[15]);
+    EXPECT_EQ(host_copy(out, 32)[31], 120.0f);
+  }
+  for (float* p : in) EXPECT_DEATH({ volatile float v = p[1]; (void)v; }, "host code dereferenced device memory");
+  EXPECT_DEATH({ volatile float v = out[1]; (void)v; }, "host code dereferenced device memory");
 }
 TEST(EmuMemoryDeathTest, CopyDirectionChecked) {
   float* x = dev_floats(16, 1.0f);
