@@ -18,16 +18,11 @@ Exit 77 (ctest: Skipped) with the reason where namespaces or the Slurm packages 
 
   /usr/bin/python3 test/slurm/slurm_faults.py --train build/train
 """
-import argparse
 import os
-import shutil
-import signal
 import subprocess
-import sys
-import tempfile
 import time
 
-from slurm_jobs import (CLUSTER, LOSS_TOL, ONE_THREAD, ROOT, STEPS, STOP_AFTER, TINY, alive, env, job_field,
+from slurm_jobs import (CLUSTER, Session, LOSS_TOL, ONE_THREAD, ROOT, STEPS, STOP_AFTER, TINY, env, job_field,
                         losses, sets, slurm, submit, wait_for)
 
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
@@ -75,26 +70,8 @@ def job_state(job):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--train", default="build/train")
-    args = ap.parse_args()
-    train = os.path.abspath(args.train)
-    chk = subprocess.run([CLUSTER, "slurm", "check"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if chk.returncode != 0:
-        print(f"slurm_faults SKIPPED: {chk.stdout.strip()}")
-        sys.exit(77)
-
-    inside = []  # every process that ran on a host: daemons, job steps, ranks
-
-    def down(*sig):
-        inside.extend(subprocess.run([CLUSTER, "pids"], env=env(), stdout=subprocess.PIPE, text=True).stdout.split())
-        subprocess.run([CLUSTER, "down"], env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if sig:
-            sys.exit(1)
-    signal.signal(signal.SIGTERM, down)
-    signal.signal(signal.SIGINT, down)
-    work = tempfile.mkdtemp(prefix="slurm_faults.")
-    failures, t_all = [], time.monotonic()
+    s = Session("slurm_faults")
+    train, work, failures = s.train, s.work, s.failures
 
     def check(ok, what, detail=""):
         print(("ok    " if ok else "FAIL  ") + what, flush=True)
@@ -198,21 +175,7 @@ def main():
     except (RuntimeError, subprocess.CalledProcessError) as e:
         failures.append(str(e))
     finally:
-        down()
-
-    try:
-        wait_for("the cluster's processes to be gone", lambda: not alive(inside), 15)
-    except RuntimeError:
-        failures.append(f"left after `scripts/cluster down`: {', '.join(alive(inside))}")
-    print(f"{time.monotonic() - t_all:.0f} s in all")
-    if failures:
-        print(f"\nslurm_faults FAILED ({len(failures)}), run directories in {work}:")
-        for f in failures:
-            print("  - " + f)
-        sys.exit(1)
-    shutil.rmtree(work, ignore_errors=True)
-    print("slurm_faults passed")
-
+        s.end()
 
 if __name__ == "__main__":
     main()

@@ -150,27 +150,51 @@ def interrupted(work, tag, train, how):
                     "resumed at step": first["step"]}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--train", default="build/train")
-    args = ap.parse_args()
-    train = os.path.abspath(args.train)
-    chk = subprocess.run([CLUSTER, "slurm", "check"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if chk.returncode != 0:
-        print(f"slurm_jobs SKIPPED: {chk.stdout.strip()}")
-        sys.exit(77)
+class Session:
+    """The frame every Slurm test runs in: --train, the skip (exit 77) where no Slurm cluster can be
+    made here, a work directory, the failures list, and end(): the cluster down, nothing of it left
+    (not even a zombie), the report and the exit status."""
 
-    inside = []  # every process that ran on a host: daemons, job steps, ranks
+    def __init__(self, name):
+        ap = argparse.ArgumentParser(description=name)
+        ap.add_argument("--train", default="build/train")
+        self.name, self.train = name, os.path.abspath(ap.parse_args().train)
+        chk = subprocess.run([CLUSTER, "slurm", "check"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if chk.returncode != 0:
+            print(f"{name} SKIPPED: {chk.stdout.strip()}")
+            sys.exit(77)
+        self.inside = []  # every process that ran on a host: daemons, job steps, ranks
+        signal.signal(signal.SIGTERM, self.down)
+        signal.signal(signal.SIGINT, self.down)
+        self.work = tempfile.mkdtemp(prefix=name + ".")
+        self.failures, self.t_all = [], time.monotonic()
 
-    def down(*sig):
-        inside.extend(subprocess.run([CLUSTER, "pids"], env=env(), stdout=subprocess.PIPE, text=True).stdout.split())
+    def down(self, *sig):
+        self.inside.extend(subprocess.run([CLUSTER, "pids"], env=env(), stdout=subprocess.PIPE, text=True).stdout.split())
         subprocess.run([CLUSTER, "down"], env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if sig:
             sys.exit(1)
-    signal.signal(signal.SIGTERM, down)
-    signal.signal(signal.SIGINT, down)
-    work = tempfile.mkdtemp(prefix="slurm_jobs.")
-    failures, t_all = [], time.monotonic()
+
+    def end(self):
+        self.down()
+        # Gone, not even a zombie (killed daemons are reaped by init within a few seconds).
+        try:
+            wait_for("the cluster's processes to be gone", lambda: not alive(self.inside), 15)
+        except RuntimeError:
+            self.failures.append(f"left after `scripts/cluster down`: {', '.join(alive(self.inside))}")
+        print(f"{time.monotonic() - self.t_all:.0f} s in all")
+        if self.failures:
+            print(f"\n{self.name} FAILED ({len(self.failures)}), run directories in {self.work}:")
+            for f in self.failures:
+                print("  - " + f)
+            sys.exit(1)
+        shutil.rmtree(self.work, ignore_errors=True)
+        print(f"{self.name} passed")
+
+
+def main():
+    s = Session("slurm_jobs")
+    train, work, failures = s.train, s.work, s.failures
     try:
         subprocess.run([CLUSTER, "up", "2"], env=env(), check=True, stdout=subprocess.DEVNULL)
         subprocess.run([CLUSTER, "slurm", "up"], env=env(), check=True)
@@ -227,21 +251,7 @@ def main():
     except (RuntimeError, subprocess.CalledProcessError) as e:
         failures.append(str(e))
     finally:
-        down()
-    # Gone, not even a zombie (killed daemons are reaped by init within a few seconds).
-    try:
-        wait_for("the cluster's processes to be gone", lambda: not alive(inside), 15)
-    except RuntimeError:
-        failures.append(f"left after `scripts/cluster down`: {', '.join(alive(inside))}")
-    print(f"{time.monotonic() - t_all:.0f} s in all")
-    if failures:
-        print(f"\nslurm_jobs FAILED ({len(failures)}), run directories in {work}:")
-        for f in failures:
-            print("  - " + f)
-        sys.exit(1)
-    shutil.rmtree(work, ignore_errors=True)
-    print("slurm_jobs passed")
-
+        s.end()
 
 if __name__ == "__main__":
     main()
