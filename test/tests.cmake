@@ -140,7 +140,8 @@ set_tests_properties(zero_equivalence_multihost multihost_faults PROPERTIES RUN_
 # slurm_jobs: a real Slurm on those hosts (scripts/cluster slurm up): the docs' scripts/slurm/train.sbatch
 # as a 2-node x 1-rank job matches the single-rank losses (mpirun inside the allocation: the same); preempted (scontrol requeue) and signalled
 # before its time limit (B:USR1), it saves, is requeued and resumes to the same final weights bit for
-# bit; nothing left running. Skipped (77) without namespaces or the Slurm packages (docs/slurm.md).
+# bit; a real time limit (--time=1, --signal=B:USR1@20): it saves, requeues itself and resumes at the next
+# step; nothing left running. Skipped (77) without namespaces or the Slurm packages (docs/slurm.md).
 add_test(NAME slurm_jobs COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/slurm/slurm_jobs.py --train $<TARGET_FILE:train>
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(slurm_jobs PROPERTIES LABELS "comm;checkpoint" SKIP_RETURN_CODE 77 TIMEOUT 300)

@@ -11,6 +11,8 @@ srun --mpi=pmix, CPU backend, a tiny model).
   3. time limit: the batch shell gets SIGUSR1 as --signal=B:USR1@120 sends it (here from
      `scancel --batch --signal=USR1`, not a 2-minute wait); the script forwards it to the ranks,
      they save, the script requeues the job, it resumes; final weights equal again.
+  4. a real time limit: --time=1 with --signal=B:USR1@20 and a run longer than that; Slurm signals,
+     the job saves, requeues itself before the limit and resumes at the next step (time_limit()).
 Prints the measured times: submit to first step, signal to saved checkpoint, requeue to resumed
 step. Afterwards no Slurm daemon, munged or rank of this cluster may be left running.
 Exit 77 (ctest: Skipped) with the reason where namespaces or the Slurm packages are missing.
@@ -248,10 +250,44 @@ def main():
                   f"requeue to resumed step {t['requeue to resumed step']:.1f} s")
             if not same:
                 failures.append(f"{tag}: final weights differ from the uninterrupted job's\n{out[-2000:]}")
+
+        time_limit(work, train, failures)
     except (RuntimeError, subprocess.CalledProcessError) as e:
         failures.append(str(e))
     finally:
         s.end()
+
+
+def time_limit(work, train, failures):
+    """A real time limit: --time=1 (the shortest Slurm has) with --signal=B:USR1@20, and a run far
+    longer than a minute. slurmctld looks at time limits every 30 s (its PERIODIC_TIMEOUT) and sends
+    the signal at the first look within 20 + 30 s of the limit, so 10-40 s after the start; the
+    limit itself is enforced at the first look past 60 s. The job must save, requeue itself before
+    that and resume at the next step; then it is cancelled (it would stop and requeue every minute)."""
+    job, d, t_sub = submit(work, "real_time_limit", train, {"run.steps": 100000}, sbatch_args=["--time=1", "--signal=B:USR1@20"])
+    log, job_out = os.path.join(d, "metrics.jsonl"), os.path.join(d, "job.out")
+    wait_for("the first step", lambda: losses(log), 120, job)
+    t_first = time.monotonic()
+    wait_for("the time limit's signal", lambda: "SIGUSR1 (time limit near)" in open(job_out).read(), 90, job)
+    t_sig = time.monotonic()
+    saved = wait_for("the checkpoint after the signal",
+                     lambda: [l for l in open(job_out).read().split("SIGUSR1 (time limit near)")[1].splitlines()
+                             if "checkpoint: saved" in l], 60, job)
+    t_saved = time.monotonic()
+    first = wait_for("the resumed run's first step",
+                     lambda: job_field(job, "Restarts") == "1" and (l := losses(log)) and l[0]["step"] > 1 and l[0], 120, job)
+    t_res = time.monotonic()
+    slurm("scancel", job)
+    state = wait_for(f"job {job} to end", lambda: (st := job_field(job, "JobState")) in
+                     ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL") and st, 60)
+    out = open(job_out).read()
+    at = int(saved[0].split("/step_")[1].split(":")[0])
+    ok = (first["step"] == at + 1 and state == "CANCELLED" and "saved before the time limit: requeuing job" in out)
+    print(f"time limit (--time=1, --signal=B:USR1@20): signal {t_sig - t_sub:.1f} s after submit ({t_sig - t_first:.1f} s after the first step), "
+          f"saved at step {at} {t_saved - t_sig:.1f} s later, requeued by the script, resumed at step {first['step']} "
+          f"{t_res - t_saved:.1f} s later; cancelled then: {state}")
+    if not ok:
+        failures.append(f"time limit: the job did not save at the signal and resume at the next step\n{out[-2000:]}")
 
 if __name__ == "__main__":
     main()

@@ -55,6 +55,7 @@ asserted below. Runs are sequential (the reference machine has 2 cores).
 Exit status 0 when every configuration passes; otherwise a list of failures and exit 1.
 """
 import argparse
+import concurrent.futures
 import json
 import math
 import os
@@ -485,14 +486,13 @@ def check(res, ref, n_ranks, stage, accum, overlap):
     return errs, m
 
 
-def run_and_check(train, args, n, stage, ov, a, workdir, mb, name, row, refs, failures):
+def run_and_check(train, args, n, stage, ov, a, workdir, mb, name, refs, failures):
     """One row of the matrix: run it and check it against the reference with the same global
     batch. Failures are appended (named); returns (result, measures), or None if it did not run."""
     try:
         res = run_train(train, args.mpirun, n, stage, ov, a, workdir, args.timeout, mb)
     except (RunFailed, ValueError) as e:
         failures.append(f"{name}: {e}")
-        print(f"{row}  RUN FAILED (see end)", flush=True)
         return None
     errs, m = check(res, refs[n * a], n, stage, a, ov)
     failures += [f"{name}: {e}" for e in errs]
@@ -506,6 +506,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="N in {1,3} only (their cells of the design)")
     ap.add_argument("--keep", action="store_true", help="keep the run directories (printed)")
     ap.add_argument("--timeout", type=int, default=180, help="seconds per run")
+    ap.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
     ap.add_argument("--hosts", default="",
                     help="multi-host mode: comma-separated HxK (H hosts x K ranks, e.g. 3x1,2x2) in network "
                          "namespaces (scripts/cluster, needs root); every stage at every spec, overlap on "
@@ -531,11 +532,16 @@ def main():
     failures = []
 
     # References: one rank, stage 0, same global batch.
+    # Runs go args.jobs at a time: a run of N ranks x 1 thread keeps the 2 cores of the reference
+    # machine busy less than half the time (start-up, waits on the other ranks); rows print in order.
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
+    goals = sorted({n * a for n, _, _, _, a in runs})
+    started = {g: pool.submit(run_train, train, args.mpirun, 1, 0, True, g, os.path.join(work, f"ref_A{g}"), args.timeout)
+               for g in goals}
     refs = {}
-    for g in sorted({n * a for n, _, _, _, a in runs}):
-        d = os.path.join(work, f"ref_A{g}")
+    for g in goals:
         try:
-            refs[g] = run_train(train, args.mpirun, 1, 0, True, g, d, args.timeout)
+            refs[g] = started[g].result()
         except (RunFailed, ValueError) as e:
             print(f"reference (N=1, stage 0, grad_accum {g}) FAILED: {e}")
             sys.exit(1)
@@ -551,13 +557,18 @@ def main():
     worst = {"loss": 0.0, "norm": 0.0, "w": 0.0, "t": 0.0, "k": 0.0}
     bytes_by = {}
     n_runs = 0
+    rows = []
     for n, stage, mb, ov, a in runs:
         kind = " (determinism)" if n == 1 and stage == 0 else ""
         name = f"N={n} stage={stage} bucket_mb={mb} overlap={'on' if ov else 'off'} accum={a}{kind}"
         d = os.path.join(work, f"N{n}_s{stage}_b{mb}_o{int(ov)}_A{a}")
         row = f"{n:>2} {stage:>5} {mb:>6g} {'on' if ov else 'off':>7} {a:>5}"
-        done = run_and_check(train, args, n, stage, ov, a, d, mb, name, row, refs, failures)
+        rows.append((n, stage, a, kind, row,
+                     pool.submit(run_and_check, train, args, n, stage, ov, a, d, mb, name, refs, failures)))
+    for n, stage, a, kind, row, started_row in rows:
+        done = started_row.result()
         if done is None:
+            print(f"{row}  RUN FAILED (see end)", flush=True)
             continue
         res, m = done
         n_runs += 1
@@ -663,8 +674,9 @@ def main_hosts(args):
             name = f"{h}x{k} stage={stage} overlap={'on' if ov else 'off'} accum={a}"
             row = f"{f'{h}x{k}':>5} {n:>2} {stage:>5} {'on' if ov else 'off':>7} {a:>5}"
             done = run_and_check(train, args, n, stage, ov, a, os.path.join(work, f"H{h}x{k}_s{stage}_o{int(ov)}_A{a}"), mb,
-                                 name, row, refs, failures)
+                                 name, refs, failures)
             if done is None:
+                print(f"{row}  RUN FAILED (see end)", flush=True)
                 continue
             res, m = done
             n_runs += 1
