@@ -29,6 +29,7 @@ checked on `train estimate` (what the runs' own estimates are) for all four cell
   /usr/bin/python3 test/recompute/recompute_equivalence.py [--train ./train] [--mpirun mpirun] [--keep]
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import shutil
@@ -116,6 +117,7 @@ def main():
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--timeout", type=int, default=180)
+    ap.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
     args = ap.parse_args()
     train = os.path.abspath(args.train)
     if not os.access(train, os.X_OK):
@@ -127,15 +129,26 @@ def main():
     whole_none = {}  # (N, stage) -> the none run with whole logits
     print(f"{'N':>2} {'stage':>5} {'accum':>5} {'policy':>10} {'every':>5} {'chunk':>5} {'activations':>12} {'bits':>5} "
           f"{'vs':>6} {'bytes':>5} {'mem':>4} {'sec':>5}")
+    # Every run starts at once, args.jobs at a time (one run keeps the 2 cores of the reference
+    # machine busy less than half the time); the checks below take the results in order.
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
+
+    def start(n, stage, accum, d, extra):
+        return pool.submit(zm.run_train, train, args.mpirun, n, stage, True, accum, os.path.join(work, d), args.timeout,
+                           extra=extra)
+    started = {(n, stage, accum, chunk, policy, every):
+               start(n, stage, accum, f"N{n}_s{stage}_{policy}{every}_c{chunk}", sets(policy, every, chunk))
+               for n, stage, accum in CONFIGS for chunk in CHUNKS
+               for policy, every in [("none", 1)] + RUNS[(n, stage, accum)][chunk]}
+    started_defer = {key: start(n, stage, accum, d, sets("none", 1, chunk)) for key, n, stage, accum, d, chunk in
+                     [("ref", 1, 0, 4, "defer_ref", 0)] + [(s, 2, s, 2, f"defer_s{s}", 37) for s in (0, 1, 2)]}
     for n, stage, accum in CONFIGS:
       for chunk in CHUNKS:
         runs = {}
         for policy, every in [("none", 1)] + RUNS[(n, stage, accum)][chunk]:
             name = f"N={n} stage={stage} accum={accum} policy={policy} every={every} chunk={chunk}"
             try:
-                runs[(policy, every)] = res = zm.run_train(train, args.mpirun, n, stage, True, accum,
-                                                           os.path.join(work, f"N{n}_s{stage}_{policy}{every}_c{chunk}"),
-                                                           args.timeout, extra=sets(policy, every, chunk))
+                runs[(policy, every)] = res = started[(n, stage, accum, chunk, policy, every)].result()
             except (zm.RunFailed, ValueError) as e:
                 failures.append(f"{name}: {e}")
                 continue
@@ -185,16 +198,14 @@ def main():
     # to the last micro-step), against one rank with whole logits and the same global batch:
     # zero_equivalence's tolerances, its byte theory and the estimate.
     try:
-        ref = zm.run_train(train, args.mpirun, 1, 0, True, 4, os.path.join(work, "defer_ref"), args.timeout,
-                           extra=sets("none", 1, 0))
+        ref = started_defer["ref"].result()
     except (zm.RunFailed, ValueError) as e:
         failures.append(f"deferred lookup reference: {e}")
         ref = None
     for stage in (0, 1, 2) if ref else ():
         name = f"N=2 stage={stage} accum=2 chunk=37 (overlapped head gradient)"
         try:
-            res = zm.run_train(train, args.mpirun, 2, stage, True, 2, os.path.join(work, f"defer_s{stage}"), args.timeout,
-                               extra=sets("none", 1, 37))
+            res = started_defer[stage].result()
         except (zm.RunFailed, ValueError) as e:
             failures.append(f"{name}: {e}")
             continue
