@@ -56,19 +56,19 @@ zt::CommOptions comm_options(zt::Plan& plan, std::vector<std::string>& notes) {
   co.fault_skip_rank = plan.comm.fault_skip_rank;
   co.fault_skip_step = plan.comm.fault_skip_step;
   co.thread = plan.comm.thread;
-  co.ring = plan.comm.ring;
+  co.collectives = zt::parse_comm_collectives("comm.collectives", plan.comm.collectives);
   co.inflight = plan.comm.inflight;
   co.poll_us = plan.comm.poll_us;
   for (const zt::CommEnvOverride& o : zt::apply_comm_env(co))
     notes.push_back("environment: " + o.variable + "=" + o.value + " overrides comm." + o.field + " (plan: " +
                     plan.resolved["comm"][o.field].dump() + ")");
   plan.comm.thread = co.thread;
-  plan.comm.ring = co.ring;
+  plan.comm.collectives = zt::comm_collectives_name(co.collectives);
   plan.comm.inflight = co.inflight;
   plan.comm.poll_us = co.poll_us;
   nlohmann::json& c = plan.resolved["comm"];
   c["thread"] = co.thread;
-  c["ring"] = co.ring;
+  c["collectives"] = plan.comm.collectives;
   c["inflight"] = co.inflight;
   c["poll_us"] = co.poll_us;
   return co;

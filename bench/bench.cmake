@@ -1,5 +1,6 @@
 # Benchmarks: built with the project, never run by ctest (`make test`); their scripts run them.
 #   zt_bench_offload   CPU AdamW and NVMe swap-file I/O (scripts/bench_offload.sh)
+#   zt_bench_collectives  the MPI float collectives: ring vs Open MPI's (scripts/bench_collectives.sh)
 #   zt_bench_kernels   every CUDA kernel at GPT-2 124M shapes (scripts/device/run.sh, phase kernels)
 #   torch_bench.py, torch_gpu_bench.py   the PyTorch baselines (scripts/bench_cpu.sh, run.sh)
 add_executable(zt_bench_offload ${CMAKE_SOURCE_DIR}/bench/bench_offload.cpp)
@@ -9,3 +10,5 @@ if(ZT_HAVE_CUDA)
   add_executable(zt_bench_kernels ${CMAKE_SOURCE_DIR}/bench/bench_kernels.cpp)
   target_link_libraries(zt_bench_kernels PRIVATE zt)
 endif()
+add_executable(zt_bench_collectives ${CMAKE_SOURCE_DIR}/bench/bench_collectives.cpp)
+target_link_libraries(zt_bench_collectives PRIVATE zt)

@@ -88,7 +88,8 @@ set_tests_properties(trace_overlap PROPERTIES LABELS zero TIMEOUT 300 RUN_SERIAL
 
 # ---- comm: the Comm layer under mpirun; hangs become errors; several hosts -----------------------
 # comm_collectives_np*: collectives, byte counts, ring buffer at N = 1-4; beside the ring collectives
-# (src/comm/ring.h), MPI's own collectives on the comm thread (_mpi) and no thread at all (_no_thread).
+# (src/comm/ring.h), MPI's own non-blocking (_mpi) and blocking (_mpi_blocking, a worker thread each)
+# collectives on the comm thread, and no thread at all (_no_thread).
 add_executable(zt_test_comm ${CMAKE_SOURCE_DIR}/test/comm/test_comm.cpp)
 target_link_libraries(zt_test_comm PRIVATE zt GTest::gtest)  # its own main (MPI + agreement across ranks)
 foreach(np 1 2 3 4)
@@ -98,7 +99,10 @@ foreach(np 1 2 3 4)
 endforeach()
 add_test(NAME comm_collectives_np3_mpi COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 3 $<TARGET_FILE:zt_test_comm>)
 set_tests_properties(comm_collectives_np3_mpi PROPERTIES LABELS comm RUN_SERIAL TRUE TIMEOUT 120
-                     ENVIRONMENT "${ZT_MPI_TEST_ENV};ZT_COMM_RING=0")
+                     ENVIRONMENT "${ZT_MPI_TEST_ENV};ZT_COMM_COLLECTIVES=mpi")
+add_test(NAME comm_collectives_np3_mpi_blocking COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 3 $<TARGET_FILE:zt_test_comm>)
+set_tests_properties(comm_collectives_np3_mpi_blocking PROPERTIES LABELS comm RUN_SERIAL TRUE TIMEOUT 120
+                     ENVIRONMENT "${ZT_MPI_TEST_ENV};ZT_COMM_COLLECTIVES=mpi_blocking")
 add_test(NAME comm_collectives_np3_no_thread COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 3 $<TARGET_FILE:zt_test_comm>)
 set_tests_properties(comm_collectives_np3_no_thread PROPERTIES LABELS comm RUN_SERIAL TRUE TIMEOUT 120
                      ENVIRONMENT "${ZT_MPI_TEST_ENV};ZT_COMM_THREAD=0")
@@ -114,7 +118,7 @@ add_test(NAME hang_ends_training
          COMMAND bash ${CMAKE_SOURCE_DIR}/test/comm/hang_train.sh $<TARGET_FILE:train> ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(hang_ends_training PROPERTIES LABELS comm TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
-# comm_settings: 2 ranks with comm.ring false / ZT_COMM_THREAD=0 train the defaults' losses, plan.json
+# comm_settings: 2 ranks with comm.collectives "mpi" / "mpi_blocking" / ZT_COMM_THREAD=0 train the defaults' losses, plan.json
 # records what ran, a rank with a different override is refused; about 15 s.
 add_test(NAME comm_settings COMMAND bash ${CMAKE_SOURCE_DIR}/test/comm/comm_settings.sh $<TARGET_FILE:train>
                                     ${MPIEXEC_EXECUTABLE}

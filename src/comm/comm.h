@@ -77,6 +77,16 @@ struct CommHandle {
   bool valid() const { return seq != 0; }
 };
 
+// comm.collectives (docs/multihost.md has the measurements behind the default):
+//   ring          ring schedules of point-to-point rounds advanced by the comm thread (ring.h)
+//   mpi           Open MPI's non-blocking collectives (libnbc) progressed by the comm thread
+//   mpi_blocking  Open MPI's blocking collectives (coll/tuned), each on a thread of its own
+enum class CommCollectives { ring, mpi, mpi_blocking };
+const char* comm_collectives_name(CommCollectives c);
+// "ring" | "mpi" | "mpi_blocking"; anything else throws zt::Error naming `what` (the plan key or
+// the variable) and the choices.
+CommCollectives parse_comm_collectives(const std::string& what, const std::string& value);
+
 struct CommOptions {
   double timeout_s = 300;  // a wait longer than this is a hang: print the collective log, throw CommTimeout
   // Fault injection for tests: at training step `fault_skip_step`, rank `fault_skip_rank` silently
@@ -85,9 +95,10 @@ struct CommOptions {
   int fault_skip_rank = -1;
   int64_t fault_skip_step = -1;
   // The MPI backend's communication thread (docs/design.md §3.4); the defaults are the plan's
-  // (comm.thread, comm.ring, comm.inflight, comm.poll_us in plans/base.json).
+  // (comm.thread, comm.collectives, comm.inflight, comm.poll_us in plans/base.json).
   bool thread = true;  // a thread starts and progresses collectives; false: only inside test()/wait()
-  bool ring = true;    // large float collectives as ring schedules (ring.h) on that thread; false: MPI's own
+  // How that thread runs float collectives of at least mpi_thread::kRingMinBytes per rank.
+  CommCollectives collectives = CommCollectives::ring;
   int inflight = 2;    // collectives started in issue order in flight at once, 0 to kMaxCommInflight (0 = no limit)
   int poll_us = 50;    // microseconds between polls while any is in flight, 0 to kMaxCommPollUs (0 = yield)
 };
@@ -101,8 +112,8 @@ struct CommEnvOverride {
   std::string field;     // "inflight"
 };
 
-// The environment's overrides of the communication settings: ZT_COMM_THREAD and ZT_COMM_RING
-// (0 or 1), ZT_COMM_INFLIGHT (0 to kMaxCommInflight) and ZT_COMM_POLL_US (0 to kMaxCommPollUs),
+// The environment's overrides of the communication settings: ZT_COMM_THREAD (0 or 1),
+// ZT_COMM_COLLECTIVES (ring, mpi or mpi_blocking), ZT_COMM_INFLIGHT (0 to kMaxCommInflight) and ZT_COMM_POLL_US (0 to kMaxCommPollUs),
 // each replacing its field of `opts` when set and not empty. Anything else is refused before any
 // field changes (zt::Error naming the variable). Returns the overrides applied, in that order.
 std::vector<CommEnvOverride> apply_comm_env(CommOptions& opts);

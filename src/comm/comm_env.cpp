@@ -35,6 +35,22 @@ int parse_count(const char* name, const char* v, int max, const char* zero_means
 
 }  // namespace
 
+const char* comm_collectives_name(CommCollectives c) {
+  switch (c) {
+    case CommCollectives::ring: return "ring";
+    case CommCollectives::mpi: return "mpi";
+    case CommCollectives::mpi_blocking: return "mpi_blocking";
+  }
+  return "?";
+}
+
+CommCollectives parse_comm_collectives(const std::string& what, const std::string& value) {
+  for (CommCollectives c : {CommCollectives::ring, CommCollectives::mpi, CommCollectives::mpi_blocking})
+    if (value == comm_collectives_name(c)) return c;
+  ZT_REQUIRE(false, what << ": expected \"ring\", \"mpi\" or \"mpi_blocking\"");
+  return CommCollectives::ring;
+}
+
 std::vector<CommEnvOverride> apply_comm_env(CommOptions& opts) {
   CommOptions o = opts;  // every variable is checked before anything changes
   std::vector<CommEnvOverride> used;
@@ -45,7 +61,8 @@ std::vector<CommEnvOverride> apply_comm_env(CommOptions& opts) {
     return v;
   };
   if (const char* v = get("ZT_COMM_THREAD", "thread")) o.thread = parse_switch("ZT_COMM_THREAD", v);
-  if (const char* v = get("ZT_COMM_RING", "ring")) o.ring = parse_switch("ZT_COMM_RING", v);
+  if (const char* v = get("ZT_COMM_COLLECTIVES", "collectives"))
+    o.collectives = parse_comm_collectives("ZT_COMM_COLLECTIVES=" + shown(v), v);
   if (const char* v = get("ZT_COMM_INFLIGHT", "inflight"))
     o.inflight = parse_count("ZT_COMM_INFLIGHT", v, kMaxCommInflight, "no limit");
   if (const char* v = get("ZT_COMM_POLL_US", "poll_us"))

@@ -9,8 +9,10 @@
 //
 // With the communication thread (below), float all_reduce / reduce_scatter / all_gather of at least
 // 256 KiB per rank run instead as ring schedules of point-to-point rounds (ring.h: Open MPI's libnbc
-// algorithms send 2-3x the ring's bytes time on a slow link); CommOptions::ring false (comm.ring,
-// or ZT_COMM_RING=0) keeps MPI's.
+// algorithms send 2-3x the ring's bytes time on a slow link), or with CommOptions::collectives
+// (comm.collectives, or ZT_COMM_COLLECTIVES) "mpi" as MPI's non-blocking ones, "mpi_blocking" as
+// MPI's blocking ones (MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather: coll/tuned) on a
+// worker thread each (bench/bench_collectives.cpp measures the three; docs/multihost.md).
 //
 // Communication thread (the CPU analogue of a communication stream; default with world > 1, off with
 // CommOptions::thread false: comm.thread, or ZT_COMM_THREAD=0): Open MPI advances a non-blocking
@@ -189,7 +191,7 @@ constexpr double kAbortGraceS = 5;  // abort_all's watchdog
 class MpiComm final : public Comm {
  public:
   explicit MpiComm(const CommOptions& opts) : comm_(dup_world(opts.thread)), rank_(comm_rank(comm_)), world_(comm_size(comm_)),
-                                              log_(rank_, world_, opts), ring_(opts.ring) {
+                                              log_(rank_, world_, opts), collectives_(opts.collectives) {
     channels_.push_back(comm_);
     if (world_ > 1) {
       for (int k = 1; k < kChannels; ++k) {
@@ -241,6 +243,8 @@ class MpiComm final : public Comm {
     if (world_ == 1 || n == 0) return finished(seq);
     const MPI_Comm c = channel(seq);
     if (use_ring(n)) return issue_ring(seq, Ring::all_reduce(buf, n, rank_, world_, c));
+    if (use_blocking(n))
+      return issue_blocking(seq, [=] { return MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, c); });
     issue(seq, "MPI_Iallreduce", [=](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, c, r); });
     return {seq};
   }
@@ -260,6 +264,13 @@ class MpiComm final : public Comm {
     const MPI_Comm c = channel(seq);
     if (use_ring(recv_n * size_t(world_)))
       return issue_ring(seq, Ring::reduce_scatter(send, recv, recv_n, rank_, world_, c));
+    if (use_blocking(recv_n * size_t(world_))) {
+      if (!in_place)
+        return issue_blocking(seq, [=] { return MPI_Reduce_scatter_block(send, recv, count, MPI_FLOAT, MPI_SUM, c); });
+      float* full = const_cast<float*>(send);  // as below: the result lands at the start, moved to our slot
+      return issue_blocking(seq, [=] { return MPI_Reduce_scatter_block(MPI_IN_PLACE, full, count, MPI_FLOAT, MPI_SUM, c); },
+                            rank_ != 0 ? Move{recv, full, recv_n} : Move{});
+    }
     if (in_place) {
       // MPI's in-place form leaves the result at the start of the full buffer; move it to our
       // shard's slot when the collective completes.
@@ -289,6 +300,8 @@ class MpiComm final : public Comm {
     const MPI_Comm c = channel(seq);
     if (use_ring(send_n * size_t(world_))) return issue_ring(seq, Ring::all_gather(send, recv, send_n, rank_, world_, c));
     const void* sendp = in_place ? MPI_IN_PLACE : send;
+    if (use_blocking(send_n * size_t(world_)))
+      return issue_blocking(seq, [=] { return MPI_Allgather(sendp, count, MPI_FLOAT, recv, count, MPI_FLOAT, c); });
     issue(seq, "MPI_Iallgather",
           [=](MPI_Request* r) { return MPI_Iallgather(sendp, count, MPI_FLOAT, recv, count, MPI_FLOAT, c, r); });
     return {seq};
@@ -421,8 +434,21 @@ class MpiComm final : public Comm {
     pending_.push_back(p);
   }
 
-  // A float collective of `total` elements (the full buffer) runs as a ring on the comm thread.
-  bool use_ring(size_t total) const { return thread_ && ring_ && 4 * total / size_t(world_) >= mpi_thread::kRingMinBytes; }
+  // A float collective of `total` elements (the full buffer) runs as a ring on the comm thread, or
+  // as a blocking MPI call on a worker thread (comm.collectives).
+  bool large(size_t total) const { return thread_ && 4 * total / size_t(world_) >= mpi_thread::kRingMinBytes; }
+  bool use_ring(size_t total) const { return collectives_ == CommCollectives::ring && large(total); }
+  bool use_blocking(size_t total) const { return collectives_ == CommCollectives::mpi_blocking && large(total); }
+  CommHandle issue_blocking(uint64_t seq, std::function<int()> call) { return issue_blocking(seq, std::move(call), Move()); }
+  CommHandle issue_blocking(uint64_t seq, std::function<int()> call, Move move) {
+    auto j = std::make_shared<Job>();
+    j->blocking = std::move(call);
+    j->move_dst = move.dst;
+    j->move_src = move.src;
+    j->move_n = move.n;
+    submit(seq, std::move(j));
+    return {seq};
+  }
   CommHandle issue_ring(uint64_t seq, Ring ring) {
     auto j = std::make_shared<Job>();
     j->ring = std::make_unique<Ring>(std::move(ring));
@@ -546,7 +572,7 @@ class MpiComm final : public Comm {
   std::vector<int> idx_;
   std::vector<MPI_Status> statuses_;
   std::vector<uint64_t> gather_u64_;
-  bool ring_;  // large float collectives as rings (ring.h), with the thread
+  CommCollectives collectives_;  // how the thread runs large float collectives
   std::shared_ptr<CommThread> thread_;  // null: collectives are started and progressed on the caller's thread
 };
 

@@ -4,7 +4,9 @@
 // flight, because Open MPI advances a non-blocking collective over TCP only inside MPI calls.
 // Completion is an atomic flag the caller reads without calling MPI. Included by mpi_comm.cpp only.
 // Large float collectives run as ring schedules of point-to-point rounds (ring.h), which the
-// thread advances round by round; the rest are MPI's own non-blocking collectives.
+// thread advances round by round, or (comm.collectives "mpi_blocking") as MPI's blocking
+// collectives, each on a worker thread of its own that the thread starts and joins; the rest are
+// MPI's own non-blocking collectives.
 //
 // Like a stream, it does not start everything at once: at most CommOptions::inflight collectives
 // (comm.inflight, default 2) started in issue order are in flight, the next starting as one completes. Started
@@ -46,7 +48,11 @@ constexpr size_t kRingMinBytes = 256 * 1024;
 // code); the thread then owns the request until `done`.
 struct Job {
   std::function<int(MPI_Request*)> start;  // one MPI_I* collective, or:
-  std::unique_ptr<Ring> ring;              // a ring collective, two requests per round (ring.h)
+  std::unique_ptr<Ring> ring;              // a ring collective, two requests per round (ring.h), or:
+  std::function<int()> blocking;           // one blocking MPI collective, run on `worker`
+  std::thread worker;
+  std::atomic<bool> worker_done{false};
+  int worker_rc = MPI_SUCCESS;             // written before worker_done is set
   MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   float* move_dst = nullptr;  // in-place reduce_scatter: copy the result to its slot when done
   const float* move_src = nullptr;
@@ -56,6 +62,11 @@ struct Job {
   std::atomic<bool> done{false};
   std::chrono::steady_clock::time_point t_done;  // written before done is set
   int err = MPI_SUCCESS;  // written before done is set
+  // Joined by the comm thread when the worker returns; detached if the job goes first (the worker
+  // itself dropping the last reference, or a thread left polling at exit).
+  ~Job() {
+    if (worker.joinable()) worker.detach();
+  }
 };
 
 // The comm thread of one MpiComm: starts jobs in FIFO order and progresses every started one.
@@ -123,7 +134,17 @@ class CommThread {
           it = queue_.erase(it);
           j->queued_start = !urgent;
           in_order_ += !urgent;
-          const int rc = j->ring ? j->ring->post(j->req) : j->start(&j->req[0]);
+          int rc = MPI_SUCCESS;
+          if (j->blocking) {
+            // The worker holds the job: a job given up on (a timeout, the process about to abort)
+            // outlives its caller's handle until the call returns.
+            j->worker = std::thread([j] {
+              j->worker_rc = j->blocking();
+              j->worker_done.store(true, std::memory_order_release);
+            });
+          } else {
+            rc = j->ring ? j->ring->post(j->req) : j->start(&j->req[0]);
+          }
           if (rc != MPI_SUCCESS) {
             j->err = rc;
             finish(*j);
@@ -133,6 +154,24 @@ class CommThread {
         }
       }
       if (active.empty()) continue;
+      bool blocking_done = false;  // a worker has returned: its job is done (no request to test)
+      for (auto& jp : active) {
+        Job& j = *jp;
+        if (!j.blocking || !j.worker_done.load(std::memory_order_acquire)) continue;
+        j.worker.join();
+        j.err = j.worker_rc;
+        if (j.err == MPI_SUCCESS && j.move_n) std::memmove(j.move_dst, j.move_src, 4 * j.move_n);
+        j.t_done = std::chrono::steady_clock::now();
+        finish(j);
+        blocking_done = true;
+      }
+      if (blocking_done) {
+        active.erase(std::remove_if(active.begin(), active.end(), [](const std::shared_ptr<Job>& j) {
+                       return j->done.load(std::memory_order_relaxed);
+                     }),
+                     active.end());
+        continue;
+      }
       reqs.clear();
       owner.clear();
       for (size_t a = 0; a < active.size(); ++a)
@@ -147,11 +186,15 @@ class CommThread {
       int out = 0;
       const int rc = MPI_Testsome(n, reqs.data(), &out, idx.data(), st.data());
       if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
-        for (auto& j : active) {  // a broken library state: fail everything in flight
+        for (auto& j : active) {  // a broken library state: fail everything in flight (a worker ends on its own)
+          if (j->blocking) continue;
           j->err = rc;
           finish(*j);
         }
-        active.clear();
+        active.erase(std::remove_if(active.begin(), active.end(), [](const std::shared_ptr<Job>& j) {
+                       return j->done.load(std::memory_order_relaxed);
+                     }),
+                     active.end());
         continue;
       }
       if (out != MPI_UNDEFINED && out > 0) {
@@ -162,6 +205,7 @@ class CommThread {
         }
         for (auto& jp : active) {  // a job whose requests have all completed: next round, or done
           Job& j = *jp;
+          if (j.blocking) continue;  // no requests: done when its worker returns (above)
           if (j.req[0] != MPI_REQUEST_NULL || j.req[1] != MPI_REQUEST_NULL) continue;
           if (j.err == MPI_SUCCESS && j.ring && !j.ring->complete_round()) {
             const int prc = j.ring->post(j.req);

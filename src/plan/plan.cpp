@@ -347,7 +347,7 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
   p.comm.fault_skip_rank = get_int(r, "comm.fault_skip_rank", -1);
   p.comm.fault_skip_step = get_int(r, "comm.fault_skip_step", -1);
   p.comm.thread = get_bool(r, "comm.thread");
-  p.comm.ring = get_bool(r, "comm.ring");
+  p.comm.collectives = get_choice(r, "comm.collectives", {"ring", "mpi", "mpi_blocking"});
   // The limits of zt::CommOptions (comm/comm.h), which the plan layer does not include.
   p.comm.inflight = static_cast<int>(get_i64(r, "comm.inflight", 0, 1024));
   p.comm.poll_us = static_cast<int>(get_i64(r, "comm.poll_us", 0, 100000));

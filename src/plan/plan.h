@@ -61,9 +61,9 @@ struct CommSection {
   int fault_skip_rank = -1;   // fault injection for tests: this rank skips its first collective
   int fault_skip_step = -1;   // ... of this training step (-1 = off)
   // The MPI backend's communication thread (docs/design.md §3.4; zt::CommOptions, which train.cu
-  // fills from these; ZT_COMM_THREAD / _RING / _INFLIGHT / _POLL_US override them).
+  // fills from these; ZT_COMM_THREAD / _COLLECTIVES / _INFLIGHT / _POLL_US override them).
   bool thread = true;         // collectives started and progressed by a thread of their own
-  bool ring = true;           // large float collectives as ring schedules on that thread (false: MPI's own)
+  std::string collectives = "ring";  // large float collectives on that thread: "ring" | "mpi" | "mpi_blocking"
   int inflight = 2;           // collectives in flight at once, in issue order (0 = no limit, at most 1024)
   int poll_us = 50;           // microseconds between polls while any is in flight (0 = yield, at most 100000)
 };

@@ -38,8 +38,9 @@ expect missing_data  'data/nowhere/train_*.bin' '{"data": {"train": "data/nowher
 expect missing_val   'data/sample/nope.bin' "{\"data\": {\"train\": \"data/sample/train_*.bin\", \"val\": \"data/sample/nope.bin\", \"tokenizer\": \"\"}}"
 expect negative_lr   'optim.lr'             "{\"optim\": {\"lr\": -0.001}, $good_data}"
 expect malformed     'malformed JSON'       "{\"optim\": {\"lr\": 0.001,, $good_data}"
-# The communication switches (src/comm/mpi_thread.h): 0 or 1, nothing else, refused before anything runs.
-ZT_COMM_RING=yes expect comm_ring_switch 'ZT_COMM_RING=yes: expected 0 (off) or 1 (on)' "{$good_data}"
+# The communication settings (src/comm/mpi_thread.h): switches 0 or 1, choices by name, nothing else,
+# refused before anything runs.
+ZT_COMM_COLLECTIVES=1 expect comm_collectives_env 'ZT_COMM_COLLECTIVES=1: expected "ring", "mpi" or "mpi_blocking"' "{$good_data}"
 ZT_COMM_THREAD=2 expect comm_thread_switch 'ZT_COMM_THREAD=2: expected 0 (off) or 1 (on)' "{$good_data}"
 expect bad_override  'zero.stage'           "{$good_data}" --set zero.stage=abc
 expect unsupported   'offload.optimizer'    "{$good_data}" --set offload.optimizer=cpu
@@ -229,7 +230,9 @@ ZT_COMM_POLL_US=abc expect comm_poll_abc 'ZT_COMM_POLL_US=abc: expected an integ
 ZT_COMM_POLL_US=-1 expect comm_poll_negative 'ZT_COMM_POLL_US=-1: expected an integer' "{$good_data}"
 expect comm_inflight_plan 'plan: comm.inflight: must be >= 0, got -1' "{$good_data}" --set comm.inflight=-1
 expect comm_poll_plan     'plan: comm.poll_us: must be <= 100000, got 99999999999' "{$good_data}" --set comm.poll_us=99999999999
-expect comm_ring_plan     'plan: comm.ring: expected true or false, got string "yes"' "{\"comm\": {\"ring\": \"yes\"}, $good_data}"
+expect comm_collectives_plan 'plan: comm.collectives: must be "ring", "mpi" or "mpi_blocking", got "tuned"' "{\"comm\": {\"collectives\": \"tuned\"}, $good_data}"
+expect comm_collectives_type 'plan: comm.collectives: expected a string, got boolean true' "{\"comm\": {\"collectives\": true}, $good_data}"
+expect comm_ring_gone 'unknown key "comm.ring"' "{\"comm\": {\"ring\": false}, $good_data}"
 # null unsets a key that is off by default (""); elsewhere it is refused naming the key.
 expect null_run_log 'run.log=null: null (unset) is accepted only by keys that are off by default' "{$good_data}" --set run.log=null
 expect null_in_file 'plan: zero.stage: null (unset) is accepted only by keys that are off by default' \

@@ -116,18 +116,18 @@ TEST(RecomputeEvery, EveryPastTheLayersEstimatesAsEveryNLayer) {
 TEST(CommSettings, DefaultsAreWrittenInBaseJson) {
   const json& c = zt::base_plan_json()["comm"];
   EXPECT_EQ(c["thread"], true);
-  EXPECT_EQ(c["ring"], true);
+  EXPECT_EQ(c["collectives"], "ring");
   EXPECT_EQ(c["inflight"], 2);
   EXPECT_EQ(c["poll_us"], 50);
   // ... and they are the comm layer's own defaults.
   const zt::CommOptions o;
   EXPECT_EQ(o.thread, c["thread"].get<bool>());
-  EXPECT_EQ(o.ring, c["ring"].get<bool>());
+  EXPECT_EQ(zt::comm_collectives_name(o.collectives), c["collectives"].get<std::string>());
   EXPECT_EQ(o.inflight, c["inflight"].get<int>());
   EXPECT_EQ(o.poll_us, c["poll_us"].get<int>());
-  const zt::Plan p = plan_with({"comm.thread=false", "comm.ring=false", "comm.inflight=0", "comm.poll_us=100000"});
+  const zt::Plan p = plan_with({"comm.thread=false", "comm.collectives=mpi_blocking", "comm.inflight=0", "comm.poll_us=100000"});
   EXPECT_FALSE(p.comm.thread);
-  EXPECT_FALSE(p.comm.ring);
+  EXPECT_EQ(p.comm.collectives, "mpi_blocking");
   EXPECT_EQ(p.comm.inflight, 0);
   EXPECT_EQ(p.comm.poll_us, 100000);
   EXPECT_EQ(p.resolved["comm"]["inflight"], 0);
@@ -145,7 +145,10 @@ TEST(CommSettings, PlanValuesAreValidated) {
       {"comm.inflight=2.5", "--set comm.inflight=2.5: expected an integer, got number 2.5"},
       {"comm.poll_us=-1", "plan: comm.poll_us: must be >= 0, got -1"},
       {"comm.poll_us=100001", "plan: comm.poll_us: must be <= 100000, got 100001"},
-      {"comm.ring=1", "--set comm.ring=1: expected true or false, got integer 1"},
+      {"comm.collectives=tuned", "plan: comm.collectives: must be \"ring\", \"mpi\" or \"mpi_blocking\", got \"tuned\""},
+      {"comm.ring=false",
+       "--set comm.ring=false: unknown key \"comm.ring\" (allowed keys in \"comm\": backend, collectives, fault_skip_rank, "
+       "fault_skip_step, inflight, poll_us, thread, timeout_s)"},
       {"comm.thread=yes", "--set comm.thread=yes: expected true or false, got string \"yes\""},
   };
   for (const auto& c : cases) EXPECT_EQ(error_of([&] { plan_with({c.set}); }), c.error);
@@ -154,7 +157,7 @@ TEST(CommSettings, PlanValuesAreValidated) {
 // The variables override the plan's values; anything but a valid value is refused in one line
 // naming the variable, and nothing is applied then.
 TEST(CommSettings, EnvironmentOverridesAreParsedStrictly) {
-  ScopedEnv t("ZT_COMM_THREAD", nullptr), r("ZT_COMM_RING", nullptr), i("ZT_COMM_INFLIGHT", nullptr),
+  ScopedEnv t("ZT_COMM_THREAD", nullptr), r("ZT_COMM_COLLECTIVES", nullptr), i("ZT_COMM_INFLIGHT", nullptr),
       p("ZT_COMM_POLL_US", nullptr);
   zt::CommOptions o;
   EXPECT_TRUE(zt::apply_comm_env(o).empty());
@@ -172,26 +175,26 @@ TEST(CommSettings, EnvironmentOverridesAreParsedStrictly) {
        "ZT_COMM_POLL_US=abc: expected an integer from 0 (yield between polls) to 100000"},
       {"ZT_COMM_POLL_US", "-1", "ZT_COMM_POLL_US=-1: expected an integer from 0 (yield between polls) to 100000"},
       {"ZT_COMM_POLL_US", "1e3", "ZT_COMM_POLL_US=1e3: expected an integer from 0 (yield between polls) to 100000"},
-      {"ZT_COMM_RING", "yes", "ZT_COMM_RING=yes: expected 0 (off) or 1 (on)"},
+      {"ZT_COMM_COLLECTIVES", "0", "ZT_COMM_COLLECTIVES=0: expected \"ring\", \"mpi\" or \"mpi_blocking\""},
       {"ZT_COMM_THREAD", "2", "ZT_COMM_THREAD=2: expected 0 (off) or 1 (on)"},
   };
   for (const auto& b : bad) {
     SCOPED_TRACE(std::string(b.name) + "=" + b.value);
-    ScopedEnv ok("ZT_COMM_RING", std::string(b.name) == "ZT_COMM_RING" ? b.value : "0");  // a valid one alongside
+    ScopedEnv ok("ZT_COMM_COLLECTIVES", std::string(b.name) == "ZT_COMM_COLLECTIVES" ? b.value : "mpi");  // a valid one alongside
     ScopedEnv e(b.name, b.value);
     zt::CommOptions before;
     zt::CommOptions got = before;
     EXPECT_EQ(error_of([&] { zt::apply_comm_env(got); }), b.error);
-    EXPECT_EQ(got.ring, before.ring);  // nothing applied
+    EXPECT_EQ(got.collectives, before.collectives);  // nothing applied
   }
-  ScopedEnv t2("ZT_COMM_THREAD", "0"), r2("ZT_COMM_RING", "0"), i2("ZT_COMM_INFLIGHT", "0"), p2("ZT_COMM_POLL_US", "100000");
+  ScopedEnv t2("ZT_COMM_THREAD", "0"), r2("ZT_COMM_COLLECTIVES", "mpi_blocking"), i2("ZT_COMM_INFLIGHT", "0"), p2("ZT_COMM_POLL_US", "100000");
   const std::vector<zt::CommEnvOverride> used = zt::apply_comm_env(o);
   ASSERT_EQ(used.size(), 4u);
   EXPECT_EQ(used[2].variable, "ZT_COMM_INFLIGHT");
   EXPECT_EQ(used[2].value, "0");
   EXPECT_EQ(used[2].field, "inflight");
   EXPECT_FALSE(o.thread);
-  EXPECT_FALSE(o.ring);
+  EXPECT_EQ(o.collectives, zt::CommCollectives::mpi_blocking);
   EXPECT_EQ(o.inflight, 0);
   EXPECT_EQ(o.poll_us, 100000);
   ScopedEnv empty("ZT_COMM_INFLIGHT", "");  // set but empty: not an override

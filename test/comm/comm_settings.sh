@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The communication settings are plan keys (comm.thread, comm.ring, comm.inflight, comm.poll_us;
-# defaults in plans/base.json) that reach the comm layer, with ZT_COMM_* as overrides (issue 23):
-#   - 2 ranks with comm.ring false and comm.inflight 0 (MPI's collectives, no limit) train the same
-#     losses as the defaults (two ranks: a sum of two is the same in any order), and plan.json
-#     records what ran;
+# The communication settings are plan keys (comm.thread, comm.collectives, comm.inflight,
+# comm.poll_us; defaults in plans/base.json) that reach the comm layer, with ZT_COMM_* as overrides:
+#   - 2 ranks with comm.collectives "mpi" and comm.inflight 0 (MPI's non-blocking collectives, no
+#     limit), and with "mpi_blocking" (MPI's blocking ones on worker threads), train the same losses
+#     as the defaults (two ranks: a sum of two is the same in any order), and plan.json records
+#     what ran;
 #   - ZT_COMM_THREAD=0 / ZT_COMM_POLL_US=10 are printed at start and recorded in plan.json;
 #   - a rank whose override differs from rank 0's is refused (the plan hash covers them).
 #   comm_settings.sh path/to/train [mpiexec]
@@ -35,11 +36,13 @@ import json, sys
 print([r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r and "val_loss" not in r])' "$1"; }
 
 run defaults --
-run mpi_collectives -- --set comm.ring=false --set comm.inflight=0
+run mpi_collectives -- --set comm.collectives=mpi --set comm.inflight=0
+run mpi_blocking -- --set comm.collectives=mpi_blocking
 run thread_off ZT_COMM_THREAD=0 ZT_COMM_POLL_US=10 --
 
-for k in thread ring inflight poll_us; do printf '%s ' "$k=$(field "$work/defaults/plan.json" $k)"; done; echo "(defaults)"
-[ "$(field "$work/mpi_collectives/plan.json" ring)" = false ] || fail "plan.json does not record comm.ring false"
+for k in thread collectives inflight poll_us; do printf '%s ' "$k=$(field "$work/defaults/plan.json" $k)"; done; echo "(defaults)"
+[ "$(field "$work/mpi_collectives/plan.json" collectives)" = '"mpi"' ] || fail "plan.json does not record comm.collectives mpi"
+[ "$(field "$work/mpi_blocking/plan.json" collectives)" = '"mpi_blocking"' ] || fail "plan.json does not record comm.collectives mpi_blocking"
 [ "$(field "$work/mpi_collectives/plan.json" inflight)" = 0 ] || fail "plan.json does not record comm.inflight 0"
 [ "$(field "$work/thread_off/plan.json" thread)" = false ] || fail "plan.json does not record the ZT_COMM_THREAD=0 override"
 [ "$(field "$work/thread_off/plan.json" poll_us)" = 10 ] || fail "plan.json does not record the ZT_COMM_POLL_US=10 override"
@@ -50,17 +53,17 @@ grep -qF 'environment: ZT_COMM_POLL_US=10 overrides comm.poll_us (plan: 50)' "$w
 grep -q 'environment:' "$work/defaults.out" && fail "an override printed without one set"
 ref=$(losses "$work/defaults/metrics.jsonl")
 [ "$ref" != "[]" ] || fail "no losses logged"
-for name in mpi_collectives thread_off; do
+for name in mpi_collectives mpi_blocking thread_off; do
   got=$(losses "$work/$name/metrics.jsonl")
   [ "$got" = "$ref" ] && echo "ok   $name: losses $got" || fail "$name: losses $got vs defaults $ref"
 done
 
-# Rank 1 alone with ZT_COMM_RING=0: refused before training, as a different plan.
+# Rank 1 alone with ZT_COMM_COLLECTIVES=mpi: refused before training, as a different plan.
 timeout -k 5 60 "$MPIEXEC" --oversubscribe -np 1 "$TRAIN" "${common[@]}" --set run.log="$work/mix/metrics.jsonl" : \
-  -np 1 -x ZT_COMM_RING=0 "$TRAIN" "${common[@]}" --set run.log="$work/mix/metrics.jsonl" >"$work/mix.out" 2>&1
+  -np 1 -x ZT_COMM_COLLECTIVES=mpi "$TRAIN" "${common[@]}" --set run.log="$work/mix/metrics.jsonl" >"$work/mix.out" 2>&1
 rc=$?
 if [ $rc -eq 0 ] || ! grep -q "runs a different plan or binary than rank 0" "$work/mix.out" || [ -e "$work/mix/metrics.jsonl" ]; then
-  fail "mixed ZT_COMM_RING: rc $rc"; cat "$work/mix.out"
-else echo "ok   mixed ZT_COMM_RING refused: $(grep -m1 'runs a different plan' "$work/mix.out")"; fi
+  fail "mixed ZT_COMM_COLLECTIVES: rc $rc"; cat "$work/mix.out"
+else echo "ok   mixed ZT_COMM_COLLECTIVES refused: $(grep -m1 'runs a different plan' "$work/mix.out")"; fi
 
 [ $fails -eq 0 ] && echo "comm settings: all cases passed" || { echo "$fails case(s) failed"; exit 1; }

@@ -215,6 +215,46 @@ TEST(Comm, ManyInFlightWaitedOutOfOrder) {
   EXPECT_GE(c.step_stats().wait_s, 0.0);
 }
 
+// Large collectives (the ring / blocking-worker path of comm.collectives, >= 256 KiB per rank) in
+// flight together, several at once past comm.inflight, in place, with small ones (MPI's
+// non-blocking, completing first) among them, waited in an order of each rank's own; repeated,
+// since what goes wrong here (a large one taken as done when a small one completes, two stepping
+// on each other) shows only now and then.
+TEST(Comm, ManyLargeInFlightTogether) {
+  zt::Comm& c = *g_comm;
+  const int N = c.world(), r = c.rank();
+  const size_t n = 70001 * size_t(N) + 3, shard = 70001;  // 280 KB per rank and more
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<std::vector<float>> ar(4, std::vector<float>(n));
+    std::vector<float> rs(shard * N), ag(shard * N);
+    for (size_t k = 0; k < ar.size(); ++k)
+      for (size_t i = 0; i < n; ++i) ar[k][i] = val(r, i + k);
+    for (size_t i = 0; i < rs.size(); ++i) rs[i] = val(r, i + 7);
+    for (size_t i = 0; i < shard; ++i) ag[r * shard + i] = val(r, i + 13);
+    std::vector<zt::CommHandle> hs;
+    std::vector<float> small(1000);
+    for (size_t i = 0; i < small.size(); ++i) small[i] = val(r, i + 3);
+    hs.push_back(c.all_reduce(ar[0].data(), n));
+    hs.push_back(c.all_reduce(small.data(), small.size()));
+    hs.push_back(c.reduce_scatter(rs.data(), rs.data() + r * shard, shard));  // in place
+    hs.push_back(c.all_reduce(ar[1].data(), n));
+    hs.push_back(c.all_gather(ag.data() + r * shard, ag.data(), shard));  // in place
+    hs.push_back(c.all_reduce(ar[2].data(), n));
+    hs.push_back(c.all_reduce(ar[3].data(), n));
+    std::vector<size_t> order(hs.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::rotate(order.begin(), order.begin() + ((r + round) % order.size()), order.end());
+    for (size_t k : order) c.wait(hs[k]);
+    for (size_t i = 0; i < small.size(); ++i) ASSERT_EQ(small[i], sum_over_ranks(N, i + 3)) << "small at " << i;
+    for (size_t k = 0; k < ar.size(); ++k)
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(ar[k][i], sum_over_ranks(N, i + k)) << "all_reduce " << k << " at " << i;
+    for (size_t i = 0; i < shard; ++i) ASSERT_EQ(rs[r * shard + i], sum_over_ranks(N, r * shard + i + 7)) << i;
+    for (int q = 0; q < N; ++q)
+      for (size_t i = 0; i < shard; ++i) ASSERT_EQ(ag[q * shard + i], val(q, i + 13)) << "from rank " << q << " at " << i;
+  }
+}
+
 TEST(Comm, TestEventuallyTrue) {
   zt::Comm& c = *g_comm;
   const size_t n = size_t(1) << 20;
@@ -335,7 +375,7 @@ TEST(Comm, OverlappingBuffersRejected) {
 TEST(Comm, FaultInjectionSkipsFirstModelStateCollectiveOfStep) {
   const int N = g_comm->world(), r = g_comm->rank();
   zt::CommOptions opts;
-  zt::apply_comm_env(opts);  // ZT_COMM_RING=0 / ZT_COMM_THREAD=0: the naive paths (test/tests.cmake)
+  zt::apply_comm_env(opts);  // ZT_COMM_COLLECTIVES=mpi|mpi_blocking / ZT_COMM_THREAD=0: the other paths (test/tests.cmake)
   opts.timeout_s = 60;
   opts.fault_skip_rank = r;
   opts.fault_skip_step = 5;
@@ -390,7 +430,7 @@ TEST(Comm, TimeoutNamesTheCollective) {
   const int N = g_comm->world(), r = g_comm->rank();
   if (N < 2) GTEST_SKIP() << "needs two ranks";
   zt::CommOptions opts;
-  zt::apply_comm_env(opts);  // ZT_COMM_RING=0 / ZT_COMM_THREAD=0: the naive paths (test/tests.cmake)
+  zt::apply_comm_env(opts);  // ZT_COMM_COLLECTIVES=mpi|mpi_blocking / ZT_COMM_THREAD=0: the other paths (test/tests.cmake)
   opts.timeout_s = 0.5;
   std::unique_ptr<zt::Comm> c = zt::make_mpi_comm(opts);
   c->begin_step(3);
@@ -448,7 +488,7 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   zt::CommOptions opts;
-  zt::apply_comm_env(opts);  // ZT_COMM_RING=0 / ZT_COMM_THREAD=0: the naive paths (test/tests.cmake)
+  zt::apply_comm_env(opts);  // ZT_COMM_COLLECTIVES=mpi|mpi_blocking / ZT_COMM_THREAD=0: the other paths (test/tests.cmake)
   opts.timeout_s = 60;  // a test that desynchronises the ranks fails instead of hanging
   std::unique_ptr<zt::Comm> comm;
   try {
