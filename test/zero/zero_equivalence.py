@@ -663,18 +663,26 @@ def main_hosts(args):
             for stage in (0, 1, 2, 3):
                 rows = [on, off] if len(specs) == 1 else [on if (i + stage) % 2 == 0 else off]
                 plan += [(h, k, n, stage, mb, ov, a) for mb, ov, a in rows]
+        # args.jobs runs at a time, as in main(); rows print in order.
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
+        goals = sorted({n * a for _, _, n, _, _, _, a in plan})
+        started = {g: pool.submit(run_train, train, args.mpirun, 1, 0, True, g, os.path.join(work, f"ref_A{g}"), args.timeout)
+                   for g in goals}
         refs = {}
-        for g in sorted({n * a for _, _, n, _, _, _, a in plan}):
-            refs[g] = run_train(train, args.mpirun, 1, 0, True, g, os.path.join(work, f"ref_A{g}"), args.timeout)
+        for g in goals:
+            refs[g] = started[g].result()
             print(f"reference grad_accum {g:2d} (one rank, shared memory): {refs[g]['seconds']:.1f} s", flush=True)
         hdr = f"{'hosts':>5} {'N':>2} {'stage':>5} {'overlap':>7} {'accum':>5} {'loss err':>9} {'w err':>9} " \
               f"{'bytes/step':>11} {'bytes':>5} {'mem':>4} {'sec':>5}"
         print("\n" + hdr + "\n" + "-" * len(hdr), flush=True)
+        rows = []
         for h, k, n, stage, mb, ov, a in plan:
             name = f"{h}x{k} stage={stage} overlap={'on' if ov else 'off'} accum={a}"
-            row = f"{f'{h}x{k}':>5} {n:>2} {stage:>5} {'on' if ov else 'off':>7} {a:>5}"
-            done = run_and_check(train, args, n, stage, ov, a, os.path.join(work, f"H{h}x{k}_s{stage}_o{int(ov)}_A{a}"), mb,
-                                 name, refs, failures)
+            rows.append((f"{f'{h}x{k}':>5} {n:>2} {stage:>5} {'on' if ov else 'off':>7} {a:>5}",
+                         pool.submit(run_and_check, train, args, n, stage, ov, a,
+                                     os.path.join(work, f"H{h}x{k}_s{stage}_o{int(ov)}_A{a}"), mb, name, refs, failures)))
+        for row, started_row in rows:
+            done = started_row.result()
             if done is None:
                 print(f"{row}  RUN FAILED (see end)", flush=True)
                 continue
