@@ -53,6 +53,11 @@ RankFileWriter::RankFileWriter(const std::string& path, const Meta& meta) : path
   file_ = h5::Id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
   ZT_REQUIRE(file_.valid(), "checkpoint: cannot create " << path << ": " << h5::error_text());
   write_meta(file_, meta);
+  writeback_fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // -1: no early writeback, still correct
+}
+
+RankFileWriter::~RankFileWriter() {
+  if (writeback_fd_ >= 0) ::close(writeback_fd_);
 }
 
 void RankFileWriter::add(Kind k, DType dtype, const TensorSlot& slot, size_t offset, size_t count, const void* host) {
@@ -69,6 +74,9 @@ void RankFileWriter::add(Kind k, DType dtype, const TensorSlot& slot, size_t off
   // The data goes to disk here: a failure is the disk's (full, say), not a bug of this code.
   ZT_REQUIRE(H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, host) >= 0,
              "checkpoint: cannot write " << path_ << ": " << h5::error_text());
+  // Starts writing what is dirty (this piece) and returns: the disk writes while the next piece
+  // is prepared, and finish()'s fsync waits for the tail only.
+  if (writeback_fd_ >= 0) (void)::sync_file_range(writeback_fd_, 0, 0, SYNC_FILE_RANGE_WRITE);
   const size_t bytes = count * dtype_bytes(dtype);
   h5::write_attr(ds, "tensor", slot.name);
   std::vector<int64_t> shape(slot.shape.begin(), slot.shape.end());
@@ -82,6 +90,7 @@ void RankFileWriter::add(Kind k, DType dtype, const TensorSlot& slot, size_t off
 void RankFileWriter::finish() {
   ZT_REQUIRE(H5Fflush(file_, H5F_SCOPE_LOCAL) >= 0 && file_.close() >= 0,
              "checkpoint: cannot write " << path_ << ": " << h5::error_text());
+  if (writeback_fd_ >= 0) ::close(writeback_fd_), writeback_fd_ = -1;
   fsync_path(path_);
 }
 

@@ -20,6 +20,9 @@ std::string read_meta(hid_t file, Meta& m);
 class RankFileWriter {
  public:
   RankFileWriter(const std::string& path, const Meta& meta);
+  ~RankFileWriter();
+  RankFileWriter(const RankFileWriter&) = delete;
+  RankFileWriter& operator=(const RankFileWriter&) = delete;
   // Elements [offset, offset + count) of tensor `slot`, `dtype` each, from host memory.
   void add(Kind k, DType dtype, const TensorSlot& slot, size_t offset, size_t count, const void* host);
   // Closes the file and fsyncs it: after finish() returns the data is on disk.
@@ -30,6 +33,10 @@ class RankFileWriter {
  private:
   std::string path_;
   h5::Id file_;
+  // The file opened beside HDF5 to start its writeback as each piece is added: the kernel would
+  // otherwise hold the whole file in the page cache (below its dirty thresholds: 10% of memory)
+  // until finish()'s fsync, and write nothing while the pieces are copied and checksummed.
+  int writeback_fd_ = -1;
   uint64_t bytes_ = 0;
   int datasets_ = 0;
 };

@@ -5,6 +5,11 @@
 #include <cstring>
 #include <filesystem>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint/checked_read.h"
 #include "checkpoint/crc32c.h"
 #include "checkpoint/rank_file.h"
 
@@ -24,6 +29,18 @@ std::string hex64(uint64_t x) {
   return s;
 }
 }  // namespace
+
+namespace {
+// How far ahead of the reader each rank file is read (readahead.h): several pieces of the default
+// checkpoint.chunk_mb, so that the disk streams while a piece is checksummed.
+constexpr uint64_t kReadaheadWindow = uint64_t(256) << 20;
+}  // namespace
+
+CheckpointReader::~CheckpointReader() {
+  readahead_.clear();
+  for (int fd : fds_)
+    if (fd >= 0) ::close(fd);
+}
 
 std::string CheckpointReader::file_path(int rank) const { return (fs::path(dir_) / rank_file_name(rank)).string(); }
 
@@ -77,6 +94,19 @@ CheckpointReader::CheckpointReader(const std::string& step_dir) : dir_(step_dir)
   for (int r = 0; r < meta_.world; ++r)
     ZT_REQUIRE(found.count(r), "checkpoint: " << file_path(r) << " is missing (incomplete checkpoint?)");
   files_ = std::move(files);
+  for (const auto& [rank, path] : found) {
+    h5::Id fcpl(H5Fget_create_plist(files_[size_t(rank)]));
+    hsize_t userblock = 1;
+    const bool plain = fcpl.valid() && H5Pget_userblock(fcpl, &userblock) >= 0 && userblock == 0;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    fds_.push_back(fd >= 0 && plain ? fd : -1);
+    if (fd >= 0 && !plain) ::close(fd);
+    struct stat st;
+    if (fds_.back() >= 0 && ::fstat(fd, &st) == 0)
+      readahead_.push_back(std::make_unique<Readahead>(fd, uint64_t(st.st_size), kReadaheadWindow));
+    else
+      readahead_.push_back(nullptr);
+  }
   for (int k = 0; k < kNumKinds; ++k)
     for (const h5::Id& f : files_)
       if (H5Lexists(f, kind_name(Kind(k)), H5P_DEFAULT) > 0) has_[k] = true;
@@ -177,13 +207,26 @@ void CheckpointReader::read(Kind k, const TensorSlot& slot, size_t offset, size_
     h5::Id ft(d.valid() ? H5Dget_type(d) : -1);
     ZT_REQUIRE(ft.valid() && H5Tget_size(ft) == eb,
                "checkpoint: " << path << ": dataset " << p.dataset << " does not hold " << eb << "-byte elements");
-    ZT_REQUIRE(H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, into) >= 0,
-               "checkpoint: " << path << ": cannot read dataset " << p.dataset << " (truncated or damaged file: "
-                              << h5::error_text() << ")");
-    const uint32_t crc = crc32c(into, p.count * eb);
+    const size_t bytes = p.count * eb;
+    const haddr_t at = H5Dget_offset(d);
+    uint32_t crc = 0;
+    if (fds_[size_t(p.file)] >= 0 && at != HADDR_UNDEF && H5Dget_storage_size(d) == bytes && H5Tequal(ft, mtype) > 0) {
+      if (readahead_[size_t(p.file)]) readahead_[size_t(p.file)]->reached(at + bytes);
+      const CheckedRead got = read_checked(fds_[size_t(p.file)], at, bytes, into);
+      ZT_REQUIRE(got.bytes == bytes, "checkpoint: " << path << ": cannot read dataset " << p.dataset
+                                                    << " (truncated or damaged file: " << got.bytes << " of its " << bytes
+                                                    << " bytes read" << (got.error ? ": " : "")
+                                                    << (got.error ? std::strerror(got.error) : "") << ")");
+      crc = got.crc;
+    } else {
+      ZT_REQUIRE(H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, into) >= 0,
+                 "checkpoint: " << path << ": cannot read dataset " << p.dataset << " (truncated or damaged file: "
+                                << h5::error_text() << ")");
+      crc = crc32c(into, bytes);
+    }
     ZT_REQUIRE(crc == p.crc, "checkpoint: " << path << ": dataset " << p.dataset << " fails its checksum (crc32c "
                                             << hex(crc) << ", stored " << hex(p.crc) << "): the file is damaged");
-    bytes_read_ += p.count * eb;
+    bytes_read_ += bytes;
     if (!in_place) {
       buf_file_ = p.file, buf_dataset_ = p.dataset;
       std::memcpy(out, buf_.data() + (lo - p.offset) * eb, (hi - lo) * eb);

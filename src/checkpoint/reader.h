@@ -5,12 +5,14 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "checkpoint/format.h"
 #include "checkpoint/h5.h"
+#include "checkpoint/readahead.h"
 #include "model/layout.h"
 
 namespace zt::ckpt {
@@ -28,6 +30,9 @@ class CheckpointReader {
   // Opens every rank file of `step_dir` and checks that they come from one save (step, run, plan
   // hash, world) and that none of its ranks is missing, before anything else is read.
   explicit CheckpointReader(const std::string& step_dir);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
 
   const std::string& dir() const { return dir_; }
   const Meta& meta() const { return meta_; }  // rank 0's
@@ -48,6 +53,12 @@ class CheckpointReader {
   std::string dir_;
   Meta meta_;
   std::vector<h5::Id> files_;
+  // The same files opened for plain reads (-1 where HDF5's addresses are not file offsets: a file
+  // with a user block): a dataset stored contiguously as native bytes is read from its offset
+  // while it is checksummed (checked_read.h); any other goes through H5Dread. Each file is read
+  // ahead of the reader (readahead.h; declared after fds_: it stops before they close).
+  std::vector<int> fds_;
+  std::vector<std::unique_ptr<Readahead>> readahead_;
   bool has_[kNumKinds] = {};
   std::map<std::pair<int, std::string>, std::vector<Piece>> index_;
   std::vector<unsigned char> buf_;

@@ -38,6 +38,22 @@ TEST(Crc32c, StandardVectorReferenceAndContinuation) {
   EXPECT_NE(zt::crc32c(buf.data(), buf.size()), whole);
 }
 
+// The SSE4.2 path checksums three 8 KiB lanes at once and joins them: every length around the lane
+// blocks (one block less a byte, one, one plus a byte, several, from unaligned starts) and every
+// continuation point matches the bitwise reference.
+TEST(Crc32c, LanesJoinedMatchTheReference) {
+  std::vector<unsigned char> buf(5 * 3 * 8192 + 100);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<unsigned char>((i * 40503u) >> 7 ^ i);
+  for (size_t start : {0, 1, 5})
+    for (size_t n : {3 * 8192 - 1, 3 * 8192, 3 * 8192 + 1, 2 * 3 * 8192 + 17, 5 * 3 * 8192 + 95}) {
+      const unsigned char* p = buf.data() + start;
+      const uint32_t want = crc32c_bitwise(p, n);
+      EXPECT_EQ(zt::crc32c(p, n), want) << "start " << start << ", " << n << " bytes";
+      for (size_t cut : {size_t(1), size_t(8192), n / 2, n - 3})
+        EXPECT_EQ(zt::crc32c(p + cut, n - cut, zt::crc32c(p, cut)), want) << "cut at " << cut << " of " << n;
+    }
+}
+
 class CheckpointReaderTest : public TempDirTest {
  protected:
   CheckpointReaderTest() : TempDirTest("zt_ckpt") {}
