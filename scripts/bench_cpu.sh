@@ -5,8 +5,9 @@
 # GEMM shapes (bench/cpu_step.py), then llm.c (bench/llmc_cpu.sh) and PyTorch
 # (bench/torch_bench.py). Numbers are medians over the timed steps (first steps untimed).
 # Every benchmark: docs/benchmarks.md.
-#   scripts/bench_cpu.sh [--threads N] [--steps N] [--llmc DIR] [--only NAME]
+#   scripts/bench_cpu.sh [--threads N] [--steps N] [--llmc DIR] [--only NAME,...]
 # --llmc: a checkout of github.com/karpathy/llm.c (without it, no llm.c column).
+# --only: these configs (names below) only.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -27,23 +28,26 @@ TRAIN=${TRAIN:-./train}
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 WARM=2
 
-# name L NH C T B   (default: plans/default.json's model and batch; gpt2-124M@T64: llm.c's train_gpt2.c)
+# name L NH C T B [--set ...]   (default: plans/default.json's model and batch, whose LM head runs in
+# chunks recomputed in backward (docs/design.md §3.11); default-whole: the same without chunks;
+# gpt2-124M@T64: llm.c's train_gpt2.c)
 configs=(
   "default 4 4 128 128 8"
+  "default-whole 4 4 128 128 8 --set recompute.classifier_chunk=0"
   "gpt2-124M@T64 12 12 768 64 4"
   "gpt2-124M@T256 12 12 768 256 4"
 )
 printf '%-16s %7s %10s %9s %9s %9s %9s %8s %8s\n' config tokens "ours t/s" "% sgemm" "sgemm GF" \
   "llm.c t/s" "torch t/s" "/llm.c" "/torch" > "$out/table"
 for c in "${configs[@]}"; do
-  read -r name L NH C T B <<<"$c"
-  [ -z "$ONLY" ] || [ "$ONLY" = "$name" ] || continue
+  read -r name L NH C T B extra <<<"$c"
+  [ -z "$ONLY" ] || [[ ",$ONLY," == *",$name,"* ]] || continue
   echo "== $name: L=$L NH=$NH C=$C T=$T B=$B, $THREADS threads" >&2
   "$TRAIN" plans/default.json --set model.n_layer=$L --set model.n_head=$NH --set model.n_embd=$C \
       --set model.seq_len=$T --set batch.micro_batch=$B --set batch.grad_accum=1 --set run.steps=$((STEPS + WARM)) \
       --set run.eval_every=0 --set run.eval_batches=1 --set run.sample_every=0 --set data.tokenizer= \
       --set run.threads=$THREADS --set run.log="$out/$name/metrics.jsonl" --set run.trace="$out/$name/trace.json" \
-      --set run.final_weights="$out/$name/weights.bin" > "$out/$name.log" 2>&1 \
+      --set run.final_weights="$out/$name/weights.bin" $extra > "$out/$name.log" 2>&1 \
       || { cat "$out/$name.log" >&2; exit 1; }
   $PY bench/cpu_step.py --trace "$out/$name/trace.rank0.json" --log "$out/$name/metrics.jsonl" --warm $WARM \
       --layers $L --embd $C --seq $T --batch $B --threads $THREADS > "$out/$name.step"
