@@ -1,6 +1,5 @@
 // GELU, tanh approximation, CPU reference. Same formula as GPT-2 and torch gelu(approximate='tanh'):
 //   gelu(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
-// Both loops vectorise only with -fno-trapping-math (set for this file in CMakeLists.txt).
 #include "kernels/gelu.h"
 
 #include "kernels/cpu_math.h"
