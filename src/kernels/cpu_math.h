@@ -6,6 +6,8 @@
 // next to. vexp() for float is a branch-free polynomial (Cephes expf, ~1 ulp) that GCC turns
 // into AVX2 / AVX-512 code inside `#pragma omp simd` loops. For double, the test/oracle type,
 // we simply call std::exp: accuracy matters there, speed does not.
+// The clamps below vectorise only without trapping math: the files that call vexp / vtanh are
+// built with -fno-trapping-math (CMakeLists.txt); with it GCC leaves their loops scalar.
 #pragma once
 #include <cmath>
 #include <cstdint>

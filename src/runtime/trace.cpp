@@ -47,6 +47,7 @@ Tracer::Tracer(const std::string& file, int rank) : path_(file), rank_(rank) {
   track_name(kOptimizer, "optimizer");
   track_name(kHostOptimizer, "host optimizer (CPU AdamW)");
   track_name(kCopy, "copy");
+  track_name(kOps, "ops");
   track_name(kComm, "comm");
   lanes_.resize(1);
 }

@@ -15,6 +15,8 @@
 //   tid 5        copy       the host-staged comm's device-to-host copies, from issue to the host seeing
 //                           them done; its host-to-device copies as instants (the compute stream waits
 //                           for them on the device: the host never sees them end)
+//   tid 6        ops        the CPU backend's ops (matmul_forward, layernorm_backward, adamw, ...),
+//                           one span per call (backend/ops_cpu.h)
 //   tid 10 + k   comm, comm.k  collectives from start to completion (args: seq, bytes, step and the
 //                           engine's tag: bucket, unit); in-flight collectives overlap, so each takes
 //                           the first lane whose previous event it does not cross
@@ -34,7 +36,7 @@ namespace zt {
 class Tracer {
  public:
   // kHostOptimizer: the CUDA backend's CPU AdamW (offload.optimizer "cpu"), beside backward.
-  enum Track : int { kStep = 0, kCompute = 1, kWait = 2, kOptimizer = 3, kHostOptimizer = 4, kCopy = 5, kComm = 10 };
+  enum Track : int { kStep = 0, kCompute = 1, kWait = 2, kOptimizer = 3, kHostOptimizer = 4, kCopy = 5, kOps = 6, kComm = 10 };
 
   // The file of this rank: `path` with ".rank<R>" inserted before its extension ("t.json" ->
   // "t.rank0.json", "t" -> "t.rank0"), or "<path>/trace.rank<R>.json" when path ends in '/' or is

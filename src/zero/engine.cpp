@@ -117,6 +117,7 @@ void ZeroEngine<Ops>::set_tracer(Tracer* t) {
   optimizer_.set_tracer(t);
   gatherer_.set_tracer(t);
   lookup_.set_tracer(t);
+  if constexpr (Ops::tier == Tier::host) Ops::tracer = t;  // the CPU backend's ops track (ops_cpu.h)
   traced_.reset(t ? new TracedHooks(*this, *t, micro_) : nullptr);
   model_.set_hooks(traced_ ? static_cast<UnitHooks*>(traced_.get()) : this);
 }

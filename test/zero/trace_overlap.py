@@ -8,6 +8,8 @@ so several buckets), twice: zero.overlap_comm true and false. For each run:
   * every X event has ts, dur >= 0, pid, tid; pid is the file's rank; every track is named
   * collectives (comm tracks) carry seq and bytes; seq strictly increases per rank in start order
   * reduce-scatters carry their bucket; there are forward and backward spans per unit
+  * the ops track (CPU backend): every op span inside a step or an evaluation, every step with its
+    matmuls, attention and layernorm backward and AdamW; no ops on the CUDA backend
   * scripts/trace_merge gives one process per rank, named "rank R"
   * overlap: a reduce-scatter overlaps backward compute when it is still in flight when the
     backward of a later unit (one that starts after it was launched) begins:
@@ -158,6 +160,22 @@ def check(files, summary, overlap, merge_out, fails, nccl, stage):
         if stage == 3 and (units != fwd_units or len(units) < 4 + 2 or len(bwd) % STEPS):
             fail(f"rank {rank}: backward spans per unit: {len(bwd)} over units {sorted(units)}, "
                  f"forward over {sorted(fwd_units)}")
+        # The ops track (6): the CPU backend's ops, one span per call, each inside a step or an
+        # evaluation, every step with the ops of forward, backward and the update; none on CUDA.
+        ops = [e for e in xs if e["tid"] == 6]
+        if nccl and ops:
+            fail(f"rank {rank}: {len(ops)} ops-track events on the CUDA backend, e.g. {ops[0]}")
+        if not nccl:
+            outer = [(e["ts"], e["ts"] + e["dur"]) for e in xs if e["tid"] == 0]
+            loose = [e for e in ops if not any(t0 <= e["ts"] and e["ts"] + e["dur"] <= t1 for t0, t1 in outer)]
+            if loose:
+                fail(f"rank {rank}: {len(loose)} ops outside every step and evaluation, e.g. {loose[0]}")
+            for e in xs:
+                if e["tid"] == 0 and e["name"].startswith("step "):
+                    inside = {o["name"] for o in ops if e["ts"] <= o["ts"] < e["ts"] + e["dur"]}
+                    need = {"matmul_forward", "attention_backward", "layernorm_backward", "adamw"}
+                    if not need <= inside:
+                        fail(f"rank {rank}: {e['name']} lacks ops {sorted(need - inside)} on the ops track")
         waits = [e for e in xs if e["name"].startswith("wait #")]
         if not any(e["name"] == "adamw" for e in xs):
             fail(f"rank {rank}: no adamw event")
