@@ -416,11 +416,8 @@ class MpiComm final : public Comm {
   }
   void issue(uint64_t seq, const char* call, std::function<int(MPI_Request*)> start, Move move) {
     if (thread_) {
-      auto j = std::make_shared<Job>();
+      std::shared_ptr<Job> j = job_with(move);
       j->start = std::move(start);
-      j->move_dst = move.dst;
-      j->move_src = move.src;
-      j->move_n = move.n;
       submit(seq, std::move(j));
       return;
     }
@@ -441,13 +438,18 @@ class MpiComm final : public Comm {
   bool use_blocking(size_t total) const { return collectives_ == CommCollectives::mpi_blocking && large(total); }
   CommHandle issue_blocking(uint64_t seq, std::function<int()> call) { return issue_blocking(seq, std::move(call), Move()); }
   CommHandle issue_blocking(uint64_t seq, std::function<int()> call, Move move) {
-    auto j = std::make_shared<Job>();
+    std::shared_ptr<Job> j = job_with(move);
     j->blocking = std::move(call);
+    submit(seq, std::move(j));
+    return {seq};
+  }
+  // A job for the comm thread that does `move` when its collective completes.
+  static std::shared_ptr<Job> job_with(Move move) {
+    auto j = std::make_shared<Job>();
     j->move_dst = move.dst;
     j->move_src = move.src;
     j->move_n = move.n;
-    submit(seq, std::move(j));
-    return {seq};
+    return j;
   }
   CommHandle issue_ring(uint64_t seq, Ring ring) {
     auto j = std::make_shared<Job>();
