@@ -29,7 +29,7 @@ out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 WARM=2
 
 # name L NH C T B [--set ...]   (default: plans/default.json's model and batch, whose LM head runs in
-# chunks recomputed in backward (docs/design.md §3.11); default-whole: the same without chunks;
+# chunks, its gradients taken in forward (docs/design.md §3.11); default-whole: the same without chunks;
 # gpt2-124M@T64: llm.c's train_gpt2.c)
 configs=(
   "default 4 4 128 128 8"

@@ -150,7 +150,7 @@ struct CpuOps {
   }
   // master is always nullptr here (the parameters are the master copy); seed and first are for
   // stochastic rounding, which fp32 does not do.
-  static void adamw(T* p, M* master, const T* g, M* m, M* v, size_t n, const cpu::AdamWArgs& a, uint32_t seed,
+  static void adamw(T* p, M* master, T* g, M* m, M* v, size_t n, const cpu::AdamWArgs& a, uint32_t seed,
                     uint64_t first) {
     Span s("adamw");
     cpu::adamw_update(p, g, m, v, n, a);

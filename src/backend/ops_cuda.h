@@ -114,7 +114,7 @@ struct CudaOps {
                               S dloss) {
     cuda::xent_chunk_grad(logits, ld, N, col0, cols, V, targets, lse, dloss, stream());
   }
-  static void adamw(T* p, M* master, const T* g, M* m, M* v, size_t n, const cpu::AdamWArgs& a, uint32_t seed,
+  static void adamw(T* p, M* master, T* g, M* m, M* v, size_t n, const cpu::AdamWArgs& a, uint32_t seed,
                     uint64_t first) {
     cuda::adamw_update(p, master, g, m, v, n, a, seed, first, stream());
   }

@@ -17,20 +17,14 @@
 
 namespace zt::cpu {
 
-template <class T>
-void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const AdamWArgs& a) {
-  // Per-call scalars in double, as torch computes them in Python floats.
-  const double bc1 = 1.0 - std::pow(double(a.beta1), a.step);
-  const double bc2 = 1.0 - std::pow(double(a.beta2), a.step);
-  const T step_size = T(double(a.lr) / bc1);
-  const T bc2_sqrt = T(std::sqrt(bc2));
-  const T decay = T(1.0 - double(a.lr) * double(a.weight_decay));
-  const T b1 = a.beta1, b2 = a.beta2, one_minus_b1 = T(1) - b1, one_minus_b2 = T(1) - b2;
-  const T eps = a.eps, scale = a.grad_scale;
-
+namespace {
+template <class T, bool kClearGrad>
+void adamw_pass(T* param, T* grad, T* m, T* v, size_t n, T b2, T one_minus_b1, T one_minus_b2, T eps, T scale,
+                T step_size, T bc2_sqrt, T decay) {
 #pragma omp parallel for simd schedule(static) if (n >= (1 << 14))
   for (size_t i = 0; i < n; i++) {
     const T g = grad[i] * scale;
+    if constexpr (kClearGrad) grad[i] = T(0);
     const T mi = m[i] + one_minus_b1 * (g - m[i]);
     const T vi = b2 * v[i] + one_minus_b2 * g * g;
     m[i] = mi;
@@ -39,8 +33,25 @@ void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, const AdamWArgs
     param[i] = param[i] * decay - step_size * (mi / denom);
   }
 }
+}  // namespace
 
-template void adamw_update<float>(float*, const float*, float*, float*, size_t, const AdamWArgs&);
+template <class T>
+void adamw_update(T* param, T* grad, T* m, T* v, size_t n, const AdamWArgs& a) {
+  // Per-call scalars in double, as torch computes them in Python floats.
+  const double bc1 = 1.0 - std::pow(double(a.beta1), a.step);
+  const double bc2 = 1.0 - std::pow(double(a.beta2), a.step);
+  const T step_size = T(double(a.lr) / bc1);
+  const T bc2_sqrt = T(std::sqrt(bc2));
+  const T decay = T(1.0 - double(a.lr) * double(a.weight_decay));
+  const T b1 = a.beta1, b2 = a.beta2, one_minus_b1 = T(1) - b1, one_minus_b2 = T(1) - b2;
+  const T eps = a.eps, scale = a.grad_scale;
+  if (a.clear_grad)
+    adamw_pass<T, true>(param, grad, m, v, n, b2, one_minus_b1, one_minus_b2, eps, scale, step_size, bc2_sqrt, decay);
+  else
+    adamw_pass<T, false>(param, grad, m, v, n, b2, one_minus_b1, one_minus_b2, eps, scale, step_size, bc2_sqrt, decay);
+}
+
+template void adamw_update<float>(float*, float*, float*, float*, size_t, const AdamWArgs&);
 
 namespace {
 // hash_u32, element_bits and stochastic_round_bf16 of kernels/cuda_common.cuh, bit for bit.
@@ -93,6 +104,6 @@ void adamw_update_bf16_master(uint16_t* param, float* master, const uint16_t* gr
     param[i] = stochastic_round_bf16(p_new, element_bits(first + i, seed));
   }
 }
-template void adamw_update<double>(double*, const double*, double*, double*, size_t, const AdamWArgs&);
+template void adamw_update<double>(double*, double*, double*, double*, size_t, const AdamWArgs&);
 
 }  // namespace zt::cpu

@@ -25,11 +25,12 @@ struct AdamWScalars {
 };
 
 template <class T>
-__global__ void adamw_kernel(T* __restrict__ param, float* __restrict__ master, const T* __restrict__ grad,
+__global__ void adamw_kernel(T* __restrict__ param, float* __restrict__ master, T* __restrict__ grad,
                              float* __restrict__ m, float* __restrict__ v, size_t n, AdamWScalars s, uint32_t seed,
-                             uint64_t first) {
+                             uint64_t first, bool clear_grad) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const float g = to_float(grad[i]) * s.scale;
+    if (clear_grad) grad[i] = T(0.0f);
     const float m0 = m[i];
     const float mi = m0 + s.one_minus_b1 * (g - m0);
     const float vi = s.b2 * v[i] + s.one_minus_b2 * g * g;
@@ -46,7 +47,7 @@ __global__ void adamw_kernel(T* __restrict__ param, float* __restrict__ master, 
 }  // namespace
 
 template <class T>
-void adamw_update(T* param, float* master, const T* grad, float* m, float* v, size_t n, const cpu::AdamWArgs& a,
+void adamw_update(T* param, float* master, T* grad, float* m, float* v, size_t n, const cpu::AdamWArgs& a,
                   uint32_t seed, uint64_t first, cudaStream_t stream) {
   if (n == 0) return;
   ZT_REQUIRE(a.step >= 1, "adamw: step is 1-based, got " << a.step);
@@ -68,13 +69,13 @@ void adamw_update(T* param, float* master, const T* grad, float* m, float* v, si
   constexpr size_t max_blocks = 8192;  // grid-stride beyond this
   const size_t blocks = (n + threads - 1) / threads;
   const int grid = int(blocks < max_blocks ? blocks : max_blocks);
-  adamw_kernel<T><<<grid, threads, 0, stream>>>(param, master, grad, m, v, n, s, seed, first);
+  adamw_kernel<T><<<grid, threads, 0, stream>>>(param, master, grad, m, v, n, s, seed, first, a.clear_grad);
   ZT_CHECK_LAUNCH();
 }
 
-template void adamw_update<float>(float*, float*, const float*, float*, float*, size_t, const cpu::AdamWArgs&,
+template void adamw_update<float>(float*, float*, float*, float*, float*, size_t, const cpu::AdamWArgs&,
                                   uint32_t, uint64_t, cudaStream_t);
-template void adamw_update<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, float*, float*, size_t,
+template void adamw_update<__nv_bfloat16>(__nv_bfloat16*, float*, __nv_bfloat16*, float*, float*, size_t,
                                           const cpu::AdamWArgs&, uint32_t, uint64_t, cudaStream_t);
 
 }  // namespace zt::cuda

@@ -4,9 +4,10 @@
 //   whole     P = N, or no targets (sampling: only the last chunk's rows). The (N, Vp) logits
 //             exist; forward overwrites them with dlogits; backward reads them for the input
 //             gradient first and for the embedding's weight gradient at the end.
-//   chunks    one embedding unit: P rows of logits at a time; forward keeps the losses only;
-//             backward recomputes each chunk's logits and takes both gradients from it at once,
-//             so the embedding's gradient is open from the top of backward to its end.
+//   chunks    one embedding unit: P rows of logits at a time; forward keeps the losses and, with
+//             the gradient on, takes both gradients from each chunk while its logits exist (the
+//             logits are never recomputed), so the embedding's gradient is open from forward's
+//             head to the end of backward.
 //   regather  chunks over a split embedding (stage 3): vocabulary chunks outer (each unit gathered
 //             once), positions inner, an online log-sum-exp per position across the units;
 //             backward recomputes each chunk's logits twice: for the input gradient at the top,
@@ -49,16 +50,27 @@ double GPT<Ops>::classifier_forward(const int* targets, int N, bool write_dlogit
       if (!targets) return 0.0;
       Ops::softmax_xent(acts_.logits, acts_.losses, targets, dloss, N, cfg_.V, cfg_.Vp, write_dlogits);
       break;
-    case Head::chunks:
+    case Head::chunks: {
+      // With the gradient on, each chunk's gradients are taken here, while its logits exist:
+      // backward has nothing of the head left to compute.
       hooks_->before_forward(0);
+      if (write_dlogits) {
+        hooks_->before_grads(0);
+        Ops::zero(gs_.dC, size_t(N) * size_t(C));
+      }
+      const int Vp = cfg_.Vp;
       for (int c0 = 0; c0 < N; c0 += P) {
         const int n = std::min(P, N - c0);
-        Ops::matmul_forward(acts_.logits, acts_.lnf + size_t(c0) * size_t(C), wte_rows(0), nullptr, n, C, cfg_.Vp,
-                            cfg_.Vp);
-        Ops::softmax_xent(acts_.logits, acts_.losses + c0, targets + c0, dloss, n, cfg_.V, cfg_.Vp, false);
+        const T* lnf = acts_.lnf + size_t(c0) * size_t(C);
+        Ops::matmul_forward(acts_.logits, lnf, wte_rows(0), nullptr, n, C, Vp, Vp);
+        Ops::softmax_xent(acts_.logits, acts_.losses + c0, targets + c0, dloss, n, cfg_.V, Vp, write_dlogits);
+        if (write_dlogits)
+          Ops::matmul_backward(gs_.dC + size_t(c0) * size_t(C), wte_grad_rows(0), nullptr, acts_.logits, lnf,
+                               wte_rows(0), n, C, Vp, scratch_.data(), Vp);
       }
       hooks_->after_forward(0);
       break;
+    }
     case Head::regather:
       // The target's logit waits in losses until the last unit.
       for (int e = 0; e < E; ++e) {
@@ -93,8 +105,9 @@ void GPT<Ops>::classifier_backward() {
   const int C = cfg_.C, E = layout_.embedding_units(), N = last_B_ * last_T_;
   const int P = std::min(cls_rows_, N);
   void* scratch = scratch_.data();
-  Ops::zero(gs_.dC, size_t(N) * size_t(C));
-  switch (head(N, true)) {
+  const Head h = head(N, true);
+  if (h != Head::chunks) Ops::zero(gs_.dC, size_t(N) * size_t(C));
+  switch (h) {
     case Head::whole:
       for (int e = E - 1; e >= 0; --e) {
         const VocabRows r = layout_.vocab_rows(e);
@@ -104,21 +117,12 @@ void GPT<Ops>::classifier_backward() {
         hooks_->after_backward(e);
       }
       break;
-    case Head::chunks: {
+    case Head::chunks:
+      // Both gradients were taken in forward. The hooks still mark the head's place in backward
+      // (the unit is still gathered from forward's head: the gatherer's schedule is unchanged).
       hooks_->before_backward(0);
-      hooks_->before_grads(0);
-      const int Vp = cfg_.Vp;
-      for (int c0 = 0; c0 < N; c0 += P) {
-        const int n = std::min(P, N - c0);
-        const T* lnf = acts_.lnf + size_t(c0) * size_t(C);
-        Ops::matmul_forward(acts_.logits, lnf, wte_rows(0), nullptr, n, C, Vp, Vp);
-        Ops::softmax_xent(acts_.logits, acts_.losses + c0, acts_.targets + c0, last_dloss_, n, cfg_.V, Vp, true);
-        Ops::matmul_backward(gs_.dC + size_t(c0) * size_t(C), wte_grad_rows(0), nullptr, acts_.logits, lnf,
-                             wte_rows(0), n, C, Vp, scratch, Vp);
-      }
       hooks_->after_backward(0);
       break;
-    }
     case Head::regather:
       for (int e = E - 1; e >= 0; --e) {
         hooks_->before_backward(e);

@@ -30,9 +30,11 @@ namespace zt {
 // E-1..0, each unit's LM-head part (dlogits^T lnf) and lookup part together, reading no parameters
 // (so a stage-3 engine gathers nothing for them, and no embedding gradient is held through the
 // whole backward). Exception, a chunked classifier (Recompute::classifier_chunk): the dlogits are
-// not kept. With one embedding unit, unit 0's LM-head part is written with its input gradient, so
-// before_grads(0) comes right after backward's before_backward(0); grads_ready(0) stays at the end,
-// after the lookup part. With E units, each is used once more at the end: before_backward(e),
+// not kept. With one embedding unit, both of the head's gradients (unit 0's LM-head part and the
+// input gradient) are taken in forward(write_dlogits), chunk by chunk while its logits exist, so
+// before_grads(0) comes right after forward's before_forward(0) for the head; backward's
+// before_backward(0) / after_backward(0) for the head still come (with nothing between them), and
+// grads_ready(0) stays at the end, after the lookup part. With E units, each is used once more at the end: before_backward(e),
 // before_grads(e), its LM-head part (logits recomputed from its parameters) and lookup part,
 // after_backward(e), grads_ready(e) (classifier_regathers).
 // With set_defer_lookup_grads(true) (one embedding unit only) the embedding's gradients are
@@ -148,7 +150,8 @@ class GPT {
   // inputs, targets: (B, Tn) token ids in host memory (copied to the model's own buffers).
   // targets may be nullptr (logits only; returns 0). Returns the mean loss over B*Tn tokens.
   // With write_dlogits, the logits buffer is overwritten with d(dloss * sum of token losses)/dlogits,
-  // ready for backward().
+  // ready for backward() (a chunked head over one embedding unit takes its gradients here instead:
+  // forward(write_dlogits) must then be followed by backward()).
   double forward(const int* inputs, const int* targets, int B, int Tn, bool write_dlogits = false, S dloss = S(0));
   // Accumulates parameter gradients of the loss given to the last forward(write_dlogits=true).
   void backward();
@@ -208,7 +211,7 @@ class GPT {
     S* lnf_mean;    // (B, T)
     S* lnf_rstd;    // (B, T)
     T* logits;      // (P, Vp)   P = classifier chunk rows (B*T without chunks); whole: overwritten
-                    //           by dlogits when forward(write_dlogits); in chunks: backward's scratch
+                    //           by dlogits when forward(write_dlogits); in chunks: one chunk's
     S* losses;      // (B, T)
     S* lse;         // (B, T)   chunked only: log-sum-exp per position (running max in forward)
     S* lse_sum;     // (B, T)   chunked only: running sum of exp across vocabulary chunks
@@ -242,7 +245,8 @@ class GPT {
   // Forward from lnf: the logits (no targets: the last chunk's rows, returns 0) or the mean loss
   // over the N positions, with dlogits written or kept for backward when write_dlogits.
   double classifier_forward(const int* targets, int N, bool write_dlogits, S dloss);
-  // Backward's first part: dlnf into gs_.dC (in chunks over one unit, the head's weight gradient too).
+  // Backward's first part: dlnf into gs_.dC (in chunks over one unit, forward wrote it, and the
+  // head's weight gradient too).
   void classifier_backward();
   // The embedding's gradients, unit by unit, between before_grads(e) and grads_ready(e): the
   // LM-head part dW_rows += dlogits[:, rows]^T @ lnf (whole logits; regather: recomputed per
@@ -261,7 +265,7 @@ class GPT {
   int last_B_ = 0, last_T_ = 0;  // shape of the last forward, for backward()
   bool defer_lookup_ = false;    // set_defer_lookup_grads
   bool lookup_given_ = false;    // lookup_given(): skip the next lookup
-  S last_dloss_ = S(0);          // dloss of the last forward(write_dlogits), for chunked dlogits
+  S last_dloss_ = S(0);          // dloss of the last forward(write_dlogits), for regathered dlogits
   int cls_rows_ = 0;             // positions per classifier chunk (allocated B*T: whole)
   int logits_row0_ = 0;          // position of the logits buffer's first row (sampling in chunks)
   std::vector<T*> unit_param_, unit_grad_;

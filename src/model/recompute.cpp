@@ -83,13 +83,12 @@ double GPT<Ops>::forward_flops(const GPTConfig& cfg, int B, int Tn) {
 template <class Ops>
 double GPT<Ops>::recompute_flops(const GPTConfig& cfg, int B, int Tn, const Recompute& rc, int embedding_units) {
   // selective recomputes pointwise work only (two LayerNorms and a GELU per layer). A chunked
-  // classifier runs the LM head's forward matmul once more in backward; over a split embedding,
-  // twice (input gradient first, each unit's weight gradient at the end; model/classifier.cpp).
-  const double N = double(B) * Tn;
-  const double head = classifier_rows(cfg, B, Tn, rc) < N ? 2 * N * cfg.C * cfg.Vp : 0.0;
-  const double regather =
-      classifier_regathers(cfg, B, Tn, rc, embedding_units) ? 2.0 * B * Tn * cfg.C * cfg.Vp : 0.0;
-  return rc.blocks_recomputed_before(cfg.L) * block_inner_flops(cfg, B, Tn) + head + regather;
+  // classifier over one embedding unit takes its gradients in forward and recomputes nothing; over
+  // a split embedding it runs the LM head's forward matmul twice more in backward (input gradient
+  // first, each unit's weight gradient at the end; model/classifier.cpp).
+  const double head = 2.0 * B * Tn * cfg.C * cfg.Vp;
+  const double regather = classifier_regathers(cfg, B, Tn, rc, embedding_units) ? 2 * head : 0.0;
+  return rc.blocks_recomputed_before(cfg.L) * block_inner_flops(cfg, B, Tn) + regather;
 }
 
 // The members defined here, for the backends gpt.cpp instantiates the class with.

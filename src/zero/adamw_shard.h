@@ -13,11 +13,11 @@ namespace zt {
 // AdamW on elements [begin, begin + n) of unit u (offsets relative to the unit). param, master,
 // grad, m, v point at element `begin` of their buffers; master is nullptr unless the op table keeps
 // fp32 master weights beside lower-precision parameters. Padding elements (past the unit's last
-// tensor) are left alone, so they stay zero.
+// tensor) are left alone, so they stay zero. clear_grad: leave the gradient zero (AdamWArgs).
 template <class Ops>
 void adamw_unit_range(const ParamLayout& layout, int u, size_t begin, size_t n, typename Ops::T* param,
-                      typename Ops::M* master, const typename Ops::T* grad, typename Ops::M* m, typename Ops::M* v,
-                      const OptimSection& cfg, double lr, double grad_scale, int step) {
+                      typename Ops::M* master, typename Ops::T* grad, typename Ops::M* m, typename Ops::M* v,
+                      const OptimSection& cfg, double lr, double grad_scale, int step, bool clear_grad = false) {
   const Unit& unit = layout.units()[size_t(u)];
   for (int ti : unit.tensors) {
     const TensorSlot& s = layout.tensors()[size_t(ti)];
@@ -26,7 +26,7 @@ void adamw_unit_range(const ParamLayout& layout, int u, size_t begin, size_t n, 
     const size_t a = t0 > begin ? t0 : begin, b = t1 < begin + n ? t1 : begin + n;
     if (a >= b) continue;
     cpu::AdamWArgs args{float(lr), float(cfg.beta1), float(cfg.beta2), float(cfg.eps),
-                        float(s.decay ? cfg.weight_decay : 0.0), float(grad_scale), step};
+                        float(s.decay ? cfg.weight_decay : 0.0), float(grad_scale), step, clear_grad};
     const size_t k = a - begin;
     // Stochastic rounding draws by the element's global flat index and the step, never by the
     // slice: ranks, shards and offload sub-groups cut the buffer differently and round alike.

@@ -127,7 +127,7 @@ void ZeroEngine<Ops>::set_tracer(Tracer* t) {
 template <class Ops>
 void ZeroEngine<Ops>::begin_step(int64_t step) {
   comm_.begin_step(step);
-  reducer_.begin_step();
+  reducer_.begin_step(optimizer_.take_grads_cleared());
 }
 
 template <class Ops>

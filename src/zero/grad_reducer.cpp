@@ -44,8 +44,8 @@ GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore
 }
 
 template <class Ops>
-void GradReducer<Ops>::begin_step() {
-  if (rules_.full_grads) model_.zero_grad();
+void GradReducer<Ops>::begin_step(bool full_grads_zero) {
+  if (rules_.full_grads && !full_grads_zero) model_.zero_grad();
   // (A gradient shard on disk or in host memory is overwritten by each bucket's first micro-step instead.)
   if (T* shard = store_.get<T>(StateId::grad_shard); shard && !host_shard_) Ops::zero(shard, part_.shard_total());
 }

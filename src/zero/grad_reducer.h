@@ -46,7 +46,9 @@ class GradReducer {
 
   GradReducer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm, EmbeddingExchange<Ops>& lookup);
 
-  void begin_step();                  // zero the gradients this stage accumulates into
+  // Zero the gradients this stage accumulates into (full ones: unless the optimizer's last step
+  // left them zero, ShardedOptimizer::take_grads_cleared).
+  void begin_step(bool full_grads_zero);
   // Before the micro-step's forward, whose loss the host reads: the last micro-step's reductions
   // that only the compute stream waited for are waited here (a hang becomes a timeout, not a
   // host stuck in the loss's copy).

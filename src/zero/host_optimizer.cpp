@@ -51,8 +51,9 @@ template <class TT>
 struct HostAdamW {
   using T = TT;
   using M = float;
-  static void adamw(T* p, M* master, const T* g, M* m, M* v, size_t n, const cpu::AdamWArgs& a, uint32_t seed,
+  static void adamw(T* p, M* master, T* g, M* m, M* v, size_t n, const cpu::AdamWArgs& a, uint32_t seed,
                     uint64_t first) {
+    ZT_ASSERT(!a.clear_grad);  // the gradient shard here is overwritten by the next step's copy
     if constexpr (std::is_same_v<T, float>) {
       ZT_ASSERT(!master);
       cpu::adamw_update<float>(p, g, m, v, n, a);

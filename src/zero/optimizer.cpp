@@ -201,13 +201,18 @@ void ShardedOptimizer<Ops>::step(double lr, double grad_scale) {
     });
     return;
   }
+  // Stage 0: the gradients read are the full ones the next step accumulates into; AdamW leaves
+  // them zero in its pass (the sharded stages read a shard the reduction overwrites).
+  const bool clear = !rules_.optimizer_sharded;
   for (int u = 0; u < layout_.num_units(); ++u) {
     const size_t begin = rules_.optimizer_sharded ? part_.unit_shard_begin(u) : 0;
     const size_t n = rules_.optimizer_sharded ? part_.unit_shard_numel(u) : layout_.units()[size_t(u)].padded;
     adamw_unit_range<Ops>(layout_, u, begin, n, staged_in(u), state(StateId::master, u), grads(u),
-                          state(StateId::adam_m, u), state(StateId::adam_v, u), optim_, lr, grad_scale, steps_taken_);
+                          state(StateId::adam_m, u), state(StateId::adam_v, u), optim_, lr, grad_scale, steps_taken_,
+                          clear);
     staged_out(u);
   }
+  grads_cleared_ = clear;
 #if ZT_HAVE_CUDA
   // The host may read the pinned shard next (a checkpoint); the next pass's copies are ordered anyway.
   if constexpr (Ops::tier == Tier::device)

@@ -9,6 +9,7 @@
 #pragma once
 #include <memory>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "comm/comm.h"
@@ -40,6 +41,9 @@ class ShardedOptimizer {
   double grad_norm(const std::vector<double>* unit_ss = nullptr);
   // One AdamW step on the owned slices; `steps_taken` (AdamW's t) counts from the TrainState.
   void step(double lr, double grad_scale);
+  // Whether the last step() left the gradients it read zero (stage 0, in memory: AdamW clears them
+  // in its own pass, so the next step needs no zeroing pass); false again once asked.
+  bool take_grads_cleared() { return std::exchange(grads_cleared_, false); }
   int steps_taken() const { return steps_taken_; }
   void set_steps_taken(int t) { steps_taken_ = t; }
   // The swap pipeline when the state is offloaded, else nullptr.
@@ -75,6 +79,7 @@ class ShardedOptimizer {
   OptimSection optim_;
   StageRules rules_;
   int steps_taken_ = 0;
+  bool grads_cleared_ = false;
   std::unique_ptr<offload::SwapPipeline> swap_;
   // Index in the pipeline's buffers of each swapped state, -1 where the state is in memory.
   int at_m_ = -1, at_v_ = -1, at_master_ = -1, at_param_ = -1, at_grad_ = -1;

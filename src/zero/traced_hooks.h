@@ -36,10 +36,12 @@ class TracedHooks : public UnitHooks {
 
   void before_forward(int u) override {
     in_.before_forward(u);
+    in_forward_ = true;
     t0_ = Tracer::now_us();
   }
   void after_forward(int u) override {
     span("fwd u", u);
+    in_forward_ = false;
     in_.after_forward(u);
   }
   void before_backward(int u) override {
@@ -52,7 +54,9 @@ class TracedHooks : public UnitHooks {
     if (grads_opened_at_.size() <= size_t(u)) grads_opened_at_.resize(size_t(u) + 1, 0);
     grads_opened_at_[size_t(u)] = spans_closed_;
     // Gradients written without parameters (the embedding's, last) are a backward span of their own.
-    grads_span_ = !in_backward_;
+    // Opened at the start of a unit's span (its backward, or a chunked classifier's forward,
+    // model/gpt.h), they belong to that span, which starts after this hook's own wait.
+    grads_span_ = !in_backward_ && !in_forward_;
     t0_ = Tracer::now_us();
   }
   void grads_ready(int u) override {
@@ -89,7 +93,7 @@ class TracedHooks : public UnitHooks {
   UnitHooks& in_;
   Tracer& tr_;
   const int& micro_;
-  bool in_backward_ = false, grads_span_ = false;
+  bool in_forward_ = false, in_backward_ = false, grads_span_ = false;
   double t0_ = 0;  // start of the open span
   uint64_t spans_closed_ = 0;
   std::vector<uint64_t> grads_opened_at_;  // per unit: spans_closed_ at its before_grads

@@ -668,6 +668,38 @@ TEST(GpuAdamW, Fp32WithAndWithoutMaster) {
     }
 }
 
+// clear_grad (the stage-0 step in memory): the same update bit for bit, the gradient left zero (for
+// both parameter types), and nothing outside it written.
+TEST(GpuAdamW, ClearGradLeavesZeroAndTheSameUpdate) {
+  ZT_REQUIRE_GPU();
+  GpuContext& g = gpu();
+  const size_t n = 1001;
+  const AdamState s = adam_state<float>(n, 1300);
+  Guarded<float> p_keep(s.param), g_keep(s.grad), m_keep(s.m), v_keep(s.v);
+  Guarded<float> p_clear(s.param), g_clear(s.grad), m_clear(s.m), v_clear(s.v);
+  auto args = adamw_args();
+  zt::cuda::adamw_update<float>(p_keep.p(), nullptr, g_keep.p(), m_keep.p(), v_keep.p(), n, args, 1u, 0, g.stream);
+  args.clear_grad = true;
+  zt::cuda::adamw_update<float>(p_clear.p(), nullptr, g_clear.p(), m_clear.p(), v_clear.p(), n, args, 1u, 0, g.stream);
+  g.sync();
+  expect_bitwise_equal("adamw clear_grad: param", p_keep.download_raw(), p_clear.download_raw());
+  expect_bitwise_equal("adamw clear_grad: m", m_keep.download_raw(), m_clear.download_raw());
+  expect_bitwise_equal("adamw clear_grad: v", v_keep.download_raw(), v_clear.download_raw());
+  expect_bitwise_equal("adamw without clear_grad: grad untouched", Guarded<float>(s.grad).download_raw(),
+                       g_keep.download_raw());
+  EXPECT_EQ(VecF(n, 0.f), g_clear.download());
+  g_clear.expect_guards("adamw.grad");
+
+  VecF p16 = s.param;
+  round_to_bf16(p16);
+  Guarded<bf16> b_p(p16), b_g(s.grad);
+  Guarded<float> b_master(s.param), b_m(s.m), b_v(s.v);
+  zt::cuda::adamw_update<bf16>(b_p.p(), b_master.p(), b_g.p(), b_m.p(), b_v.p(), n, args, 1u, 0, g.stream);
+  g.sync();
+  EXPECT_EQ(VecF(n, 0.f), b_g.download());
+  b_g.expect_guards("adamw.grad bf16");
+}
+
 // bf16 parameters with an fp32 master: the master follows the CPU update to fp32 accuracy; the bf16
 // parameter is a stochastic rounding of the new master (one of its two bf16 neighbours), unbiased,
 // reproducible for a given seed and different for another seed.

@@ -489,8 +489,8 @@ TEST(AdamW, MatchesScalarReferenceOverSeveralSteps) {
   VecF pf = to_float(p0), mf(n, 0.f), vf(n, 0.f);
   AdamWArgs a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 0};
   for (int step = 1; step <= 5; step++) {
-    const Vec g = random_vec(n, rng, -0.5, 0.5);
-    const VecF gf = to_float(g);
+    Vec g = random_vec(n, rng, -0.5, 0.5);
+    VecF gf = to_float(g);
     a.step = step;
     ref.step(g, a);
     adamw_update(pd.data(), g.data(), md.data(), vd.data(), n, a);
@@ -510,7 +510,8 @@ TEST(AdamW, MatchesScalarReferenceOverSeveralSteps) {
 TEST(AdamW, SmallBufferAndNoWeightDecay) {
   std::mt19937_64 rng(13);
   const size_t n = 5;
-  const Vec p0 = random_vec(n, rng), g = random_vec(n, rng);
+  const Vec p0 = random_vec(n, rng);
+  Vec g = random_vec(n, rng);
   ScalarAdamW ref{p0, Vec(n, 0.1), Vec(n, 0.2)};
   Vec p = p0, m(n, 0.1), v(n, 0.2);
   const AdamWArgs a{6e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 3};
@@ -519,6 +520,25 @@ TEST(AdamW, SmallBufferAndNoWeightDecay) {
   EXPECT_LT(rel_err(p, ref.p), 1e-14);
   EXPECT_LT(rel_err(m, ref.m), 1e-14);
   EXPECT_LT(rel_err(v, ref.v), 1e-14);
+}
+
+// clear_grad (the stage-0 step in memory): the same update bit for bit, and the gradient left zero,
+// so that the next step accumulates from zero without a zeroing pass.
+TEST(AdamW, ClearGradLeavesZeroAndTheSameUpdate) {
+  std::mt19937_64 rng(14);
+  const size_t n = 20011;  // above the parallel threshold: every thread's slice
+  const VecF p0 = to_float(random_vec(n, rng)), g0 = to_float(random_vec(n, rng, -0.5, 0.5));
+  VecF p_keep = p0, g_keep = g0, m_keep(n, 0.1f), v_keep(n, 0.2f);
+  VecF p_clear = p0, g_clear = g0, m_clear(n, 0.1f), v_clear(n, 0.2f);
+  AdamWArgs a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 2};
+  adamw_update(p_keep.data(), g_keep.data(), m_keep.data(), v_keep.data(), n, a);
+  a.clear_grad = true;
+  adamw_update(p_clear.data(), g_clear.data(), m_clear.data(), v_clear.data(), n, a);
+  EXPECT_EQ(0, std::memcmp(p_keep.data(), p_clear.data(), n * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(m_keep.data(), m_clear.data(), n * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(v_keep.data(), v_clear.data(), n * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(g_keep.data(), g0.data(), n * sizeof(float)));  // without it: untouched
+  EXPECT_EQ(VecF(n, 0.f), g_clear);
 }
 
 // The mixed-precision update the CUDA backend's CPU AdamW runs: its stochastic rounding draws by the
