@@ -19,9 +19,14 @@
 // The optimizer step's transfers (moments, master weights, and these shards, in sub-groups) are
 // offload::SwapPipeline's.
 //
-// Gradients (GradReducer): accumulate() reads the blocks that hold a flat range, lets the caller
-// add into them, and writes them back, synchronously; `fresh` (the step's first contribution)
-// reads only the two edge blocks the range shares with its neighbours and zeroes the range.
+// Gradients (GradReducer): accumulate() reads the blocks that hold a flat range into the next of
+// its buffers (round robin), lets the caller add into them, and queues their write-back; `fresh`
+// (the step's first contribution) reads only the two edge blocks the range shares with its
+// neighbours and zeroes the range. The write overlaps whatever the caller does until that buffer
+// comes round again: a buffer is read into only once its last write is complete, a read first
+// waits for the writes in flight that share a block with it (neighbouring ranges share their edge
+// blocks, and a later micro-step reads the same range), and flush() waits for every write (before
+// anything else reads the file).
 #pragma once
 #include <cstddef>
 #include <cstring>
@@ -52,12 +57,10 @@ class ShardSource {
   // In memory: unit u's shard is memory + units[u].flat.
   ShardSource(T* memory, std::vector<Range> units) : memory_(memory), units_(std::move(units)) {}
   // In a swap file of 4-byte elements: reads go to bufs[i] (kIoAlign-aligned, each large enough
-  // for the blocks around any shard read into it); queue_depth 0 = synchronous transfers only.
+  // for the blocks around any shard read into it).
   ShardSource(SwapFile* file, std::vector<Range> units, std::vector<T*> bufs, unsigned queue_depth)
-      : file_(file), units_(std::move(units)), bufs_(std::move(bufs)), queued_at_(bufs_.size(), -1),
-        send_(bufs_.size()) {
-    if (queue_depth) ring_ = std::make_unique<Uring>(queue_depth);
-  }
+      : file_(file), units_(std::move(units)), bufs_(std::move(bufs)), ring_(std::make_unique<Uring>(queue_depth)),
+        queued_at_(bufs_.size(), -1), send_(bufs_.size()), writing_(bufs_.size()) {}
 
   // Copied into `buffers` buffers by `copier`.
   ShardSource(Copier copier, size_t buffers)
@@ -98,12 +101,16 @@ class ShardSource {
   }
 
   // add(data) on elements [flat, flat + n) of the shard, in memory or read from disk and written
-  // back (through read buffer 0); fresh: the range's old values are not read (zeros instead).
+  // back (the write queued); fresh: the range's old values are not read (zeros instead).
   template <class Add>
   void accumulate(size_t flat, size_t n, bool fresh, const Add& add) {
     if (!file_) return add(memory_ + flat);
     const size_t off = flat * sizeof(T), a0 = off / kIoAlign * kIoAlign, a1 = io_round_up(off + n * sizeof(T));
-    T* blocks = bufs_[0];
+    const size_t b = next_write_++ % bufs_.size();
+    finish_write(b);
+    for (size_t j = 0; j < writing_.size(); ++j)
+      if (writing_[j].begin < a1 && a0 < writing_[j].end) finish_write(j);
+    T* blocks = bufs_[b];
     // data sits at the same address modulo the block as in a shard in memory, so the caller's
     // vector code reads it in the same lanes (sums are bit for bit those of the in-memory run).
     T* data = blocks + (off - a0) / sizeof(T);
@@ -116,7 +123,12 @@ class ShardSource {
       file_->read_blocks(blocks, a1 - a0, a0);
     }
     add(data);
-    file_->write_blocks(blocks, a1 - a0, a0);
+    ring_->write(file_->fd(), blocks, a1 - a0, a0, int(b), file_->path().c_str());
+    writing_[b] = {a0, a1};
+  }
+  // Until every write accumulate() queued is complete.
+  void flush() {
+    for (size_t j = 0; j < writing_.size(); ++j) finish_write(j);
   }
 
  private:
@@ -128,6 +140,12 @@ class ShardSource {
     const size_t off = r.flat * sizeof(T), a0 = off / kIoAlign * kIoAlign, a1 = io_round_up(off + r.numel * sizeof(T));
     ring_->read(file_->fd(), bufs_[size_t(i)], a1 - a0, a0, i, file_->path().c_str());
     return bufs_[size_t(i)] + (off - a0) / sizeof(T);
+  }
+
+  void finish_write(size_t b) {
+    if (writing_[b].end == 0) return;
+    ring_->wait(int(b));
+    writing_[b] = {};
   }
 
   bool queued() const { return file_ || copier_.queue; }
@@ -146,6 +164,11 @@ class ShardSource {
   std::vector<const T*> send_;    // per buffer: where its shard is
   int hooks_ = 0;                 // deliver() calls
   Copier copier_;
+  struct Blocks {
+    uint64_t begin = 0, end = 0;  // bytes; end 0 = none
+  };
+  std::vector<Blocks> writing_;   // per buffer: the blocks of its write in flight (accumulate)
+  size_t next_write_ = 0;         // accumulate() calls
 };
 
 }  // namespace zt::offload

@@ -28,8 +28,11 @@ GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore
   }
   slot_of_bucket_.assign(part.buckets().size(), nullptr);
   if (offload::SwapFile* file = store.file(StateId::grad_shard)) {
-    // Synchronous, through param_io's gradient buffer (a bucket's shard, in whole blocks).
-    shard_ = offload::ShardSource<T>(file, {}, {store.get<T>(StateId::param_io) + param_io_offset(part, part.gather_slots())}, 0);
+    // Through param_io's gradient buffers (a bucket's shard, in whole blocks), written back on io_uring.
+    std::vector<T*> bufs;
+    for (size_t j = 0; j < kGradIoBuffers; ++j)
+      bufs.push_back(store.get<T>(StateId::param_io) + param_io_offset(part, part.gather_slots()) + j * grad_io_numel(part));
+    shard_ = offload::ShardSource<T>(file, {}, std::move(bufs), store.swap().queue_depth);
     unit_ss_.assign(size_t(layout_.num_units()), 0.0);
   } else {
     shard_ = offload::ShardSource<T>(store.get<T>(StateId::grad_shard), {});
@@ -219,6 +222,7 @@ void GradReducer<Ops>::finish() {
   }
   for (StagingSlot& s : slots_) complete(s);
   if (s0_.buf) complete(s0_);
+  shard_.flush();  // the optimizer reads the gradient shard next
   comm_.wait_all(ordered_);
 }
 
