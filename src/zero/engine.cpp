@@ -104,7 +104,7 @@ void ZeroEngine<Ops>::init_file(uint64_t seed, offload::SwapFile& file) {
   // the pieces' order changes nothing, and no tensor range of the largest model is a transient of
   // its own (wte: V x C).
   using M = typename Ops::M;
-  constexpr size_t kPiece = size_t(1) << 22;  // elements, a whole number of blocks
+  constexpr size_t kPiece = size_t(1) << 20;  // elements, a whole number of blocks
   static_assert(kPiece * sizeof(T) % offload::kIoAlign == 0);
   const std::vector<TensorRange>& holds = store_.info(StateId::param_shard).holds;
   struct Free {

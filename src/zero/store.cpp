@@ -82,16 +82,12 @@ size_t param_upload_offset(const Partition& part, size_t i) {
   return at;
 }
 
-size_t grad_io_numel(const Partition& part) {
+size_t param_io_numel(const Partition& part, bool grads_on_disk) {
+  if (!grads_on_disk) return param_io_offset(part, part.gather_slots());
   // The largest gradient shard completed at once: a bucket's, or a one-unit embedding's.
   const size_t N = size_t(part.config().world);
   const size_t grad = std::max(part.staging_slot_numel(), part.embedding_staging_numel()) / N;
-  return param_read_numel(grad, part.config().elem_bytes);
-}
-
-size_t param_io_numel(const Partition& part, bool grads_on_disk) {
-  if (!grads_on_disk) return param_io_offset(part, part.gather_slots());
-  return param_io_offset(part, part.gather_slots()) + kGradIoBuffers * grad_io_numel(part);
+  return param_io_offset(part, part.gather_slots()) + param_read_numel(grad, part.config().elem_bytes);
 }
 std::vector<StateId> host_staged(int stage) {
   switch (stage) {

@@ -124,11 +124,8 @@ std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Parti
 size_t param_read_numel(size_t shard_numel, size_t elem_bytes);
 size_t param_io_numel(const Partition& part, bool grads_on_disk = true);
 // Where param_io's parts start: the read buffer of gathered slot i (i < gather_slots()), and
-// the gradient buffers (i == gather_slots()): kGradIoBuffers of grad_io_numel elements each, so
-// that a bucket's gradient is written back while the next one is summed (offload/shard_source.h).
+// the gradient buffer (i == gather_slots()).
 size_t param_io_offset(const Partition& part, size_t i);
-constexpr size_t kGradIoBuffers = 2;
-size_t grad_io_numel(const Partition& part);
 // offload.params "cpu" (CUDA): where param_upload's part for gathered slot i starts (i ==
 // gather_slots(): its size).
 size_t param_upload_offset(const Partition& part, size_t i);
