@@ -19,9 +19,15 @@
 // The optimizer step's transfers (moments, master weights, and these shards, in sub-groups) are
 // offload::SwapPipeline's.
 //
-// Gradients (GradReducer): accumulate() reads the blocks that hold a flat range, lets the caller
-// add into them, and writes them back, synchronously; `fresh` (the step's first contribution)
-// reads only the two edge blocks the range shares with its neighbours and zeroes the range.
+// Gradients (GradReducer): accumulate() reads the blocks that hold a flat range into one of its
+// buffers (one with no write in flight, else the one whose write is oldest, among those the blocks
+// fit in), lets the caller add into them, and queues their write-back; `fresh`
+// (the step's first contribution) reads only the two edge blocks the range shares with its
+// neighbours and zeroes the range. The write overlaps whatever the caller does until that buffer
+// comes round again: a buffer is read into only once its last write is complete, a read first
+// waits for the writes in flight that share a block with it (neighbouring ranges share their edge
+// blocks, and a later micro-step reads the same range), and flush() waits for every write (before
+// anything else reads the file).
 #pragma once
 #include <cstddef>
 #include <cstring>
@@ -52,12 +58,12 @@ class ShardSource {
   // In memory: unit u's shard is memory + units[u].flat.
   ShardSource(T* memory, std::vector<Range> units) : memory_(memory), units_(std::move(units)) {}
   // In a swap file of 4-byte elements: reads go to bufs[i] (kIoAlign-aligned, each large enough
-  // for the blocks around any shard read into it); queue_depth 0 = synchronous transfers only.
-  ShardSource(SwapFile* file, std::vector<Range> units, std::vector<T*> bufs, unsigned queue_depth)
-      : file_(file), units_(std::move(units)), bufs_(std::move(bufs)), queued_at_(bufs_.size(), -1),
-        send_(bufs_.size()) {
-    if (queue_depth) ring_ = std::make_unique<Uring>(queue_depth);
-  }
+  // for the blocks around any shard read into it); accumulate() uses bufs[i] for blocks of at most
+  // buf_bytes[i] bytes (empty: any; the first must take the blocks around any range).
+  ShardSource(SwapFile* file, std::vector<Range> units, std::vector<T*> bufs, unsigned queue_depth,
+              std::vector<size_t> buf_bytes = {})
+      : file_(file), units_(std::move(units)), bufs_(std::move(bufs)), ring_(std::make_unique<Uring>(queue_depth)),
+        queued_at_(bufs_.size(), -1), send_(bufs_.size()), buf_bytes_(std::move(buf_bytes)), writing_(bufs_.size()) {}
 
   // Copied into `buffers` buffers by `copier`.
   ShardSource(Copier copier, size_t buffers)
@@ -98,12 +104,19 @@ class ShardSource {
   }
 
   // add(data) on elements [flat, flat + n) of the shard, in memory or read from disk and written
-  // back (through read buffer 0); fresh: the range's old values are not read (zeros instead).
+  // back (the write queued); fresh: the range's old values are not read (zeros instead).
   template <class Add>
   void accumulate(size_t flat, size_t n, bool fresh, const Add& add) {
     if (!file_) return add(memory_ + flat);
     const size_t off = flat * sizeof(T), a0 = off / kIoAlign * kIoAlign, a1 = io_round_up(off + n * sizeof(T));
-    T* blocks = bufs_[0];
+    size_t b = 0;
+    for (size_t j = 1; j < bufs_.size(); ++j)
+      if ((buf_bytes_.empty() || buf_bytes_[j] >= a1 - a0) && writing_[j].queued < writing_[b].queued) b = j;
+    ZT_ASSERT(buf_bytes_.empty() || buf_bytes_[b] >= a1 - a0);
+    finish_write(b);
+    for (size_t j = 0; j < writing_.size(); ++j)
+      if (writing_[j].begin < a1 && a0 < writing_[j].end) finish_write(j);
+    T* blocks = bufs_[b];
     // data sits at the same address modulo the block as in a shard in memory, so the caller's
     // vector code reads it in the same lanes (sums are bit for bit those of the in-memory run).
     T* data = blocks + (off - a0) / sizeof(T);
@@ -116,7 +129,12 @@ class ShardSource {
       file_->read_blocks(blocks, a1 - a0, a0);
     }
     add(data);
-    file_->write_blocks(blocks, a1 - a0, a0);
+    ring_->write(file_->fd(), blocks, a1 - a0, a0, int(b), file_->path().c_str());
+    writing_[b] = {a0, a1, ++writes_};
+  }
+  // Until every write accumulate() queued is complete.
+  void flush() {
+    for (size_t j = 0; j < writing_.size(); ++j) finish_write(j);
   }
 
  private:
@@ -128,6 +146,12 @@ class ShardSource {
     const size_t off = r.flat * sizeof(T), a0 = off / kIoAlign * kIoAlign, a1 = io_round_up(off + r.numel * sizeof(T));
     ring_->read(file_->fd(), bufs_[size_t(i)], a1 - a0, a0, i, file_->path().c_str());
     return bufs_[size_t(i)] + (off - a0) / sizeof(T);
+  }
+
+  void finish_write(size_t b) {
+    if (writing_[b].end == 0) return;
+    ring_->wait(int(b));
+    writing_[b] = {};
   }
 
   bool queued() const { return file_ || copier_.queue; }
@@ -146,6 +170,13 @@ class ShardSource {
   std::vector<const T*> send_;    // per buffer: where its shard is
   int hooks_ = 0;                 // deliver() calls
   Copier copier_;
+  std::vector<size_t> buf_bytes_;  // per buffer: the most accumulate() reads into it
+  struct Blocks {
+    uint64_t begin = 0, end = 0;  // bytes; end 0 = none
+    uint64_t queued = 0;          // its number among the writes (0 = none in flight)
+  };
+  std::vector<Blocks> writing_;   // per buffer: the blocks of its write in flight (accumulate)
+  uint64_t writes_ = 0;           // writes queued by accumulate()
 };
 
 }  // namespace zt::offload

@@ -1,6 +1,10 @@
 #include "zero/engine.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -71,18 +75,7 @@ void ZeroEngine<Ops>::init_parameters(uint64_t seed, const std::string& llmc_pat
       }
     };
     if (file && llmc_path.empty()) {
-      // In pieces: the values depend only on (seed, tensor, element), and a tensor range of the
-      // largest model would otherwise be a transient of its own (wte: V x C).
-      constexpr size_t kPiece = size_t(1) << 22;
-      size_t largest = 0;
-      for (const TensorRange& r : shard.holds) largest = std::max(largest, r.count);
-      std::vector<M> host(std::min(kPiece, largest));
-      for (const TensorRange& r : shard.holds)
-        for (size_t i = 0; i < r.count; i += kPiece) {
-          const size_t n = std::min(kPiece, r.count - i);
-          model_.init_gpt2_values(seed, r.tensor, r.offset + i, n, host.data());
-          put_file(r.at + i, host.data(), n);
-        }
+      init_file(seed, *file);
     } else if (llmc_path.empty()) {
       std::vector<M> host;
       for (const TensorRange& r : shard.holds) {
@@ -101,6 +94,48 @@ void ZeroEngine<Ops>::init_parameters(uint64_t seed, const std::string& llmc_pat
     }
   }
   optimizer_.init_master();
+}
+
+template <class Ops>
+void ZeroEngine<Ops>::init_file(uint64_t seed, offload::SwapFile& file) {
+  // The file in whole aligned pieces, each holding every range of my shard that falls in it (zeros
+  // between them, as the file was created), written (O_DIRECT, no bounce buffer) while the next
+  // piece is computed on the OpenMP threads: the values depend only on (seed, tensor, element), so
+  // the pieces' order changes nothing, and no tensor range of the largest model is a transient of
+  // its own (wte: V x C).
+  using M = typename Ops::M;
+  constexpr size_t kPiece = size_t(1) << 20;  // elements, a whole number of blocks
+  static_assert(kPiece * sizeof(T) % offload::kIoAlign == 0);
+  const std::vector<TensorRange>& holds = store_.info(StateId::param_shard).holds;
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> bufs[2] = {
+      std::unique_ptr<T, Free>(static_cast<T*>(std::aligned_alloc(offload::kIoAlign, kPiece * sizeof(T)))),
+      std::unique_ptr<T, Free>(static_cast<T*>(std::aligned_alloc(offload::kIoAlign, kPiece * sizeof(T))))};
+  ZT_REQUIRE(bufs[0] && bufs[1], "out of memory for the parameter file's initialisation buffers");
+  std::vector<M> narrow(std::is_same_v<T, M> ? 0 : kPiece);  // the CUDA backend's bf16: values before rounding
+  std::future<void> writing[2];
+  const size_t file_bytes = file.file_bytes();
+  for (size_t p = 0; p * kPiece * sizeof(T) < file_bytes; ++p) {
+    T* buf = bufs[p % 2].get();
+    if (writing[p % 2].valid()) writing[p % 2].get();  // the buffer's previous piece is on disk
+    const size_t lo = p * kPiece, hi = lo + kPiece, len = std::min(kPiece * sizeof(T), file_bytes - lo * sizeof(T));
+    std::memset(buf, 0, len);
+    for (const TensorRange& r : holds) {
+      const size_t a = std::max(lo, r.at), b = std::min(hi, r.at + r.count);
+      if (a >= b) continue;
+      if constexpr (std::is_same_v<T, M>) {
+        model_.init_gpt2_values(seed, r.tensor, r.offset + (a - r.at), b - a, buf + (a - lo));
+      } else {
+        model_.init_gpt2_values(seed, r.tensor, r.offset + (a - r.at), b - a, narrow.data());
+        for (size_t i = 0; i < b - a; ++i) buf[a - lo + i] = T(narrow[i]);
+      }
+    }
+    writing[p % 2] = std::async(std::launch::async, [&file, buf, len, lo] { file.write_blocks(buf, len, lo * sizeof(T)); });
+  }
+  for (std::future<void>& w : writing)
+    if (w.valid()) w.get();
 }
 
 template <class Ops>

@@ -115,6 +115,9 @@ class ZeroEngine : public UnitHooks {
   void embedding_lookup_deferred() override;
 
  private:
+  // init_parameters for a parameter shard in a swap file (offload.params "nvme").
+  void init_file(uint64_t seed, offload::SwapFile& file);
+
   GPT<Ops>& model_;
   StateStore& store_;
   Comm& comm_;

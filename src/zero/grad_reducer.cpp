@@ -28,8 +28,14 @@ GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore
   }
   slot_of_bucket_.assign(part.buckets().size(), nullptr);
   if (offload::SwapFile* file = store.file(StateId::grad_shard)) {
-    // Synchronous, through param_io's gradient buffer (a bucket's shard, in whole blocks).
-    shard_ = offload::ShardSource<T>(file, {}, {store.get<T>(StateId::param_io) + param_io_offset(part, part.gather_slots())}, 0);
+    // Through param_io's gradient buffer (a bucket's shard, in whole blocks) and the optimizer
+    // pipeline's pool, idle until finish(): a bucket's write-back overlaps the next one's backward
+    // where the pool holds its blocks, without memory of its own.
+    const StateBuffer& io = store.info(StateId::param_io);
+    const StateBuffer& pool = store.info(StateId::swap_buffers);
+    const size_t grad_at = param_io_offset(part, part.gather_slots());
+    shard_ = offload::ShardSource<T>(file, {}, {store.get<T>(StateId::param_io) + grad_at, store.get<T>(StateId::swap_buffers)},
+                                     store.swap().queue_depth, {(io.numel - grad_at) * sizeof(T), pool.bytes()});
     unit_ss_.assign(size_t(layout_.num_units()), 0.0);
   } else {
     shard_ = offload::ShardSource<T>(store.get<T>(StateId::grad_shard), {});
@@ -219,6 +225,7 @@ void GradReducer<Ops>::finish() {
   }
   for (StagingSlot& s : slots_) complete(s);
   if (s0_.buf) complete(s0_);
+  shard_.flush();  // the optimizer reads the gradient shard next
   comm_.wait_all(ordered_);
 }
 

@@ -11,8 +11,8 @@
 //
 // With offload.params "nvme" (stage 3, docs/design.md §3.6) the gradient shard is a swap file:
 // complete() adds a bucket's reduce-scatter result into it through the shard source
-// (offload/shard_source.h: read, add, write, synchronously) and, on the last micro-step, sums each
-// unit's squares for the gradient norm while the values are in memory. With offload.params "cpu"
+// (offload/shard_source.h: read, add, write-back queued; finish() waits for the writes) and, on
+// the last micro-step, sums each unit's squares for the gradient norm while the values are in memory. With offload.params "cpu"
 // (CUDA backend) it is pinned host memory: the bucket's part is summed on the device in the
 // bucket's staging slot, free once its reduce-scatter is done (the part so far copied in after the
 // first micro-step), its squares summed there on the last, and copied out as the bucket completes.

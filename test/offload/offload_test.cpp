@@ -2,7 +2,7 @@
 // every element once, in order, with the state that is on disk, and writes back what the update
 // left; the store lists and allocates offloaded state as swap files and counts it in the nvme tier;
 // the shard source delivers reads by hook, never by when they finish, and its read-add-write keeps
-// the neighbours' elements.
+// the neighbours' elements while its writes are in flight.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -140,18 +140,39 @@ TEST_F(Offload, ShardSourceAccumulateKeepsNeighbours) {
   offload::SwapFile file(offload::swap_file_path(dir_.string(), 0, "g"), flat.size() * 4, direct());
   file.write_all(flat.data());
   const size_t buf_numel = (offload::io_round_up(1500 * 4) + offload::kIoAlign) / 4;
-  std::unique_ptr<float, FreeDeleter> buf(static_cast<float*>(std::aligned_alloc(offload::kIoAlign, buf_numel * 4)));
-  offload::ShardSource<float> src(&file, {}, {buf.get()}, 0);
+  std::unique_ptr<float, FreeDeleter> buf(static_cast<float*>(std::aligned_alloc(offload::kIoAlign, 2 * buf_numel * 4)));
+  offload::ShardSource<float> src(&file, {}, {buf.get(), buf.get() + buf_numel}, 4);
   auto add_one = [](size_t n) { return [n](float* d) { for (size_t i = 0; i < n; ++i) d[i] += 1.0f; }; };
   src.accumulate(700, 1500, true, add_one(1500));    // fresh: 0 + 1, the old values unread
   src.accumulate(700, 1500, false, add_one(1500));   // then 1 + 1
   src.accumulate(2200, 900, false, add_one(900));    // old + 1
+  src.flush();
   std::vector<float> back(flat.size());
   file.read_all(back.data());
   for (size_t i = 0; i < flat.size(); ++i) {
     const float want = i < 700 ? float(i) : i < 2200 ? 2.0f : float(i) + 1.0f;
     ASSERT_EQ(back[i], want) << i;
   }
+}
+
+// The writes accumulate() leaves in flight: neighbouring ranges share an edge block (1000 floats
+// are not a whole number of blocks) and every round reads what the round before wrote, so each
+// read must wait for the writes in flight on its blocks, from either buffer.
+TEST_F(Offload, ShardSourceAccumulateWaitsForWritesOnItsBlocks) {
+  constexpr size_t kRanges = 256, kRange = 1000, kRounds = 3;
+  offload::SwapFile file(offload::swap_file_path(dir_.string(), 0, "g"), kRanges * kRange * 4, direct());
+  const size_t buf_numel = (offload::io_round_up(kRange * 4) + offload::kIoAlign) / 4;
+  std::unique_ptr<float, FreeDeleter> buf(static_cast<float*>(std::aligned_alloc(offload::kIoAlign, 2 * buf_numel * 4)));
+  offload::ShardSource<float> src(&file, {}, {buf.get(), buf.get() + buf_numel}, 32);
+  for (size_t round = 0; round < kRounds; ++round)
+    for (size_t r = kRanges; r-- > 0;)  // backward's order: the highest range first
+      src.accumulate(r * kRange, kRange, round == 0, [&](float* d) {
+        for (size_t i = 0; i < kRange; ++i) d[i] += float(r * kRange + i);
+      });
+  src.flush();
+  std::vector<float> back(kRanges * kRange);
+  file.read_all(back.data());
+  for (size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], float(kRounds) * float(i)) << i;
 }
 
 TEST_F(Offload, PipelineOnAShardSmallerThanItsSets) {
