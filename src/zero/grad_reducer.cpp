@@ -34,7 +34,8 @@ GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore
     const StateBuffer& io = store.info(StateId::param_io);
     const StateBuffer& pool = store.info(StateId::swap_buffers);
     const size_t grad_at = param_io_offset(part, part.gather_slots());
-    shard_ = offload::ShardSource<T>(file, {}, {store.get<T>(StateId::param_io) + grad_at, store.get<T>(StateId::swap_buffers)},
+    // (The pool holds the optimizer state's fp32 elements; as bytes it serves a bf16 gradient alike.)
+    shard_ = offload::ShardSource<T>(file, {}, {store.get<T>(StateId::param_io) + grad_at, static_cast<T*>(store.raw(StateId::swap_buffers))},
                                      store.swap().queue_depth, {(io.numel - grad_at) * sizeof(T), pool.bytes()});
     unit_ss_.assign(size_t(layout_.num_units()), 0.0);
   } else {
