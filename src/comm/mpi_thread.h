@@ -207,7 +207,7 @@ class CommThread {
           Job& j = *jp;
           if (j.blocking) continue;  // no requests: done when its worker returns (above)
           if (j.req[0] != MPI_REQUEST_NULL || j.req[1] != MPI_REQUEST_NULL) continue;
-          if (j.err == MPI_SUCCESS && j.ring && !j.ring->complete_round()) {
+          if (j.err == MPI_SUCCESS && j.ring && !j.ring->complete_segment()) {
             const int prc = j.ring->post(j.req);
             if (prc == MPI_SUCCESS) continue;
             j.err = prc;
