@@ -3,7 +3,7 @@
 # each, every stage with overlap_comm on and off. A benchmark, not a test: it prints a table
 # (the numbers: docs/multihost.md; every benchmark: docs/benchmarks.md).
 #
-#   scripts/bench_comm.sh [--model gpt2-124m|small|mh|ovl] [--steps N] [--warmup N] [--np N] [--train PATH]
+#   scripts/bench_comm.sh [--model gpt2-124m|small|mh|ovl|deep] [--steps N] [--warmup N] [--np N] [--train PATH]
 #                         [--hosts H --rate RATE] [--repeat R] [--trace] [--stages "0 1 2 3"]
 #
 # --hosts H: multi-host mode. H hosts in network namespaces (scripts/cluster, root), one rank each
@@ -32,6 +32,8 @@
 #         ovl       = the same model at seq_len 128, micro_batch 8 (the multi-host default): 8x
 #                     the tokens, so compute is a few times the 1 Gbit/s link's ~2 s per step
 #                     (compute grows with B*T, bytes with the parameters): something to hide.
+#         deep      = ovl with twice the layers (L12 H6 C384, ~41M parameters): the blocks are about
+#                     half the bytes and most of the compute (the head's share of forward halves).
 # Ranks share the machine's cores: on a 2-core machine each rank has one core, and the MPI
 # progress of a non-blocking collective competes with compute (Open MPI progresses only inside
 # MPI calls, see src/zero/engine.h).
@@ -51,16 +53,17 @@ while [ $# -gt 0 ]; do
     --repeat) REPEAT=$2; shift 2 ;;
     --trace) TRACE=1; shift ;;
     --stages) STAGES=$2; shift 2 ;;
-    *) echo "usage: $0 [--model gpt2-124m|small|mh|ovl] [--steps N] [--warmup N] [--np N] [--train PATH] [--hosts H --rate RATE] [--repeat R] [--trace] [--stages \"0 1 2 3\"]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--model gpt2-124m|small|mh|ovl|deep] [--steps N] [--warmup N] [--np N] [--train PATH] [--hosts H --rate RATE] [--repeat R] [--trace] [--stages \"0 1 2 3\"]" >&2; exit 2 ;;
   esac
 done
 [ -n "$MODEL" ] || { [ "$HOSTS" -gt 0 ] && MODEL=ovl || MODEL=gpt2-124m; }
 case $MODEL in
   mh) L=6 NH=6 C=384 T=64 B=2 ;;
   ovl) L=6 NH=6 C=384 T=128 B=8 ;;
+  deep) L=12 NH=6 C=384 T=128 B=8 ;;
   gpt2-124m) L=12 NH=12 C=768 T=64 B=1 ;;
   small) L=4 NH=4 C=256 T=64 B=2 ;;
-  *) echo "bench_comm: unknown --model $MODEL (gpt2-124m, small, mh or ovl)" >&2; exit 2 ;;
+  *) echo "bench_comm: unknown --model $MODEL (gpt2-124m, small, mh, ovl or deep)" >&2; exit 2 ;;
 esac
 PY=/usr/bin/python3
 [ -x "$TRAIN" ] || { echo "bench_comm: $TRAIN missing; build first (make)" >&2; exit 1; }

@@ -4,7 +4,7 @@
 // flight, because Open MPI advances a non-blocking collective over TCP only inside MPI calls.
 // Completion is an atomic flag the caller reads without calling MPI. Included by mpi_comm.cpp only.
 // Large float collectives run as ring schedules of point-to-point rounds (ring.h), which the
-// thread advances round by round, or (comm.collectives "mpi_blocking") as MPI's blocking
+// thread advances segment by segment, or (comm.collectives "mpi_blocking") as MPI's blocking
 // collectives, each on a worker thread of its own that the thread starts and joins; the rest are
 // MPI's own non-blocking collectives.
 //
@@ -14,7 +14,7 @@
 // all-gathers of stages 1-2 are all issued after the optimizer step, forward needs them one by
 // one). A collective that someone waits for starts at once, ahead of the queue (promote): the
 // small ones forward blocks on (the lookup exchange, scalar reductions) do not queue behind bulk
-// transfers. No deadlock: each collective has a communicator of its own (mpi_comm.cpp), and on
+// transfers, and on the wire cross behind at most one segment (ring.h) of each bulk ring in flight. No deadlock: each collective has a communicator of its own (mpi_comm.cpp), and on
 // every rank the earliest incomplete collective is started (all before it in the queue are done).
 #pragma once
 #include "comm/mpi_check.h"  // first: includes <mpi.h> without the C++ bindings
@@ -207,7 +207,7 @@ class CommThread {
           Job& j = *jp;
           if (j.blocking) continue;  // no requests: done when its worker returns (above)
           if (j.req[0] != MPI_REQUEST_NULL || j.req[1] != MPI_REQUEST_NULL) continue;
-          if (j.err == MPI_SUCCESS && j.ring && !j.ring->complete_round()) {
+          if (j.err == MPI_SUCCESS && j.ring && !j.ring->complete_segment()) {
             const int prc = j.ring->post(j.req);
             if (prc == MPI_SUCCESS) continue;
             j.err = prc;

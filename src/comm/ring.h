@@ -16,7 +16,14 @@
 //   all-gather     round s = 0..N-2: send chunk (r-s) to r+1, receive chunk (r-s-1) from r-1 into
 //                    place.
 //   all-reduce     = reduce-scatter then all-gather on one buffer: every rank ends with the same bits.
-// Each round is two requests (Irecv, Isend); the thread adds the received chunk between rounds.
+// A round moves its chunks in segments of at most kSegmentElems elements, one segment (two
+// requests, Irecv and Isend) in flight at a time; the thread adds each received segment before
+// posting the next. Why: a message posted to MPI's TCP transport is queued whole on the socket,
+// so a small collective the training thread waits for (the lookup gradients, a stage-3 unit)
+// would queue behind a whole round of a bulk one (18 MiB at stages 1-2 on the `ovl` model: about
+// 150 ms at 1 Gbit/s); segmented, it queues behind at most one segment per bulk collective in
+// flight (docs/multihost.md). Every rank counts the same segments per round (from the largest
+// chunk), so the messages match; the sums are elementwise, so segmenting changes no bit.
 // Messages run on the collective's own channel communicator (mpi_comm.cpp), so rounds of different
 // collectives in flight never match each other, and MPI's non-overtaking rule orders the rounds.
 // The schedule and the chunks are plain arithmetic (reduce_round, gather_round, chunk_begin), which
@@ -24,6 +31,7 @@
 #pragma once
 #include "comm/mpi_check.h"  // first: includes <mpi.h> without the C++ bindings
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <vector>
@@ -65,38 +73,58 @@ class Ring {
   static Round gather_round(int r, int s, int N) { return {mod(r - s, N), mod(r - s - 1, N)}; }
   // Chunk c of a full buffer of `total` elements is [chunk_begin(c), chunk_begin(c + 1)).
   static size_t chunk_begin(int c, size_t total, int N) { return size_t(c) * total / size_t(N); }
-
-  // Posts the current round's receive and send into req[0], req[1]. Returns an MPI error code.
-  int post(MPI_Request req[2]) {
-    if (round_ == 0) prepare();
-    const int N = world_, r = rank_;
-    const int next = (r + 1) % N, prev = (r + N - 1) % N;
-    if (in_reduce_phase()) {
-      const int s = round_;
-      const Round rd = reduce_round(r, s, N);
-      send_chunk_ = rd.send, recv_chunk_ = rd.recv;
-      const float* src = (s == 0 || in_place_) ? send_ + off(send_chunk_) : partial_.data();
-      int rc = MPI_Irecv(recv_tmp_.data(), count(recv_chunk_), MPI_FLOAT, prev, kTag, comm_, &req[0]);
-      if (rc != MPI_SUCCESS) return rc;
-      return MPI_Isend(src, count(send_chunk_), MPI_FLOAT, next, kTag, comm_, &req[1]);
-    }
-    const Round rd = gather_round(r, round_ - reduce_rounds(), N);
-    send_chunk_ = rd.send, recv_chunk_ = rd.recv;
-    int rc = MPI_Irecv(full_ + off(recv_chunk_), count(recv_chunk_), MPI_FLOAT, prev, kTag, comm_, &req[0]);
-    if (rc != MPI_SUCCESS) return rc;
-    return MPI_Isend(full_ + off(send_chunk_), count(send_chunk_), MPI_FLOAT, next, kTag, comm_, &req[1]);
+  // Elements per segment: 1 MiB of floats, about 8 ms at 1 Gbit/s.
+  static constexpr size_t kSegmentElems = size_t(1) << 18;
+  // Segments per round, the same on every rank: the largest chunk's (at least one, so that a round
+  // of empty chunks still exchanges its two empty messages).
+  static size_t segments(size_t total, int N, size_t seg = kSegmentElems) {
+    const size_t largest = (total + size_t(N) - 1) / size_t(N);
+    return std::max<size_t>(1, (largest + seg - 1) / seg);
+  }
+  // Segment k of a chunk of n elements: [begin, end) within the chunk (empty past its end).
+  struct Span {
+    size_t begin, end;
+  };
+  static Span segment(size_t k, size_t n, size_t seg = kSegmentElems) {
+    return {std::min(n, k * seg), std::min(n, (k + 1) * seg)};
   }
 
-  // The current round's two requests have completed: add what came in. True when the collective is done.
-  bool complete_round() {
+  // Posts the current segment's receive and send into req[0], req[1]. Returns an MPI error code.
+  int post(MPI_Request req[2]) {
+    if (round_ == 0 && seg_ == 0) prepare();
+    const int N = world_, r = rank_;
+    const int next = (r + 1) % N, prev = (r + N - 1) % N;
+    const Round rd = in_reduce_phase() ? reduce_round(r, round_, N) : gather_round(r, round_ - reduce_rounds(), N);
+    send_chunk_ = rd.send, recv_chunk_ = rd.recv;
+    const Span out = segment(seg_, size(send_chunk_)), in = segment(seg_, size(recv_chunk_));
+    const int n_out = int(out.end - out.begin), n_in = int(in.end - in.begin);
     if (in_reduce_phase()) {
-      const size_t n = size(recv_chunk_);
-      const float* own = send_ + off(recv_chunk_);
-      const bool last = round_ == reduce_rounds() - 1;
-      float* dst = in_place_ ? full_ + off(recv_chunk_) : last ? out_ : partial_.data();
-      const float* in = recv_tmp_.data();
-      for (size_t i = 0; i < n; ++i) dst[i] = own[i] + in[i];
+      // Round 0 sends my own contribution; later rounds the partial sum of the round before.
+      const float* src = (round_ == 0 || in_place_) ? send_ + off(send_chunk_) : partial_.data();
+      int rc = MPI_Irecv(recv_tmp_.data(), n_in, MPI_FLOAT, prev, kTag, comm_, &req[0]);
+      if (rc != MPI_SUCCESS) return rc;
+      return MPI_Isend(src + out.begin, n_out, MPI_FLOAT, next, kTag, comm_, &req[1]);
     }
+    int rc = MPI_Irecv(full_ + off(recv_chunk_) + in.begin, n_in, MPI_FLOAT, prev, kTag, comm_, &req[0]);
+    if (rc != MPI_SUCCESS) return rc;
+    return MPI_Isend(full_ + off(send_chunk_) + out.begin, n_out, MPI_FLOAT, next, kTag, comm_, &req[1]);
+  }
+
+  // The current segment's two requests have completed: add what came in. True when the collective
+  // is done.
+  bool complete_segment() {
+    if (in_reduce_phase()) {
+      const Span in = segment(seg_, size(recv_chunk_));
+      const float* own = send_ + off(recv_chunk_) + in.begin;
+      const bool last = round_ == reduce_rounds() - 1;
+      // The partial sum is written segment by segment over the one this round sends from: the
+      // segment written was sent already, the ones still to send are not touched.
+      float* dst = (in_place_ ? full_ + off(recv_chunk_) : last ? out_ : partial_.data()) + in.begin;
+      const float* add = recv_tmp_.data();
+      for (size_t i = 0; i < in.end - in.begin; ++i) dst[i] = own[i] + add[i];
+    }
+    if (++seg_ < segments(total_, world_)) return false;
+    seg_ = 0;
     ++round_;
     if (round_ < reduce_rounds() + gather_rounds()) return false;
     recv_tmp_ = {};
@@ -115,13 +143,12 @@ class Ring {
   static int mod(int c, int N) { return ((c % N) + N) % N; }
   size_t off(int c) const { return chunk_begin(c, total_, world_); }
   size_t size(int c) const { return off(c + 1) - off(c); }
-  int count(int c) const { return int(size(c)); }  // <= INT_MAX: checked by the caller (mpi_count)
 
   // Scratch, allocated when the collective starts (not while queued): the received chunk, and for a
   // reduce-scatter out of place the running partial sum (the send buffer is not ours to write).
   void prepare() {
     const size_t chunk = size_t((total_ + size_t(world_) - 1) / size_t(world_));
-    if (reduce_rounds()) recv_tmp_.resize(chunk);
+    if (reduce_rounds()) recv_tmp_.resize(std::min(chunk, kSegmentElems));
     if (kind_ == Kind::reduce_scatter && !in_place_) partial_.resize(chunk);
     if (kind_ == Kind::all_gather && !in_place_) std::memcpy(full_ + off(rank_), send_, 4 * size(rank_));
   }
@@ -135,7 +162,8 @@ class Ring {
   const float* send_ = nullptr;   // my contribution (reduce) or my chunk (all-gather)
   float* out_ = nullptr;          // reduce-scatter out of place: my chunk's sum
   int round_ = 0, send_chunk_ = 0, recv_chunk_ = 0;
-  std::vector<float> recv_tmp_;   // (chunk) the chunk received this round
+  size_t seg_ = 0;                // segment of the current round
+  std::vector<float> recv_tmp_;   // (segment) the segment received last
   std::vector<float> partial_;    // (chunk) reduce-scatter out of place: the partial sum sent next round
 };
 

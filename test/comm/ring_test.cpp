@@ -7,7 +7,9 @@
 //   - all-gather: a rank sends only chunks it holds, receives each chunk it lacks exactly once, and
 //     ends with all N;
 //   - per round the N messages carry N different chunks, and per phase a rank sends every chunk
-//     but one: (N-1)/N of the buffer, the byte model of comm.h.
+//     but one: (N-1)/N of the buffer, the byte model of comm.h;
+//   - a round's segments tile every chunk, at most one segment long each, in a count every rank
+//     computes alike (otherwise a sender and its receiver post different numbers of messages).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -110,6 +112,31 @@ TEST(RingSchedule, EachPhaseSendsEveryChunkButOne) {
         // (N-1)/N of the buffer, to within one element per chunk.
         EXPECT_NEAR(double(bytes), double(total) * (N - 1) / N, double(N)) << "N " << N << " rank " << r;
       }
+}
+
+TEST(RingSegments, TileEveryChunkInACountEveryRankShares) {
+  for (size_t seg : {size_t(1), size_t(7), size_t(64)})
+    for (size_t total : {size_t(0), size_t(1), size_t(7), size_t(128), size_t(1000003)})
+      for (int N = 1; N <= 9; ++N) {
+        const size_t k_n = Ring::segments(total, N, seg);
+        EXPECT_GE(k_n, 1u);
+        size_t largest = 0;
+        for (int c = 0; c < N; ++c) {
+          const size_t n = Ring::chunk_begin(c + 1, total, N) - Ring::chunk_begin(c, total, N);
+          largest = std::max(largest, n);
+          size_t covered = 0;  // the segments in order, each starting where the last ended
+          for (size_t k = 0; k < k_n; ++k) {
+            const Ring::Span sp = Ring::segment(k, n, seg);
+            EXPECT_EQ(sp.begin, covered) << "seg " << seg << " total " << total << " N " << N << " chunk " << c;
+            EXPECT_LE(sp.end - sp.begin, seg);
+            covered = sp.end;
+          }
+          EXPECT_EQ(covered, n) << "seg " << seg << " total " << total << " N " << N << " chunk " << c;
+        }
+        // No segment past the largest chunk's last (each one is a message on every rank).
+        if (largest > 0) EXPECT_GT(Ring::segment(k_n - 1, largest, seg).end, Ring::segment(k_n - 1, largest, seg).begin);
+      }
+  EXPECT_EQ(Ring::segments(size_t(3) << 20, 2), 6u);  // 1.5 Mi floats per chunk, 1 MiB segments
 }
 
 }  // namespace

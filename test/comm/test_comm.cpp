@@ -54,7 +54,8 @@ TEST(Comm, AllReduceSizesAndBytes) {
   zt::Comm& c = *g_comm;
   const int N = c.world();
   const std::vector<size_t> sizes = {0, 1, 2, 3, 5, 7, size_t(N), size_t(5 * N + 1), 1000, 65537, size_t(4096 * N),
-                                     size_t(70001 * N + 1)};  // the last: a ring (mpi_thread.h), uneven chunks
+                                     size_t(70001 * N + 1),    // a ring (mpi_thread.h), uneven chunks
+                                     size_t(600001 * N + 1)};  // rounds of 3 segments (ring.h), uneven
   int64_t step = 100;
   for (size_t n : sizes) {
     SCOPED_TRACE("n=" + std::to_string(n));
@@ -89,7 +90,7 @@ TEST(Comm, AllReduceSizesAndBytes) {
 TEST(Comm, ReduceScatter) {
   zt::Comm& c = *g_comm;
   const int N = c.world(), r = c.rank();
-  for (size_t recv_n : {size_t(1), size_t(2), size_t(3), size_t(1000), size_t(33333), size_t(70001)}) {
+  for (size_t recv_n : {size_t(1), size_t(2), size_t(3), size_t(1000), size_t(33333), size_t(70001), size_t(600001)}) {
     SCOPED_TRACE("recv_n=" + std::to_string(recv_n));
     std::vector<float> send(N * recv_n), recv(recv_n, -1.0f);
     for (size_t j = 0; j < send.size(); ++j) send[j] = val(r, j);
@@ -109,7 +110,7 @@ TEST(Comm, ReduceScatter) {
 TEST(Comm, ReduceScatterInPlace) {
   zt::Comm& c = *g_comm;
   const int N = c.world(), r = c.rank();
-  for (size_t recv_n : {size_t(1), size_t(7), size_t(5000), size_t(70001)}) {
+  for (size_t recv_n : {size_t(1), size_t(7), size_t(5000), size_t(70001), size_t(600001)}) {
     SCOPED_TRACE("recv_n=" + std::to_string(recv_n));
     std::vector<float> buf(N * recv_n);
     for (size_t j = 0; j < buf.size(); ++j) buf[j] = val(r, j);
@@ -126,7 +127,7 @@ TEST(Comm, ReduceScatterInPlace) {
 TEST(Comm, AllGather) {
   zt::Comm& c = *g_comm;
   const int N = c.world(), r = c.rank();
-  for (size_t send_n : {size_t(1), size_t(5), size_t(1001), size_t(40000), size_t(70001)}) {
+  for (size_t send_n : {size_t(1), size_t(5), size_t(1001), size_t(40000), size_t(70001), size_t(600001)}) {
     SCOPED_TRACE("send_n=" + std::to_string(send_n));
     std::vector<float> send(send_n), recv(N * send_n, -1.0f);
     for (size_t i = 0; i < send_n; ++i) send[i] = val(r, i);
@@ -147,7 +148,8 @@ TEST(Comm, AllGather) {
 TEST(Comm, AllGatherInPlace) {
   zt::Comm& c = *g_comm;
   const int N = c.world(), r = c.rank();
-  for (size_t send_n : {size_t(777), size_t(70001)}) {  // below and above the ring's 256 KiB (mpi_thread.h)
+  // Below and above the ring's 256 KiB (mpi_thread.h), and rounds of 3 segments (ring.h).
+  for (size_t send_n : {size_t(777), size_t(70001), size_t(600001)}) {
     std::vector<float> buf(N * send_n, -1.0f);
     for (size_t i = 0; i < send_n; ++i) buf[r * send_n + i] = val(r, i);
     c.wait(c.all_gather(buf.data() + r * send_n, buf.data(), send_n));

@@ -82,8 +82,8 @@ peak_rss_bytes_per_rank) must be within RSS_SLACK (8 MiB), either way, of
                   unit by unit; at stage 3 the embedding is split into block-sized row chunks, so
                   P_max is a block: 1.5 MiB for the large model). Where a unit's share is at least
                   256 KiB per rank the comm thread runs a ring (src/comm/ring.h): per reduce-scatter in
-                  flight (at most 2, comm.inflight) a received chunk and a partial sum, 2·4·P_max/N
-                  bytes, on every rank. Below that, Open MPI's non-blocking reduce-scatter (libnbc)
+                  flight (at most 2, comm.inflight) a received segment (at most 2^18 elements, 1 MiB)
+                  and a partial sum (a chunk), 4·(min(P_max/N, 2^18) + P_max/N) bytes, on every rank. Below that, Open MPI's non-blocking reduce-scatter (libnbc)
                   reduces into a temporary of twice the message on the way to rank 0 (binomial tree,
                   then scatter): 2·4·P_max bytes on rank 0 (less elsewhere).
   overhead:       the N = 4 runtime's, a fixed cost that does not grow with the model: measured as
@@ -277,6 +277,7 @@ def compare(where, got, want, failures):
 
 
 RING_MIN_BYTES = 256 * 1024  # src/comm/mpi_thread.h, kRingMinBytes
+RING_SEGMENT = 1 << 18       # src/comm/ring.h, Ring::kSegmentElems
 COMM_INFLIGHT = 2           # comm.inflight, its default in plans/base.json
 
 
@@ -284,7 +285,8 @@ def mpi_temporary(m, world, stage):
     """The reduce-scatter's scratch (see the docstring): the ring's chunks, or libnbc's temporary."""
     p = max(padded_units(m, world, stage))
     if world > 1 and 4 * p // world >= RING_MIN_BYTES:
-        return COMM_INFLIGHT * 2 * 4 * p // world
+        chunk = -(-p // world)
+        return COMM_INFLIGHT * 4 * (min(chunk, RING_SEGMENT) + chunk)
     return 2 * 4 * p
 
 
