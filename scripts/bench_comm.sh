@@ -5,7 +5,9 @@
 #
 #   scripts/bench_comm.sh [--model gpt2-124m|small|mh|ovl|deep] [--steps N] [--warmup N] [--np N] [--train PATH]
 #                         [--hosts H --rate RATE] [--repeat R] [--trace] [--stages "0 1 2 3"]
+#                         [--set KEY=VALUE]...
 #
+# --set KEY=VALUE: a plan key for every run (e.g. --set comm.collectives=mpi_blocking), repeatable.
 # --hosts H: multi-host mode. H hosts in network namespaces (scripts/cluster, root), one rank each
 # (--np is ignored), Open MPI's TCP transport between them, every host's egress limited to RATE
 # with tc tbf (default 1gbit; "off" = unlimited veth). The cluster is removed at exit.
@@ -40,7 +42,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-MODEL=; STEPS=8; WARM=2; NP=2; TRAIN=./train; MPIEXEC=${MPIEXEC:-mpirun}; HOSTS=0; RATE=1gbit; REPEAT=1; TRACE=0; STAGES="0 1 2 3"
+MODEL=; STEPS=8; WARM=2; NP=2; TRAIN=./train; MPIEXEC=${MPIEXEC:-mpirun}; HOSTS=0; RATE=1gbit; REPEAT=1; TRACE=0; STAGES="0 1 2 3"; SETS=()
 while [ $# -gt 0 ]; do
   case $1 in
     --model) MODEL=$2; shift 2 ;;
@@ -53,7 +55,8 @@ while [ $# -gt 0 ]; do
     --repeat) REPEAT=$2; shift 2 ;;
     --trace) TRACE=1; shift ;;
     --stages) STAGES=$2; shift 2 ;;
-    *) echo "usage: $0 [--model gpt2-124m|small|mh|ovl|deep] [--steps N] [--warmup N] [--np N] [--train PATH] [--hosts H --rate RATE] [--repeat R] [--trace] [--stages \"0 1 2 3\"]" >&2; exit 2 ;;
+    --set) SETS+=(--set "$2"); shift 2 ;;
+    *) echo "usage: $0 [--model gpt2-124m|small|mh|ovl|deep] [--steps N] [--warmup N] [--np N] [--train PATH] [--hosts H --rate RATE] [--repeat R] [--trace] [--stages \"0 1 2 3\"] [--set KEY=VALUE]..." >&2; exit 2 ;;
   esac
 done
 [ -n "$MODEL" ] || { [ "$HOSTS" -gt 0 ] && MODEL=ovl || MODEL=gpt2-124m; }
@@ -86,7 +89,7 @@ if [ "$HOSTS" -gt 0 ]; then
   WHERE="$HOSTS hosts x 1 rank x 1 thread, TCP, link $RATE (tc tbf)"
 fi
 
-echo "bench_comm: $MODEL (L=$L NH=$NH C=$C T=$T B=$B), $WHERE, $STEPS timed steps after $WARM warm-up, x$REPEAT" >&2
+echo "bench_comm: $MODEL (L=$L NH=$NH C=$C T=$T B=$B), $WHERE, $STEPS timed steps after $WARM warm-up, x$REPEAT ${SETS[*]}" >&2
 for stage in $STAGES; do
   for rep in $(seq 1 "$REPEAT"); do
     for ov in true false; do
@@ -94,7 +97,7 @@ for stage in $STAGES; do
       echo "== stage $stage, overlap_comm $ov (run $rep)" >&2
       t0=$(date +%s)
       tr=(); [ "$TRACE" = 1 ] && [ "$ov" = true ] && tr=(--set run.trace="$out/$name/trace.json")
-      "${LAUNCH[@]}" "$TRAIN" plans/default.json "${tr[@]}" \
+      "${LAUNCH[@]}" "$TRAIN" plans/default.json "${tr[@]}" "${SETS[@]}" \
         --set model.n_layer=$L --set model.n_head=$NH --set model.n_embd=$C --set model.seq_len=$T \
         --set batch.micro_batch=$B --set batch.grad_accum=1 --set run.steps=$((STEPS + WARM)) \
         --set 'data.train=data/sample/train_*.bin' --set data.val=data/sample/val.bin --set data.tokenizer= \
