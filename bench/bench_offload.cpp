@@ -138,13 +138,17 @@ int mixed(const std::string& dir, size_t read_mib, size_t write_mib, unsigned qd
   using namespace zt::offload;
   const size_t piece = Uring::kMaxIo, rb = read_mib << 20, wb = write_mib << 20, chunk = size_t(64) << 20;
   SwapFile r(swap_file_path(dir, 0, "bench_r"), rb, true), w(swap_file_path(dir, 0, "bench_w"), wb, true);
-  // Each piece has its own place in a 64 MiB window per direction, so in-flight pieces never share
-  // memory; not zeros: a virtual disk may skip writing (or reading) blocks of zeros.
+  // What the step writes never repeats (floats that move every step): nor does the probe's data, in
+  // case the virtual disk dedups or compresses. Each piece has its own place in a read window and
+  // in the written data, so no two pieces in flight share memory.
   unsigned char* rbuf = static_cast<unsigned char*>(std::aligned_alloc(kIoAlign, chunk));
-  unsigned char* wbuf = static_cast<unsigned char*>(std::aligned_alloc(kIoAlign, chunk));
-  std::memset(wbuf, 1, chunk);
+  uint64_t* data = static_cast<uint64_t*>(std::aligned_alloc(kIoAlign, rb + wb));
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (size_t i = 0; i < (rb + wb) / 8; ++i) x ^= x << 13, x ^= x >> 7, x ^= x << 17, data[i] = x;  // xorshift64
+  unsigned char* wdata = reinterpret_cast<unsigned char*>(data) + rb;
   Uring uring(qd);
-  for (size_t off = 0; off < rb; off += chunk) uring.write(r.fd(), wbuf, std::min(chunk, rb - off), off, 0, "bench");
+  for (size_t off = 0; off < rb; off += chunk)
+    uring.write(r.fd(), reinterpret_cast<unsigned char*>(data) + off, std::min(chunk, rb - off), off, 0, "bench");
   uring.wait(0);
   // Bresenham over the two streams: after every piece, the bytes read and written so far stand in
   // READ_MIB : WRITE_MIB as nearly as whole pieces allow.
@@ -154,14 +158,14 @@ int mixed(const std::string& dir, size_t read_mib, size_t write_mib, unsigned qd
       const bool write = ro >= rb || (wo < wb && double(wo) * double(rb) < double(ro) * double(wb));
       size_t& off = write ? wo : ro;
       const size_t n = std::min(piece, (write ? wb : rb) - off);
-      if (write) uring.write(w.fd(), wbuf + off % chunk, n, off, 0, "bench");
+      if (write) uring.write(w.fd(), wdata + off, n, off, 0, "bench");
       else uring.read(r.fd(), rbuf + off % chunk, n, off, 0, "bench");
       off += n;
     }
     uring.wait(0);
   });
   std::free(rbuf);
-  std::free(wbuf);
+  std::free(data);
   std::printf("{\"what\": \"mixed\", \"read_mib\": %zu, \"write_mib\": %zu, \"queue_depth\": %u, \"io_uring\": %s, "
               "\"s\": %.4f, \"read_gb_per_s\": %.3f, \"write_gb_per_s\": %.3f, \"gb_per_s\": %.3f}\n",
               read_mib, write_mib, qd, uring.available() ? "true" : "false", t, double(rb) / t / 1e9,

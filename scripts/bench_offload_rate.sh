@@ -42,12 +42,13 @@ if [ -z "$PLAN" ]; then
          --set batch.micro_batch=1 --set batch.grad_accum=1 --set zero.stage=3
          --set offload.params=nvme --set offload.optimizer=nvme)
 fi
-"$BENCH" io "$DIR" 1024 32 > "$out/before.json"
+probe() { "$BENCH" mixed "$DIR" 1536 1024 32 > "$out/mixed_$1.json"; "$BENCH" io "$DIR" 1024 32 > "$out/$1.json"; }
+probe before
 $PY scripts/offload_rate.py "$out/rate.json" "$TRAIN" "$PLAN" "${model[@]}" --set offload.nvme_dir="$DIR" \
     --set run.steps="$STEPS" --set run.eval_every=0 --set run.eval_batches=1 --set run.sample_every=0 \
     --set data.tokenizer= --set data.train='data/sample/train_*.bin' --set data.val=data/sample/val.bin \
     --set run.threads="$THREADS" --set run.log="$out/metrics.jsonl" "${SETS[@]}"
-"$BENCH" io "$DIR" 1024 32 > "$out/after.json"
+probe after
 
 $PY - "$out" "$PLAN" <<'EOF'
 import json, sys
