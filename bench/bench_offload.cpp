@@ -9,6 +9,12 @@
 //                                      pieces, QD in flight): sequential write, sequential read, and
 //                                      the optimizer's read/write pipeline with an empty update, and
 //                                      with AdamW as the update (how much of it the transfers hide).
+//   zt_bench_offload mixed DIR READ_MIB WRITE_MIB QD
+//                                      reads and writes at once, as the offloaded step does (its
+//                                      gathers and optimizer reads beside the write-behind): READ_MIB
+//                                      read from one swap file while WRITE_MIB are written to another,
+//                                      in 1 MiB pieces interleaved in that proportion on one ring of
+//                                      QD in flight; the rate is both together (bytes moved / time).
 #include <omp.h>
 
 #include <algorithm>
@@ -128,12 +134,56 @@ int io(const std::string& dir, size_t mib, unsigned qd) {
   return 0;
 }
 
+int mixed(const std::string& dir, size_t read_mib, size_t write_mib, unsigned qd) {
+  using namespace zt::offload;
+  const size_t piece = Uring::kMaxIo, rb = read_mib << 20, wb = write_mib << 20, chunk = size_t(64) << 20;
+  SwapFile r(swap_file_path(dir, 0, "bench_r"), rb, true), w(swap_file_path(dir, 0, "bench_w"), wb, true);
+  // What the step writes never repeats (floats that move every step): nor does the probe's data, in
+  // case the virtual disk dedups or compresses. Each piece has its own place in a read window and
+  // in the written data, so no two pieces in flight share memory.
+  unsigned char* rbuf = static_cast<unsigned char*>(std::aligned_alloc(kIoAlign, chunk));
+  uint64_t* data = static_cast<uint64_t*>(std::aligned_alloc(kIoAlign, rb + wb));
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (size_t i = 0; i < (rb + wb) / 8; ++i) x ^= x << 13, x ^= x >> 7, x ^= x << 17, data[i] = x;  // xorshift64
+  unsigned char* wdata = reinterpret_cast<unsigned char*>(data) + rb;
+  Uring uring(qd);
+  for (size_t off = 0; off < rb; off += chunk)
+    uring.write(r.fd(), reinterpret_cast<unsigned char*>(data) + off, std::min(chunk, rb - off), off, 0, "bench");
+  uring.wait(0);
+  // Bresenham over the two streams: after every piece, the bytes read and written so far stand in
+  // READ_MIB : WRITE_MIB as nearly as whole pieces allow.
+  const double t = best_of(3, [&] {
+    size_t ro = 0, wo = 0;
+    while (ro < rb || wo < wb) {
+      const bool write = ro >= rb || (wo < wb && double(wo) * double(rb) < double(ro) * double(wb));
+      size_t& off = write ? wo : ro;
+      const size_t n = std::min(piece, (write ? wb : rb) - off);
+      if (write) uring.write(w.fd(), wdata + off, n, off, 0, "bench");
+      else uring.read(r.fd(), rbuf + off % chunk, n, off, 0, "bench");
+      off += n;
+    }
+    uring.wait(0);
+  });
+  std::free(rbuf);
+  std::free(data);
+  std::printf("{\"what\": \"mixed\", \"read_mib\": %zu, \"write_mib\": %zu, \"queue_depth\": %u, \"io_uring\": %s, "
+              "\"s\": %.4f, \"read_gb_per_s\": %.3f, \"write_gb_per_s\": %.3f, \"gb_per_s\": %.3f}\n",
+              read_mib, write_mib, qd, uring.available() ? "true" : "false", t, double(rb) / t / 1e9,
+              double(wb) / t / 1e9, double(rb + wb) / t / 1e9);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "";
   if (what == "adamw" && argc == 4) return adamw(std::strtoull(argv[2], nullptr, 10), std::atoi(argv[3]));
   if (what == "io" && argc == 5) return io(argv[2], std::strtoull(argv[3], nullptr, 10), unsigned(std::atoi(argv[4])));
-  std::fprintf(stderr, "usage: zt_bench_offload adamw N THREADS | io DIR MIB QUEUE_DEPTH\n");
+  if (what == "mixed" && argc == 6)
+    return mixed(argv[2], std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10),
+                 unsigned(std::atoi(argv[5])));
+  std::fprintf(stderr,
+               "usage: zt_bench_offload adamw N THREADS | io DIR MIB QUEUE_DEPTH | mixed DIR READ_MIB WRITE_MIB "
+               "QUEUE_DEPTH\n");
   return 2;
 }

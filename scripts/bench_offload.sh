@@ -9,8 +9,9 @@
 #   3. Step time of the same plan (stage 1, one rank) with the moments in memory and in swap files.
 #   4. Step time of the same plan at stage 3 (one rank) in memory, with offload.params nvme, and with
 #      both offload.params and offload.optimizer nvme (parameter, gradient and optimizer shards on disk).
-#   5. The bytes/s of an offloaded step (parameters and optimizer on disk) against the io_uring probe
-#      on the same directory around it, the ratio printed (scripts/bench_offload_rate.sh).
+#   5. The bytes/s of an offloaded step (parameters and optimizer on disk) against the io_uring
+#      probes on the same directory around it (mixed: reads and writes at once, the anchor; and
+#      sequential), the ratios printed (scripts/bench_offload_rate.sh).
 #   scripts/bench_offload.sh [--dir DIR] [--threads N] [--params N] [--mib MIB] [--qd QD]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -125,5 +126,5 @@ for m, label in (("s3memory", "in memory"), ("s3params", "params+grads on disk")
     print(f"  {label:24s} step {st:7.1f} ms   AdamW {op:6.1f} ms   peak RSS {rss:6.1f} MiB   step x{st / s3['s3memory'][0]:.2f}")
 EOF
 
-echo "== 5. offloaded step's bytes/s against the io_uring probe, same directory" >&2
+echo "== 5. offloaded step's bytes/s against the io_uring probes, same directory" >&2
 scripts/bench_offload_rate.sh --dir "$DIR" --threads "$THREADS"
