@@ -18,6 +18,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <exception>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -143,6 +144,10 @@ int mixed(const std::string& dir, size_t read_mib, size_t write_mib, unsigned qd
   // in the written data, so no two pieces in flight share memory.
   unsigned char* rbuf = static_cast<unsigned char*>(std::aligned_alloc(kIoAlign, chunk));
   uint64_t* data = static_cast<uint64_t*>(std::aligned_alloc(kIoAlign, rb + wb));
+  if (!rbuf || !data) {
+    std::fprintf(stderr, "zt_bench_offload mixed: out of memory for %zu MiB of probe data\n", read_mib + write_mib + 64);
+    return 1;
+  }
   uint64_t x = 0x9E3779B97F4A7C15ull;
   for (size_t i = 0; i < (rb + wb) / 8; ++i) x ^= x << 13, x ^= x >> 7, x ^= x << 17, data[i] = x;  // xorshift64
   unsigned char* wdata = reinterpret_cast<unsigned char*>(data) + rb;
@@ -175,7 +180,7 @@ int mixed(const std::string& dir, size_t read_mib, size_t write_mib, unsigned qd
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   const std::string what = argc > 1 ? argv[1] : "";
   if (what == "adamw" && argc == 4) return adamw(std::strtoull(argv[2], nullptr, 10), std::atoi(argv[3]));
   if (what == "io" && argc == 5) return io(argv[2], std::strtoull(argv[3], nullptr, 10), unsigned(std::atoi(argv[4])));
@@ -186,4 +191,7 @@ int main(int argc, char** argv) {
                "usage: zt_bench_offload adamw N THREADS | io DIR MIB QUEUE_DEPTH | mixed DIR READ_MIB WRITE_MIB "
                "QUEUE_DEPTH\n");
   return 2;
+} catch (const std::exception& e) {  // a failed file or io_uring call (zt::Error names it): one line
+  std::fprintf(stderr, "zt_bench_offload: %s\n", e.what());
+  return 1;
 }
