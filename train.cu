@@ -3,6 +3,7 @@
 //   ./train PLAN.json [--set a.b=v ...]                 train (one rank, or N under mpirun -np N)
 //   ./train estimate PLAN.json --world N [--json]       per-rank memory and bytes per step, no allocation
 //   ./train export CKPT --format hdf5|llmc --out FILE    a checkpoint's fp32 weights as one file
+//   ./train plan BASE.json --world N --out BEST.json     the fastest plan that fits (under mpirun -np N)
 //
 // Every failure is a zt::Error caught here: one line on stderr, exit code 1; with several ranks,
 // the failing rank also takes the others down (MPI_Abort) so nothing hangs.
@@ -15,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "autoplan/planner.h"
 #include "checkpoint/checkpoint.h"
 #include "comm/comm.h"
 #include "plan/plan.h"
@@ -79,13 +81,18 @@ zt::CommOptions comm_options(zt::Plan& plan, std::vector<std::string>& notes) {
 const char* const kTrainForm = "./train PLAN.json [--set KEY=VALUE ...]";
 const char* const kEstimateForm = "./train estimate PLAN.json [--world N] [--json] [--set KEY=VALUE ...]";
 const char* const kExportForm = "./train export CHECKPOINT --format hdf5|llmc --out FILE";
+const char* const kPlanForm =
+    "[mpirun -np N] ./train plan BASE.json --world N --out BEST.json [--global-batch G] [--validate K|all] "
+    "[--validate-steps S] [--calibration FILE] [--show ROWS] [--set KEY=VALUE ...]";
 
 class UsageFormatter : public CLI::Formatter {
  public:
   std::string make_usage(const CLI::App* app, std::string) const override {
     if (app->get_name() == "estimate") return std::string("Usage: ") + kEstimateForm + "\n";
     if (app->get_name() == "export") return std::string("Usage: ") + kExportForm + "\n";
-    return std::string("Usage: ") + kTrainForm + "\n       " + kEstimateForm + "\n       " + kExportForm + "\n";
+    if (app->get_name() == "plan") return std::string("Usage: ") + kPlanForm + "\n";
+    return std::string("Usage: ") + kTrainForm + "\n       " + kEstimateForm + "\n       " + kExportForm +
+           "\n       " + kPlanForm + "\n";
   }
 };
 
@@ -125,6 +132,23 @@ int run(int argc, char** argv) {
   exp->add_option("--format", format, "hdf5 (full tensors by name, as model.h5) or llmc (llm.c model .bin, fp32)")
       ->required();
   exp->add_option("--out", out_path, "output file")->required();
+  CLI::App* pln = app.add_subcommand("plan", "the fastest plan that fits this machine, with predicted step times "
+                                             "(docs/autoplan.md)");
+  zt::autoplan::PlanRequest preq;
+  std::string plan_world = "1", validate_text = "0";
+  pln->add_option("plan", preq.base, "base plan file: the model, data, optimizer and global batch to keep");
+  pln->add_option("--world", plan_world, "ranks to plan for, launched as mpirun -np N (default 1)")->type_name("N");
+  pln->add_option("--out", preq.out, "where the chosen plan goes (its report beside it: NAME.report.json)")->type_name("FILE");
+  pln->add_option("--global-batch", preq.global_batch, "sequences per optimizer step (default: the base plan's "
+                  "micro_batch x grad_accum x N)")->type_name("G")->check(CLI::PositiveNumber);
+  pln->add_option("--validate", validate_text, "run the top K candidates (\"all\": every one that fits) and print "
+                  "predicted vs measured (default 0)")->type_name("K");
+  pln->add_option("--validate-steps", preq.validate_steps, "steps per validation run, the first not timed (default 4)")
+      ->type_name("S");
+  pln->add_option("--calibration", preq.calibration, "calibration cache (default ~/.cache/zerotrain/calibration.json)")
+      ->type_name("FILE");
+  pln->add_option("--show", preq.show, "rows of the ranked table (default 12)")->type_name("ROWS");
+  pln->add_option("--set", overrides, "override a base plan field")->type_name("KEY=VALUE");
   app.footer("Multi-rank: mpirun -np N ./train PLAN.json. comm.backend \"auto\" (NCCL on the CUDA backend with a GPU\n"
              "per rank, else MPI: host-staged where ranks share a GPU), \"nccl\" or \"mpi\"; the NCCL path is tested\n"
              "under emulation only and has not run on a GPU.\n"
@@ -168,6 +192,27 @@ int run(int argc, char** argv) {
     else
       std::printf("%s", zt::estimate_text(e).c_str());
     return 0;
+  }
+  if (pln->parsed()) {
+    ZT_REQUIRE(plan_path.empty(), "command line: the plan goes after \"plan\": " << kPlanForm);
+    ZT_REQUIRE(!preq.base.empty(), "command line: no base plan given: " << kPlanForm);
+    preq.world = zt::parse_world(plan_world);
+    preq.validate = validate_text == "all" ? -1 : 0;
+    if (validate_text != "all") {
+      const bool digits = !validate_text.empty() && validate_text.size() <= 6 &&
+                          validate_text.find_first_not_of("0123456789") == std::string::npos;
+      ZT_REQUIRE(digits, "--validate takes a number of candidates or \"all\", got \"" << zt::clip(validate_text, 30) << "\"");
+      preq.validate = std::stoi(validate_text);
+    }
+    preq.overrides = overrides;
+    preq.version = ZT_VERSION;
+    std::vector<std::string> env_notes;
+    zt::Plan base = zt::load_plan(preq.base, overrides, /*check_files=*/false);
+    g_comm = zt::make_mpi_comm(comm_options(base, env_notes));
+    zt::check_launch(zt::this_launch(), g_comm->world());
+    const int rc = zt::autoplan::plan_command(preq, *g_comm);
+    g_comm->barrier();
+    return rc;
   }
   if (exp->parsed()) {
     const zt::ckpt::Transfer t = zt::ckpt::export_weights(ckpt_dir, format, out_path);

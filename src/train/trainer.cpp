@@ -145,6 +145,7 @@ class Trainer {
       res.steps = step + 1;
       res.final_loss = loss;
       res.losses.push_back(loss);
+      res.step_ms.push_back(ms);
       state_.step = step + 1;
       state_.next_sequence = int64_t(state_.step) * B * accum * world;
       bytes_per_step_ = cs.bytes;

@@ -13,6 +13,7 @@ struct TrainState;  // train/state.h
 struct TrainResult {
   int steps = 0;  // the step after the last one run
   std::vector<double> losses;  // of the steps this call ran
+  std::vector<double> step_ms;  // their wall times on this rank
   double final_loss = 0.0;
   double final_val_loss = -1.0;  // < 0: no evaluation ran
   bool stopped = false;  // SIGTERM/SIGINT: a checkpoint was saved and the run ended early (exit 0)

@@ -24,6 +24,9 @@ ALLOWED = {
     "zero":    {"zero", "offload", "comm", "model", "backend", "kernels", "plan", "runtime"},  # no loop
     "checkpoint": {"checkpoint", "zero", "offload", "comm", "model", "backend", "kernels", "plan", "runtime"},  # files, no loop
     "train":   {"train", "checkpoint", "zero", "offload", "comm", "model", "backend", "kernels", "plan", "data", "runtime"},
+    # the planner: measures the kernels, links and disk, sizes plans by the estimate, runs candidates
+    "autoplan": {"autoplan", "train", "checkpoint", "zero", "offload", "comm", "model", "backend", "kernels", "plan",
+                 "data", "runtime"},
 }
 
 # Departures still present, each (file, included header): reported, not failed. Remove an entry

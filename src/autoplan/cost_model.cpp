@@ -1,0 +1,49 @@
+#include "autoplan/cost_model.h"
+
+#include <algorithm>
+
+namespace zt::autoplan {
+
+// docs/autoplan.md, "The cost model": each line below is one formula there.
+Prediction predict(const StepShape& s, const Rates& r) {
+  Prediction p;
+  const double A = s.grad_accum, L = s.layers, Lr = s.recomputed_blocks;
+  // Forward + backward: the blocks (those recomputed at their own measured cost) and the rest.
+  p.compute_s = A * (r.fixed_s + (L - Lr) * r.block_s + Lr * r.block_recomputed_s);
+  p.recompute_s = A * Lr * std::max(0.0, r.block_recomputed_s - r.block_s);
+  // Communication: gathers and reductions at their own measured latency and bandwidth.
+  if (s.world > 1) {
+    const double gather_bytes = s.all_gather_share * s.comm_bytes, reduce_bytes = s.comm_bytes - gather_bytes;
+    const double gathers = s.all_gather_share * s.collectives, reductions = s.collectives - gathers;
+    p.comm_s = reductions * r.reduce_alpha_s + reduce_bytes / r.reduce_bytes_per_s + gathers * r.gather_alpha_s +
+               gather_bytes / r.gather_bytes_per_s;
+    // With overlap, the communication thread runs beside forward and backward; the step still
+    // waits for what does not fit beside them, and for the last unit's collective, which starts
+    // when backward ends.
+    const double tail_s = r.reduce_alpha_s + s.tail_bytes / r.reduce_bytes_per_s;
+    p.exposed_comm_s = s.overlap ? std::min(p.comm_s, std::max(0.0, p.comm_s - p.compute_s) + tail_s) : p.comm_s;
+  }
+  // Offloaded states: forward and backward read shards beside the compute; the optimizer step
+  // streams its states through the sub-group pipeline, the update hidden behind the transfers.
+  p.pass_io_s = s.pass_io_bytes / r.disk_bytes_per_s;
+  p.optimizer_io_s = s.optimizer_io_bytes / r.disk_bytes_per_s;
+  const double update_s = s.shard_params * r.adamw_s_per_param;
+  p.optimizer_s = std::max(update_s, p.optimizer_io_s);
+  p.step_s = std::max(p.compute_s, p.pass_io_s) + p.exposed_comm_s + p.optimizer_s;
+
+  const double io_s = std::max(0.0, p.pass_io_s - p.compute_s) + (p.optimizer_io_s > update_s ? p.optimizer_io_s : 0);
+  const double opt_s = p.optimizer_io_s > update_s ? 0 : update_s;
+  p.bound = "compute";
+  double most = std::min(p.compute_s, p.step_s);
+  for (const auto& [name, t] : {std::pair<const char*, double>{"comm", p.exposed_comm_s}, {"I/O", io_s}, {"optimizer", opt_s}})
+    if (t > most) most = t, p.bound = name;
+  return p;
+}
+
+nlohmann::json Prediction::to_json() const {
+  return {{"compute_s", compute_s},   {"recompute_s", recompute_s},       {"comm_s", comm_s},
+          {"exposed_comm_s", exposed_comm_s}, {"pass_io_s", pass_io_s}, {"optimizer_io_s", optimizer_io_s},
+          {"optimizer_s", optimizer_s}, {"step_s", step_s},             {"bound", bound}};
+}
+
+}  // namespace zt::autoplan

@@ -1,0 +1,49 @@
+// The planner's cost model (docs/autoplan.md has the formulas; test/autoplan/cost_doc_check.py
+// recomputes every prediction in a report from them): a step's time from the plan's shapes and
+// bytes and the rates calibrate.h measured. Pure arithmetic: no probes, no allocation.
+#pragma once
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace zt::autoplan {
+
+// What the model needs to know of one candidate plan (all per rank, per optimizer step).
+struct StepShape {
+  int stage = 0, world = 1, grad_accum = 1, layers = 0;
+  int recomputed_blocks = 0;          // blocks under the block policy (blocks 0, every, 2*every, ...)
+  bool overlap = true;
+  double shard_params = 0;            // parameters this rank's AdamW updates (Ψ at stage 0, Ψ/N above)
+  double comm_bytes = 0;              // model-state bytes sent per step (train estimate's bytes_per_step)
+  double collectives = 0;             // collectives per step (latency count)
+  double tail_bytes = 0;              // bytes sent by the one collective nothing overlaps (the last unit's)
+  double all_gather_share = 0;        // share of comm_bytes sent by all-gathers (the rest: reductions)
+  double optimizer_io_bytes = 0;      // swap-file bytes read + written by the optimizer step
+  double pass_io_bytes = 0;           // swap-file bytes read + written during forward and backward
+};
+
+// The calibrated rates it multiplies by (calibrate.h).
+struct Rates {
+  double block_s = 0, block_recomputed_s = 0, fixed_s = 0;  // per micro-step
+  double adamw_s_per_param = 0;
+  double reduce_alpha_s = 0, reduce_bytes_per_s = 1e30;   // all-reduce at stage 0, else reduce-scatter
+  double gather_alpha_s = 0, gather_bytes_per_s = 1e30;   // all-gather (stages 1-3)
+  double disk_bytes_per_s = 1e30;
+};
+
+struct Prediction {
+  double compute_s = 0;        // forward + backward of every micro-step, recomputation included
+  double recompute_s = 0;      // the part of compute_s that recomputes forward work
+  double comm_s = 0;           // every collective of the step, back to back
+  double exposed_comm_s = 0;   // the part of comm_s the step waits for
+  double pass_io_s = 0, optimizer_io_s = 0;  // swap-file transfers
+  double optimizer_s = 0;      // AdamW over the shard
+  double step_s = 0;
+  std::string bound;           // "compute", "comm", "I/O" or "optimizer": the largest part of step_s
+
+  nlohmann::json to_json() const;
+};
+
+Prediction predict(const StepShape& s, const Rates& r);
+
+}  // namespace zt::autoplan

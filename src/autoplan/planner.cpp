@@ -1,0 +1,518 @@
+#include "autoplan/planner.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "autoplan/calibrate.h"
+#include "autoplan/cost_model.h"
+#include "backend/ops_cpu.h"
+#include "model/gpt.h"
+#include "offload/nvme_dir.h"
+#include "plan/plan.h"
+#include "runtime/error.h"
+#include "runtime/launcher.h"
+#include "runtime/memory.h"
+#include "runtime/output_path.h"
+#include "train/backend_choice.h"
+#include "train/trainer.h"
+#include "zero/engine_settings.h"
+#include "zero/estimate.h"
+#include "zero/partition.h"
+
+namespace zt::autoplan {
+namespace {
+
+// What a process holds besides the tracked buffers (docs/autoplan.md, "Fitting"): shared libraries,
+// runtimes, heap; test/zero/memory_formulas.py holds a run's peak RSS to at most this above its
+// tracked total plus the init transient.
+constexpr uint64_t kRuntimeOverhead = uint64_t(256) << 20;
+
+// One point of the space the planner searches (docs/autoplan.md, "Candidates").
+struct Choice {
+  int stage = 0;
+  bool optimizer_nvme = false, params_nvme = false;
+  std::string policy = "none";
+  int every = 1;
+  int micro_batch = 1, grad_accum = 1;
+  double bucket_mb = 25;
+  bool overlap = true;
+
+  void apply(nlohmann::json& j) const {
+    j["zero"]["stage"] = stage;
+    j["zero"]["bucket_mb"] = bucket_mb;
+    j["zero"]["overlap_comm"] = overlap;
+    j["offload"]["optimizer"] = optimizer_nvme ? "nvme" : "none";
+    j["offload"]["params"] = params_nvme ? "nvme" : "none";
+    j["recompute"]["policy"] = policy;
+    j["recompute"]["every"] = every;
+    j["batch"]["micro_batch"] = micro_batch;
+    j["batch"]["grad_accum"] = grad_accum;
+  }
+  std::string offload() const { return params_nvme ? "opt+params" : optimizer_nvme ? "opt" : "-"; }
+  std::string recompute() const { return policy == "block" && every > 1 ? "block/" + std::to_string(every) : policy; }
+  std::string label() const {
+    std::ostringstream os;
+    os << "stage " << stage << ", B " << micro_batch << " x " << grad_accum << ", recompute " << recompute();
+    if (optimizer_nvme) os << ", offload " << offload();
+    return os.str();
+  }
+  nlohmann::json to_json() const {
+    return {{"zero.stage", stage},       {"offload.optimizer", optimizer_nvme ? "nvme" : "none"},
+            {"offload.params", params_nvme ? "nvme" : "none"}, {"recompute.policy", policy},
+            {"recompute.every", every},  {"batch.micro_batch", micro_batch}, {"batch.grad_accum", grad_accum},
+            {"zero.bucket_mb", bucket_mb}, {"zero.overlap_comm", overlap}};
+  }
+};
+
+struct Candidate {
+  Choice choice;
+  nlohmann::json resolved;  // the base plan with the choice applied: what --out gets
+  uint64_t host = 0, nvme = 0;  // per rank: estimate (host + pinned) + init transient + overhead; swap files
+  bool fits = false;
+  int embedding_rows = 0;  // as the engine splits the embedding (stage 3 at N > 1), for the compute probe
+  StepShape shape;
+  Prediction pred;
+  double measured_s = -1;
+};
+
+std::string mib(double bytes) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(bytes < (10 << 20) ? 1 : 0) << bytes / double(1 << 20) << " MiB";
+  return os.str();
+}
+std::string ms(double s) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(s < 0.1 ? 1 : 0) << s * 1e3;
+  return os.str();
+}
+
+// The space (docs/autoplan.md, "Candidates"). At one rank, stages 1-3 shard nothing: they appear
+// only where the offload needs them (optimizer: 2; parameters: 3).
+std::vector<Choice> enumerate(const Plan& base, int world, long per_rank_sequences, bool nvme) {
+  std::vector<int> batches;
+  for (long b = 1; b <= per_rank_sequences; ++b)
+    if (per_rank_sequences % b == 0) batches.push_back(int(b));
+  std::vector<std::pair<std::string, int>> policies = {{"none", 1}, {"selective", 1}, {"block", 1}};
+  if (base.model.n_layer >= 2) policies.push_back({"block", 2});
+  struct Placement {
+    int stage;
+    bool opt, params;
+  };
+  std::vector<Placement> placements;
+  if (world == 1) {
+    placements.push_back({0, false, false});
+    if (nvme) placements.insert(placements.end(), {{2, true, false}, {3, true, true}});
+  } else {
+    for (int st = 0; st <= 3; ++st) placements.push_back({st, false, false});
+    if (nvme) placements.insert(placements.end(), {{1, true, false}, {2, true, false}, {3, true, false}, {3, true, true}});
+  }
+  std::vector<double> buckets = {base.zero.bucket_mb};
+  if (world > 1 && base.zero.bucket_mb / 4 >= 0.25) buckets.push_back(base.zero.bucket_mb / 4);
+  std::vector<bool> overlaps = world > 1 ? std::vector<bool>{true, false} : std::vector<bool>{base.zero.overlap_comm};
+
+  std::vector<Choice> out;
+  for (const Placement& pl : placements)
+    for (const auto& [policy, every] : policies)
+      for (int b : batches)
+        for (double bucket : buckets)
+          for (bool ov : overlaps) {
+            Choice c;
+            c.stage = pl.stage, c.optimizer_nvme = pl.opt, c.params_nvme = pl.params;
+            c.policy = policy, c.every = every;
+            c.micro_batch = b, c.grad_accum = int(per_rank_sequences / b);
+            c.bucket_mb = bucket, c.overlap = ov;
+            out.push_back(c);
+          }
+  return out;
+}
+
+// The shape of one candidate's step, for the cost model (docs/autoplan.md gives each term).
+StepShape step_shape(const Plan& plan, const Estimate& est, int world) {
+  const EngineSettings s = engine_settings<CpuOps<float>>(plan, world, 0);
+  const ParamLayout layout = s.layout();
+  const Partition part(layout, s.zero);
+  StepShape sh;
+  sh.stage = plan.zero.stage;
+  sh.world = world;
+  sh.grad_accum = plan.batch.grad_accum;
+  sh.layers = plan.model.n_layer;
+  sh.recomputed_blocks = plan.recompute.policy == "block" ? (sh.layers + plan.recompute.every - 1) / plan.recompute.every : 0;
+  sh.overlap = plan.zero.overlap_comm;
+  const double psi = double(part.total()), N = world, A = sh.grad_accum;
+  sh.shard_params = sh.stage == 0 ? psi : psi / N;
+  sh.comm_bytes = double(est.bytes_per_step);
+  const double buckets = double(part.buckets().size()), units = double(layout.units().size());
+  sh.collectives = sh.stage == 0 ? buckets : sh.stage == 1 ? buckets + units : sh.stage == 2 ? A * buckets + units
+                                                                                             : A * (buckets + 2 * units);
+  sh.all_gather_share = sh.stage == 0 ? 0 : sh.stage == 1 ? 0.5 : sh.stage == 2 ? 1 / (A + 1) : 2.0 / 3;
+  // The last unit reduced is the embedding's (at stage 3: one of its block-sized chunks).
+  const double last_unit = double(part.unit_padded(0));
+  sh.tail_bytes = world == 1 ? 0 : (sh.stage == 0 ? 2 * (N - 1) / N : (N - 1) / N) * 4 * last_unit;
+  const double shard_bytes = 4 * psi / N;  // one fp32 state's shard
+  if (plan.offload.optimizer == "nvme") sh.optimizer_io_bytes = 2 * shard_bytes + 2 * shard_bytes;  // m, v read and written
+  if (plan.offload.params == "nvme") {
+    sh.optimizer_io_bytes += 2 * shard_bytes + shard_bytes;  // parameters and gradients read, parameters written
+    sh.pass_io_bytes = 2 * A * shard_bytes + A * shard_bytes + (A - 1) * shard_bytes;  // gathers twice; gradients
+  }
+  return sh;
+}
+
+// Runs `plan` for a few steps in this process on `comm`: seconds per step, the median of those
+// after the first. Its output goes nowhere; its log and plan.json to a directory removed after.
+double measure(const nlohmann::json& resolved, int steps, Comm& comm) {
+  std::string dir;
+  if (comm.rank() == 0) {
+    char tmpl[] = "/tmp/zt-plan-validate-XXXXXX";
+    ZT_CHECK_ERRNO(mkdtemp(tmpl) != nullptr, "mkdtemp " << tmpl);
+    dir = tmpl;
+  }
+  uint64_t n = dir.size();
+  comm.wait(comm.broadcast(&n, sizeof n, 0));
+  dir.resize(n);
+  comm.wait(comm.broadcast(dir.data(), n, 0));
+  nlohmann::json j = resolved;
+  j["run"]["steps"] = steps;
+  j["run"]["eval_every"] = 0;
+  j["run"]["eval_batches"] = 1;
+  j["run"]["sample_every"] = 0;
+  j["run"]["log"] = dir + "/metrics.jsonl";
+  j["run"]["final_weights"] = "";
+  j["run"]["trace"] = "";
+  j["data"]["tokenizer"] = "";
+  j["checkpoint"]["dir"] = "";
+  j["checkpoint"]["resume"] = "none";
+  Plan plan = plan_from_json(j, true);
+  plan.source = "candidate";
+  const std::string backend = choose_backend(plan, comm.world());
+  record_backend(plan, backend);
+  record_comm_backend(plan, choose_comm_backend(plan, backend, comm));
+  std::fflush(stdout);
+  const int saved = dup(1), null = open("/dev/null", O_WRONLY);
+  dup2(null, 1);
+  TrainResult r;
+  try {
+    r = train(plan, comm);
+  } catch (...) {
+    std::fflush(stdout);
+    dup2(saved, 1);
+    close(saved), close(null);
+    throw;
+  }
+  std::fflush(stdout);
+  dup2(saved, 1);
+  close(saved), close(null);
+  if (comm.rank() == 0) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::vector<double> t(r.step_ms.begin() + 1, r.step_ms.end());
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2] / 1e3;
+}
+
+void print_table(const std::vector<const Candidate*>& rows, int world, bool measured) {
+  std::printf("  #  stage  offload     recompute  B x GA   bucket  overlap |  host/rank  nvme/rank | compute   comm exposed  "
+              "I/O  optim |  ms/step   tok/s  bound%s\n",
+              measured ? " |  measured  error" : "");
+  int i = 0;
+  for (const Candidate* c : rows) {
+    const Choice& ch = c->choice;
+    const Prediction& p = c->pred;
+    const double tokens = double(ch.micro_batch) * ch.grad_accum * world * c->resolved["model"]["seq_len"].get<double>();
+    std::printf("%3d  %5d  %-10s  %-9s  %2d x %-3d %6.2f  %-7s | %10s %10s | %7s %6s %7s %4s %6s | %8s %7.0f  %-9s", ++i,
+                ch.stage, ch.offload().c_str(), ch.recompute().c_str(), ch.micro_batch, ch.grad_accum,
+                world > 1 ? ch.bucket_mb : 0.0, world > 1 ? (ch.overlap ? "on" : "off") : "-", mib(double(c->host)).c_str(),
+                mib(double(c->nvme)).c_str(), ms(p.compute_s).c_str(), ms(p.comm_s).c_str(), ms(p.exposed_comm_s).c_str(),
+                ms(p.pass_io_s + p.optimizer_io_s).c_str(), ms(p.optimizer_s).c_str(), ms(p.step_s).c_str(),
+                tokens / p.step_s, p.bound.c_str());
+    if (measured && c->measured_s > 0)
+      std::printf(" | %8s %+5.0f%%", ms(c->measured_s).c_str(), (p.step_s / c->measured_s - 1) * 100);
+    std::printf("\n");
+  }
+}
+
+// Why the winner won, against the runner-up: the part of the step that differs most.
+std::string why(const Candidate& best, const Candidate* next) {
+  std::ostringstream os;
+  const Prediction& p = best.pred;
+  os << "chosen: " << best.choice.label() << ": " << ms(p.step_s) << " ms/step predicted (compute " << ms(p.compute_s)
+     << ", communication waited for " << ms(p.exposed_comm_s) << ", I/O " << ms(p.pass_io_s + p.optimizer_io_s)
+     << ", optimizer " << ms(p.optimizer_s) << "; " << p.bound << "-bound)";
+  if (next) {
+    const Prediction& q = next->pred;
+    const std::pair<const char*, double> diffs[] = {
+        {"compute", q.compute_s - p.compute_s},
+        {"communication waited for", q.exposed_comm_s - p.exposed_comm_s},
+        {"I/O", std::max(q.compute_s, q.pass_io_s) - std::max(p.compute_s, p.pass_io_s)},
+        {"optimizer", q.optimizer_s - p.optimizer_s}};
+    const auto* most = &diffs[0];
+    for (const auto& d : diffs)
+      if (std::fabs(d.second) > std::fabs(most->second)) most = &d;
+    os << "\nnext: " << next->choice.label() << ": " << ms(q.step_s) << " ms (" << std::showpos << std::fixed
+       << std::setprecision(1) << (q.step_s / p.step_s - 1) * 100 << "%" << std::noshowpos << "), mostly "
+       << most->first << " (" << std::showpos << ms(most->second) << std::noshowpos << " ms)";
+    if (next->host < best.host) os << ", for " << mib(double(best.host - next->host)) << " less host memory per rank";
+  }
+  return os.str();
+}
+
+}  // namespace
+
+std::string report_path(const std::string& out) {
+  const std::string ext = ".json";
+  if (out.size() > ext.size() && out.compare(out.size() - ext.size(), ext.size(), ext) == 0)
+    return out.substr(0, out.size() - ext.size()) + ".report.json";
+  return out + ".report.json";
+}
+
+int plan_command(const PlanRequest& req, Comm& comm) {
+  const int world = req.world;
+  const bool root = comm.rank() == 0;
+  ZT_REQUIRE(comm.world() == world, "plan: --world " << world << " but " << comm.world() << " rank(s) were launched: the "
+                                    << "planner measures the link and the cores as the ranks will share them, so run it "
+                                    << "with the ranks it plans for" << (world > 1 ? ": mpirun -np " + std::to_string(world) + " ./train plan ..." : ""));
+  ZT_REQUIRE(req.show >= 1 && req.show <= 100000, "plan: --show must be 1-100000 rows, got " << req.show);
+  ZT_REQUIRE(req.validate_steps >= 2 && req.validate_steps <= 1000,
+             "plan: --validate-steps must be 2-1000 (the first step is not timed), got " << req.validate_steps);
+  ZT_REQUIRE(!req.out.empty(), "plan: --out FILE is required: where the chosen plan is written");
+
+  const Plan base = load_plan(req.base, req.overrides, /*check_files=*/false);
+  const std::string backend = planned_backend(base, world);
+  ZT_REQUIRE(backend == "cpu-fp32", "plan: the planner's cost model is calibrated on the CPU backend only; this plan "
+                                    "runs on " << backend << " (the CUDA kernels have not run on a GPU yet): set device "
+                                    "\"cpu\", or size it with ./train estimate");
+
+  // Every output is checked before anything is measured (runtime/output_path.h).
+  const std::string cache = req.calibration.empty() ? default_cache_path() : req.calibration;
+  OutputPaths paths;
+  paths.input("the base plan", req.base);
+  const std::string out = paths.output("--out", req.out);
+  const std::string report = paths.output("--out (its report)", report_path(req.out));
+  check_output_path("--calibration", cache);
+
+  const long global = req.global_batch > 0 ? req.global_batch
+                                           : long(base.batch.micro_batch) * base.batch.grad_accum * world;
+  ZT_REQUIRE(global % world == 0, "plan: the global batch of " << global << " sequences does not divide among " << world
+                                                               << " ranks: give --global-batch a multiple of " << world);
+  const long per_rank = global / world;
+  ZT_REQUIRE(per_rank <= 4096, "plan: " << per_rank << " sequences per rank per step is past what the planner searches (4096)");
+
+  // What this host offers (docs/autoplan.md, "Fitting").
+  const HostMemory avail = host_memory_available();
+  const int local = comm.local_world();
+  bool nvme = true;
+  uint64_t nvme_free = 0;
+  std::string nvme_why;
+  try {
+    const offload::NvmeDir d = offload::check_nvme_dir(base.offload.nvme_dir, 0, "");
+    nvme_free = d.free_bytes;
+  } catch (const Error& e) {
+    nvme = false;
+    nvme_why = e.what();
+  }
+
+  std::vector<Candidate> all;
+  for (const Choice& ch : enumerate(base, world, per_rank, nvme)) {
+    Candidate c;
+    c.choice = ch;
+    c.resolved = base.resolved;
+    ch.apply(c.resolved);
+    Plan p = plan_from_json(c.resolved, false);
+    p.source = base.source;
+    record_backend(p, backend);
+    record_comm_backend(p, planned_comm_backend(p, backend, world));
+    const Estimate est = estimate_plan(p, world);
+    const uint64_t transient = uint64_t(GPTConfig::pad_vocab(p.model.vocab_size)) * uint64_t(p.model.n_embd) * 4;
+    c.host = est.tier_total(Tier::host) + est.tier_total(Tier::pinned) + transient + kRuntimeOverhead;
+    c.nvme = est.tier_total(Tier::nvme);
+    c.fits = (avail.bytes == 0 || c.host * uint64_t(local) <= avail.bytes) && (c.nvme == 0 || c.nvme * uint64_t(local) <= nvme_free);
+    c.shape = step_shape(p, est, world);
+    c.embedding_rows = engine_settings<CpuOps<float>>(p, world, 0).embedding_rows;
+    all.push_back(std::move(c));
+  }
+  // Overlap off sends the same bytes and waits for all of them: a candidate only where its twin
+  // with overlap on (two staging slots and a prefetched unit more) does not fit.
+  std::set<std::string> fits_with_overlap;
+  for (const Candidate& c : all)
+    if (c.fits && c.choice.overlap) fits_with_overlap.insert(c.choice.to_json().dump());
+  std::vector<Candidate*> fit;
+  for (Candidate& c : all) {
+    Choice twin = c.choice;
+    twin.overlap = true;
+    if (c.fits && (c.choice.overlap || !fits_with_overlap.count(twin.to_json().dump()))) fit.push_back(&c);
+  }
+  if (root)
+    std::printf("plan: %s at %d rank(s), %ld sequences per step (%ld per rank): %zu candidates, %zu fit in %s per host (%s)%s\n",
+                req.base.c_str(), world, global, per_rank, all.size(), fit.size(),
+                avail.bytes ? mib(double(avail.bytes)).c_str() : "unknown memory", avail.source.c_str(),
+                nvme ? "" : (" (no offload candidates: " + nvme_why + ")").c_str());
+  if (fit.empty()) {
+    const auto least_host = std::min_element(all.begin(), all.end(), [](auto& a, auto& b) { return a.host < b.host; });
+    std::ostringstream os;
+    os << "plan: no candidate fits: the smallest needs " << mib(double(least_host->host)) << " host memory per rank x "
+       << local << " rank(s) on this host (" << least_host->choice.label() << ")";
+    if (least_host->nvme) os << " and " << mib(double(least_host->nvme)) << " in offload.nvme_dir per rank";
+    os << "; available: " << (avail.bytes ? mib(double(avail.bytes)) : "unknown") << " host (" << avail.source << ")";
+    if (nvme) os << ", " << mib(double(nvme_free)) << " in " << base.offload.nvme_dir;
+    else os << ", no offload (" << nvme_why << ")";
+    throw Error(os.str());
+  }
+
+  // Calibrate what the candidates that fit need, every rank at once.
+  const int threads = base.run.threads > 0 ? base.run.threads : threads_per_rank(this_launch(), affinity_cpus(), local);
+  std::vector<std::string> notes;
+  Calibration cal(comm, cache, threads, req.version, notes);
+  if (root)
+    for (const std::string& n : notes) std::printf("%s\n", n.c_str());
+  const GPTConfig cfg = GPTConfig::make(base.model.n_layer, base.model.n_head, base.model.n_embd, base.model.seq_len,
+                                        base.model.vocab_size);
+  const int T = base.model.seq_len, chunk = base.recompute.classifier_chunk;
+  using MicroKey = std::tuple<int, std::string, int>;  // micro-batch, policy, embedding rows
+  std::map<MicroKey, MicroStepCost> micro;
+  auto policy_of = [](const std::string& name) {
+    return name == "block" ? Recompute::Policy::block : name == "selective" ? Recompute::Policy::selective : Recompute::Policy::none;
+  };
+  std::set<MicroKey> needed;
+  for (Candidate* c : fit) {
+    needed.insert({c->choice.micro_batch, "none", c->embedding_rows});
+    needed.insert({c->choice.micro_batch, c->choice.policy, c->embedding_rows});
+  }
+  if (root) std::printf("calibrating (%d thread(s) per rank; cache %s)...\n", threads, cache.c_str());
+  std::fflush(stdout);
+  for (const auto& [b, pol, rows] : needed) micro[{b, pol, rows}] = cal.micro_step(cfg, b, T, policy_of(pol), chunk, rows);
+  const double adamw = cal.adamw_s_per_param();
+  std::map<std::pair<std::string, double>, LinkCost> links;
+  bool any_nvme = false;
+  for (Candidate* c : fit) {
+    any_nvme |= c->choice.optimizer_nvme;
+    if (world == 1) continue;
+    const size_t bytes = size_t(c->choice.bucket_mb * double(1 << 20));
+    for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"})
+      if (!links.count({op, c->choice.bucket_mb})) links[{op, c->choice.bucket_mb}] = cal.link(op, bytes);
+  }
+  const double disk = any_nvme ? cal.disk_bytes_per_s(base.offload.nvme_dir) : 0;
+  cal.save();
+  if (root) std::printf("calibration: %d probe(s) measured, the rest from the cache\n", cal.measured());
+
+  for (Candidate* c : fit) {
+    Rates r;
+    const MicroStepCost& none = micro[{c->choice.micro_batch, "none", c->embedding_rows}];
+    const MicroStepCost& own = micro[{c->choice.micro_batch, c->choice.policy, c->embedding_rows}];
+    r.block_s = c->choice.policy == "selective" ? own.block_s : none.block_s;
+    r.block_recomputed_s = own.block_s;
+    r.fixed_s = own.fixed_s;
+    r.adamw_s_per_param = adamw;
+    if (world > 1) {
+      const LinkCost red = links[{c->shape.stage == 0 ? "all_reduce" : "reduce_scatter", c->choice.bucket_mb}];
+      const LinkCost gat = links[{"all_gather", c->choice.bucket_mb}];
+      r.reduce_alpha_s = red.alpha_s, r.reduce_bytes_per_s = red.bytes_per_s;
+      r.gather_alpha_s = gat.alpha_s, r.gather_bytes_per_s = gat.bytes_per_s;
+    }
+    if (disk > 0) r.disk_bytes_per_s = disk;
+    c->pred = predict(c->shape, r);
+  }
+  std::stable_sort(fit.begin(), fit.end(), [](const Candidate* a, const Candidate* b) {
+    return a->pred.step_s != b->pred.step_s ? a->pred.step_s < b->pred.step_s : a->host < b->host;
+  });
+
+  const Candidate& best = *fit[0];
+  if (root) {
+    std::printf("\n");
+    std::vector<const Candidate*> rows(fit.begin(), fit.begin() + std::min<size_t>(fit.size(), size_t(std::max(1, req.show))));
+    print_table(rows, world, false);
+    if (fit.size() > rows.size()) std::printf("  ... %zu more that fit (all in %s)\n", fit.size() - rows.size(), report.c_str());
+    std::printf("\n%s\n", why(best, fit.size() > 1 ? fit[1] : nullptr).c_str());
+  }
+
+  auto write_outputs = [&] {
+    if (!root) return;
+    write_by_rename("--out", out, [&](const std::string& tmp) {
+      std::ofstream f(tmp);
+      f << best.resolved.dump(2) << "\n";
+      ZT_REQUIRE(f.good(), "--out " << tmp << ": write failed");
+    });
+    nlohmann::json cands = nlohmann::json::array();
+    for (const Candidate* c : fit) {
+      const StepShape& s = c->shape;
+      nlohmann::json j = {{"choice", c->choice.to_json()},
+                          {"host_bytes_per_rank", c->host},
+                          {"nvme_bytes_per_rank", c->nvme},
+                          {"shape",
+                           {{"stage", s.stage}, {"world", s.world}, {"grad_accum", s.grad_accum}, {"layers", s.layers},
+                            {"recomputed_blocks", s.recomputed_blocks}, {"overlap", s.overlap},
+                            {"shard_params", s.shard_params}, {"comm_bytes", s.comm_bytes}, {"collectives", s.collectives},
+                            {"tail_bytes", s.tail_bytes}, {"all_gather_share", s.all_gather_share},
+                            {"optimizer_io_bytes", s.optimizer_io_bytes}, {"pass_io_bytes", s.pass_io_bytes}}},
+                          {"predicted", c->pred.to_json()}};
+      if (c->measured_s > 0) j["measured_step_s"] = c->measured_s;
+      cands.push_back(j);
+    }
+    nlohmann::json links_json = nlohmann::json::object();
+    for (const auto& [k, l] : links)
+      links_json[k.first + " bucket_mb " + std::to_string(k.second)] = {{"alpha_s", l.alpha_s}, {"bytes_per_s", l.bytes_per_s}};
+    nlohmann::json micro_json = nlohmann::json::object();
+    for (const auto& [k, m] : micro)
+      micro_json["B" + std::to_string(std::get<0>(k)) + " " + std::get<1>(k) + " embedding_rows " +
+                 std::to_string(std::get<2>(k))] = {{"block_s", m.block_s}, {"fixed_s", m.fixed_s}};
+    const nlohmann::json rep = {
+        {"base", req.base},
+        {"world", world},
+        {"global_batch", global},
+        {"available_host_bytes", avail.bytes},
+        {"available_nvme_bytes", nvme_free},
+        {"ranks_per_host", local},
+        {"runtime_overhead_bytes", kRuntimeOverhead},
+        {"machine", cal.machine()},
+        {"threads_per_rank", threads},
+        {"rates", {{"micro_step", micro_json}, {"adamw_s_per_param", adamw}, {"links", links_json}, {"disk_bytes_per_s", disk}}},
+        {"probes", cal.used()},
+        {"candidates", cands}};
+    write_by_rename("--out (its report)", report, [&](const std::string& tmp) {
+      std::ofstream f(tmp);
+      f << rep.dump(1) << "\n";
+      ZT_REQUIRE(f.good(), "report " << tmp << ": write failed");
+    });
+  };
+  write_outputs();
+  if (root) std::printf("wrote %s (run it: %s./train %s) and %s\n", out.c_str(),
+                        world > 1 ? ("mpirun -np " + std::to_string(world) + " ").c_str() : "", out.c_str(), report.c_str());
+
+  const size_t k = req.validate < 0 ? fit.size() : std::min(fit.size(), size_t(req.validate));
+  if (k == 0) return 0;
+  if (root) std::printf("\nvalidating the top %zu: %d steps each, the first not timed\n", k, req.validate_steps);
+  for (size_t i = 0; i < k; ++i) {
+    fit[i]->measured_s = measure(fit[i]->resolved, req.validate_steps, comm);
+    if (root) {
+      std::printf("  %zu/%zu %s: predicted %s ms, measured %s ms\n", i + 1, k, fit[i]->choice.label().c_str(),
+                  ms(fit[i]->pred.step_s).c_str(), ms(fit[i]->measured_s).c_str());
+      std::fflush(stdout);
+    }
+  }
+  if (root) {
+    std::printf("\n");
+    print_table(std::vector<const Candidate*>(fit.begin(), fit.begin() + long(k)), world, true);
+    const auto fastest = std::min_element(fit.begin(), fit.begin() + long(k),
+                                          [](auto* a, auto* b) { return a->measured_s < b->measured_s; });
+    if (*fastest != fit[0])
+      std::printf("measured fastest: #%ld (%s), %.1f%% faster than the chosen plan\n", long(fastest - fit.begin()) + 1,
+                  (*fastest)->choice.label().c_str(), (1 - (*fastest)->measured_s / fit[0]->measured_s) * 100);
+    else
+      std::printf("measured fastest: the chosen plan\n");
+  }
+  write_outputs();
+  return 0;
+}
+
+}  // namespace zt::autoplan
