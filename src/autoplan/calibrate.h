@@ -60,6 +60,10 @@ class Calibration {
   // rank of this host at once: bytes per second per rank, reads and writes together.
   double disk_bytes_per_s(const std::string& dir);
 
+  // Seconds per transfer of `bytes` in `dir`, one at a time, reads and writes alternating, every
+  // rank of this host at once (the stage-3 parameter offload's unit transfers).
+  double disk_transfer_s(const std::string& dir, size_t bytes);
+
   // Writes the cache (rank 0); throws one line when it cannot.
   void save();
   // The numbers this calibration used, for the report written beside the plan.

@@ -9,7 +9,7 @@ Prediction predict(const StepShape& s, const Rates& r) {
   Prediction p;
   const double A = s.grad_accum, L = s.layers, Lr = s.recomputed_blocks;
   // Forward + backward: the blocks (those recomputed at their own measured cost) and the rest.
-  p.compute_s = A * (r.fixed_s + (L - Lr) * r.block_s + Lr * r.block_recomputed_s);
+  p.compute_s = A * (r.fixed_s + (L - Lr) * r.block_s + Lr * r.block_recomputed_s) + s.grad_path_bytes / r.memory_bytes_per_s;
   p.recompute_s = A * Lr * std::max(0.0, r.block_recomputed_s - r.block_s);
   // Communication: gathers and reductions at their own measured latency and bandwidth.
   if (s.world > 1) {
@@ -23,15 +23,16 @@ Prediction predict(const StepShape& s, const Rates& r) {
     const double tail_s = r.reduce_alpha_s + s.tail_bytes / r.reduce_bytes_per_s;
     p.exposed_comm_s = s.overlap ? std::min(p.comm_s, std::max(0.0, p.comm_s - p.compute_s) + tail_s) : p.comm_s;
   }
-  // Offloaded states: forward and backward read shards beside the compute; the optimizer step
-  // streams its states through the sub-group pipeline, the update hidden behind the transfers.
-  p.pass_io_s = s.pass_io_bytes / r.disk_bytes_per_s;
+  // Offloaded states: forward and backward wait for each unit's shard (one unit ahead, one at a
+  // time); the optimizer step streams its states through the sub-group pipeline, the update
+  // hidden behind the transfers.
+  p.pass_io_s = s.pass_transfers * r.transfer_alpha_s + s.pass_bytes / r.transfer_bytes_per_s;
   p.optimizer_io_s = s.optimizer_io_bytes / r.disk_bytes_per_s;
   const double update_s = s.shard_params * r.adamw_s_per_param;
   p.optimizer_s = std::max(update_s, p.optimizer_io_s);
-  p.step_s = std::max(p.compute_s, p.pass_io_s) + p.exposed_comm_s + p.optimizer_s;
+  p.step_s = p.compute_s + p.pass_io_s + p.exposed_comm_s + p.optimizer_s;
 
-  const double io_s = std::max(0.0, p.pass_io_s - p.compute_s) + (p.optimizer_io_s > update_s ? p.optimizer_io_s : 0);
+  const double io_s = p.pass_io_s + (p.optimizer_io_s > update_s ? p.optimizer_io_s : 0);
   const double opt_s = p.optimizer_io_s > update_s ? 0 : update_s;
   p.bound = "compute";
   double most = std::min(p.compute_s, p.step_s);

@@ -19,7 +19,9 @@ struct StepShape {
   double tail_bytes = 0;              // bytes sent by the one collective nothing overlaps (the last unit's)
   double all_gather_share = 0;        // share of comm_bytes sent by all-gathers (the rest: reductions)
   double optimizer_io_bytes = 0;      // swap-file bytes read + written by the optimizer step
-  double pass_io_bytes = 0;           // swap-file bytes read + written during forward and backward
+  double pass_transfers = 0;          // swap-file transfers (one unit's shard each) during forward and backward
+  double pass_bytes = 0;              // their bytes
+  double grad_path_bytes = 0;         // bytes the gradient path moves in memory (bucket to shard, accumulation)
 };
 
 // The calibrated rates it multiplies by (calibrate.h).
@@ -28,11 +30,14 @@ struct Rates {
   double adamw_s_per_param = 0;
   double reduce_alpha_s = 0, reduce_bytes_per_s = 1e30;   // all-reduce at stage 0, else reduce-scatter
   double gather_alpha_s = 0, gather_bytes_per_s = 1e30;   // all-gather (stages 1-3)
-  double disk_bytes_per_s = 1e30;
+  double disk_bytes_per_s = 1e30;     // reads and writes at once, many in flight
+  double transfer_alpha_s = 0;        // one unit's shard, alone: alpha + bytes / transfer_bytes_per_s
+  double transfer_bytes_per_s = 1e30;
+  double memory_bytes_per_s = 1e30;   // the AdamW probe's: 28 bytes per parameter
 };
 
 struct Prediction {
-  double compute_s = 0;        // forward + backward of every micro-step, recomputation included
+  double compute_s = 0;        // forward + backward of every micro-step, recomputation included, and the gradient path
   double recompute_s = 0;      // the part of compute_s that recomputes forward work
   double comm_s = 0;           // every collective of the step, back to back
   double exposed_comm_s = 0;   // the part of comm_s the step waits for

@@ -82,6 +82,7 @@ struct Candidate {
   uint64_t host = 0, nvme = 0;  // per rank: estimate (host + pinned) + init transient + overhead; swap files
   bool fits = false;
   int embedding_rows = 0;  // as the engine splits the embedding (stage 3 at N > 1), for the compute probe
+  size_t unit_shard_bytes = 0, largest_shard_bytes = 0;  // a block's shard and the largest unit's, for the transfer probe
   StepShape shape;
   Prediction pred;
   double measured_s = -1;
@@ -164,8 +165,15 @@ StepShape step_shape(const Plan& plan, const Estimate& est, int world) {
   if (plan.offload.optimizer == "nvme") sh.optimizer_io_bytes = 2 * shard_bytes + 2 * shard_bytes;  // m, v read and written
   if (plan.offload.params == "nvme") {
     sh.optimizer_io_bytes += 2 * shard_bytes + shard_bytes;  // parameters and gradients read, parameters written
-    sh.pass_io_bytes = 2 * A * shard_bytes + A * shard_bytes + (A - 1) * shard_bytes;  // gathers twice; gradients
+    // Per micro-step and unit: its shard read for forward and for backward, its gradient written
+    // (and, after the first micro-step, read first to add to).
+    sh.pass_transfers = units * (3 * A + (A - 1));
+    sh.pass_bytes = shard_bytes * (3 * A + (A - 1));
   }
+  // The gradient path in memory: each bucket summed into the gradient shard (read the bucket, read
+  // and write the shard), per micro-step at stages 2-3, once per step at stage 1.
+  const double path = 4 * psi + 2 * 4 * psi / N;
+  sh.grad_path_bytes = sh.stage >= 2 ? A * path : sh.stage == 1 ? path : 0;
   return sh;
 }
 
@@ -339,7 +347,11 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     c.nvme = est.tier_total(Tier::nvme);
     c.fits = (avail.bytes == 0 || c.host * uint64_t(local) <= avail.bytes) && (c.nvme == 0 || c.nvme * uint64_t(local) <= nvme_free);
     c.shape = step_shape(p, est, world);
-    c.embedding_rows = engine_settings<CpuOps<float>>(p, world, 0).embedding_rows;
+    const EngineSettings es = engine_settings<CpuOps<float>>(p, world, 0);
+    c.embedding_rows = es.embedding_rows;
+    const Partition part(es.layout(), es.zero);
+    c.unit_shard_bytes = 4 * part.max_other_unit_padded() / size_t(world);
+    c.largest_shard_bytes = 4 * part.max_unit_padded() / size_t(world);
     all.push_back(std::move(c));
   }
   // Overlap off sends the same bytes and waits for all of them: a candidate only where its twin
@@ -403,6 +415,23 @@ int plan_command(const PlanRequest& req, Comm& comm) {
       if (!links.count({op, c->choice.bucket_mb})) links[{op, c->choice.bucket_mb}] = cal.link(op, bytes);
   }
   const double disk = any_nvme ? cal.disk_bytes_per_s(base.offload.nvme_dir) : 0;
+  // Transfers of one shard at a time: latency and bandwidth from a block's shard and the largest
+  // unit's (the embedding's, where it is one unit).
+  std::map<std::pair<size_t, size_t>, LinkCost> transfer;
+  for (Candidate* c : fit) {
+    const std::pair<size_t, size_t> key{c->unit_shard_bytes, c->largest_shard_bytes};
+    if (!c->choice.params_nvme || transfer.count(key)) continue;
+    const double t_small = cal.disk_transfer_s(base.offload.nvme_dir, key.first);
+    const double t_large = key.second > key.first ? cal.disk_transfer_s(base.offload.nvme_dir, key.second) : t_small;
+    LinkCost t;
+    if (key.second > key.first && t_large > t_small) {
+      t.bytes_per_s = double(key.second - key.first) / (t_large - t_small);
+      t.alpha_s = std::max(0.0, t_small - double(key.first) / t.bytes_per_s);
+    } else {
+      t.bytes_per_s = double(key.first) / t_small;
+    }
+    transfer[key] = t;
+  }
   cal.save();
   if (root) std::printf("calibration: %d probe(s) measured, the rest from the cache\n", cal.measured());
 
@@ -421,6 +450,11 @@ int plan_command(const PlanRequest& req, Comm& comm) {
       r.gather_alpha_s = gat.alpha_s, r.gather_bytes_per_s = gat.bytes_per_s;
     }
     if (disk > 0) r.disk_bytes_per_s = disk;
+    if (c->choice.params_nvme) {
+      const LinkCost& t = transfer[{c->unit_shard_bytes, c->largest_shard_bytes}];
+      r.transfer_alpha_s = t.alpha_s, r.transfer_bytes_per_s = t.bytes_per_s;
+    }
+    r.memory_bytes_per_s = 28 / adamw;  // AdamW reads p, g, m, v and writes p, m, v: 28 bytes a parameter
     c->pred = predict(c->shape, r);
   }
   std::stable_sort(fit.begin(), fit.end(), [](const Candidate* a, const Candidate* b) {
@@ -454,7 +488,8 @@ int plan_command(const PlanRequest& req, Comm& comm) {
                             {"recomputed_blocks", s.recomputed_blocks}, {"overlap", s.overlap},
                             {"shard_params", s.shard_params}, {"comm_bytes", s.comm_bytes}, {"collectives", s.collectives},
                             {"tail_bytes", s.tail_bytes}, {"all_gather_share", s.all_gather_share},
-                            {"optimizer_io_bytes", s.optimizer_io_bytes}, {"pass_io_bytes", s.pass_io_bytes}}},
+                            {"optimizer_io_bytes", s.optimizer_io_bytes}, {"pass_transfers", s.pass_transfers}, {"pass_bytes", s.pass_bytes},
+                            {"grad_path_bytes", s.grad_path_bytes}}},
                           {"predicted", c->pred.to_json()}};
       if (c->measured_s > 0) j["measured_step_s"] = c->measured_s;
       cands.push_back(j);
@@ -476,7 +511,14 @@ int plan_command(const PlanRequest& req, Comm& comm) {
         {"runtime_overhead_bytes", kRuntimeOverhead},
         {"machine", cal.machine()},
         {"threads_per_rank", threads},
-        {"rates", {{"micro_step", micro_json}, {"adamw_s_per_param", adamw}, {"links", links_json}, {"disk_bytes_per_s", disk}}},
+        {"rates", {{"micro_step", micro_json}, {"adamw_s_per_param", adamw}, {"links", links_json}, {"disk_bytes_per_s", disk},
+                   {"disk_transfer", [&] {
+                      nlohmann::json t = nlohmann::json::object();
+                      for (const auto& [b, l] : transfer)
+                        t[std::to_string(b.first) + "-" + std::to_string(b.second)] = {{"alpha_s", l.alpha_s},
+                                                                                      {"bytes_per_s", l.bytes_per_s}};
+                      return t;
+                    }()}}},
         {"probes", cal.used()},
         {"candidates", cands}};
     write_by_rename("--out (its report)", report, [&](const std::string& tmp) {
