@@ -11,6 +11,7 @@
 #   data        token files, tokenizer, the committed sample data
 #   parity      against PyTorch: the ops and model (test/ref), and the real binary's training loop
 #   docs        what the docs claim: docs/zero.md's formulas, design.md §2's include rules
+#   autoplan    `train plan`: docs/autoplan.md's formulas, memory against the estimate, cache, bad input
 #   gpu, emu    CUDA ops and model on a GPU (skipped without one); the CUDA code under emulation
 #   unit        (beside the concept) the second-scale GoogleTest binary zt_tests
 # One group: `ctest -L zero` in build/ (or `make test-zero`); one test: `ctest -R zero_equivalence`;
@@ -312,6 +313,15 @@ add_test(NAME zero_doc_formulas
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/docs/zero_doc_check.py --train $<TARGET_FILE:train>
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(zero_doc_formulas PROPERTIES LABELS "docs;zero" TIMEOUT 300 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+# autoplan_check: `train plan` at 2 ranks on a small model: every prediction of its report recomputed
+# from docs/autoplan.md's formulas and rates from the raw probes, memory per candidate against
+# `train estimate`, --validate, the calibration cache, one-line refusals (docs/autoplan.md). No timing
+# is asserted: the predictions' accuracy is scripts/plan_sweep.py's, a benchmark.
+add_test(NAME autoplan_check
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/autoplan/plan_check.py --train $<TARGET_FILE:train>
+                 --mpirun ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(autoplan_check PROPERTIES LABELS "autoplan;docs" TIMEOUT 300 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 
 # ---- gpu: each CUDA op against its CPU op, the whole model against the CPU backend ----------------
 # Built whenever the CUDA backend is; every test starts with ZT_REQUIRE_GPU(), which reports it as

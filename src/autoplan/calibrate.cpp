@@ -232,7 +232,7 @@ LinkCost Calibration::link(const std::string& op, size_t bytes) {
   return c;
 }
 
-double Calibration::disk_bytes_per_s(const std::string& dir) {
+double Calibration::disk_bytes_per_s(const std::string& dir, bool direct) {
   std::error_code ec;
   const std::string where = std::filesystem::weakly_canonical(dir, ec).string();
   std::ostringstream k;
@@ -246,8 +246,8 @@ double Calibration::disk_bytes_per_s(const std::string& dir) {
     // 64 MiB read while 64 MiB are written, in 1 MiB pieces on one ring of 32: the optimizer
     // pipeline's mix. Data that never repeats (a virtual disk may skip zeros or deduplicate).
     const size_t piece = Uring::kMaxIo;
-    SwapFile r(swap_file_path(dir, comm_.rank(), "probe_r"), half, true);
-    SwapFile w(swap_file_path(dir, comm_.rank(), "probe_w"), half, true);
+    SwapFile r(swap_file_path(dir, comm_.rank(), "probe_r"), half, direct);
+    SwapFile w(swap_file_path(dir, comm_.rank(), "probe_w"), half, direct);
     uint64_t* data = static_cast<uint64_t*>(std::aligned_alloc(kIoAlign, 2 * half));
     ZT_REQUIRE(data, "plan: out of memory for the disk probe's 128 MiB");
     uint64_t x = 0x9E3779B97F4A7C15ull ^ uint64_t(comm_.rank());
@@ -268,7 +268,7 @@ double Calibration::disk_bytes_per_s(const std::string& dir) {
   });
 }
 
-double Calibration::disk_transfer_s(const std::string& dir, size_t bytes) {
+double Calibration::disk_transfer_s(const std::string& dir, size_t bytes, bool direct) {
   std::error_code ec;
   const std::string where = std::filesystem::weakly_canonical(dir, ec).string();
   const size_t n = offload::io_round_up(std::max<size_t>(bytes, offload::kIoAlign));
@@ -281,7 +281,7 @@ double Calibration::disk_transfer_s(const std::string& dir, size_t bytes) {
     // One shard at a time, waited for, reads and writes alternating: how the stage-3 passes move a
     // unit's parameters and gradients (one unit ahead of the compute).
     const int count = int(std::clamp<size_t>((size_t(64) << 20) / n, 2, 16));
-    SwapFile f(swap_file_path(dir, comm_.rank(), "probe_t"), n * count, true);
+    SwapFile f(swap_file_path(dir, comm_.rank(), "probe_t"), n * count, direct);
     uint64_t* data = static_cast<uint64_t*>(std::aligned_alloc(kIoAlign, n));
     ZT_REQUIRE(data, "plan: out of memory for the disk probe");
     uint64_t x = 0x2545F4914F6CDD1Dull ^ uint64_t(comm_.rank());

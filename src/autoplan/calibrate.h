@@ -57,12 +57,13 @@ class Calibration {
   // communicator at full-buffer sizes around `bytes` (fp32): alpha and bandwidth from two sizes.
   LinkCost link(const std::string& op, size_t bytes);
   // io_uring reads and writes at once (O_DIRECT where the filesystem takes it) in `dir`, every
-  // rank of this host at once: bytes per second per rank, reads and writes together.
-  double disk_bytes_per_s(const std::string& dir);
+  // rank of this host at once: bytes per second per rank, reads and writes together. direct: the
+  // directory takes O_DIRECT (offload::check_nvme_dir), as the swap files will use it.
+  double disk_bytes_per_s(const std::string& dir, bool direct);
 
   // Seconds per transfer of `bytes` in `dir`, one at a time, reads and writes alternating, every
   // rank of this host at once (the stage-3 parameter offload's unit transfers).
-  double disk_transfer_s(const std::string& dir, size_t bytes);
+  double disk_transfer_s(const std::string& dir, size_t bytes, bool direct);
 
   // Writes the cache (rank 0); throws one line when it cannot.
   void save();

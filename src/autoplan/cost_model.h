@@ -13,6 +13,8 @@ struct StepShape {
   int stage = 0, world = 1, grad_accum = 1, layers = 0;
   int recomputed_blocks = 0;          // blocks under the block policy (blocks 0, every, 2*every, ...)
   bool overlap = true;
+  double padded_params = 0;           // Ψ: the model's parameters as padded for N ranks
+  double units = 0, buckets = 0;      // the engine's units (gathered one at a time) and gradient buckets
   double shard_params = 0;            // parameters this rank's AdamW updates (Ψ at stage 0, Ψ/N above)
   double comm_bytes = 0;              // model-state bytes sent per step (train estimate's bytes_per_step)
   double collectives = 0;             // collectives per step (latency count)

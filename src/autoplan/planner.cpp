@@ -84,6 +84,7 @@ struct Candidate {
   int embedding_rows = 0;  // as the engine splits the embedding (stage 3 at N > 1), for the compute probe
   size_t unit_shard_bytes = 0, largest_shard_bytes = 0;  // a block's shard and the largest unit's, for the transfer probe
   StepShape shape;
+  Rates rates;  // the calibrated rates its prediction used
   Prediction pred;
   double measured_s = -1;
 };
@@ -155,6 +156,7 @@ StepShape step_shape(const Plan& plan, const Estimate& est, int world) {
   sh.shard_params = sh.stage == 0 ? psi : psi / N;
   sh.comm_bytes = double(est.bytes_per_step);
   const double buckets = double(part.buckets().size()), units = double(layout.units().size());
+  sh.padded_params = psi, sh.units = units, sh.buckets = buckets;
   sh.collectives = sh.stage == 0 ? buckets : sh.stage == 1 ? buckets + units : sh.stage == 2 ? A * buckets + units
                                                                                              : A * (buckets + 2 * units);
   sh.all_gather_share = sh.stage == 0 ? 0 : sh.stage == 1 ? 0.5 : sh.stage == 2 ? 1 / (A + 1) : 2.0 / 3;
@@ -320,12 +322,13 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   // What this host offers (docs/autoplan.md, "Fitting").
   const HostMemory avail = host_memory_available();
   const int local = comm.local_world();
-  bool nvme = true;
+  bool nvme = true, direct = true;
   uint64_t nvme_free = 0;
   std::string nvme_why;
   try {
     const offload::NvmeDir d = offload::check_nvme_dir(base.offload.nvme_dir, 0, "");
     nvme_free = d.free_bytes;
+    direct = d.direct;
   } catch (const Error& e) {
     nvme = false;
     nvme_why = e.what();
@@ -414,15 +417,15 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"})
       if (!links.count({op, c->choice.bucket_mb})) links[{op, c->choice.bucket_mb}] = cal.link(op, bytes);
   }
-  const double disk = any_nvme ? cal.disk_bytes_per_s(base.offload.nvme_dir) : 0;
+  const double disk = any_nvme ? cal.disk_bytes_per_s(base.offload.nvme_dir, direct) : 0;
   // Transfers of one shard at a time: latency and bandwidth from a block's shard and the largest
   // unit's (the embedding's, where it is one unit).
   std::map<std::pair<size_t, size_t>, LinkCost> transfer;
   for (Candidate* c : fit) {
     const std::pair<size_t, size_t> key{c->unit_shard_bytes, c->largest_shard_bytes};
     if (!c->choice.params_nvme || transfer.count(key)) continue;
-    const double t_small = cal.disk_transfer_s(base.offload.nvme_dir, key.first);
-    const double t_large = key.second > key.first ? cal.disk_transfer_s(base.offload.nvme_dir, key.second) : t_small;
+    const double t_small = cal.disk_transfer_s(base.offload.nvme_dir, key.first, direct);
+    const double t_large = key.second > key.first ? cal.disk_transfer_s(base.offload.nvme_dir, key.second, direct) : t_small;
     LinkCost t;
     if (key.second > key.first && t_large > t_small) {
       t.bytes_per_s = double(key.second - key.first) / (t_large - t_small);
@@ -455,6 +458,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
       r.transfer_alpha_s = t.alpha_s, r.transfer_bytes_per_s = t.bytes_per_s;
     }
     r.memory_bytes_per_s = 28 / adamw;  // AdamW reads p, g, m, v and writes p, m, v: 28 bytes a parameter
+    c->rates = r;
     c->pred = predict(c->shape, r);
   }
   std::stable_sort(fit.begin(), fit.end(), [](const Candidate* a, const Candidate* b) {
@@ -486,10 +490,20 @@ int plan_command(const PlanRequest& req, Comm& comm) {
                           {"shape",
                            {{"stage", s.stage}, {"world", s.world}, {"grad_accum", s.grad_accum}, {"layers", s.layers},
                             {"recomputed_blocks", s.recomputed_blocks}, {"overlap", s.overlap},
+                            {"padded_params", s.padded_params}, {"units", s.units}, {"buckets", s.buckets},
                             {"shard_params", s.shard_params}, {"comm_bytes", s.comm_bytes}, {"collectives", s.collectives},
                             {"tail_bytes", s.tail_bytes}, {"all_gather_share", s.all_gather_share},
                             {"optimizer_io_bytes", s.optimizer_io_bytes}, {"pass_transfers", s.pass_transfers}, {"pass_bytes", s.pass_bytes},
                             {"grad_path_bytes", s.grad_path_bytes}}},
+                          {"embedding_rows", c->embedding_rows},
+                          {"rates",
+                           {{"block_s", c->rates.block_s}, {"block_recomputed_s", c->rates.block_recomputed_s},
+                            {"fixed_s", c->rates.fixed_s}, {"adamw_s_per_param", c->rates.adamw_s_per_param},
+                            {"reduce_alpha_s", c->rates.reduce_alpha_s}, {"reduce_bytes_per_s", c->rates.reduce_bytes_per_s},
+                            {"gather_alpha_s", c->rates.gather_alpha_s}, {"gather_bytes_per_s", c->rates.gather_bytes_per_s},
+                            {"disk_bytes_per_s", c->rates.disk_bytes_per_s}, {"transfer_alpha_s", c->rates.transfer_alpha_s},
+                            {"transfer_bytes_per_s", c->rates.transfer_bytes_per_s},
+                            {"memory_bytes_per_s", c->rates.memory_bytes_per_s}}},
                           {"predicted", c->pred.to_json()}};
       if (c->measured_s > 0) j["measured_step_s"] = c->measured_s;
       cands.push_back(j);

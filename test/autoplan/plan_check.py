@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""`train plan` (docs/autoplan.md) on a small model at 2 ranks, against independent oracles.
+
+  - Every candidate's step shape and predicted parts in the report, recomputed from the formulas
+    in docs/autoplan.md (read from the document itself) and the report's rates: the document cannot
+    drift from the code.
+  - The rates, recomputed from the raw probe timings the report lists (block and fixed parts from
+    the 1- and 3-block models; recomputation never negative).
+  - Memory: for a sample of candidates, host bytes = `train estimate --json` (host + pinned) of that
+    very plan + Vp*C*4 + 256 MiB, swap-file bytes = its nvme total; the table is sorted by predicted
+    step time; the written plan is the first candidate's and `train estimate` accepts it.
+  - --validate 2: the top two were trained (a measured step time each).
+  - The cache: a second run measures nothing; a cache naming another machine is measured again and
+    replaced; a file that is not a calibration is refused and left as it was.
+  - Hostile input, each one line and exit 1 before anything is written: a world that does not divide
+    the global batch, --world unlike the ranks launched, an output that is a directory, a model that
+    fits nowhere (with the smallest need), a bad --validate, a CUDA plan.
+
+  /usr/bin/python3 test/autoplan/plan_check.py --train ./train [--mpirun mpirun]
+"""
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DOC = os.path.join(ROOT, "docs", "autoplan.md")
+MiB = 1 << 20
+OVERHEAD = 256 * MiB
+
+BASE_SETS = ["data.train=data/sample/train_*.bin", "data.val=data/sample/val.bin", "data.tokenizer=",
+             "model.n_layer=2", "model.n_embd=64", "model.n_head=2", "model.seq_len=64",
+             "batch.micro_batch=2", "batch.grad_accum=1", "zero.bucket_mb=1"]
+
+
+def formulas(name):
+    text = open(DOC).read()
+    m = re.search(r"<!-- formulas: " + name + r" -->(.*?)<!-- end formulas -->", text, re.S)
+    rows = [l for l in m.group(1).strip().splitlines() if l.startswith("|")][2:]
+    out = []
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        out.append((cells[0], re.fullmatch(r"`(.*)`", cells[1]).group(1)))
+    return out
+
+
+def close(a, b):
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--train", required=True)
+    ap.add_argument("--mpirun", default=shutil.which("mpirun") or "mpirun")
+    args = ap.parse_args()
+    train = os.path.abspath(args.train)
+    os.chdir(ROOT)
+    work = tempfile.mkdtemp(prefix="zt-plan-check-")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.pop("ZT_MEM_AVAILABLE_BYTES", None)
+    sets = [a for s in BASE_SETS + [f"offload.nvme_dir={work}/swap"] for a in ("--set", s)]
+    failures = []
+
+    def check(cond, what):
+        if not cond:
+            failures.append(what)
+        return cond
+
+    def run(cmd, world=2, extra_env=None):
+        full = ([args.mpirun, "--oversubscribe", "-np", str(world)] if world > 1 else []) + cmd
+        return subprocess.run(full, env=dict(env, **(extra_env or {})), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+
+    cal = os.path.join(work, "cal.json")
+    out = os.path.join(work, "best.json")
+    plan_cmd = [train, "plan", "plans/default.json", "--world", "2", "--global-batch", "8", "--out", out,
+                "--calibration", cal, "--validate", "2", "--validate-steps", "2"] + sets
+    p = run(plan_cmd)
+    print(p.stdout)
+    if not check(p.returncode == 0, f"train plan exited {p.returncode}"):
+        return report(failures, work)
+    rep = json.load(open(os.path.join(work, "best.report.json")))
+    cands = rep["candidates"]
+    print(f"{len(cands)} candidates in the report")
+    check(len(cands) > 20, f"only {len(cands)} candidates fit: the space should hold stages 0-3, offload, 4 policies, 4 batches")
+
+    # Shape and time, from the document's formulas.
+    shape_f, time_f = formulas("shape"), formulas("time")
+    check(len(shape_f) == 7 and len(time_f) == 7, "the formula tables changed size")
+    worst = 0.0
+    for i, c in enumerate(cands):
+        s, ch = c["shape"], c["choice"]
+        env_f = dict(s)
+        env_f.update(offload_optimizer=ch["offload.optimizer"] == "nvme", offload_params=ch["offload.params"] == "nvme")
+        for term, f in shape_f:
+            v = eval(f, {"__builtins__": {}}, env_f)
+            if not check(close(v, s[term]), f"candidate {i}: shape {term} = {s[term]}, docs formula gives {v}"):
+                break
+        env_t = dict(s)
+        env_t.update(c["rates"])
+        env_t.update(min=min, max=max)
+        for term, f in time_f:
+            v = eval(f, {"__builtins__": {}}, env_t)
+            env_t[term] = v
+            got = c["predicted"][term]
+            worst = max(worst, abs(v - got) / max(abs(got), 1e-30))
+            if not check(close(v, got), f"candidate {i}: {term} = {got}, docs formula gives {v}"):
+                break
+    print(f"formulas: every candidate recomputed, largest relative difference {worst:.2e}")
+
+    # Rates from the raw probes.
+    probes = rep["probes"]
+    for key, m in rep["rates"]["micro_step"].items():
+        b, policy, _, rows = key.split()
+        def probe(pol, L):
+            ks = [k for k in probes if k.startswith("micro_step ") and f" {b} {pol} " in k and f"embedding_rows{rows} " in k and k.endswith(f" L{L}")]
+            check(len(ks) == 1, f"probe {pol} L{L} for {key}: {ks}")
+            return probes[ks[0]]
+        t1, t3 = probe("none", 1), probe("none", 3)
+        block = max(0.0, (t3 - t1) / 2)
+        if policy != "none":
+            block += max(0.0, probe(policy, 3) - t3) / 3
+        check(close(m["fixed_s"], max(0.0, t1 - max(0.0, (t3 - t1) / 2))), f"{key}: fixed_s {m['fixed_s']} not t1 - block")
+        check(close(m["block_s"], block), f"{key}: block_s {m['block_s']}, from the probes {block}")
+        check(m["block_s"] >= 0 and m["fixed_s"] >= 0, f"{key}: a negative rate")
+
+    # Sorted, and the written plan is the first.
+    steps = [c["predicted"]["step_s"] for c in cands]
+    check(steps == sorted(steps), "the report's candidates are not sorted by predicted step time")
+    best = json.load(open(out))
+    for k, v in cands[0]["choice"].items():
+        sec, key = k.split(".")
+        check(best[sec][key] == v, f"--out's {k} = {best[sec][key]}, the first candidate's is {v}")
+
+    # Memory against train estimate, plan by plan (a sample: first, last, and a few between).
+    sample = sorted({0, len(cands) - 1, len(cands) // 3, 2 * len(cands) // 3})
+    for i in sample:
+        c = cands[i]
+        cset = [a for k, v in c["choice"].items() for a in ("--set", f"{k}={json.dumps(v) if isinstance(v, bool) else v}")]
+        e = run([train, "estimate", "plans/default.json", "--world", "2", "--json"] + sets + cset, world=1)
+        if not check(e.returncode == 0, f"estimate of candidate {i} failed: {e.stdout[-300:]}"):
+            continue
+        est = json.loads(e.stdout)
+        mem = est["memory"]
+        host = mem.get("host", {}).get("total", 0) + mem.get("pinned", {}).get("total", 0)
+        vp = (50257 + 127) // 128 * 128
+        want = host + vp * 64 * 4 + OVERHEAD
+        check(c["host_bytes_per_rank"] == want, f"candidate {i}: host {c['host_bytes_per_rank']}, estimate + transient + overhead {want}")
+        check(c["nvme_bytes_per_rank"] == mem.get("nvme", {}).get("total", 0), f"candidate {i}: nvme bytes differ from the estimate")
+        check(c["shape"]["comm_bytes"] == est["bytes_per_step"], f"candidate {i}: comm bytes differ from the estimate")
+    e = run([train, "estimate", out, "--world", "2"], world=1)
+    check(e.returncode == 0, f"train estimate refused the written plan: {e.stdout[-300:]}")
+
+    # --validate 2.
+    measured = [c.get("measured_step_s", 0) for c in cands[:2]]
+    check(all(m > 0 for m in measured), f"--validate 2 measured {measured}")
+    check("measured fastest" in p.stdout, "no 'measured fastest' line after --validate")
+
+    # The cache: reused, then replaced when it names another machine, refused when not ours.
+    p2 = run(plan_cmd[:plan_cmd.index("--validate")] + sets)
+    check(p2.returncode == 0 and "0 probe(s) measured" in p2.stdout, f"second run did not reuse the cache: {p2.stdout[-400:]}")
+    c = json.load(open(cal))
+    c["machine"]["host"] = "another-machine"
+    json.dump(c, open(cal, "w"))
+    p3 = run(plan_cmd[:plan_cmd.index("--validate")] + sets)
+    check(p3.returncode == 0 and "another machine" in p3.stdout and "0 probe(s) measured" not in p3.stdout,
+          f"a cache from another machine was not measured again: {p3.stdout[-400:]}")
+    check(json.load(open(cal))["machine"]["host"] != "another-machine", "the other machine's cache was not replaced")
+
+    # Hostile input: one line, exit 1, nothing written.
+    foreign = os.path.join(work, "foreign.json")
+    open(foreign, "w").write('{"not": "a calibration"}\n')
+    fresh = os.path.join(work, "fresh.json")
+    base = [train, "plan", "plans/default.json", "--out", fresh] + sets
+    cases = [
+        ("global batch", base + ["--world", "2", "--global-batch", "5", "--calibration", cal], 2, {}, "does not divide among 2 ranks"),
+        ("world unlike launch", base + ["--world", "3", "--calibration", cal], 2, {}, "--world 3 but 2 rank(s)"),
+        ("output a directory", [train, "plan", "plans/default.json", "--out", work, "--calibration", cal] + sets, 1, {}, "--out"),
+        ("fits nowhere", base + ["--calibration", cal], 1, {"ZT_MEM_AVAILABLE_BYTES": str(100 * MiB)}, "no candidate fits: the smallest needs"),
+        ("bad --validate", base + ["--validate", "x", "--calibration", cal], 1, {}, "--validate takes"),
+        ("foreign cache", base + ["--calibration", foreign], 1, {}, "not a zerotrain calibration"),
+        ("cuda plan", base + ["--set", "device=cuda", "--calibration", cal], 1, {}, "CPU backend only"),
+    ]
+    for name, cmd, world, xenv, want in cases:
+        r = run(cmd, world=world, extra_env=xenv)
+        errs = [l for l in r.stdout.splitlines() if l.startswith("error:")]
+        ok = r.returncode != 0 and errs and want in errs[0] and not os.path.exists(fresh)
+        check(ok, f"{name}: exit {r.returncode}, error lines {errs[:2]} (wanted one containing {want!r})")
+        print(f"{name}: {errs[0] if errs else r.stdout[-200:]}")
+    check(open(foreign).read() == '{"not": "a calibration"}\n', "the foreign cache file was changed")
+    return report(failures, work)
+
+
+def report(failures, work):
+    for f in failures[:40]:
+        print("FAIL:", f)
+    if not failures:
+        shutil.rmtree(work, ignore_errors=True)
+        print("PASS")
+        return 0
+    print(f"{len(failures)} failure(s); files kept in {work}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
