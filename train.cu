@@ -158,7 +158,9 @@ int run(int argc, char** argv) {
              "Activation recomputation: recompute.policy \"none\" (default: keep every activation), \"selective\"\n"
              "(recompute LayerNorm and GELU outputs in backward) or \"block\" (keep each block's input, rerun its\n"
              "forward in backward); recompute.every k (default 1, block only): every k-th block is recomputed.\n"
-             "./train estimate prints the activations of each policy and the forward FLOPs recomputed.\n" +
+             "./train estimate prints the activations of each policy and the forward FLOPs recomputed.\n"
+             "./train plan BASE.json --world N --out BEST.json (under mpirun -np N): the fastest plan that fits,\n"
+             "from rates measured here (cached per machine); --validate K runs the top K (docs/autoplan.md).\n" +
              zt::support::help());
   try {
     app.parse(argc, argv);
