@@ -19,7 +19,6 @@
 #include "offload/swap_file.h"
 #include "offload/uring.h"
 #include "runtime/error.h"
-#include "runtime/launcher.h"
 #include "runtime/output_path.h"
 
 namespace zt::autoplan {
@@ -71,7 +70,7 @@ nlohmann::json this_machine(const std::string& version) {
   gethostname(host, sizeof host - 1);
   return {{"host", host},
           {"cpu", proc_field("/proc/cpuinfo", "model name")},
-          {"cpus", affinity_cpus()},
+          {"cpus", long(sysconf(_SC_NPROCESSORS_ONLN))},  // the host's; a rank's share is in each probe's key
           {"mem_total", proc_field("/proc/meminfo", "MemTotal")},
           {"zerotrain", version}};
 }
@@ -232,31 +231,73 @@ LinkCost Calibration::link(const std::string& op, size_t bytes) {
   return c;
 }
 
+double Calibration::overlap_exposed_share(const GPTConfig& cfg, int T, size_t bytes) {
+  const int N = comm_.world();
+  if (N == 1) return 0;
+  std::ostringstream k;
+  k << "overlap C" << cfg.C << " NH" << cfg.NH << " V" << cfg.V << " T" << T << " N" << N << " ranks/host"
+    << comm_.local_world() << " threads" << threads_ << " bytes" << bytes;
+  return cached(k.str(), [&] {
+    using Ops = CpuOps<float>;
+    GPTConfig c = cfg;
+    c.L = 1;
+    MemoryTracker mem;
+    GPT<Ops> model(c, 1, T, mem, 128, true, true, Recompute{});
+    model.init_gpt2(1);
+    std::vector<int> in(static_cast<size_t>(T)), tg(in.size());
+    for (size_t i = 0; i < in.size(); ++i) in[i] = int((i * 7919) % size_t(c.V)), tg[i] = int((i * 104729 + 1) % size_t(c.V));
+    auto compute = [&] {
+      model.zero_grad();
+      model.forward(in.data(), tg.data(), 1, T, true, Ops::S(1.0 / T));
+      model.backward();
+    };
+    const size_t share = std::max<size_t>(1024, bytes / 4 / size_t(N));
+    std::vector<float> a(share, 1.0f), r(share * size_t(N), 0.0f);
+    // As many all-gathers as take about as long as the compute (every rank the same count).
+    const double t_compute = median_time(3, compute);
+    const double t_one = median_time(3, [&] { comm_.wait(comm_.all_gather(a.data(), r.data(), share)); });
+    const int count = int(std::clamp(std::round(max_over_ranks(comm_, t_compute) / max_over_ranks(comm_, t_one)), 1.0, 64.0));
+    auto collectives = [&](bool with_compute) {
+      std::vector<CommHandle> h;
+      for (int i = 0; i < count; ++i) h.push_back(comm_.all_gather(a.data(), r.data(), share));
+      if (with_compute) compute();
+      for (CommHandle x : h) comm_.wait(x);
+    };
+    comm_.barrier();
+    const double t_comm = median_time(3, [&] { collectives(false); });
+    comm_.barrier();
+    const double t_both = median_time(3, [&] { collectives(true); });
+    // The share of the shorter of the two that running them together did not hide.
+    const double hidden = (t_compute + t_comm - t_both) / std::min(t_compute, t_comm);
+    return std::clamp(1.0 - hidden, 0.0, 1.0);
+  });
+}
+
 double Calibration::disk_bytes_per_s(const std::string& dir, bool direct) {
   std::error_code ec;
   const std::string where = std::filesystem::weakly_canonical(dir, ec).string();
   std::ostringstream k;
   k << "disk " << (where.empty() ? dir : where) << " ranks/host" << comm_.local_world();
-  const size_t half = size_t(64) << 20;
+  const size_t half = size_t(128) << 20;
   // Stored as the probe's seconds, so that the slowest rank's is the one kept.
   return 2.0 * double(half) / cached(k.str(), [&] {
     using namespace offload;
     std::filesystem::create_directories(dir, ec);
     ZT_REQUIRE(!ec, "plan: offload.nvme_dir " << dir << ": cannot create it for the disk probe: " << ec.message());
-    // 64 MiB read while 64 MiB are written, in 1 MiB pieces on one ring of 32: the optimizer
+    // 128 MiB read while 128 MiB are written, in 1 MiB pieces on one ring of 32: the optimizer
     // pipeline's mix. Data that never repeats (a virtual disk may skip zeros or deduplicate).
     const size_t piece = Uring::kMaxIo;
     SwapFile r(swap_file_path(dir, comm_.rank(), "probe_r"), half, direct);
     SwapFile w(swap_file_path(dir, comm_.rank(), "probe_w"), half, direct);
     uint64_t* data = static_cast<uint64_t*>(std::aligned_alloc(kIoAlign, 2 * half));
-    ZT_REQUIRE(data, "plan: out of memory for the disk probe's 128 MiB");
+    ZT_REQUIRE(data, "plan: out of memory for the disk probe's 256 MiB");
     uint64_t x = 0x9E3779B97F4A7C15ull ^ uint64_t(comm_.rank());
     for (size_t i = 0; i < 2 * half / 8; ++i) x ^= x << 13, x ^= x >> 7, x ^= x << 17, data[i] = x;
     unsigned char* bytes = reinterpret_cast<unsigned char*>(data);
     Uring uring(32);
     for (size_t off = 0; off < half; off += piece) uring.write(r.fd(), bytes + off, piece, off, 0, "disk probe");
     uring.wait(0);
-    const double t = median_time(2, [&] {
+    const double t = median_time(3, [&] {
       for (size_t off = 0; off < half; off += piece) {
         uring.read(r.fd(), bytes + off, piece, off, 0, "disk probe");
         uring.write(w.fd(), bytes + half + off, piece, off, 0, "disk probe");
@@ -280,7 +321,7 @@ double Calibration::disk_transfer_s(const std::string& dir, size_t bytes, bool d
     ZT_REQUIRE(!ec, "plan: offload.nvme_dir " << dir << ": cannot create it for the disk probe: " << ec.message());
     // One shard at a time, waited for, reads and writes alternating: how the stage-3 passes move a
     // unit's parameters and gradients (one unit ahead of the compute).
-    const int count = int(std::clamp<size_t>((size_t(64) << 20) / n, 2, 16));
+    const int count = int(std::clamp<size_t>((size_t(256) << 20) / n, 8, 64));
     SwapFile f(swap_file_path(dir, comm_.rank(), "probe_t"), n * count, direct);
     uint64_t* data = static_cast<uint64_t*>(std::aligned_alloc(kIoAlign, n));
     ZT_REQUIRE(data, "plan: out of memory for the disk probe");
@@ -288,7 +329,7 @@ double Calibration::disk_transfer_s(const std::string& dir, size_t bytes, bool d
     for (size_t i = 0; i < n / 8; ++i) x ^= x << 13, x ^= x >> 7, x ^= x << 17, data[i] = x;
     Uring uring(32);
     for (int i = 0; i < count; ++i) f.write_blocks(data, n, uint64_t(i) * n);
-    const double t = median_time(2, [&] {
+    const double t = median_time(3, [&] {
       for (int i = 0; i < count; ++i) {
         const size_t off = uint64_t(i) * n;
         for (size_t o = 0; o < n; o += Uring::kMaxIo) {

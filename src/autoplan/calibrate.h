@@ -56,6 +56,10 @@ class Calibration {
   // The collective `op` ("all_reduce", "reduce_scatter", "all_gather") on the ranks of the
   // communicator at full-buffer sizes around `bytes` (fp32): alpha and bandwidth from two sizes.
   LinkCost link(const std::string& op, size_t bytes);
+  // What overlap leaves exposed where ranks share the cores: one block's forward + backward run
+  // while the comm thread all-gathers messages of `bytes`, against each alone; the share of the
+  // shorter of the two not hidden, 0 (all hidden) to 1. 0 at one rank.
+  double overlap_exposed_share(const GPTConfig& cfg, int T, size_t bytes);
   // io_uring reads and writes at once (O_DIRECT where the filesystem takes it) in `dir`, every
   // rank of this host at once: bytes per second per rank, reads and writes together. direct: the
   // directory takes O_DIRECT (offload::check_nvme_dir), as the swap files will use it.

@@ -17,11 +17,13 @@ Prediction predict(const StepShape& s, const Rates& r) {
     const double gathers = s.all_gather_share * s.collectives, reductions = s.collectives - gathers;
     p.comm_s = reductions * r.reduce_alpha_s + reduce_bytes / r.reduce_bytes_per_s + gathers * r.gather_alpha_s +
                gather_bytes / r.gather_bytes_per_s;
-    // With overlap, the communication thread runs beside forward and backward; the step still
-    // waits for what does not fit beside them, and for the last unit's collective, which starts
-    // when backward ends.
-    const double tail_s = r.reduce_alpha_s + s.tail_bytes / r.reduce_bytes_per_s;
-    p.exposed_comm_s = s.overlap ? std::min(p.comm_s, std::max(0.0, p.comm_s - p.compute_s) + tail_s) : p.comm_s;
+    // With overlap, the communication thread runs beside forward and backward, except the last
+    // unit's collective, which starts when backward ends: what could be hidden is the shorter of
+    // the rest and the compute, and of that the overlap probe's share stays exposed (ranks that
+    // share their cores with the comm thread).
+    p.tail_s = std::min(p.comm_s, r.reduce_alpha_s + s.tail_bytes / r.reduce_bytes_per_s);
+    const double hideable = std::min(p.comm_s - p.tail_s, p.compute_s);
+    p.exposed_comm_s = s.overlap ? p.comm_s - (1 - r.overlap_exposed) * hideable : p.comm_s;
   }
   // Offloaded states: forward and backward wait for each unit's shard (one unit ahead, one at a
   // time); the optimizer step streams its states through the sub-group pipeline, the update
@@ -42,7 +44,7 @@ Prediction predict(const StepShape& s, const Rates& r) {
 }
 
 nlohmann::json Prediction::to_json() const {
-  return {{"compute_s", compute_s},   {"recompute_s", recompute_s},       {"comm_s", comm_s},
+  return {{"compute_s", compute_s},   {"recompute_s", recompute_s},       {"comm_s", comm_s}, {"tail_s", tail_s},
           {"exposed_comm_s", exposed_comm_s}, {"pass_io_s", pass_io_s}, {"optimizer_io_s", optimizer_io_s},
           {"optimizer_s", optimizer_s}, {"step_s", step_s},             {"bound", bound}};
 }

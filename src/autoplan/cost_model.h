@@ -32,6 +32,7 @@ struct Rates {
   double adamw_s_per_param = 0;
   double reduce_alpha_s = 0, reduce_bytes_per_s = 1e30;   // all-reduce at stage 0, else reduce-scatter
   double gather_alpha_s = 0, gather_bytes_per_s = 1e30;   // all-gather (stages 1-3)
+  double overlap_exposed = 0;         // share of the overlapped time not hidden (the overlap probe)
   double disk_bytes_per_s = 1e30;     // reads and writes at once, many in flight
   double transfer_alpha_s = 0;        // one unit's shard, alone: alpha + bytes / transfer_bytes_per_s
   double transfer_bytes_per_s = 1e30;
@@ -42,6 +43,7 @@ struct Prediction {
   double compute_s = 0;        // forward + backward of every micro-step, recomputation included, and the gradient path
   double recompute_s = 0;      // the part of compute_s that recomputes forward work
   double comm_s = 0;           // every collective of the step, back to back
+  double tail_s = 0;           // the last unit's collective, which nothing overlaps
   double exposed_comm_s = 0;   // the part of comm_s the step waits for
   double pass_io_s = 0, optimizer_io_s = 0;  // swap-file transfers
   double optimizer_s = 0;      // AdamW over the shard

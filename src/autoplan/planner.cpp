@@ -409,6 +409,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   for (const auto& [b, pol, rows] : needed) micro[{b, pol, rows}] = cal.micro_step(cfg, b, T, policy_of(pol), chunk, rows);
   const double adamw = cal.adamw_s_per_param();
   std::map<std::pair<std::string, double>, LinkCost> links;
+  std::map<double, double> overlap;  // bucket_mb -> exposed share
   bool any_nvme = false;
   for (Candidate* c : fit) {
     any_nvme |= c->choice.optimizer_nvme;
@@ -416,6 +417,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     const size_t bytes = size_t(c->choice.bucket_mb * double(1 << 20));
     for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"})
       if (!links.count({op, c->choice.bucket_mb})) links[{op, c->choice.bucket_mb}] = cal.link(op, bytes);
+    if (!overlap.count(c->choice.bucket_mb)) overlap[c->choice.bucket_mb] = cal.overlap_exposed_share(cfg, T, bytes);
   }
   const double disk = any_nvme ? cal.disk_bytes_per_s(base.offload.nvme_dir, direct) : 0;
   // Transfers of one shard at a time: latency and bandwidth from a block's shard and the largest
@@ -451,6 +453,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
       const LinkCost gat = links[{"all_gather", c->choice.bucket_mb}];
       r.reduce_alpha_s = red.alpha_s, r.reduce_bytes_per_s = red.bytes_per_s;
       r.gather_alpha_s = gat.alpha_s, r.gather_bytes_per_s = gat.bytes_per_s;
+      r.overlap_exposed = overlap[c->choice.bucket_mb];
     }
     if (disk > 0) r.disk_bytes_per_s = disk;
     if (c->choice.params_nvme) {
@@ -501,6 +504,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
                             {"fixed_s", c->rates.fixed_s}, {"adamw_s_per_param", c->rates.adamw_s_per_param},
                             {"reduce_alpha_s", c->rates.reduce_alpha_s}, {"reduce_bytes_per_s", c->rates.reduce_bytes_per_s},
                             {"gather_alpha_s", c->rates.gather_alpha_s}, {"gather_bytes_per_s", c->rates.gather_bytes_per_s},
+                            {"overlap_exposed", c->rates.overlap_exposed},
                             {"disk_bytes_per_s", c->rates.disk_bytes_per_s}, {"transfer_alpha_s", c->rates.transfer_alpha_s},
                             {"transfer_bytes_per_s", c->rates.transfer_bytes_per_s},
                             {"memory_bytes_per_s", c->rates.memory_bytes_per_s}}},
