@@ -21,8 +21,10 @@ struct StepShape {
   double tail_bytes = 0;              // bytes sent by the one collective nothing overlaps (the last unit's)
   double all_gather_share = 0;        // share of comm_bytes sent by all-gathers (the rest: reductions)
   double optimizer_io_bytes = 0;      // swap-file bytes read + written by the optimizer step
-  double pass_transfers = 0;          // swap-file transfers (one unit's shard each) during forward and backward
-  double pass_bytes = 0;              // their bytes
+  bool offload_params = false;        // stage 3's shards in swap files: each unit's read as it is gathered
+  double block_shard_bytes = 0;       // one block's shard
+  double embedding_shard_bytes = 0;   // the embedding's shards, all its units together
+  double embedding_units = 1;         // E: 1, or the row chunks it is split into (stage 3 at N > 1)
   double grad_path_bytes = 0;         // bytes the gradient path moves in memory (bucket to shard, accumulation)
 };
 

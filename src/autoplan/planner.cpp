@@ -169,8 +169,11 @@ StepShape step_shape(const Plan& plan, const Estimate& est, int world) {
     sh.optimizer_io_bytes += 2 * shard_bytes + shard_bytes;  // parameters and gradients read, parameters written
     // Per micro-step and unit: its shard read for forward and for backward, its gradient written
     // (and, after the first micro-step, read first to add to).
-    sh.pass_transfers = units * (3 * A + (A - 1));
-    sh.pass_bytes = shard_bytes * (3 * A + (A - 1));
+    const int E = layout.embedding_units();
+    sh.offload_params = true;
+    sh.embedding_units = E;
+    sh.block_shard_bytes = 4 * double(part.unit_padded(E)) / N;
+    for (int e = 0; e < E; ++e) sh.embedding_shard_bytes += 4 * double(part.unit_padded(e)) / N;
   }
   // The gradient path in memory: each bucket summed into the gradient shard (read the bucket, read
   // and write the shard), per micro-step at stages 2-3, once per step at stage 1.
@@ -496,7 +499,8 @@ int plan_command(const PlanRequest& req, Comm& comm) {
                             {"padded_params", s.padded_params}, {"units", s.units}, {"buckets", s.buckets},
                             {"shard_params", s.shard_params}, {"comm_bytes", s.comm_bytes}, {"collectives", s.collectives},
                             {"tail_bytes", s.tail_bytes}, {"all_gather_share", s.all_gather_share},
-                            {"optimizer_io_bytes", s.optimizer_io_bytes}, {"pass_transfers", s.pass_transfers}, {"pass_bytes", s.pass_bytes},
+                            {"optimizer_io_bytes", s.optimizer_io_bytes}, {"offload_params", s.offload_params}, {"block_shard_bytes", s.block_shard_bytes},
+                            {"embedding_shard_bytes", s.embedding_shard_bytes}, {"embedding_units", s.embedding_units},
                             {"grad_path_bytes", s.grad_path_bytes}}},
                           {"embedding_rows", c->embedding_rows},
                           {"rates",
