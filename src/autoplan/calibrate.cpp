@@ -27,19 +27,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Median of `reps` timed calls after one untimed (first-touch page faults, BLAS thread start-up).
+// The fastest of `reps` timed calls after one untimed (first-touch page faults, BLAS thread
+// start-up): the planner predicts an undisturbed machine, and another job's burst during a probe
+// slows some calls, never speeds one up.
 template <class F>
-double median_time(int reps, F&& f) {
+double best_time(int reps, F&& f) {
   f();
-  std::vector<double> t;
+  double best = 1e300;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = Clock::now();
     f();
-    t.push_back(seconds_since(t0));
+    best = std::min(best, seconds_since(t0));
   }
-  if (std::getenv("ZT_DEBUG_PROBE")) { for (double x : t) std::fprintf(stderr, " %.4f", x); std::fprintf(stderr, "\n"); }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return best;
 }
 
 std::string read_text(const std::string& path) {
@@ -95,7 +95,7 @@ double time_micro_step(const GPTConfig& cfg, int b, int T, const Recompute& rc, 
   model.init_gpt2(1);
   std::vector<int> in(size_t(b) * T), tg(in.size());
   for (size_t i = 0; i < in.size(); ++i) in[i] = int((i * 7919) % size_t(cfg.V)), tg[i] = int((i * 104729 + 1) % size_t(cfg.V));
-  return median_time(5, [&] {
+  return best_time(5, [&] {
     model.zero_grad();
     model.forward(in.data(), tg.data(), b, T, true, Ops::S(1.0 / (double(b) * T)));
     model.backward();
@@ -191,7 +191,7 @@ double Calibration::adamw_s_per_param() {
   return cached(k.str(), [&] {
     std::vector<float> p(n, 0.5f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
     cpu::AdamWArgs a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
-    return median_time(3, [&] {
+    return best_time(3, [&] {
       cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, a);
       ++a.step;
     }) / double(n);
@@ -211,7 +211,7 @@ LinkCost Calibration::link(const std::string& op, size_t bytes) {
     std::ostringstream k;
     k << "link " << op << " N" << N << " ranks/host" << comm_.local_world() << " bytes" << n * 4;
     return cached(k.str(), [&] {
-      return median_time(3, [&] {
+      return best_time(3, [&] {
         if (op == "all_reduce") comm_.wait(comm_.all_reduce(a.data(), n));
         else if (op == "reduce_scatter") comm_.wait(comm_.reduce_scatter(a.data(), r.data(), share));
         else comm_.wait(comm_.all_gather(a.data(), r.data(), share));
@@ -254,8 +254,8 @@ double Calibration::overlap_exposed_share(const GPTConfig& cfg, int T, size_t by
     const size_t share = std::max<size_t>(1024, bytes / 4 / size_t(N));
     std::vector<float> a(share, 1.0f), r(share * size_t(N), 0.0f);
     // As many all-gathers as take about as long as the compute (every rank the same count).
-    const double t_compute = median_time(3, compute);
-    const double t_one = median_time(3, [&] { comm_.wait(comm_.all_gather(a.data(), r.data(), share)); });
+    const double t_compute = best_time(3, compute);
+    const double t_one = best_time(3, [&] { comm_.wait(comm_.all_gather(a.data(), r.data(), share)); });
     const int count = int(std::clamp(std::round(max_over_ranks(comm_, t_compute) / max_over_ranks(comm_, t_one)), 1.0, 64.0));
     auto collectives = [&](bool with_compute) {
       std::vector<CommHandle> h;
@@ -264,9 +264,9 @@ double Calibration::overlap_exposed_share(const GPTConfig& cfg, int T, size_t by
       for (CommHandle x : h) comm_.wait(x);
     };
     comm_.barrier();
-    const double t_comm = median_time(3, [&] { collectives(false); });
+    const double t_comm = best_time(3, [&] { collectives(false); });
     comm_.barrier();
-    const double t_both = median_time(3, [&] { collectives(true); });
+    const double t_both = best_time(3, [&] { collectives(true); });
     // The share of the shorter of the two that running them together did not hide.
     const double hidden = (t_compute + t_comm - t_both) / std::min(t_compute, t_comm);
     return std::clamp(1.0 - hidden, 0.0, 1.0);
@@ -297,7 +297,7 @@ double Calibration::disk_bytes_per_s(const std::string& dir, bool direct) {
     Uring uring(32);
     for (size_t off = 0; off < half; off += piece) uring.write(r.fd(), bytes + off, piece, off, 0, "disk probe");
     uring.wait(0);
-    const double t = median_time(3, [&] {
+    const double t = best_time(3, [&] {
       for (size_t off = 0; off < half; off += piece) {
         uring.read(r.fd(), bytes + off, piece, off, 0, "disk probe");
         uring.write(w.fd(), bytes + half + off, piece, off, 0, "disk probe");
@@ -329,7 +329,7 @@ double Calibration::disk_transfer_s(const std::string& dir, size_t bytes, bool d
     for (size_t i = 0; i < n / 8; ++i) x ^= x << 13, x ^= x >> 7, x ^= x << 17, data[i] = x;
     Uring uring(32);
     for (int i = 0; i < count; ++i) f.write_blocks(data, n, uint64_t(i) * n);
-    const double t = median_time(3, [&] {
+    const double t = best_time(3, [&] {
       for (int i = 0; i < count; ++i) {
         const size_t off = uint64_t(i) * n;
         for (size_t o = 0; o < n; o += Uring::kMaxIo) {
