@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -148,6 +149,10 @@ double Calibration::cached(const std::string& key, const std::function<double()>
     v = max_over_ranks(comm_, probe());
     entries_[key] = v;
     ++measured_;
+    if (comm_.rank() == 0) {  // progress, and the number itself
+      std::printf("  %s: %.6g\n", key.c_str(), v);
+      std::fflush(stdout);
+    }
   }
   used_[key] = v;
   return v;

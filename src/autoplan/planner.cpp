@@ -244,9 +244,11 @@ void print_table(const std::vector<const Candidate*>& rows, int world, bool meas
     const Choice& ch = c->choice;
     const Prediction& p = c->pred;
     const double tokens = double(ch.micro_batch) * ch.grad_accum * world * c->resolved["model"]["seq_len"].get<double>();
-    std::printf("%3d  %5d  %-10s  %-9s  %2d x %-3d %6.2f  %-7s | %10s %10s | %7s %6s %7s %4s %6s | %8s %7.0f  %-9s", ++i,
+    char bucket[32] = "-";
+    if (world > 1) std::snprintf(bucket, sizeof bucket, "%.2f", ch.bucket_mb);
+    std::printf("%3d  %5d  %-10s  %-9s  %2d x %-3d %6s  %-7s | %10s %10s | %7s %6s %7s %4s %6s | %8s %7.0f  %-9s", ++i,
                 ch.stage, ch.offload().c_str(), ch.recompute().c_str(), ch.micro_batch, ch.grad_accum,
-                world > 1 ? ch.bucket_mb : 0.0, world > 1 ? (ch.overlap ? "on" : "off") : "-", mib(double(c->host)).c_str(),
+                bucket, world > 1 ? (ch.overlap ? "on" : "off") : "-", mib(double(c->host)).c_str(),
                 mib(double(c->nvme)).c_str(), ms(p.compute_s).c_str(), ms(p.comm_s).c_str(), ms(p.exposed_comm_s).c_str(),
                 ms(p.pass_io_s + p.optimizer_io_s).c_str(), ms(p.optimizer_s).c_str(), ms(p.step_s).c_str(),
                 tokens / p.step_s, p.bound.c_str());
@@ -274,8 +276,11 @@ std::string why(const Candidate& best, const Candidate* next) {
     for (const auto& d : diffs)
       if (std::fabs(d.second) > std::fabs(most->second)) most = &d;
     os << "\nnext: " << next->choice.label() << ": " << ms(q.step_s) << " ms (" << std::showpos << std::fixed
-       << std::setprecision(1) << (q.step_s / p.step_s - 1) * 100 << "%" << std::noshowpos << "), mostly "
-       << most->first << " (" << std::showpos << ms(most->second) << std::noshowpos << " ms)";
+       << std::setprecision(1) << (q.step_s / p.step_s - 1) * 100 << "%" << std::noshowpos << ")";
+    if (q.step_s < p.step_s * 1.005)
+      os << ", within 0.5%: a tie as far as the model can tell";
+    else
+      os << ", mostly " << most->first << " (" << std::showpos << ms(most->second) << std::noshowpos << " ms)";
     if (next->host < best.host) os << ", for " << mib(double(best.host - next->host)) << " less host memory per rank";
   }
   return os.str();
@@ -306,6 +311,9 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   ZT_REQUIRE(backend == "cpu-fp32", "plan: the planner's cost model is calibrated on the CPU backend only; this plan "
                                     "runs on " << backend << " (the CUDA kernels have not run on a GPU yet): set device "
                                     "\"cpu\", or size it with ./train estimate");
+
+  // --validate trains: its data must be there before anything is measured.
+  if (req.validate != 0) (void)plan_from_json(base.resolved, /*check_files=*/true);
 
   // Every output is checked before anything is measured (runtime/output_path.h).
   const std::string cache = req.calibration.empty() ? default_cache_path() : req.calibration;
