@@ -14,7 +14,7 @@
     replaced; a file that is not a calibration is refused and left as it was.
   - Hostile input, each one line and exit 1 before anything is written: a world that does not divide
     the global batch, --world unlike the ranks launched, an output that is a directory, a model that
-    fits nowhere (with the smallest need), a bad --validate, a CUDA plan.
+    fits nowhere (with the smallest need), a bad --validate, a CUDA plan, --validate without data.
 
   /usr/bin/python3 test/autoplan/plan_check.py --train ./train [--mpirun mpirun]
 """
@@ -188,6 +188,8 @@ def main():
         ("bad --validate", base + ["--validate", "x", "--calibration", cal], 1, {}, "--validate takes"),
         ("foreign cache", base + ["--calibration", foreign], 1, {}, "not a zerotrain calibration"),
         ("cuda plan", base + ["--set", "device=cuda", "--calibration", cal], 1, {}, "CPU backend only"),
+        ("no data to validate on", base + ["--validate", "1", "--set", "data.train=nope/*.bin", "--calibration", cal], 1, {},
+         "no files match"),
     ]
     for name, cmd, world, xenv, want in cases:
         r = run(cmd, world=world, extra_env=xenv)
