@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -416,6 +417,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     needed.insert({c->choice.micro_batch, c->choice.policy, c->embedding_rows});
   }
   if (root) std::printf("calibrating (%d thread(s) per rank; cache %s)...\n", threads, cache.c_str());
+  const auto t_cal = std::chrono::steady_clock::now();
   std::fflush(stdout);
   for (const auto& [b, pol, rows] : needed) micro[{b, pol, rows}] = cal.micro_step(cfg, b, T, policy_of(pol), chunk, rows);
   const double adamw = cal.adamw_s_per_param();
@@ -449,7 +451,9 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     transfer[key] = t;
   }
   cal.save();
-  if (root) std::printf("calibration: %d probe(s) measured, the rest from the cache\n", cal.measured());
+  if (root)
+    std::printf("calibration: %d probe(s) measured in %.1f s, the rest from the cache\n", cal.measured(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_cal).count());
 
   for (Candidate* c : fit) {
     Rates r;

@@ -166,12 +166,12 @@ def main():
 
     # The cache: reused, then replaced when it names another machine, refused when not ours.
     p2 = run(plan_cmd[:plan_cmd.index("--validate")] + sets)
-    check(p2.returncode == 0 and "0 probe(s) measured" in p2.stdout, f"second run did not reuse the cache: {p2.stdout[-400:]}")
+    check(p2.returncode == 0 and "calibration: 0 probe(s) measured" in p2.stdout, f"second run did not reuse the cache: {p2.stdout[-400:]}")
     c = json.load(open(cal))
     c["machine"]["host"] = "another-machine"
     json.dump(c, open(cal, "w"))
     p3 = run(plan_cmd[:plan_cmd.index("--validate")] + sets)
-    check(p3.returncode == 0 and "another machine" in p3.stdout and "0 probe(s) measured" not in p3.stdout,
+    check(p3.returncode == 0 and "another machine" in p3.stdout and "calibration: 0 probe(s) measured" not in p3.stdout,
           f"a cache from another machine was not measured again: {p3.stdout[-400:]}")
     check(json.load(open(cal))["machine"]["host"] != "another-machine", "the other machine's cache was not replaced")
 
