@@ -314,41 +314,6 @@ double Calibration::disk_bytes_per_s(const std::string& dir, bool direct) {
   });
 }
 
-double Calibration::disk_transfer_s(const std::string& dir, size_t bytes, bool direct) {
-  std::error_code ec;
-  const std::string where = std::filesystem::weakly_canonical(dir, ec).string();
-  const size_t n = offload::io_round_up(std::max<size_t>(bytes, offload::kIoAlign));
-  std::ostringstream k;
-  k << "disk transfer " << (where.empty() ? dir : where) << " bytes" << n << " ranks/host" << comm_.local_world();
-  return cached(k.str(), [&] {
-    using namespace offload;
-    std::filesystem::create_directories(dir, ec);
-    ZT_REQUIRE(!ec, "plan: offload.nvme_dir " << dir << ": cannot create it for the disk probe: " << ec.message());
-    // One shard at a time, waited for, reads and writes alternating: how the stage-3 passes move a
-    // unit's parameters and gradients (one unit ahead of the compute).
-    const int count = int(std::clamp<size_t>((size_t(256) << 20) / n, 8, 64));
-    SwapFile f(swap_file_path(dir, comm_.rank(), "probe_t"), n * count, direct);
-    uint64_t* data = static_cast<uint64_t*>(std::aligned_alloc(kIoAlign, n));
-    ZT_REQUIRE(data, "plan: out of memory for the disk probe");
-    uint64_t x = 0x2545F4914F6CDD1Dull ^ uint64_t(comm_.rank());
-    for (size_t i = 0; i < n / 8; ++i) x ^= x << 13, x ^= x >> 7, x ^= x << 17, data[i] = x;
-    Uring uring(32);
-    for (int i = 0; i < count; ++i) f.write_blocks(data, n, uint64_t(i) * n);
-    const double t = best_time(3, [&] {
-      for (int i = 0; i < count; ++i) {
-        const size_t off = uint64_t(i) * n;
-        for (size_t o = 0; o < n; o += Uring::kMaxIo) {
-          if (i % 2) uring.write(f.fd(), reinterpret_cast<unsigned char*>(data) + o, std::min(Uring::kMaxIo, n - o), off + o, 0, "disk probe");
-          else uring.read(f.fd(), reinterpret_cast<unsigned char*>(data) + o, std::min(Uring::kMaxIo, n - o), off + o, 0, "disk probe");
-        }
-        uring.wait(0);
-      }
-    });
-    std::free(data);
-    return t / count;
-  });
-}
-
 void Calibration::save() {
   if (comm_.rank() != 0 || measured_ == 0) return;
   const std::string target = check_output_path("--calibration", path_);

@@ -65,10 +65,6 @@ class Calibration {
   // directory takes O_DIRECT (offload::check_nvme_dir), as the swap files will use it.
   double disk_bytes_per_s(const std::string& dir, bool direct);
 
-  // Seconds per transfer of `bytes` in `dir`, one at a time, reads and writes alternating, every
-  // rank of this host at once (the stage-3 parameter offload's unit transfers).
-  double disk_transfer_s(const std::string& dir, size_t bytes, bool direct);
-
   // Writes the cache (rank 0); throws one line when it cannot.
   void save();
   // The numbers this calibration used, for the report written beside the plan.

@@ -9,8 +9,7 @@ Prediction predict(const StepShape& s, const Rates& r) {
   Prediction p;
   const double A = s.grad_accum, L = s.layers, Lr = s.recomputed_blocks;
   // Forward + backward: the blocks (those recomputed at their own measured cost) and the rest.
-  const double pure = A * (r.fixed_s + (L - Lr) * r.block_s + Lr * r.block_recomputed_s);
-  p.compute_s = pure + s.grad_path_bytes / r.memory_bytes_per_s;
+  p.compute_s = A * (r.fixed_s + (L - Lr) * r.block_s + Lr * r.block_recomputed_s) + s.grad_path_bytes / r.memory_bytes_per_s;
   p.recompute_s = A * Lr * std::max(0.0, r.block_recomputed_s - r.block_s);
   // Communication: gathers and reductions at their own measured latency and bandwidth.
   if (s.world > 1) {
@@ -26,18 +25,9 @@ Prediction predict(const StepShape& s, const Rates& r) {
     const double hideable = std::min(p.comm_s - p.tail_s, p.compute_s);
     p.exposed_comm_s = s.overlap ? p.comm_s - (1 - r.overlap_exposed) * hideable : p.comm_s;
   }
-  // Parameters on disk: each unit's shard is read one unit ahead, so a unit takes the longer of
-  // its compute and its transfers: in forward (a third of its compute) one read, in backward (two
-  // thirds) a read and the gradient's write, and after the first micro-step the gradient's read
-  // first (k transfers on average). The embedding's units share the head's compute (fixed_s).
-  // What this adds to the compute is the time it waits for shards.
-  if (s.offload_params) {
-    const double k = 2 + (A - 1) / A, E = s.embedding_units;
-    const double tb = r.transfer_alpha_s + s.block_shard_bytes / r.transfer_bytes_per_s;
-    const double te = r.transfer_alpha_s + s.embedding_shard_bytes / E / r.transfer_bytes_per_s;
-    auto unit = [&](double c, double t) { return std::max(c / 3, t) + std::max(2 * c / 3, k * t); };
-    p.pass_io_s = A * ((L - Lr) * unit(r.block_s, tb) + Lr * unit(r.block_recomputed_s, tb) + E * unit(r.fixed_s / E, te)) - pure;
-  }
+  // Parameters on disk: the shards the passes read and write, at the disk's rate, added to the
+  // compute (measured: they do not hide behind it on this machine; docs/autoplan.md).
+  p.pass_io_s = s.pass_bytes / r.disk_bytes_per_s;
   // The optimizer step streams its states through the sub-group pipeline, the update hidden
   // behind the transfers.
   p.optimizer_io_s = s.optimizer_io_bytes / r.disk_bytes_per_s;

@@ -21,10 +21,7 @@ struct StepShape {
   double tail_bytes = 0;              // bytes sent by the one collective nothing overlaps (the last unit's)
   double all_gather_share = 0;        // share of comm_bytes sent by all-gathers (the rest: reductions)
   double optimizer_io_bytes = 0;      // swap-file bytes read + written by the optimizer step
-  bool offload_params = false;        // stage 3's shards in swap files: each unit's read as it is gathered
-  double block_shard_bytes = 0;       // one block's shard
-  double embedding_shard_bytes = 0;   // the embedding's shards, all its units together
-  double embedding_units = 1;         // E: 1, or the row chunks it is split into (stage 3 at N > 1)
+  double pass_bytes = 0;              // swap-file bytes read and written during forward and backward
   double grad_path_bytes = 0;         // bytes the gradient path moves in memory (bucket to shard, accumulation)
 };
 
@@ -36,8 +33,6 @@ struct Rates {
   double gather_alpha_s = 0, gather_bytes_per_s = 1e30;   // all-gather (stages 1-3)
   double overlap_exposed = 0;         // share of the overlapped time not hidden (the overlap probe)
   double disk_bytes_per_s = 1e30;     // reads and writes at once, many in flight
-  double transfer_alpha_s = 0;        // one unit's shard, alone: alpha + bytes / transfer_bytes_per_s
-  double transfer_bytes_per_s = 1e30;
   double memory_bytes_per_s = 1e30;   // the AdamW probe's: 28 bytes per parameter
 };
 

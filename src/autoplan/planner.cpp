@@ -83,7 +83,6 @@ struct Candidate {
   uint64_t host = 0, nvme = 0;  // per rank: estimate (host + pinned) + init transient + overhead; swap files
   bool fits = false;
   int embedding_rows = 0;  // as the engine splits the embedding (stage 3 at N > 1), for the compute probe
-  size_t unit_shard_bytes = 0, largest_shard_bytes = 0;  // a block's shard and the largest unit's, for the transfer probe
   StepShape shape;
   Rates rates;  // the calibrated rates its prediction used
   Prediction pred;
@@ -170,11 +169,7 @@ StepShape step_shape(const Plan& plan, const Estimate& est, int world) {
     sh.optimizer_io_bytes += 2 * shard_bytes + shard_bytes;  // parameters and gradients read, parameters written
     // Per micro-step and unit: its shard read for forward and for backward, its gradient written
     // (and, after the first micro-step, read first to add to).
-    const int E = layout.embedding_units();
-    sh.offload_params = true;
-    sh.embedding_units = E;
-    sh.block_shard_bytes = 4 * double(part.unit_padded(E)) / N;
-    for (int e = 0; e < E; ++e) sh.embedding_shard_bytes += 4 * double(part.unit_padded(e)) / N;
+    sh.pass_bytes = shard_bytes * (4 * A - 1);
   }
   // The gradient path in memory: each bucket summed into the gradient shard (read the bucket, read
   // and write the shard), per micro-step at stages 2-3, once per step at stage 1.
@@ -364,9 +359,6 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     c.shape = step_shape(p, est, world);
     const EngineSettings es = engine_settings<CpuOps<float>>(p, world, 0);
     c.embedding_rows = es.embedding_rows;
-    const Partition part(es.layout(), es.zero);
-    c.unit_shard_bytes = 4 * part.max_other_unit_padded() / size_t(world);
-    c.largest_shard_bytes = 4 * part.max_unit_padded() / size_t(world);
     all.push_back(std::move(c));
   }
   // Overlap off sends the same bytes and waits for all of them: a candidate only where its twin
@@ -433,23 +425,6 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     if (!overlap.count(c->choice.bucket_mb)) overlap[c->choice.bucket_mb] = cal.overlap_exposed_share(cfg, T, bytes);
   }
   const double disk = any_nvme ? cal.disk_bytes_per_s(base.offload.nvme_dir, direct) : 0;
-  // Transfers of one shard at a time: latency and bandwidth from a block's shard and the largest
-  // unit's (the embedding's, where it is one unit).
-  std::map<std::pair<size_t, size_t>, LinkCost> transfer;
-  for (Candidate* c : fit) {
-    const std::pair<size_t, size_t> key{c->unit_shard_bytes, c->largest_shard_bytes};
-    if (!c->choice.params_nvme || transfer.count(key)) continue;
-    const double t_small = cal.disk_transfer_s(base.offload.nvme_dir, key.first, direct);
-    const double t_large = key.second > key.first ? cal.disk_transfer_s(base.offload.nvme_dir, key.second, direct) : t_small;
-    LinkCost t;
-    if (key.second > key.first && t_large > t_small) {
-      t.bytes_per_s = double(key.second - key.first) / (t_large - t_small);
-      t.alpha_s = std::max(0.0, t_small - double(key.first) / t.bytes_per_s);
-    } else {
-      t.bytes_per_s = double(key.first) / t_small;
-    }
-    transfer[key] = t;
-  }
   cal.save();
   if (root)
     std::printf("calibration: %d probe(s) measured in %.1f s, the rest from the cache\n", cal.measured(),
@@ -471,10 +446,6 @@ int plan_command(const PlanRequest& req, Comm& comm) {
       r.overlap_exposed = overlap[c->choice.bucket_mb];
     }
     if (disk > 0) r.disk_bytes_per_s = disk;
-    if (c->choice.params_nvme) {
-      const LinkCost& t = transfer[{c->unit_shard_bytes, c->largest_shard_bytes}];
-      r.transfer_alpha_s = t.alpha_s, r.transfer_bytes_per_s = t.bytes_per_s;
-    }
     r.memory_bytes_per_s = 28 / adamw;  // AdamW reads p, g, m, v and writes p, m, v: 28 bytes a parameter
     c->rates = r;
     c->pred = predict(c->shape, r);
@@ -511,8 +482,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
                             {"padded_params", s.padded_params}, {"units", s.units}, {"buckets", s.buckets},
                             {"shard_params", s.shard_params}, {"comm_bytes", s.comm_bytes}, {"collectives", s.collectives},
                             {"tail_bytes", s.tail_bytes}, {"all_gather_share", s.all_gather_share},
-                            {"optimizer_io_bytes", s.optimizer_io_bytes}, {"offload_params", s.offload_params}, {"block_shard_bytes", s.block_shard_bytes},
-                            {"embedding_shard_bytes", s.embedding_shard_bytes}, {"embedding_units", s.embedding_units},
+                            {"optimizer_io_bytes", s.optimizer_io_bytes}, {"pass_bytes", s.pass_bytes},
                             {"grad_path_bytes", s.grad_path_bytes}}},
                           {"embedding_rows", c->embedding_rows},
                           {"rates",
@@ -521,8 +491,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
                             {"reduce_alpha_s", c->rates.reduce_alpha_s}, {"reduce_bytes_per_s", c->rates.reduce_bytes_per_s},
                             {"gather_alpha_s", c->rates.gather_alpha_s}, {"gather_bytes_per_s", c->rates.gather_bytes_per_s},
                             {"overlap_exposed", c->rates.overlap_exposed},
-                            {"disk_bytes_per_s", c->rates.disk_bytes_per_s}, {"transfer_alpha_s", c->rates.transfer_alpha_s},
-                            {"transfer_bytes_per_s", c->rates.transfer_bytes_per_s},
+                            {"disk_bytes_per_s", c->rates.disk_bytes_per_s},
                             {"memory_bytes_per_s", c->rates.memory_bytes_per_s}}},
                           {"predicted", c->pred.to_json()}};
       if (c->measured_s > 0) j["measured_step_s"] = c->measured_s;
@@ -545,14 +514,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
         {"runtime_overhead_bytes", kRuntimeOverhead},
         {"machine", cal.machine()},
         {"threads_per_rank", threads},
-        {"rates", {{"micro_step", micro_json}, {"adamw_s_per_param", adamw}, {"links", links_json}, {"disk_bytes_per_s", disk},
-                   {"disk_transfer", [&] {
-                      nlohmann::json t = nlohmann::json::object();
-                      for (const auto& [b, l] : transfer)
-                        t[std::to_string(b.first) + "-" + std::to_string(b.second)] = {{"alpha_s", l.alpha_s},
-                                                                                      {"bytes_per_s", l.bytes_per_s}};
-                      return t;
-                    }()}}},
+        {"rates", {{"micro_step", micro_json}, {"adamw_s_per_param", adamw}, {"links", links_json}, {"disk_bytes_per_s", disk}}},
         {"probes", cal.used()},
         {"candidates", cands}};
     write_by_rename("--out (its report)", report, [&](const std::string& tmp) {

@@ -91,7 +91,7 @@ def main():
 
     # Shape and time, from the document's formulas.
     shape_f, time_f = formulas("shape"), formulas("time")
-    check(len(shape_f) == 5 and len(time_f) == 12, "the formula tables changed size")
+    check(len(shape_f) == 6 and len(time_f) == 8, "the formula tables changed size")
     worst = 0.0
     for i, c in enumerate(cands):
         s, ch = c["shape"], c["choice"]
@@ -107,8 +107,6 @@ def main():
         for term, f in time_f:
             v = eval(f, {"__builtins__": {}}, env_t)
             env_t[term] = v
-            if term not in c["predicted"]:
-                continue  # an intermediate of the document (pure_s, k, tb, te), used by the rows below
             got = c["predicted"][term]
             if abs(got) > 1e-9:
                 worst = max(worst, abs(v - got) / abs(got))
