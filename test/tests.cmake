@@ -163,12 +163,15 @@ set_tests_properties(slurm_faults PROPERTIES LABELS "comm;checkpoint" SKIP_RETUR
 # every stage; a few seconds per world size.
 add_executable(zt_test_resume ${CMAKE_SOURCE_DIR}/test/checkpoint/test_resume.cpp)
 target_link_libraries(zt_test_resume PRIVATE zt GTest::gtest)  # its own main (MPI)
+# np1 is one process of one thread that measures no time: it runs beside other tests (not RUN_SERIAL;
+# COST: started early, it packs beside the short tests); np3 oversubscribes the cores, so it runs alone.
 foreach(np 1 3)
   add_test(NAME resume_in_memory_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:zt_test_resume>
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(resume_in_memory_np${np} PROPERTIES LABELS checkpoint RUN_SERIAL TRUE TIMEOUT 300
-                       ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+  set_tests_properties(resume_in_memory_np${np} PROPERTIES LABELS checkpoint TIMEOUT 300 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 endforeach()
+set_tests_properties(resume_in_memory_np1 PROPERTIES COST 90)
+set_tests_properties(resume_in_memory_np3 PROPERTIES RUN_SERIAL TRUE)
 # test/checkpoint/checkpoint_test.py. resume: 20 steps vs 10 + resume + 10, bit for bit, stages 0-3 x
 # world 1 and 3 (~35 s); reshard: saved at world 4 stage 3, resumed at worlds 2/3/1 and stages 1/0/2
 # (~20 s); files: model.h5 and export against run.final_weights, keep, shape refusal (~8 s); faults:
