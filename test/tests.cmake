@@ -403,3 +403,17 @@ if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
   set_tests_properties(emulated.offload_checkpoint_cuda PROPERTIES LABELS emu TIMEOUT 600 RUN_SERIAL TRUE
                        ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
+
+# ---- order: the long tests that run beside others start first ----------------------------------
+# A fresh CI clone has no timings of an earlier run (Testing/Temporary/CTestCostData.txt), so ctest
+# -j2 started the tests in the order they were added: long ones added late (the Slurm tests, the
+# emulated runs) ran last, with little left to fill the other slot. COST (about their seconds on
+# 2 cores) starts them first. RUN_SERIAL tests run alone whatever their cost.
+foreach(pair "slurm_jobs;75" "cli_bad_input;67" "cli_train_sample;64" "emulated.nccl_world1;61" "slurm_faults;55"
+             "emulated.train_device_cuda;50" "zero_doc_formulas;26" "train_parity;20" "unit_openblas_haswell;20")
+  list(GET pair 0 name)
+  list(GET pair 1 cost)
+  if(TEST ${name})
+    set_tests_properties(${name} PROPERTIES COST ${cost})
+  endif()
+endforeach()
