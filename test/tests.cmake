@@ -164,12 +164,15 @@ set_tests_properties(slurm_faults PROPERTIES LABELS "comm;checkpoint" SKIP_RETUR
 # every stage; a few seconds per world size.
 add_executable(zt_test_resume ${CMAKE_SOURCE_DIR}/test/checkpoint/test_resume.cpp)
 target_link_libraries(zt_test_resume PRIVATE zt GTest::gtest)  # its own main (MPI)
+# np1 is one process of one thread that measures no time: it runs beside other tests (not RUN_SERIAL;
+# COST: started early, it packs beside the short tests); np3 oversubscribes the cores, so it runs alone.
 foreach(np 1 3)
   add_test(NAME resume_in_memory_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:zt_test_resume>
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(resume_in_memory_np${np} PROPERTIES LABELS checkpoint RUN_SERIAL TRUE TIMEOUT 300
-                       ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+  set_tests_properties(resume_in_memory_np${np} PROPERTIES LABELS checkpoint TIMEOUT 300 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 endforeach()
+set_tests_properties(resume_in_memory_np1 PROPERTIES COST 90)
+set_tests_properties(resume_in_memory_np3 PROPERTIES RUN_SERIAL TRUE)
 # test/checkpoint/checkpoint_test.py. resume: 20 steps vs 10 + resume + 10, bit for bit, stages 0-3 x
 # world 1 and 3 (~35 s); reshard: saved at world 4 stage 3, resumed at worlds 2/3/1 and stages 1/0/2
 # (~20 s); files: model.h5 and export against run.final_weights, keep, shape refusal (~8 s); faults:
@@ -410,3 +413,17 @@ if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
   set_tests_properties(emulated.offload_checkpoint_cuda PROPERTIES LABELS emu TIMEOUT 600 RUN_SERIAL TRUE
                        ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
+
+# ---- order: the long tests that run beside others start first ----------------------------------
+# A fresh CI clone has no timings of an earlier run (Testing/Temporary/CTestCostData.txt), so ctest
+# -j2 started the tests in the order they were added: long ones added late (the Slurm tests, the
+# emulated runs) ran last, with little left to fill the other slot. COST (about their seconds on
+# 2 cores) starts them first. RUN_SERIAL tests run alone whatever their cost.
+foreach(pair "slurm_jobs;75" "cli_bad_input;67" "cli_train_sample;64" "emulated.nccl_world1;61" "slurm_faults;55"
+             "emulated.train_device_cuda;50" "zero_doc_formulas;26" "train_parity;20" "unit_openblas_haswell;20")
+  list(GET pair 0 name)
+  list(GET pair 1 cost)
+  if(TEST ${name})
+    set_tests_properties(${name} PROPERTIES COST ${cost})
+  endif()
+endforeach()

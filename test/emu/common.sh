@@ -19,3 +19,21 @@ small=(--set data.train='data/sample/train_*.bin' --set data.val=data/sample/val
   --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.seq_len=64
   --set batch.micro_batch=1 --set run.eval_every=0 --set run.eval_batches=1
   --set run.sample_every=0 --set run.sample_tokens=1)
+# Independent runs two at a time under the emulator (each emulated rank is one thread, the CI
+# machine has 2 cores, and a script runs alone: RUN_SERIAL): `bg CMD ARGS...` starts CMD (a function
+# of the script, which prints its own failure and exits non-zero) in the background once fewer than
+# two are running; `join` waits for every one started and exits 1 if any failed. Only runs whose
+# checks do not measure time go through bg. On a GPU (scripts/device/run.sh) one at a time.
+if [ "$WHERE" = "CUDA on a GPU" ]; then emu_jobs=1; else emu_jobs=${ZT_EMU_JOBS:-2}; fi
+bg_pids=()
+bg() {
+  while [ "$(jobs -rp | wc -l)" -ge "$emu_jobs" ]; do sleep 0.1; done
+  "$@" &
+  bg_pids+=($!)
+}
+join() {
+  local failed=0 p
+  for p in "${bg_pids[@]}"; do wait "$p" || failed=1; done
+  bg_pids=()
+  [ "$failed" = 0 ] || { echo "FAILED: a run above failed (its output is printed above)"; exit 1; }
+}

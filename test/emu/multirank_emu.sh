@@ -33,15 +33,18 @@ run() {  # name np precision stage grad_accum [extra --set ...]
 }
 
 # The same global batch, 6 sequences per step: N x grad_accum = 6 (micro_batch 1: emulation is slow).
-"$TRAIN" "${common[@]}" --set device=cpu --set batch.grad_accum=6 --set run.log="$work/cpu/metrics.jsonl" > "$work/cpu.out"
-run f32_n1 1 fp32 0 6
-run b16_n1 1 bf16 0 6
+# The runs are independent: two at a time (bg, common.sh), all checked after join.
+cpu() { "$TRAIN" "${common[@]}" --set device=cpu --set batch.grad_accum=6 --set run.log="$work/cpu/metrics.jsonl" > "$work/cpu.out"; }
+bg run f32_n3_s1 3 fp32 1 2
+bg run f32_n3_s3 3 fp32 3 2
 for s in 0 1 2 3; do
-  run f32_n2_s$s 2 fp32 $s 3
-  run b16_n2_s$s 2 bf16 $s 3
+  bg run f32_n2_s$s 2 fp32 $s 3
+  bg run b16_n2_s$s 2 bf16 $s 3
 done
-run f32_n3_s1 3 fp32 1 2
-run f32_n3_s3 3 fp32 3 2
+bg run f32_n1 1 fp32 0 6
+bg run b16_n1 1 bf16 0 6
+bg cpu
+join
 
 "$PY" - "$work" <<'PY'
 import json, sys

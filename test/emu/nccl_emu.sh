@@ -48,27 +48,33 @@ run() {  # name np precision stage grad_accum [extra --set ...]
   echo "ran $name: $(grep -c '^step ' "$work/$name.out") steps"
 }
 
-"$TRAIN" "${common[@]}" --set device=cpu --set batch.grad_accum=6 --set run.log="$work/cpu/metrics.jsonl" > "$work/cpu.out"
-run f32_n1 1 fp32 0 6
-run b16_n1 1 bf16 0 6
-for s in 0 1 2 3; do
-  run f32_n2_s$s 2 fp32 $s 3
-  run f32_n3_s$s 3 fp32 $s 2
-  run b16_n2_s$s 2 bf16 $s 3
-done
-run b16_n3_s0 3 bf16 0 2
-run f32_n1_ga2 1 fp32 0 2  # grad_accum 1 at N = 2: the same global batch
-for s in 0 1 2 3; do run f32_n2_s${s}_ga1 2 fp32 $s 1; done
-for s in 0 1 2 3; do  # the naive path: per-unit collectives, waited on the spot
-  run f32_n2_s${s}_blocking 2 fp32 $s 3 --set zero.overlap_comm=false
-done
-run f32_n2_s2_bucket25 2 fp32 2 3 --set zero.bucket_mb=25        # the shipped bucket size: one bucket
-# The host-staged bf16 reduction (fp32 sum, one rounding), to measure NCCL's bf16 sum against.
-for np in 2 3; do
+# The runs below are independent: two at a time (bg, common.sh), the 3-rank ones first; all checked
+# after join. The refusal, hang and async-error runs after them go one at a time (they measure time).
+cpu() { "$TRAIN" "${common[@]}" --set device=cpu --set batch.grad_accum=6 --set run.log="$work/cpu/metrics.jsonl" > "$work/cpu.out"; }
+mpi_b16() {  # The host-staged bf16 reduction (fp32 sum, one rounding), to measure NCCL's bf16 sum against.
+  local np=$1
   "$MPIRUN" -np $np -x ZT_EMU_DEVICES "$EMU" "${common[@]}" --set comm.backend=mpi --set precision.compute=bf16 \
     --set batch.grad_accum=$((6 / np)) --set run.log="$work/b16_n${np}_mpi/metrics.jsonl" > "$work/b16_n${np}_mpi.out" 2>&1 \
     || { cat "$work/b16_n${np}_mpi.out"; exit 1; }
+}
+for s in 0 1 2 3; do bg run f32_n3_s$s 3 fp32 $s 2; done
+bg run b16_n3_s0 3 bf16 0 2
+bg mpi_b16 3
+for s in 0 1 2 3; do
+  bg run f32_n2_s$s 2 fp32 $s 3
+  bg run b16_n2_s$s 2 bf16 $s 3
 done
+for s in 0 1 2 3; do bg run f32_n2_s${s}_ga1 2 fp32 $s 1; done  # grad_accum 1 at N = 2 against f32_n1_ga2
+for s in 0 1 2 3; do  # the naive path: per-unit collectives, waited on the spot
+  bg run f32_n2_s${s}_blocking 2 fp32 $s 3 --set zero.overlap_comm=false
+done
+bg run f32_n2_s2_bucket25 2 fp32 2 3 --set zero.bucket_mb=25        # the shipped bucket size: one bucket
+bg mpi_b16 2
+bg run f32_n1 1 fp32 0 6
+bg run b16_n1 1 bf16 0 6
+bg run f32_n1_ga2 1 fp32 0 2  # the same global batch as grad_accum 1 at N = 2
+bg cpu
+join
 
 # Ranks sharing a GPU: nccl refused in one line before any allocation; auto takes the host-staged path.
 fail=0

@@ -29,27 +29,35 @@ launch() {  # launch NP NAME ARGS...: one run, its output in $work/NAME.out, sto
   local np=$1 name=$2; shift 2
   if [ "$np" = 1 ]; then "$@" > "$work/$name.out" 2>&1 || { tail -5 "$work/$name.out"; exit 1; }
   else "$MPIRUN" -np "$np" "$@" > "$work/$name.out" 2>&1 || { tail -5 "$work/$name.out"; exit 1; }; fi
-  if [ -n "$(ls -A "$work/swap" 2>/dev/null)" ]; then echo "FAIL  swap files left after $name"; exit 1; fi
+  if [ -n "$(ls -A "${swap:-$work/swap}" 2>/dev/null)" ]; then echo "FAIL  swap files left after $name"; exit 1; fi
 }
 ga() { echo $(( 2 / $1 )); }  # grad_accum keeping the global batch at 2 sequences
 
-for cfg in "1 1 cpu none" "1 3 none cpu" "1 3 none nvme" "2 3 nvme cpu" "2 3 cpu nvme"; do
-  set -- $cfg; np=$1; stage=$2; off=$3; par=$4; n=n${np}_${off}_${par}
-  plan=(--set zero.stage=$stage --set offload.optimizer=$off --set offload.params=$par --set batch.grad_accum=$(ga $np))
+# Each configuration's pair of runs (saved, then resumed) in order, in a swap directory of its own;
+# the pairs are independent: two at a time (bg, common.sh), the 2-rank ones first.
+pair() {  # NP STAGE OPTIMIZER PARAMS
+  local np=$1 stage=$2 off=$3 par=$4; local n=n${np}_${off}_${par}; local swap="$work/swap_$n"
+  local plan=(--set zero.stage=$stage --set offload.optimizer=$off --set offload.params=$par --set batch.grad_accum=$(ga $np)
+              --set offload.nvme_dir="$swap")
   launch $np $n "$EMU" "${common[@]}" "${gpu[@]}" "${plan[@]}" --set checkpoint.dir="$work/$n/ckpt" \
     --set checkpoint.every=3 --set run.log="$work/$n/metrics.jsonl" --set run.final_weights="$work/$n/final.bin"
   launch $np ${n}_resumed "$EMU" "${common[@]}" "${gpu[@]}" "${plan[@]}" \
     --set checkpoint.resume="$work/$n/ckpt/step_00000003" \
     --set run.log="$work/${n}_resumed/metrics.jsonl" --set run.final_weights="$work/${n}_resumed/final.bin"
+}
+for cfg in "2 3 nvme cpu" "2 3 cpu nvme" "1 1 cpu none" "1 3 none cpu" "1 3 none nvme"; do
+  bg pair $cfg
 done
+join
 # The N = 2 stage-3 nvme checkpoint, continued at N = 1 stage 1 without offload, and on the CPU backend.
-launch 1 n1_from_nvme "$EMU" "${common[@]}" "${gpu[@]}" --set zero.stage=1 --set batch.grad_accum=2 \
+bg launch 1 n1_from_nvme "$EMU" "${common[@]}" "${gpu[@]}" --set zero.stage=1 --set batch.grad_accum=2 \
   --set checkpoint.resume="$work/n2_nvme_cpu/ckpt/step_00000003" --set run.log="$work/n1_from_nvme/metrics.jsonl"
-launch 1 cpu_from_nvme "$TRAIN" "${common[@]}" --set device=cpu --set zero.stage=1 --set batch.grad_accum=2 \
+bg launch 1 cpu_from_nvme "$TRAIN" "${common[@]}" --set device=cpu --set zero.stage=1 --set batch.grad_accum=2 \
   --set checkpoint.resume="$work/n2_nvme_cpu/ckpt/step_00000003" --set run.log="$work/cpu_from_nvme/metrics.jsonl"
 # The N = 2 checkpoint with the shards on disk (offload.params "nvme"), continued on the CPU backend.
-launch 1 cpu_from_disk "$TRAIN" "${common[@]}" --set device=cpu --set zero.stage=1 --set batch.grad_accum=2 \
+bg launch 1 cpu_from_disk "$TRAIN" "${common[@]}" --set device=cpu --set zero.stage=1 --set batch.grad_accum=2 \
   --set checkpoint.resume="$work/n2_cpu_nvme/ckpt/step_00000003" --set run.log="$work/cpu_from_disk/metrics.jsonl"
+join
 
 WHERE="$WHERE" "$PY" - "$work" <<'PY'
 import json, os, sys

@@ -25,20 +25,20 @@ common=(plans/default.json "${small[@]}" --set data.tokenizer=data/sample/gpt2_t
   --set comm.backend=mpi)  # N = 2 shares the one emulated device: host-staged, as auto picks there
 
 fail=0
-for cfg in "1 1" "2 3"; do
-  set -- $cfg; np=$1; stage=$2
-  for prec in fp32 bf16; do
-    for off in none cpu nvme; do
-      [ "$np/$prec/$off" = "2/bf16/nvme" ] && continue  # keeps the test short; N = 1 covers bf16 nvme
-      name="n${np}_s${stage}_${prec}_${off}"
-      cmd=("$EMU" "${common[@]}" --set zero.stage=$stage --set precision.compute=$prec --set offload.optimizer=$off
-           --set run.log="$work/$name/metrics.jsonl" --set run.final_weights="$work/$name/weights.bin")
-      [ "$off" = cpu ] && cmd+=(--set run.trace="$work/$name/trace.json")
-      if [ "$np" = 1 ]; then "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
-      else "$MPIRUN" -np "$np" "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }; fi
-      # train estimate (the CUDA backend's list) against what the run tracked, tier by tier, exactly.
-      "$EMU" estimate "${cmd[@]:1}" --world "$np" --json 2>/dev/null > "$work/$name.est"
-      "$PY" - "$work/$name.est" "$work/$name/metrics.jsonl" "$name" <<'PY' || fail=1
+# Every run below is independent of the others (each its own swap directory): two at a time (bg,
+# common.sh); one() records a failed check in $work/failed_NAME, the comparisons run after join.
+one() {  # NP STAGE PREC OFF: one run of the grid, its estimate against what it tracked, its swap files
+  local np=$1 stage=$2 prec=$3 off=$4
+  local name="n${np}_s${stage}_${prec}_${off}" bad=0
+  local cmd=("$EMU" "${common[@]}" --set zero.stage=$stage --set precision.compute=$prec --set offload.optimizer=$off
+             --set offload.nvme_dir="$work/swap_$name"
+             --set run.log="$work/$name/metrics.jsonl" --set run.final_weights="$work/$name/weights.bin")
+  [ "$off" = cpu ] && cmd+=(--set run.trace="$work/$name/trace.json")
+  if [ "$np" = 1 ]; then "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
+  else "$MPIRUN" -np "$np" "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }; fi
+  # train estimate (the CUDA backend's list) against what the run tracked, tier by tier, exactly.
+  "$EMU" estimate "${cmd[@]:1}" --world "$np" --json 2>/dev/null > "$work/$name.est"
+  "$PY" - "$work/$name.est" "$work/$name/metrics.jsonl" "$name" <<'PY' || bad=1
 import json, sys
 est = json.load(open(sys.argv[1]))["memory"]
 got = next(json.loads(l)["summary"] for l in open(sys.argv[2]) if '"summary"' in l)["peak_memory_bytes"]
@@ -46,13 +46,43 @@ ok = est == got
 print(f"{sys.argv[3]}: estimate {'==' if ok else '!='} tracked: {est}" + ("" if ok else f" vs tracked {got}: FAILED"))
 sys.exit(0 if ok else 1)
 PY
-      grep -h '"loss"' "$work/$name/metrics.jsonl" | "$PY" -c \
-        'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in sys.stdin if "step" in json.loads(l)))' \
-        > "$work/$name.losses"
-      if [ -n "$(ls -A "$work/swap" 2>/dev/null)" ]; then echo "FAILED: swap files left after $name"; fail=1; fi
-      if [ "$off" != none ]; then
-        ref="n${np}_s${stage}_${prec}_none"
-        "$PY" - "$work" "$name" "$ref" "$prec" <<'PY' || fail=1
+  grep -h '"loss"' "$work/$name/metrics.jsonl" | "$PY" -c \
+    'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in sys.stdin if "step" in json.loads(l)))' \
+    > "$work/$name.losses"
+  if [ -n "$(ls -A "$work/swap_$name" 2>/dev/null)" ]; then echo "FAILED: swap files left after $name"; bad=1; fi
+  [ "$bad" = 0 ] || touch "$work/failed_$name"
+}
+# The CPU AdamW beside backward (zero/host_optimizer.cpp). With gradient clipping (the runs of the
+# grid, optim.grad_clip 1.0) no unit may be updated before backward ends: the scale needs the global
+# norm. Without it (grad_clip 0) the blocks' updates run while backward continues: stage 3, N = 2,
+# bf16, grad_accum 3 against the same plan without offload, bit for bit, and in every step some
+# units' updates end before "finish gradients" (scripts/host_optimizer_overlap.py reads the trace).
+# These two run after the grid, one at a time: the overlap they show must not depend on a neighbour.
+clip0() {  # OFF
+  local name="clip0_$1"
+  local cmd=("$EMU" "${common[@]}" --set zero.stage=3 --set precision.compute=bf16 --set offload.optimizer=$1
+             --set optim.grad_clip=0 --set batch.grad_accum=3
+             --set run.log="$work/$name/metrics.jsonl" --set run.final_weights="$work/$name/weights.bin"
+             --set run.trace="$work/$name/trace.json")
+  "$MPIRUN" -np 2 "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
+}
+grid=()
+for cfg in "2 3" "1 1"; do
+  set -- $cfg; np=$1; stage=$2
+  for prec in fp32 bf16; do
+    for off in none cpu nvme; do
+      [ "$np/$prec/$off" = "2/bf16/nvme" ] && continue  # keeps the test short; N = 1 covers bf16 nvme
+      bg one $np $stage $prec $off
+      grid+=("n${np}_s${stage}_${prec}_${off}")
+    done
+  done
+done
+join
+for f in "$work"/failed_*; do [ -e "$f" ] && fail=1; done
+for name in "${grid[@]}"; do
+  case "$name" in *_none) continue ;; esac
+  ref="${name%_*}_none"; prec=$(cut -d_ -f3 <<<"$name")
+  "$PY" - "$work" "$name" "$ref" "$prec" <<'PY' || fail=1
 import numpy as np, sys
 w, name, ref, prec = sys.argv[1:]
 la = [float(x) for x in open(f"{w}/{name}.losses").read().split()]
@@ -72,23 +102,8 @@ else:  # fp32: the same formula; GCC contracts a*b+c into fma differently in the
 print(f"{name}: against {ref}: {what}: {'ok' if good else 'FAILED'}  {la}")
 sys.exit(0 if good else 1)
 PY
-      fi
-    done
-  done
 done
-# The CPU AdamW beside backward (zero/host_optimizer.cpp). With gradient clipping (the runs above,
-# optim.grad_clip 1.0) no unit may be updated before backward ends: the scale needs the global norm.
-# Without it (grad_clip 0) the blocks' updates run while backward continues: stage 3, N = 2, bf16,
-# grad_accum 3 against the same plan without offload, bit for bit, and in every step some units'
-# updates end before "finish gradients" (scripts/host_optimizer_overlap.py reads the trace).
-for off in none cpu; do
-  name="clip0_${off}"
-  cmd=("$EMU" "${common[@]}" --set zero.stage=3 --set precision.compute=bf16 --set offload.optimizer=$off
-       --set optim.grad_clip=0 --set batch.grad_accum=3
-       --set run.log="$work/$name/metrics.jsonl" --set run.final_weights="$work/$name/weights.bin"
-       --set run.trace="$work/$name/trace.json")
-  "$MPIRUN" -np 2 "${cmd[@]}" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
-done
+for off in none cpu; do clip0 $off; done
 "$PY" - "$work" "$ROOT/scripts/host_optimizer_overlap.py" <<'PY' || fail=1
 import json, runpy, sys
 w, tool = sys.argv[1:]

@@ -43,22 +43,38 @@ run() {  # name np prec accum optimizer params [more --set ...]
   "$EMU" estimate "${cmd[@]:1}" --world "$np" --json 2>/dev/null > "$work/$name.est"
 }
 
-for cfg in "1 fp32 1 -" "1 bf16 3 all" "2 fp32 3 all" "2 bf16 1 -"; do
+ck_runs() {  # the checkpoint test's two runs, in order
+  local ck=(--set checkpoint.dir="$work/ck")
+  run ck_full 2 bf16 1 cpu cpu "${ck[@]}" --set checkpoint.every=2
+  run ck_resume 2 bf16 1 cpu cpu "${ck[@]}" --set checkpoint.resume="$work/ck/step_00000002"
+}
+# Every run is independent of the others (each its own swap directory; the checkpoint pair in
+# order): two at a time (bg, common.sh), the 2-rank ones first; each tag's checks after join.
+cfgs=("2 fp32 3 all" "2 bf16 1 -" "1 bf16 3 all" "1 fp32 1 -")
+for cfg in "${cfgs[@]}"; do
   set -- $cfg; np=$1; prec=$2; accum=$3; more=$4
   tag="n${np}_${prec}_a${accum}"
-  run "${tag}_none" "$np" "$prec" "$accum" none none
-  run "${tag}_opt" "$np" "$prec" "$accum" cpu none
-  run "${tag}_params" "$np" "$prec" "$accum" cpu cpu
+  bg run "${tag}_none" "$np" "$prec" "$accum" none none
+  bg run "${tag}_opt" "$np" "$prec" "$accum" cpu none
+  bg run "${tag}_params" "$np" "$prec" "$accum" cpu cpu
   if [ "$more" = all ]; then  # the other optimizer placements with the parameter shard in pinned memory
-    run "${tag}_devopt" "$np" "$prec" "$accum" none cpu
-    run "${tag}_nvme" "$np" "$prec" "$accum" nvme none --set offload.nvme_dir="$work/swap_${tag}_nvme"
-    run "${tag}_nvmeparams" "$np" "$prec" "$accum" nvme cpu --set offload.nvme_dir="$work/swap_${tag}_nvmeparams"
+    bg run "${tag}_devopt" "$np" "$prec" "$accum" none cpu
+    bg run "${tag}_nvme" "$np" "$prec" "$accum" nvme none --set offload.nvme_dir="$work/swap_${tag}_nvme"
+    bg run "${tag}_nvmeparams" "$np" "$prec" "$accum" nvme cpu --set offload.nvme_dir="$work/swap_${tag}_nvmeparams"
     # offload.params "nvme": the shards in swap files, streamed by the CPU AdamW's pipeline
-    run "${tag}_disk_cpu" "$np" "$prec" "$accum" cpu nvme --set offload.nvme_dir="$work/swap_${tag}_disk_cpu"
-    run "${tag}_disk_nvme" "$np" "$prec" "$accum" nvme nvme --set offload.nvme_dir="$work/swap_${tag}_disk_nvme"
+    bg run "${tag}_disk_cpu" "$np" "$prec" "$accum" cpu nvme --set offload.nvme_dir="$work/swap_${tag}_disk_cpu"
+    bg run "${tag}_disk_nvme" "$np" "$prec" "$accum" nvme nvme --set offload.nvme_dir="$work/swap_${tag}_disk_nvme"
     # the parameter shard alone in its swap file, each unit's staged through a slot for the device AdamW
-    run "${tag}_disk_dev" "$np" "$prec" "$accum" none nvme --set offload.nvme_dir="$work/swap_${tag}_disk_dev"
+    bg run "${tag}_disk_dev" "$np" "$prec" "$accum" none nvme --set offload.nvme_dir="$work/swap_${tag}_disk_dev"
   fi
+  if [ "$cfg" = "2 bf16 1 -" ]; then  # the checkpoint runs below (N = 2, bf16, grad_accum 1)
+    bg ck_runs
+  fi
+done
+join
+for cfg in "${cfgs[@]}"; do
+  set -- $cfg; np=$1; prec=$2; accum=$3; more=$4
+  tag="n${np}_${prec}_a${accum}"
   "$PY" - "$work" "$tag" "$prec" <<'PY' || fail=1
 import json, os, sys
 import numpy as np
@@ -131,10 +147,7 @@ sys.exit(0 if ok else 1)
 PY
 done
 # A checkpoint of such a run (N = 2, bf16; the pinned shards saved and loaded in place) resumed
-# from step 2 gives step 3 and the final weights bit for bit.
-ck=(--set checkpoint.dir="$work/ck")
-run ck_full 2 bf16 1 cpu cpu "${ck[@]}" --set checkpoint.every=2
-run ck_resume 2 bf16 1 cpu cpu "${ck[@]}" --set checkpoint.resume="$work/ck/step_00000002"
+# from step 2 gives step 3 and the final weights bit for bit (the two runs: ck_runs, started above).
 "$PY" - "$work" <<'PY' || fail=1
 import json, sys
 w = sys.argv[1]
