@@ -140,7 +140,7 @@ int run(int argc, char** argv) {
   pln->add_option("--world", plan_world, "ranks to plan for, launched as mpirun -np N (default 1)")->type_name("N");
   pln->add_option("--out", preq.out, "where the chosen plan goes (its report beside it: NAME.report.json)")->type_name("FILE");
   pln->add_option("--global-batch", preq.global_batch, "sequences per optimizer step (default: the base plan's "
-                  "micro_batch x grad_accum x N)")->type_name("G")->check(CLI::PositiveNumber);
+                  "micro_batch x grad_accum x N)")->type_name("G");
   pln->add_option("--validate", validate_text, "run the top K candidates (\"all\": every one that fits) and print "
                   "predicted vs measured (default 0)")->type_name("K");
   pln->add_option("--validate-steps", preq.validate_steps, "steps per validation run, the first not timed (default 4)")
@@ -199,6 +199,8 @@ int run(int argc, char** argv) {
     ZT_REQUIRE(plan_path.empty(), "command line: the plan goes after \"plan\": " << kPlanForm);
     ZT_REQUIRE(!preq.base.empty(), "command line: no base plan given: " << kPlanForm);
     preq.world = zt::parse_world(plan_world);
+    ZT_REQUIRE(pln->count("--global-batch") == 0 || preq.global_batch >= 1,
+               "--global-batch must be a number of sequences, at least 1, got " << preq.global_batch);
     preq.validate = validate_text == "all" ? -1 : 0;
     if (validate_text != "all") {
       const bool digits = !validate_text.empty() && validate_text.size() <= 6 &&

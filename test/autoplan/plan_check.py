@@ -183,6 +183,7 @@ def main():
         ("world unlike launch", base + ["--world", "3", "--calibration", cal], 2, {}, "--world 3 but 2 rank(s)"),
         ("output a directory", [train, "plan", "plans/default.json", "--out", work, "--calibration", cal] + sets, 1, {}, "--out"),
         ("fits nowhere", base + ["--calibration", cal], 1, {"ZT_MEM_AVAILABLE_BYTES": str(100 * MiB)}, "no candidate fits: the smallest needs"),
+        ("global batch 0", base + ["--global-batch", "0", "--calibration", cal], 1, {}, "--global-batch must be"),
         ("bad --validate", base + ["--validate", "x", "--calibration", cal], 1, {}, "--validate takes"),
         ("foreign cache", base + ["--calibration", foreign], 1, {}, "not a zerotrain calibration"),
         ("cuda plan", base + ["--set", "device=cuda", "--calibration", cal], 1, {}, "CPU backend only"),
