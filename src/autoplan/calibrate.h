@@ -18,6 +18,7 @@
 #include "comm/comm.h"
 #include "model/config.h"
 #include "model/recompute.h"
+#include "offload/swap_file.h"
 
 namespace zt::autoplan {
 
@@ -33,6 +34,13 @@ struct LinkCost {
 struct MicroStepCost {
   double block_s = 0;  // one block, forward + backward (recomputation included for its policy)
   double fixed_s = 0;  // embedding, final norm, classifier
+};
+
+// Parameter offload's transfers per micro-step (Calibration::pass_io).
+struct PassCost {
+  double first_s = 0;   // the first micro-step's (gradients written, not read)
+  double next_s = 0;    // each later one's (gradients read, added to, written)
+  double exposed = 1;   // the share of the overlap with compute not hidden, 0 (all) to 1 (none)
 };
 
 class Calibration {
@@ -64,6 +72,27 @@ class Calibration {
   // rank of this host at once: bytes per second per rank, reads and writes together. direct: the
   // directory takes O_DIRECT (offload::check_nvme_dir), as the swap files will use it.
   double disk_bytes_per_s(const std::string& dir, bool direct);
+  // The offloaded optimizer step itself: offload::SwapPipeline over m and v in swap files in
+  // spec.dir with the plan's sub-groups, buffer sets and queue depth, the CPU AdamW as its update,
+  // every rank of this host at once, over min(shard_numel, 64M) parameters. Seconds per byte moved
+  // (m and v read and written: 16 a parameter), the median of 3 after one untimed.
+  double optimizer_pipeline_s_per_byte(const offload::SwapSpec& spec, size_t shard_numel);
+  // Parameter offload's transfers in one micro-step, in the order the engine makes them
+  // (ParamGatherer's schedule): the embedding's E units, the blocks, the embedding again for the
+  // LM head (its backward reuses that read), the blocks in reverse, and the embedding once more
+  // where the chunked classifier regathers; each unit's shard read one hook ahead into one of two
+  // buffers, and in backward each unit's gradient added into the gradient file through two
+  // buffers (read first unless fresh, the first micro-step's; the write-back overlaps what
+  // follows). unit_shard_numel: this rank's shard of each unit; past 128M parameters in all they
+  // are measured at two smaller scales and extrapolated. Then the same with compute at
+  // every hook, as much as the transfers take in all, in proportion to each unit's size (what a
+  // unit's forward or backward costs): the share of the overlap not hidden.
+  PassCost pass_io(const offload::SwapSpec& spec, const std::vector<size_t>& unit_shard_numel, int embedding_units,
+                   bool regather);
+
+  // The cached value of `key`, or measures it with `probe` (on every rank; the largest is kept).
+  double cached(const std::string& key, const std::function<double()>& probe);
+  bool has(const std::string& key) const { return entries_.contains(key); }
 
   // Writes the cache (rank 0); throws one line when it cannot.
   void save();
@@ -74,8 +103,8 @@ class Calibration {
   int measured() const { return measured_; }
 
  private:
-  // The cached value of `key`, or measures it with `probe` (on every rank; the largest is kept).
-  double cached(const std::string& key, const std::function<double()>& probe);
+  // Stores the largest of every rank's `mine` as `key` (collective), and says it.
+  void record(const std::string& key, double mine);
 
   Comm& comm_;
   std::string path_;
@@ -86,6 +115,10 @@ class Calibration {
   std::vector<std::string>& notes_;
   int measured_ = 0;
 };
+
+// Waits until the filesystem of `dir` has written back and trimmed what earlier probes or runs left
+// (syncfs), so that the next measurement of the disk is not disturbed by them. Best effort.
+void settle_disk(const std::string& dir);
 
 // The default cache: $XDG_CACHE_HOME/zerotrain/calibration.json, else ~/.cache/zerotrain/calibration.json.
 std::string default_cache_path();

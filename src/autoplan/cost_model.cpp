@@ -25,18 +25,22 @@ Prediction predict(const StepShape& s, const Rates& r) {
     const double hideable = std::min(p.comm_s - p.tail_s, p.compute_s);
     p.exposed_comm_s = s.overlap ? p.comm_s - (1 - r.overlap_exposed) * hideable : p.comm_s;
   }
-  // Parameters on disk: the shards the passes read and write, at the disk's rate, added to the
-  // compute (measured: they do not hide behind it on this machine; docs/autoplan.md).
-  p.pass_io_s = s.pass_bytes / r.disk_bytes_per_s;
-  // The optimizer step streams its states through the sub-group pipeline, the update hidden
-  // behind the transfers.
-  p.optimizer_io_s = s.optimizer_io_bytes / r.disk_bytes_per_s;
-  const double update_s = s.shard_params * r.adamw_s_per_param;
-  p.optimizer_s = std::max(update_s, p.optimizer_io_s);
+  // Parameters on disk: each micro-step's transfers as the pass probe measured them, less the part
+  // its overlap probe found hidden behind that micro-step's compute (a unit's shard is read while
+  // the unit before computes).
+  if (r.pass_first_s > 0) {
+    const double compute_per_micro = p.compute_s / A;
+    auto exposed = [&](double io) { return io - (1 - r.pass_exposed) * std::min(compute_per_micro, io); };
+    p.pass_io_s = exposed(r.pass_first_s) + (A - 1) * exposed(r.pass_next_s);
+  }
+  // The optimizer step: AdamW over the shard in memory, or, offloaded, the bytes its sub-group
+  // pipeline moves at the rate its probe measured (transfers and update overlapped).
+  const bool offloaded = s.optimizer_io_bytes > 0;
+  p.optimizer_s = offloaded ? s.optimizer_io_bytes * r.pipeline_s_per_byte : s.shard_params * r.adamw_s_per_param;
   p.step_s = p.compute_s + p.pass_io_s + p.exposed_comm_s + p.optimizer_s;
 
-  const double io_s = p.pass_io_s + (p.optimizer_io_s > update_s ? p.optimizer_io_s : 0);
-  const double opt_s = p.optimizer_io_s > update_s ? 0 : update_s;
+  const double io_s = p.pass_io_s + (offloaded ? p.optimizer_s : 0);
+  const double opt_s = offloaded ? 0 : p.optimizer_s;
   p.bound = "compute";
   double most = std::min(p.compute_s, p.step_s);
   for (const auto& [name, t] : {std::pair<const char*, double>{"comm", p.exposed_comm_s}, {"I/O", io_s}, {"optimizer", opt_s}})
@@ -46,7 +50,7 @@ Prediction predict(const StepShape& s, const Rates& r) {
 
 nlohmann::json Prediction::to_json() const {
   return {{"compute_s", compute_s},   {"recompute_s", recompute_s},       {"comm_s", comm_s}, {"tail_s", tail_s},
-          {"exposed_comm_s", exposed_comm_s}, {"pass_io_s", pass_io_s}, {"optimizer_io_s", optimizer_io_s},
+          {"exposed_comm_s", exposed_comm_s}, {"pass_io_s", pass_io_s},
           {"optimizer_s", optimizer_s}, {"step_s", step_s},             {"bound", bound}};
 }
 

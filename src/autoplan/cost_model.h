@@ -21,7 +21,6 @@ struct StepShape {
   double tail_bytes = 0;              // bytes sent by the one collective nothing overlaps (the last unit's)
   double all_gather_share = 0;        // share of comm_bytes sent by all-gathers (the rest: reductions)
   double optimizer_io_bytes = 0;      // swap-file bytes read + written by the optimizer step
-  double pass_bytes = 0;              // swap-file bytes read and written during forward and backward
   double grad_path_bytes = 0;         // bytes the gradient path moves in memory (bucket to shard, accumulation)
 };
 
@@ -32,7 +31,9 @@ struct Rates {
   double reduce_alpha_s = 0, reduce_bytes_per_s = 1e30;   // all-reduce at stage 0, else reduce-scatter
   double gather_alpha_s = 0, gather_bytes_per_s = 1e30;   // all-gather (stages 1-3)
   double overlap_exposed = 0;         // share of the overlapped time not hidden (the overlap probe)
-  double disk_bytes_per_s = 1e30;     // reads and writes at once, many in flight
+  double pipeline_s_per_byte = 0;     // the optimizer step over swapped state, per byte it moves (its probe)
+  double pass_first_s = 0, pass_next_s = 0;  // parameter offload's transfers in a micro-step: the first, each later one
+  double pass_exposed = 1;            // share of their overlap with compute not hidden (the pass probe)
   double memory_bytes_per_s = 1e30;   // the AdamW probe's: 28 bytes per parameter
 };
 
@@ -42,8 +43,8 @@ struct Prediction {
   double comm_s = 0;           // every collective of the step, back to back
   double tail_s = 0;           // the last unit's collective, which nothing overlaps
   double exposed_comm_s = 0;   // the part of comm_s the step waits for
-  double pass_io_s = 0, optimizer_io_s = 0;  // swap-file transfers
-  double optimizer_s = 0;      // AdamW over the shard
+  double pass_io_s = 0;        // parameter offload's transfers during forward and backward
+  double optimizer_s = 0;      // AdamW over the shard (streamed through its swap files where offloaded)
   double step_s = 0;
   std::string bound;           // "compute", "comm", "I/O" or "optimizer": the largest part of step_s
 

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iomanip>
 #include <map>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -30,6 +31,7 @@
 #include "train/trainer.h"
 #include "zero/engine_settings.h"
 #include "zero/estimate.h"
+#include "zero/offload_plan.h"
 #include "zero/partition.h"
 
 namespace zt::autoplan {
@@ -39,6 +41,10 @@ namespace {
 // runtimes, heap; test/zero/memory_formulas.py holds a run's peak RSS to at most this above its
 // tracked total plus the init transient.
 constexpr uint64_t kRuntimeOverhead = uint64_t(256) << 20;
+// The sequence length of the engine runs that calibrate parameter offload's passes: short, so that
+// their compute is next to nothing beside the transfers (which do not depend on it).
+constexpr int kEngineProbeTokens = 16;
+constexpr int kEngineProbeMicroSteps = 4;  // the second run's grad_accum (the first's is 1)
 
 // One point of the space the planner searches (docs/autoplan.md, "Candidates").
 struct Choice {
@@ -83,6 +89,10 @@ struct Candidate {
   uint64_t host = 0, nvme = 0;  // per rank: estimate (host + pinned) + init transient + overhead; swap files
   bool fits = false;
   int embedding_rows = 0;  // as the engine splits the embedding (stage 3 at N > 1), for the compute probe
+  offload::SwapSpec swap;  // offload: the plan's sub-groups, buffer sets, queue depth (for the I/O probes)
+  std::vector<size_t> unit_shards;  // parameter offload: this rank's shard of each unit, for the pass probe
+  int embedding_units = 1;
+  bool regather = false;   // the chunked classifier regathers the embedding in backward
   StepShape shape;
   Rates rates;  // the calibrated rates its prediction used
   Prediction pred;
@@ -165,12 +175,7 @@ StepShape step_shape(const Plan& plan, const Estimate& est, int world) {
   sh.tail_bytes = world == 1 ? 0 : (sh.stage == 0 ? 2 * (N - 1) / N : (N - 1) / N) * 4 * last_unit;
   const double shard_bytes = 4 * psi / N;  // one fp32 state's shard
   if (plan.offload.optimizer == "nvme") sh.optimizer_io_bytes = 2 * shard_bytes + 2 * shard_bytes;  // m, v read and written
-  if (plan.offload.params == "nvme") {
-    sh.optimizer_io_bytes += 2 * shard_bytes + shard_bytes;  // parameters and gradients read, parameters written
-    // Per micro-step and unit: its shard read for forward and for backward, its gradient written
-    // (and, after the first micro-step, read first to add to).
-    sh.pass_bytes = shard_bytes * (4 * A - 1);
-  }
+  if (plan.offload.params == "nvme") sh.optimizer_io_bytes += 2 * shard_bytes + shard_bytes;  // p, g read; p written
   // The gradient path in memory: each bucket summed into the gradient shard (read the bucket, read
   // and write the shard), per micro-step at stages 2-3, once per step at stage 1.
   const double path = 4 * psi + 2 * 4 * psi / N;
@@ -226,9 +231,45 @@ double measure(const nlohmann::json& resolved, int steps, Comm& comm) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
   }
+  // Its swap files are gone: written back and trimmed before the next candidate runs.
+  if (plan.offload.optimizer == "nvme" || plan.offload.params == "nvme") settle_disk(plan.offload.nvme_dir);
+  comm.barrier();
   std::vector<double> t(r.step_ms.begin() + 1, r.step_ms.end());
   std::sort(t.begin(), t.end());
   return t[t.size() / 2] / 1e3;
+}
+
+// Parameter offload's transfers per micro-step as the engine makes them: the candidate trained for
+// a few steps at micro-batch 1 and a sequence of 16 tokens (the shards are the candidate's, the
+// compute next to nothing), with 1 and with 4 micro-steps. The first micro-step's transfers are
+// the step at 1 less its optimizer step (its bytes at the pipeline probe's rate); each later
+// one's, a third of the difference of the two steps. Cached like a probe, by the partition's shape.
+struct EnginePasses {
+  double first_s = 0, next_s = 0;
+};
+
+EnginePasses engine_passes(const Candidate& c, Calibration& cal, Comm& comm) {
+  std::ostringstream k;
+  k << "engine_passes " << std::filesystem::weakly_canonical(c.swap.dir).string() << " units" << c.unit_shards.size()
+    << " numel" << std::accumulate(c.unit_shards.begin(), c.unit_shards.end(), size_t(0)) << " world"
+    << c.shape.world << " qd" << c.swap.queue_depth << " subgroup" << c.swap.subgroup_numel << " threads"
+    << cal.threads() << " ranks/host" << comm.local_world();
+  auto step_at = [&](int grad_accum) {
+    return cal.cached(k.str() + " grad_accum" + std::to_string(grad_accum), [&] {
+      nlohmann::json j = c.resolved;
+      j["batch"]["micro_batch"] = 1;
+      j["batch"]["grad_accum"] = grad_accum;
+      j["model"]["seq_len"] = kEngineProbeTokens;
+      j["recompute"]["policy"] = "none";
+      return measure(j, 4, comm);
+    });
+  };
+  // 4 micro-steps, not 2: the difference of two steps of a small model is within their noise.
+  const double t1 = step_at(1), t4 = step_at(kEngineProbeMicroSteps);
+  EnginePasses e;
+  e.first_s = std::max(0.0, t1 - c.shape.optimizer_io_bytes * c.rates.pipeline_s_per_byte);
+  e.next_s = std::max(0.0, (t4 - t1) / (kEngineProbeMicroSteps - 1));
+  return e;
 }
 
 void print_table(const std::vector<const Candidate*>& rows, int world, bool measured) {
@@ -246,7 +287,7 @@ void print_table(const std::vector<const Candidate*>& rows, int world, bool meas
                 ch.stage, ch.offload().c_str(), ch.recompute().c_str(), ch.micro_batch, ch.grad_accum,
                 bucket, world > 1 ? (ch.overlap ? "on" : "off") : "-", mib(double(c->host)).c_str(),
                 mib(double(c->nvme)).c_str(), ms(p.compute_s).c_str(), ms(p.comm_s).c_str(), ms(p.exposed_comm_s).c_str(),
-                ms(p.pass_io_s + p.optimizer_io_s).c_str(), ms(p.optimizer_s).c_str(), ms(p.step_s).c_str(),
+                ms(p.pass_io_s).c_str(), ms(p.optimizer_s).c_str(), ms(p.step_s).c_str(),
                 tokens / p.step_s, p.bound.c_str());
     if (measured && c->measured_s > 0)
       std::printf(" | %8s %+5.0f%%", ms(c->measured_s).c_str(), (p.step_s / c->measured_s - 1) * 100);
@@ -259,14 +300,14 @@ std::string why(const Candidate& best, const Candidate* next) {
   std::ostringstream os;
   const Prediction& p = best.pred;
   os << "chosen: " << best.choice.label() << ": " << ms(p.step_s) << " ms/step predicted (compute " << ms(p.compute_s)
-     << ", communication waited for " << ms(p.exposed_comm_s) << ", I/O " << ms(p.pass_io_s + p.optimizer_io_s)
-     << ", optimizer " << ms(p.optimizer_s) << "; " << p.bound << "-bound)";
+     << ", communication waited for " << ms(p.exposed_comm_s) << ", I/O " << ms(p.pass_io_s)
+     << ", optimizer step " << ms(p.optimizer_s) << "; " << p.bound << "-bound)";
   if (next) {
     const Prediction& q = next->pred;
     const std::pair<const char*, double> diffs[] = {
         {"compute", q.compute_s - p.compute_s},
         {"communication waited for", q.exposed_comm_s - p.exposed_comm_s},
-        {"I/O", std::max(q.compute_s, q.pass_io_s) - std::max(p.compute_s, p.pass_io_s)},
+        {"I/O", q.pass_io_s - p.pass_io_s},
         {"optimizer", q.optimizer_s - p.optimizer_s}};
     const auto* most = &diffs[0];
     for (const auto& d : diffs)
@@ -318,6 +359,13 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   const std::string out = paths.output("--out", req.out);
   const std::string report = paths.output("--out (its report)", report_path(req.out));
   check_output_path("--calibration", cache);
+  // --out's directory, made now (the check found where it can be), not after a minute of probes.
+  {
+    std::error_code ec;
+    const std::filesystem::path dir = std::filesystem::path(out).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+    ZT_REQUIRE(!ec, "plan: --out " << req.out << ": cannot create its directory " << dir.string() << ": " << ec.message());
+  }
 
   const long global = req.global_batch > 0 ? req.global_batch
                                            : long(base.batch.micro_batch) * base.batch.grad_accum * world;
@@ -359,6 +407,14 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     c.shape = step_shape(p, est, world);
     const EngineSettings es = engine_settings<CpuOps<float>>(p, world, 0);
     c.embedding_rows = es.embedding_rows;
+    c.swap = swap_spec_of(p.offload, comm.rank(), direct);
+    if (ch.params_nvme) {
+      const ParamLayout layout = es.layout();
+      const Partition part(layout, es.zero);
+      for (int u = 0; u < layout.num_units(); ++u) c.unit_shards.push_back(part.unit_shard_numel(u));
+      c.embedding_units = layout.embedding_units();
+      c.regather = es.zero.classifier_regather;
+    }
     all.push_back(std::move(c));
   }
   // Overlap off sends the same bytes and waits for all of them: a candidate only where its twin
@@ -424,14 +480,52 @@ int plan_command(const PlanRequest& req, Comm& comm) {
       if (!links.count({op, c->choice.bucket_mb})) links[{op, c->choice.bucket_mb}] = cal.link(op, bytes);
     if (!overlap.count(c->choice.bucket_mb)) overlap[c->choice.bucket_mb] = cal.overlap_exposed_share(cfg, T, bytes);
   }
+  // Offload: the disk alone (reported beside what the pipelines reach), the optimizer step's
+  // sub-group pipeline and parameter offload's passes, each measured as it runs.
   const double disk = any_nvme ? cal.disk_bytes_per_s(base.offload.nvme_dir, direct) : 0;
+  // Parameter offload's passes: their transfers from the engine itself where the data is there to
+  // train on, else from the pass probe (docs/autoplan.md, "Calibration"); their overlap with
+  // compute from the pass probe.
+  bool have_data = true;
+  try {
+    (void)plan_from_json(base.resolved, /*check_files=*/true);
+  } catch (const Error&) {
+    have_data = false;
+  }
+  bool synthetic_passes = false;
+  for (Candidate* c : fit) {
+    if (!c->choice.optimizer_nvme) continue;
+    c->rates.pipeline_s_per_byte = cal.optimizer_pipeline_s_per_byte(c->swap, size_t(c->shape.shard_params));
+    if (!c->choice.params_nvme) continue;
+    const PassCost pass = cal.pass_io(c->swap, c->unit_shards, c->embedding_units, c->regather);
+    c->rates.pass_first_s = pass.first_s, c->rates.pass_next_s = pass.next_s, c->rates.pass_exposed = pass.exposed;
+    if (!have_data) {
+      synthetic_passes = true;
+      continue;
+    }
+    const EnginePasses e = engine_passes(*c, cal, comm);
+    c->rates.pass_first_s = e.first_s, c->rates.pass_next_s = e.next_s;
+  }
+  if (root && synthetic_passes)
+    std::printf("calibration: no training data (%s), so parameter offload's passes are the pass probe's, which "
+                "predicts them slower than the engine runs them\n", base.data.train.c_str());
   cal.save();
+  if (any_nvme) settle_disk(base.offload.nvme_dir);  // the probes' files: flushed and trimmed before anything else runs
   if (root)
     std::printf("calibration: %d probe(s) measured in %.1f s, the rest from the cache\n", cal.measured(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t_cal).count());
+  // What the offloaded optimizer step reaches against the disk alone (docs/offload.md: offload at
+  // the disk's speed).
+  for (const Candidate* c : fit)
+    if (root && c->rates.pipeline_s_per_byte > 0) {
+      const double pipe = 1 / c->rates.pipeline_s_per_byte;
+      std::printf("offload: the optimizer's sub-group pipeline moves %.2f GB/s (reads and writes together), the disk "
+                  "alone %.2f GB/s mixed: %.0f%%\n", pipe / 1e9, disk / 1e9, 100 * pipe / disk);
+      break;
+    }
 
   for (Candidate* c : fit) {
-    Rates r;
+    Rates r = c->rates;
     const MicroStepCost& none = micro[{c->choice.micro_batch, "none", c->embedding_rows}];
     const MicroStepCost& own = micro[{c->choice.micro_batch, c->choice.policy, c->embedding_rows}];
     r.block_s = c->choice.policy == "selective" ? own.block_s : none.block_s;
@@ -445,7 +539,6 @@ int plan_command(const PlanRequest& req, Comm& comm) {
       r.gather_alpha_s = gat.alpha_s, r.gather_bytes_per_s = gat.bytes_per_s;
       r.overlap_exposed = overlap[c->choice.bucket_mb];
     }
-    if (disk > 0) r.disk_bytes_per_s = disk;
     r.memory_bytes_per_s = 28 / adamw;  // AdamW reads p, g, m, v and writes p, m, v: 28 bytes a parameter
     c->rates = r;
     c->pred = predict(c->shape, r);
@@ -482,7 +575,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
                             {"padded_params", s.padded_params}, {"units", s.units}, {"buckets", s.buckets},
                             {"shard_params", s.shard_params}, {"comm_bytes", s.comm_bytes}, {"collectives", s.collectives},
                             {"tail_bytes", s.tail_bytes}, {"all_gather_share", s.all_gather_share},
-                            {"optimizer_io_bytes", s.optimizer_io_bytes}, {"pass_bytes", s.pass_bytes},
+                            {"optimizer_io_bytes", s.optimizer_io_bytes},
                             {"grad_path_bytes", s.grad_path_bytes}}},
                           {"embedding_rows", c->embedding_rows},
                           {"rates",
@@ -491,7 +584,9 @@ int plan_command(const PlanRequest& req, Comm& comm) {
                             {"reduce_alpha_s", c->rates.reduce_alpha_s}, {"reduce_bytes_per_s", c->rates.reduce_bytes_per_s},
                             {"gather_alpha_s", c->rates.gather_alpha_s}, {"gather_bytes_per_s", c->rates.gather_bytes_per_s},
                             {"overlap_exposed", c->rates.overlap_exposed},
-                            {"disk_bytes_per_s", c->rates.disk_bytes_per_s},
+                            {"pipeline_s_per_byte", c->rates.pipeline_s_per_byte},
+                            {"pass_first_s", c->rates.pass_first_s}, {"pass_next_s", c->rates.pass_next_s},
+                            {"pass_exposed", c->rates.pass_exposed},
                             {"memory_bytes_per_s", c->rates.memory_bytes_per_s}}},
                           {"predicted", c->pred.to_json()}};
       if (c->measured_s > 0) j["measured_step_s"] = c->measured_s;

@@ -91,7 +91,7 @@ def main():
 
     # Shape and time, from the document's formulas.
     shape_f, time_f = formulas("shape"), formulas("time")
-    check(len(shape_f) == 6 and len(time_f) == 8, "the formula tables changed size")
+    check(len(shape_f) == 5 and len(time_f) == 7, "the formula tables changed size")
     worst = 0.0
     for i, c in enumerate(cands):
         s, ch = c["shape"], c["choice"]
@@ -130,6 +130,32 @@ def main():
         check(close(m["block_s"], block), f"{key}: block_s {m['block_s']}, from the probes {block}")
         check(m["block_s"] >= 0 and m["fixed_s"] >= 0, f"{key}: a negative rate")
 
+    # Offload rates: each candidate's from the probes of its own sizes (this model is under the
+    # probes' caps, so nothing is scaled).
+    offloaded = 0
+    def probe_values(prefix, suffix=""):
+        return [v for k, v in probes.items() if k.startswith(prefix) and k.endswith(suffix)]
+    for i, c in enumerate(cands):
+        ch, r = c["choice"], c["rates"]
+        if ch["offload.optimizer"] != "nvme":
+            check(r["pipeline_s_per_byte"] == 0 and r["pass_first_s"] == 0, f"candidate {i}: offload rates without offload")
+            continue
+        offloaded += 1
+        check(r["pipeline_s_per_byte"] > 0 and r["pipeline_s_per_byte"] in probe_values("optimizer_pipeline "),
+              f"candidate {i}: pipeline_s_per_byte {r['pipeline_s_per_byte']} is not an optimizer pipeline probe")
+        if ch["offload.params"] == "nvme":
+            # With the data there, the passes' transfers come from the engine's two short runs.
+            t1, t2 = probe_values("engine_passes ", " grad_accum1"), probe_values("engine_passes ", " grad_accum4")
+            if check(len(t1) == 1 and len(t2) == 1, f"candidate {i}: engine pass probes {t1} {t2}"):
+                first = max(0.0, t1[0] - c["shape"]["optimizer_io_bytes"] * r["pipeline_s_per_byte"])
+                check(close(r["pass_first_s"], first), f"candidate {i}: pass_first_s {r['pass_first_s']}, from the engine runs {first}")
+                check(close(r["pass_next_s"], max(0.0, (t2[0] - t1[0]) / 3)), f"candidate {i}: pass_next_s {r['pass_next_s']} is not a third of the runs' difference")
+            check(r["pass_exposed"] in probe_values("pass ", " exposed") and 0 <= r["pass_exposed"] <= 1,
+                  f"candidate {i}: pass_exposed {r['pass_exposed']} is not the pass probe's")
+        else:
+            check(r["pass_first_s"] == 0, f"candidate {i}: pass rates without parameter offload")
+    check(offloaded > 0, "no offload candidate in the report")
+
     # Sorted, and the written plan is the first.
     steps = [c["predicted"]["step_s"] for c in cands]
     check(steps == sorted(steps), "the report's candidates are not sorted by predicted step time")
@@ -163,8 +189,13 @@ def main():
     check("measured fastest" in p.stdout, "no 'measured fastest' line after --validate")
 
     # The cache: reused, then replaced when it names another machine, refused when not ours.
-    p2 = run(plan_cmd[:plan_cmd.index("--validate")] + sets)
+    # (and --out in directories that do not exist yet: made)
+    nested = os.path.join(work, "new", "dir", "best.json")
+    p2_cmd = plan_cmd[:plan_cmd.index("--validate")] + sets
+    p2_cmd[p2_cmd.index(out)] = nested
+    p2 = run(p2_cmd)
     check(p2.returncode == 0 and "calibration: 0 probe(s) measured" in p2.stdout, f"second run did not reuse the cache: {p2.stdout[-400:]}")
+    check(os.path.isfile(nested) and os.path.isfile(nested[:-len(".json")] + ".report.json"), "--out in a new directory was not written")
     c = json.load(open(cal))
     c["machine"]["host"] = "another-machine"
     json.dump(c, open(cal, "w"))
@@ -172,6 +203,16 @@ def main():
     check(p3.returncode == 0 and "another machine" in p3.stdout and "calibration: 0 probe(s) measured" not in p3.stdout,
           f"a cache from another machine was not measured again: {p3.stdout[-400:]}")
     check(json.load(open(cal))["machine"]["host"] != "another-machine", "the other machine's cache was not replaced")
+
+    # Without training data (no --validate): parameter offload's passes from the pass probe, said.
+    nodata_out = os.path.join(work, "nodata.json")
+    p4 = run([train, "plan", "plans/default.json", "--world", "2", "--global-batch", "8", "--out", nodata_out,
+              "--calibration", cal] + sets + ["--set", "data.train=nope/*.bin"])
+    if check(p4.returncode == 0 and "no training data" in p4.stdout, f"plan without data: {p4.stdout[-400:]}"):
+        rep4 = json.load(open(os.path.join(work, "nodata.report.json")))
+        firsts = [v for k, v in rep4["probes"].items() if k.startswith("pass ") and k.endswith(" first")]
+        pc = [c["rates"]["pass_first_s"] for c in rep4["candidates"] if c["choice"]["offload.params"] == "nvme"]
+        check(pc and all(x in firsts for x in pc), f"without data, pass_first_s {pc[:2]} is not the pass probe's {firsts}")
 
     # Hostile input: one line, exit 1, nothing written.
     foreign = os.path.join(work, "foreign.json")
