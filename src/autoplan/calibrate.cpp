@@ -113,13 +113,13 @@ void settle_disk(const std::string& dir) {
   ::close(fd);
 }
 
-namespace {
-
 std::string canonical_dir(const std::string& dir) {
   std::error_code ec;
   const std::string where = std::filesystem::weakly_canonical(dir, ec).string();
   return where.empty() ? dir : where;
 }
+
+namespace {
 
 std::string read_text(const std::string& path) {
   std::ifstream f(path);
@@ -360,9 +360,8 @@ double Calibration::overlap_exposed_share(const GPTConfig& cfg, int T, size_t by
 
 double Calibration::disk_bytes_per_s(const std::string& dir, bool direct) {
   std::error_code ec;
-  const std::string where = std::filesystem::weakly_canonical(dir, ec).string();
   std::ostringstream k;
-  k << "disk " << (where.empty() ? dir : where) << " ranks/host" << comm_.local_world();
+  k << "disk " << canonical_dir(dir) << " ranks/host" << comm_.local_world();
   const size_t half = size_t(128) << 20;
   // Stored as the probe's seconds, so that the slowest rank's is the one kept.
   return 2.0 * double(half) / cached(k.str(), [&] {
@@ -425,7 +424,7 @@ double Calibration::optimizer_pipeline_s_per_byte(const offload::SwapSpec& spec,
 }
 
 PassCost Calibration::pass_io(const offload::SwapSpec& spec, const std::vector<size_t>& unit_shard_numel,
-                              int embedding_units, bool regather) {
+                              int embedding_units, bool regather, bool transfers) {
   using namespace offload;
   using Ranges = std::vector<ShardSource<float>::Range>;
   const int U = int(unit_shard_numel.size()), E = embedding_units;
@@ -459,8 +458,10 @@ PassCost Calibration::pass_io(const offload::SwapSpec& spec, const std::vector<s
     << " numel" << total << " largest" << *std::max_element(unit_shard_numel.begin(), unit_shard_numel.end()) << " qd"
     << spec.queue_depth << (spec.direct ? "" : " buffered") << " threads" << threads_ << " ranks/host" << comm_.local_world();
   const std::string key = k.str();
-  std::vector<std::string> keys = {key + " first", key + " next", key + " exposed"};
-  if (scaled) keys.push_back(key + " first at half"), keys.push_back(key + " next at half");
+  // Without `transfers` only the overlap is wanted (and `next`, the transfers it overlaps).
+  std::vector<std::string> keys = {key + " next", key + " exposed"};
+  if (transfers) keys.push_back(key + " first");
+  if (transfers && scaled) keys.push_back(key + " first at half"), keys.push_back(key + " next at half");
   bool all = true;
   for (const std::string& x : keys) all = all && entries_.contains(x);
   if (!all) {
@@ -522,20 +523,20 @@ PassCost Calibration::pass_io(const offload::SwapSpec& spec, const std::vector<s
       for (int u = 0; u < E; ++u) grads.accumulate(ranges[size_t(u)].flat, ranges[size_t(u)].numel, fresh, [&](float* d) { d[0] += 1.0f; });
       grads.flush();
     };
-    std::vector<double> v;
-    v.push_back(median_time(3, [&] { pass(hi, true, false); }, nothing));
+    std::vector<double> v;  // in the order of `keys`
     v.push_back(median_time(3, [&] { pass(hi, false, false); }, nothing));
     // The overlap: as much compute as the transfers take, spread over the hooks by unit size.
     const double t_gemm = best_time(3, [&] { for (int j = 0; j < 16; ++j) gemm(); }) / 16;
-    const double want = max_over_ranks(comm_, v[1]) / max_over_ranks(comm_, t_gemm);  // gemms in all
+    const double want = max_over_ranks(comm_, v[0]) / max_over_ranks(comm_, t_gemm);  // gemms in all
     for (size_t i = 0; i < reads.size(); ++i)
       gemms[i] = int(std::lround(want * double(hi[size_t(reads[i])].numel) / double(2 * flat)));
     const double t_compute = median_time(3, [&] { for (size_t i = 0; i < reads.size(); ++i) compute_at(i); }, nothing);
     const double t_both = median_time(3, [&] { pass(hi, false, true); }, nothing);
     // The share of the shorter of the two that running them together did not hide.
-    const double hidden = (v[1] + t_compute - t_both) / std::min(v[1], t_compute);
+    const double hidden = (v[0] + t_compute - t_both) / std::min(v[0], t_compute);
     v.push_back(std::clamp(1.0 - hidden, 0.0, 1.0) + (sink < 0 ? 1e-30 : 0.0));  // (sink: the reads are used)
-    if (scaled) {
+    if (transfers) v.push_back(median_time(3, [&] { pass(hi, true, false); }, nothing));
+    if (transfers && scaled) {
       const Ranges lo = ranges_at(s_lo);
       v.push_back(median_time(3, [&] { pass(lo, true, false); }, nothing));
       v.push_back(median_time(3, [&] { pass(lo, false, false); }, nothing));
@@ -551,9 +552,10 @@ PassCost Calibration::pass_io(const offload::SwapSpec& spec, const std::vector<s
     return t_hi + std::max(0.0, t_hi - t_lo) / (s_hi - s_lo) * (1 - s_hi);
   };
   PassCost c;
+  c.exposed = entries_[key + " exposed"].get<double>();
+  if (!transfers) return c;
   c.first_s = full("first");
   c.next_s = full("next");
-  c.exposed = entries_[key + " exposed"].get<double>();
   return c;
 }
 

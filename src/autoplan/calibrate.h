@@ -87,8 +87,10 @@ class Calibration {
   // are measured at two smaller scales and extrapolated. Then the same with compute at
   // every hook, as much as the transfers take in all, in proportion to each unit's size (what a
   // unit's forward or backward costs): the share of the overlap not hidden.
+  // transfers false: only pass_exposed is measured (the transfers come from elsewhere), first_s and
+  // next_s are left 0.
   PassCost pass_io(const offload::SwapSpec& spec, const std::vector<size_t>& unit_shard_numel, int embedding_units,
-                   bool regather);
+                   bool regather, bool transfers);
 
   // The cached value of `key`, or measures it with `probe` (on every rank; the largest is kept).
   double cached(const std::string& key, const std::function<double()>& probe);
@@ -115,6 +117,9 @@ class Calibration {
   std::vector<std::string>& notes_;
   int measured_ = 0;
 };
+
+// `dir` made absolute and free of symlinks where it exists (else as given): a probe's cache key.
+std::string canonical_dir(const std::string& dir);
 
 // Waits until the filesystem of `dir` has written back and trimmed what earlier probes or runs left
 // (syncfs), so that the next measurement of the disk is not disturbed by them. Best effort.

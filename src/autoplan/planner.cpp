@@ -239,21 +239,18 @@ double measure(const nlohmann::json& resolved, int steps, Comm& comm) {
   return t[t.size() / 2] / 1e3;
 }
 
-// Parameter offload's transfers per micro-step as the engine makes them: the candidate trained for
-// a few steps at micro-batch 1 and a sequence of 16 tokens (the shards are the candidate's, the
-// compute next to nothing), with 1 and with 4 micro-steps. The first micro-step's transfers are
-// the step at 1 less its optimizer step (its bytes at the pipeline probe's rate); each later
-// one's, a third of the difference of the two steps. Cached like a probe, by the partition's shape.
-struct EnginePasses {
-  double first_s = 0, next_s = 0;
-};
-
-EnginePasses engine_passes(const Candidate& c, Calibration& cal, Comm& comm) {
+// Parameter offload's transfers per micro-step as the engine makes them (PassCost's first_s and
+// next_s): the candidate trained for a few steps at micro-batch 1 and a sequence of 16 tokens (the
+// shards are the candidate's, the compute next to nothing), with 1 and with 4 micro-steps. The
+// first micro-step's transfers are the step at 1 less its optimizer step (its bytes at the
+// pipeline probe's rate); each later one's, a third of the difference of the two steps. Cached
+// like a probe, by the partition's shape.
+void engine_passes(const Candidate& c, Calibration& cal, Comm& comm, PassCost& pass) {
   std::ostringstream k;
-  k << "engine_passes " << std::filesystem::weakly_canonical(c.swap.dir).string() << " units" << c.unit_shards.size()
-    << " numel" << std::accumulate(c.unit_shards.begin(), c.unit_shards.end(), size_t(0)) << " world"
-    << c.shape.world << " qd" << c.swap.queue_depth << " subgroup" << c.swap.subgroup_numel << " threads"
-    << cal.threads() << " ranks/host" << comm.local_world();
+  k << "engine_passes " << canonical_dir(c.swap.dir) << " units" << c.unit_shards.size() << " numel"
+    << std::accumulate(c.unit_shards.begin(), c.unit_shards.end(), size_t(0)) << " world" << c.shape.world << " qd"
+    << c.swap.queue_depth << " subgroup" << c.swap.subgroup_numel << " threads" << cal.threads() << " ranks/host"
+    << comm.local_world();
   auto step_at = [&](int grad_accum) {
     return cal.cached(k.str() + " grad_accum" + std::to_string(grad_accum), [&] {
       nlohmann::json j = c.resolved;
@@ -266,10 +263,8 @@ EnginePasses engine_passes(const Candidate& c, Calibration& cal, Comm& comm) {
   };
   // 4 micro-steps, not 2: the difference of two steps of a small model is within their noise.
   const double t1 = step_at(1), t4 = step_at(kEngineProbeMicroSteps);
-  EnginePasses e;
-  e.first_s = std::max(0.0, t1 - c.shape.optimizer_io_bytes * c.rates.pipeline_s_per_byte);
-  e.next_s = std::max(0.0, (t4 - t1) / (kEngineProbeMicroSteps - 1));
-  return e;
+  pass.first_s = std::max(0.0, t1 - c.shape.optimizer_io_bytes * c.rates.pipeline_s_per_byte);
+  pass.next_s = std::max(0.0, (t4 - t1) / (kEngineProbeMicroSteps - 1));
 }
 
 void print_table(const std::vector<const Candidate*>& rows, int world, bool measured) {
@@ -497,14 +492,10 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     if (!c->choice.optimizer_nvme) continue;
     c->rates.pipeline_s_per_byte = cal.optimizer_pipeline_s_per_byte(c->swap, size_t(c->shape.shard_params));
     if (!c->choice.params_nvme) continue;
-    const PassCost pass = cal.pass_io(c->swap, c->unit_shards, c->embedding_units, c->regather);
+    PassCost pass = cal.pass_io(c->swap, c->unit_shards, c->embedding_units, c->regather, /*transfers=*/!have_data);
+    if (have_data) engine_passes(*c, cal, comm, pass);
+    synthetic_passes |= !have_data;
     c->rates.pass_first_s = pass.first_s, c->rates.pass_next_s = pass.next_s, c->rates.pass_exposed = pass.exposed;
-    if (!have_data) {
-      synthetic_passes = true;
-      continue;
-    }
-    const EnginePasses e = engine_passes(*c, cal, comm);
-    c->rates.pass_first_s = e.first_s, c->rates.pass_next_s = e.next_s;
   }
   if (root && synthetic_passes)
     std::printf("calibration: no training data (%s), so parameter offload's passes are the pass probe's, which "
