@@ -47,6 +47,30 @@ double best_time(int reps, F&& f) {
   return best;
 }
 
+// The same, but stopping early once the measurement is steady: after `least` timed calls, as soon
+// as the two fastest agree within `agree` (relative) on every rank, else after `most`. Two calls
+// that agree were both undisturbed (a burst would have to slow both by the same), so more calls
+// would not find a faster one. Collective: every rank makes the same number of calls, so that
+// ranks sharing cores run together as they do in training.
+template <class F>
+double steady_best_time(Comm& comm, int least, int most, double agree, F&& f) {
+  f();
+  std::vector<double> t;
+  for (int i = 0; i < most; ++i) {
+    const auto t0 = Clock::now();
+    f();
+    t.push_back(seconds_since(t0));
+    if (int(t.size()) < least) continue;
+    std::vector<double> sorted = t;
+    std::sort(sorted.begin(), sorted.end());
+    const uint64_t steady = sorted[1] <= sorted[0] * (1 + agree) ? 1 : 0;
+    uint64_t all = 1;
+    for (uint64_t x : comm.all_gather_u64(steady)) all &= x;
+    if (all) break;
+  }
+  return *std::min_element(t.begin(), t.end());
+}
+
 // The median of `reps` timed calls of f after one untimed, each call after an untimed before():
 // for the disk, whose rate moves from call to call by itself (a virtual disk's host cache), where
 // the fastest would promise its best moment.
@@ -166,17 +190,15 @@ double max_over_ranks(Comm& comm, double v) {
   return m;
 }
 
-// One forward + backward of a model of cfg.L blocks at (b, T): what the trainer's micro-step runs.
-double time_micro_step(const GPTConfig& cfg, int b, int T, const Recompute& rc, int embedding_rows) {
-  using Ops = CpuOps<float>;
-  MemoryTracker mem;
-  GPT<Ops> model(cfg, b, T, mem, 128, true, true, rc, embedding_rows);
-  model.init_gpt2(1);
+// One forward + backward of a model of cfg.L blocks at micro-batch b <= the model's: what the
+// trainer's micro-step runs.
+template <class Model>
+double time_micro_step(Comm& comm, Model& model, int V, int b, int T) {
   std::vector<int> in(size_t(b) * T), tg(in.size());
-  for (size_t i = 0; i < in.size(); ++i) in[i] = int((i * 7919) % size_t(cfg.V)), tg[i] = int((i * 104729 + 1) % size_t(cfg.V));
-  return best_time(5, [&] {
+  for (size_t i = 0; i < in.size(); ++i) in[i] = int((i * 7919) % size_t(V)), tg[i] = int((i * 104729 + 1) % size_t(V));
+  return steady_best_time(comm, 3, 5, 0.02, [&] {
     model.zero_grad();
-    model.forward(in.data(), tg.data(), b, T, true, Ops::S(1.0 / (double(b) * T)));
+    model.forward(in.data(), tg.data(), b, T, true, typename Model::S(1.0 / (double(b) * T)));
     model.backward();
   });
 }
@@ -238,35 +260,52 @@ void Calibration::record(const std::string& key, double mine) {
   }
 }
 
-MicroStepCost Calibration::micro_step(const GPTConfig& cfg, int b, int T, Recompute::Policy policy, int classifier_chunk,
-                                      int embedding_rows) {
+std::map<int, MicroStepCost> Calibration::micro_steps(const GPTConfig& cfg, const std::set<int>& bs, int T,
+                                                      Recompute::Policy policy, int classifier_chunk, int embedding_rows) {
   static const char* names[] = {"none", "selective", "block"};
-  auto key = [&](Recompute::Policy p, int L) {
+  auto key = [&](Recompute::Policy p, int L, int b) {
     std::ostringstream k;
     k << "micro_step C" << cfg.C << " NH" << cfg.NH << " V" << cfg.V << " T" << T << " B" << b << " " << names[int(p)]
       << " chunk" << classifier_chunk << " embedding_rows" << embedding_rows << " threads" << threads_ << " ranks/host" << comm_.local_world() << " L" << L;
     return k.str();
   };
-  auto model = [&](Recompute::Policy p, int L) {
-    return cached(key(p, L), [&] {
+  // Seconds per micro-step of a model of L blocks under p, for every b: one model, built at the
+  // largest b not yet cached (its build and initialisation cost more than a step), run at each b
+  // (a smaller batch uses the first rows of its buffers, as the engine's last micro-batch would).
+  auto timings = [&](Recompute::Policy p, int L) {
+    int largest = 0;
+    for (int b : bs)
+      if (!has(key(p, L, b))) largest = b;  // bs is ascending
+    std::unique_ptr<GPT<CpuOps<float>>> model;
+    MemoryTracker mem;
+    if (largest > 0) {
       GPTConfig c = cfg;
       c.L = L;
       Recompute rc;
       rc.policy = p;
       rc.every = 1;
       rc.classifier_chunk = classifier_chunk;
-      return time_micro_step(c, b, T, rc, embedding_rows);
-    });
+      model = std::make_unique<GPT<CpuOps<float>>>(c, largest, T, mem, 128, true, true, rc, embedding_rows);
+      model->init_gpt2(1);
+    }
+    std::map<int, double> t;
+    for (int b : bs) t[b] = cached(key(p, L, b), [&] { return time_micro_step(comm_, *model, cfg.V, b, T); });
+    return t;
   };
   // A block and the rest from models of 1 and 3 blocks without recomputation; a policy's block
   // costs what its 3-block model adds to that, never less than nothing (recomputing saves no time,
   // and a difference of two timings can come out negative).
-  const double t1 = model(Recompute::Policy::none, 1), t3 = model(Recompute::Policy::none, 3);
-  MicroStepCost m;
-  m.block_s = std::max(0.0, (t3 - t1) / 2);
-  m.fixed_s = std::max(0.0, t1 - m.block_s);
-  if (policy != Recompute::Policy::none) m.block_s += std::max(0.0, model(policy, 3) - t3) / 3;
-  return m;
+  const std::map<int, double> t1 = timings(Recompute::Policy::none, 1), t3 = timings(Recompute::Policy::none, 3);
+  std::map<int, double> tp;
+  if (policy != Recompute::Policy::none) tp = timings(policy, 3);
+  std::map<int, MicroStepCost> out;
+  for (int b : bs) {
+    MicroStepCost& m = out[b];
+    m.block_s = std::max(0.0, (t3.at(b) - t1.at(b)) / 2);
+    m.fixed_s = std::max(0.0, t1.at(b) - m.block_s);
+    if (policy != Recompute::Policy::none) m.block_s += std::max(0.0, tp.at(b) - t3.at(b)) / 3;
+  }
+  return out;
 }
 
 double Calibration::adamw_s_per_param() {
@@ -414,6 +453,7 @@ double Calibration::optimizer_pipeline_s_per_byte(const offload::SwapSpec& spec,
     std::vector<float> p(n, 0.5f), g(n, 0.01f);
     SwapPipeline pipe({m.get(), v.get()}, n, pool.p, spec);
     cpu::AdamWArgs a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
+    comm_.barrier();  // the ranks' steps start together in training (after the gradient norm)
     return median_time(3, [&] {
       pipe.for_each_subgroup([&](size_t begin, size_t count, float* const* bufs) {
         cpu::adamw_update(p.data() + begin, g.data() + begin, bufs[0], bufs[1], count, a);
@@ -434,8 +474,10 @@ PassCost Calibration::pass_io(const offload::SwapSpec& spec, const std::vector<s
   // Shards of up to 128M parameters in all are measured as they are. Larger ones at two scales,
   // every unit shrunk in proportion, and extrapolated to full size along the line through the two
   // (each read's latency stays, its transfer grows with the bytes; scaling one time up would
-  // multiply the latencies too).
-  const size_t cap = size_t(128) << 20;
+  // multiply the latencies too). The overlap alone is a ratio: measured at up to 16M parameters,
+  // every unit shrunk in proportion (on this machine the share hidden at 16M, 32M and 81M
+  // parameters varied as much between repeats as between sizes, and 16M takes a quarter the time).
+  const size_t cap = size_t(transfers ? 128 : 16) << 20;
   const bool scaled = total > cap;
   const double s_hi = scaled ? double(cap) / double(total) : 1.0, s_lo = s_hi / 2;
   auto ranges_at = [&](double scale) {
@@ -456,7 +498,8 @@ PassCost Calibration::pass_io(const offload::SwapSpec& spec, const std::vector<s
   std::ostringstream k;
   k << "pass " << canonical_dir(spec.dir) << " units" << U << " embedding_units" << E << (regather ? " regather" : "")
     << " numel" << total << " largest" << *std::max_element(unit_shard_numel.begin(), unit_shard_numel.end()) << " qd"
-    << spec.queue_depth << (spec.direct ? "" : " buffered") << " threads" << threads_ << " ranks/host" << comm_.local_world();
+    << spec.queue_depth << (spec.direct ? "" : " buffered") << " threads" << threads_ << " ranks/host" << comm_.local_world()
+    << (transfers ? "" : " overlap");  // its `next` is at the overlap's scale
   const std::string key = k.str();
   // Without `transfers` only the overlap is wanted (and `next`, the transfers it overlaps).
   std::vector<std::string> keys = {key + " next", key + " exposed"};

@@ -10,6 +10,8 @@
 #pragma once
 #include <cstddef>
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,13 +54,13 @@ class Calibration {
   Calibration(Comm& comm, std::string cache_path, int threads, const std::string& version,
               std::vector<std::string>& notes);
 
-  // Per micro-batch b at the model's T, every block under `policy` (every 1): a block and the rest
-  // from models of 1 and 3 blocks without recomputation, and the policy's extra from a 3-block
-  // model under it (docs/autoplan.md, "Calibration"). classifier_chunk as the plan has it;
+  // For each micro-batch b in bs at the model's T, every block under `policy` (every 1): a block
+  // and the rest from models of 1 and 3 blocks without recomputation, and the policy's extra from a
+  // 3-block model under it (docs/autoplan.md, "Calibration"). classifier_chunk as the plan has it;
   // embedding_rows as the engine splits the embedding (stage 3 at N > 1: the chunked LM head then
   // recomputes each chunk's logits in backward, GPT::classifier_regathers).
-  MicroStepCost micro_step(const GPTConfig& cfg, int b, int T, Recompute::Policy policy, int classifier_chunk,
-                           int embedding_rows);
+  std::map<int, MicroStepCost> micro_steps(const GPTConfig& cfg, const std::set<int>& bs, int T, Recompute::Policy policy,
+                                           int classifier_chunk, int embedding_rows);
   // CPU AdamW over a shard, seconds per parameter.
   double adamw_s_per_param();
   // The collective `op` ("all_reduce", "reduce_scatter", "all_gather") on the ranks of the
@@ -75,7 +77,8 @@ class Calibration {
   // The offloaded optimizer step itself: offload::SwapPipeline over m and v in swap files in
   // spec.dir with the plan's sub-groups, buffer sets and queue depth, the CPU AdamW as its update,
   // every rank of this host at once, over min(shard_numel, 64M) parameters. Seconds per byte moved
-  // (m and v read and written: 16 a parameter), the median of 3 after one untimed.
+  // (m and v read and written: 16 a parameter), the median of 3 after one untimed. The planner's
+  // fallback without training data (with data, a short run of the engine itself measures it).
   double optimizer_pipeline_s_per_byte(const offload::SwapSpec& spec, size_t shard_numel);
   // Parameter offload's transfers in one micro-step, in the order the engine makes them
   // (ParamGatherer's schedule): the embedding's E units, the blocks, the embedding again for the

@@ -31,7 +31,7 @@ struct Rates {
   double reduce_alpha_s = 0, reduce_bytes_per_s = 1e30;   // all-reduce at stage 0, else reduce-scatter
   double gather_alpha_s = 0, gather_bytes_per_s = 1e30;   // all-gather (stages 1-3)
   double overlap_exposed = 0;         // share of the overlapped time not hidden (the overlap probe)
-  double pipeline_s_per_byte = 0;     // the optimizer step over swapped state, per byte it moves (its probe)
+  double pipeline_s_per_byte = 0;     // the optimizer step over swapped state, per byte it moves (engine run)
   double pass_first_s = 0, pass_next_s = 0;  // parameter offload's transfers in a micro-step: the first, each later one
   double pass_exposed = 1;            // share of their overlap with compute not hidden (the pass probe)
   double memory_bytes_per_s = 1e30;   // the AdamW probe's: 28 bytes per parameter

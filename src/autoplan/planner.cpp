@@ -44,7 +44,8 @@ constexpr uint64_t kRuntimeOverhead = uint64_t(256) << 20;
 // The sequence length of the engine runs that calibrate parameter offload's passes: short, so that
 // their compute is next to nothing beside the transfers (which do not depend on it).
 constexpr int kEngineProbeTokens = 16;
-constexpr int kEngineProbeMicroSteps = 4;  // the second run's grad_accum (the first's is 1)
+constexpr int kEngineProbeMicroSteps = 4;  // the engine run's grad_accum
+constexpr double kEngineProbeRepeatBelow_s = 4;  // an engine run this short is made 3 times
 
 // One point of the space the planner searches (docs/autoplan.md, "Candidates").
 struct Choice {
@@ -183,9 +184,16 @@ StepShape step_shape(const Plan& plan, const Estimate& est, int world) {
   return sh;
 }
 
-// Runs `plan` for a few steps in this process on `comm`: seconds per step, the median of those
-// after the first. Its output goes nowhere; its log and plan.json to a directory removed after.
-double measure(const nlohmann::json& resolved, int steps, Comm& comm) {
+// The median of xs after the first (the first step pays for first touches).
+double median_after_first(const std::vector<double>& xs) {
+  std::vector<double> t(xs.begin() + 1, xs.end());
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Runs `plan` for a few steps in this process on `comm`. Its output goes nowhere; its log and
+// plan.json to a directory removed after.
+TrainResult run_steps(const nlohmann::json& resolved, int steps, Comm& comm) {
   std::string dir;
   if (comm.rank() == 0) {
     char tmpl[] = "/tmp/zt-plan-validate-XXXXXX";
@@ -234,37 +242,79 @@ double measure(const nlohmann::json& resolved, int steps, Comm& comm) {
   // Its swap files are gone: written back and trimmed before the next candidate runs.
   if (plan.offload.optimizer == "nvme" || plan.offload.params == "nvme") settle_disk(plan.offload.nvme_dir);
   comm.barrier();
-  std::vector<double> t(r.step_ms.begin() + 1, r.step_ms.end());
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2] / 1e3;
+  return r;
 }
 
-// Parameter offload's transfers per micro-step as the engine makes them (PassCost's first_s and
-// next_s): the candidate trained for a few steps at micro-batch 1 and a sequence of 16 tokens (the
-// shards are the candidate's, the compute next to nothing), with 1 and with 4 micro-steps. The
-// first micro-step's transfers are the step at 1 less its optimizer step (its bytes at the
-// pipeline probe's rate); each later one's, a third of the difference of the two steps. Cached
-// like a probe, by the partition's shape.
-void engine_passes(const Candidate& c, Calibration& cal, Comm& comm, PassCost& pass) {
+// Seconds per step of `plan`, the median of `steps` after the first.
+double measure(const nlohmann::json& resolved, int steps, Comm& comm) {
+  return median_after_first(run_steps(resolved, steps, comm).step_ms) / 1e3;
+}
+
+// Offload measured as the engine runs it: the candidate trained in this process for a few steps
+// at micro-batch 1 and a sequence of 16 tokens (its shards and swap files are the candidate's, its
+// compute next to nothing).
+// - The optimizer step: seconds per byte it moves (Rates' pipeline_s_per_byte), from the time of
+//   the update itself (ZeroEngine::last_update_s: the sub-group pipeline with the AdamW) over the
+//   candidate's optimizer_io_bytes. Without parameter offload the run is at stage 3 where N > 1:
+//   the same shard, and the stage's other costs are the links' to predict.
+// - With parameter offload, its passes per micro-step (PassCost's first_s and next_s), from 4
+//   micro-steps: the first micro-step's transfers are the time to the end of its backward; each
+//   later one's, a third of the time from there to the gradients' being final.
+// Every rate comes from one run: the difference of two runs (at 1 and 4 micro-steps, as before)
+// carried both runs' noise, and runs here differ by up to 60% (the disk's speed drifts over
+// seconds) where the steps within one differ by a few percent. A run that takes under
+// kEngineProbeRepeatBelow_s is made 3 times and the one of median step time kept. Cached like a
+// probe, by the partition's shape.
+struct EngineRates {
+  double optimizer_s_per_byte = 0;
+  PassCost pass;  // first_s and next_s, with parameter offload
+};
+EngineRates engine_rates(const Candidate& c, Calibration& cal, Comm& comm) {
+  const bool passes = c.choice.params_nvme;
+  const int grad_accum = passes ? kEngineProbeMicroSteps : 1;
   std::ostringstream k;
-  k << "engine_passes " << canonical_dir(c.swap.dir) << " units" << c.unit_shards.size() << " numel"
-    << std::accumulate(c.unit_shards.begin(), c.unit_shards.end(), size_t(0)) << " world" << c.shape.world << " qd"
-    << c.swap.queue_depth << " subgroup" << c.swap.subgroup_numel << " threads" << cal.threads() << " ranks/host"
-    << comm.local_world();
-  auto step_at = [&](int grad_accum) {
-    return cal.cached(k.str() + " grad_accum" + std::to_string(grad_accum), [&] {
-      nlohmann::json j = c.resolved;
-      j["batch"]["micro_batch"] = 1;
-      j["batch"]["grad_accum"] = grad_accum;
-      j["model"]["seq_len"] = kEngineProbeTokens;
-      j["recompute"]["policy"] = "none";
-      return measure(j, 4, comm);
-    });
+  k << "engine " << canonical_dir(c.swap.dir) << " " << c.choice.offload() << " units" << c.unit_shards.size()
+    << " numel" << uint64_t(c.shape.shard_params) << " world" << c.shape.world << " qd" << c.swap.queue_depth
+    << " subgroup" << c.swap.subgroup_numel << " sets" << c.swap.buffer_count << " threads" << cal.threads()
+    << " ranks/host" << comm.local_world() << " grad_accum" << grad_accum;
+  struct Run {
+    double step, update, first, next;
   };
-  // 4 micro-steps, not 2: the difference of two steps of a small model is within their noise.
-  const double t1 = step_at(1), t4 = step_at(kEngineProbeMicroSteps);
-  pass.first_s = std::max(0.0, t1 - c.shape.optimizer_io_bytes * c.rates.pipeline_s_per_byte);
-  pass.next_s = std::max(0.0, (t4 - t1) / (kEngineProbeMicroSteps - 1));
+  std::vector<Run> runs;
+  auto run_once = [&] {
+    nlohmann::json j = c.resolved;
+    j["batch"]["micro_batch"] = 1;
+    j["batch"]["grad_accum"] = grad_accum;
+    j["model"]["seq_len"] = kEngineProbeTokens;
+    j["recompute"]["policy"] = "none";
+    if (!passes && c.shape.world > 1) j["zero"]["stage"] = 3;
+    settle_disk(c.swap.dir);  // what the probes before left: written back and trimmed
+    if (getenv("ZT_DBG_SLEEP")) sleep(atoi(getenv("ZT_DBG_SLEEP")));
+    const auto t0 = std::chrono::steady_clock::now();
+    const TrainResult r = run_steps(j, 4, comm);
+    std::vector<double> later(r.step_ms.size());
+    for (size_t i = 0; i < later.size(); ++i)
+      later[i] = grad_accum > 1 ? (r.gradients_ms[i] - r.first_micro_ms[i]) / (grad_accum - 1) : 0;
+    runs.push_back({median_after_first(r.step_ms) / 1e3, median_after_first(r.update_ms) / 1e3,
+                    median_after_first(r.first_micro_ms) / 1e3, median_after_first(later) / 1e3});
+    // Every rank decides alike: by the slowest rank's time.
+    uint64_t ms = uint64_t(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    for (uint64_t x : comm.all_gather_u64(ms)) ms = std::max(ms, x);
+    return ms / 1e3;
+  };
+  auto measured = [&]() -> const Run& {
+    if (runs.empty() && run_once() < kEngineProbeRepeatBelow_s) run_once(), run_once();
+    std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.step < b.step; });
+    return runs[runs.size() / 2];
+  };
+  EngineRates e;
+  e.optimizer_s_per_byte = cal.cached(k.str() + " update", [&] { return measured().update; }) / c.shape.optimizer_io_bytes;
+  if (passes) {
+    e.pass.first_s = cal.cached(k.str() + " first", [&] { return measured().first; });
+    e.pass.next_s = cal.cached(k.str() + " next", [&] { return measured().next; });
+  }
+  (void)cal.cached(k.str() + " step", [&] { return measured().step; });  // reported beside them
+  return e;
 }
 
 void print_table(const std::vector<const Candidate*>& rows, int world, bool measured) {
@@ -462,7 +512,11 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   if (root) std::printf("calibrating (%d thread(s) per rank; cache %s)...\n", threads, cache.c_str());
   const auto t_cal = std::chrono::steady_clock::now();
   std::fflush(stdout);
-  for (const auto& [b, pol, rows] : needed) micro[{b, pol, rows}] = cal.micro_step(cfg, b, T, policy_of(pol), chunk, rows);
+  std::map<std::pair<std::string, int>, std::set<int>> batches;  // (policy, embedding rows) -> micro-batches
+  for (const auto& [b, pol, rows] : needed) batches[{pol, rows}].insert(b);
+  for (const auto& [what, bs] : batches)
+    for (const auto& [b, cost] : cal.micro_steps(cfg, bs, T, policy_of(what.first), chunk, what.second))
+      micro[{b, what.first, what.second}] = cost;
   const double adamw = cal.adamw_s_per_param();
   std::map<std::pair<std::string, double>, LinkCost> links;
   std::map<double, double> overlap;  // bucket_mb -> exposed share
@@ -475,31 +529,38 @@ int plan_command(const PlanRequest& req, Comm& comm) {
       if (!links.count({op, c->choice.bucket_mb})) links[{op, c->choice.bucket_mb}] = cal.link(op, bytes);
     if (!overlap.count(c->choice.bucket_mb)) overlap[c->choice.bucket_mb] = cal.overlap_exposed_share(cfg, T, bytes);
   }
-  // Offload: the disk alone (reported beside what the pipelines reach), the optimizer step's
-  // sub-group pipeline and parameter offload's passes, each measured as it runs.
-  const double disk = any_nvme ? cal.disk_bytes_per_s(base.offload.nvme_dir, direct) : 0;
-  // Parameter offload's passes: their transfers from the engine itself where the data is there to
-  // train on, else from the pass probe (docs/autoplan.md, "Calibration"); their overlap with
-  // compute from the pass probe.
+  // Offload, measured as it runs (docs/autoplan.md, "Calibration"): the optimizer step and
+  // parameter offload's passes from short runs of the engine itself where the data is there to
+  // train on, else from the optimizer pipeline and pass probes; the passes' overlap with compute
+  // from the pass probe. The engine runs come first: on this machine a run measured right after
+  // the disk probe moved the optimizer's bytes at half the rate it did otherwise (and the rate
+  // training reaches), which waiting 5 s did not change. The disk alone, last, is only reported.
   bool have_data = true;
   try {
     (void)plan_from_json(base.resolved, /*check_files=*/true);
   } catch (const Error&) {
     have_data = false;
   }
-  bool synthetic_passes = false;
   for (Candidate* c : fit) {
     if (!c->choice.optimizer_nvme) continue;
-    c->rates.pipeline_s_per_byte = cal.optimizer_pipeline_s_per_byte(c->swap, size_t(c->shape.shard_params));
-    if (!c->choice.params_nvme) continue;
-    PassCost pass = cal.pass_io(c->swap, c->unit_shards, c->embedding_units, c->regather, /*transfers=*/!have_data);
-    if (have_data) engine_passes(*c, cal, comm, pass);
-    synthetic_passes |= !have_data;
-    c->rates.pass_first_s = pass.first_s, c->rates.pass_next_s = pass.next_s, c->rates.pass_exposed = pass.exposed;
+    if (have_data) {
+      const EngineRates e = engine_rates(*c, cal, comm);
+      c->rates.pipeline_s_per_byte = e.optimizer_s_per_byte;
+      c->rates.pass_first_s = e.pass.first_s, c->rates.pass_next_s = e.pass.next_s;
+    } else {
+      c->rates.pipeline_s_per_byte = cal.optimizer_pipeline_s_per_byte(c->swap, size_t(c->shape.shard_params));
+    }
   }
-  if (root && synthetic_passes)
-    std::printf("calibration: no training data (%s), so parameter offload's passes are the pass probe's, which "
-                "predicts them slower than the engine runs them\n", base.data.train.c_str());
+  for (Candidate* c : fit) {
+    if (!c->choice.params_nvme) continue;
+    const PassCost pass = cal.pass_io(c->swap, c->unit_shards, c->embedding_units, c->regather, /*transfers=*/!have_data);
+    if (!have_data) c->rates.pass_first_s = pass.first_s, c->rates.pass_next_s = pass.next_s;
+    c->rates.pass_exposed = pass.exposed;
+  }
+  if (root && !have_data && any_nvme)
+    std::printf("calibration: no training data (%s), so offload's rates are the optimizer pipeline and pass probes', "
+                "which predict them slower than the engine runs them\n", base.data.train.c_str());
+  const double disk = any_nvme ? cal.disk_bytes_per_s(base.offload.nvme_dir, direct) : 0;
   cal.save();
   if (any_nvme) settle_disk(base.offload.nvme_dir);  // the probes' files: flushed and trimmed before anything else runs
   if (root)
@@ -510,7 +571,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   for (const Candidate* c : fit)
     if (root && c->rates.pipeline_s_per_byte > 0) {
       const double pipe = 1 / c->rates.pipeline_s_per_byte;
-      std::printf("offload: the optimizer's sub-group pipeline moves %.2f GB/s (reads and writes together), the disk "
+      std::printf("offload: the optimizer step moves %.2f GB/s (reads and writes together), the disk "
                   "alone %.2f GB/s mixed: %.0f%%\n", pipe / 1e9, disk / 1e9, 100 * pipe / disk);
       break;
     }

@@ -114,6 +114,7 @@ class Trainer {
       engine_->begin_step(step);
       if (plan_.optim.grad_clip <= 0.0) engine_->update_args_known(lr);  // clip_scale is then 1
       double loss = 0.0;
+      double first_micro_ms = 0;
       for (int micro = 0; micro < accum; ++micro) {
         loader_->train_batch(step, micro, accum, inputs.data(), targets.data());
         check_tokens(inputs, targets);
@@ -123,8 +124,10 @@ class Trainer {
         engine_->begin_pass(micro, true);
         loss += model_->forward(inputs.data(), targets.data(), B, Tn, true, dloss) / accum;
         model_->backward();
+        if (micro == 0) first_micro_ms = seconds_since(t0) * 1e3;
       }
       engine_->finish_gradients();
+      const double gradients_ms = seconds_since(t0) * 1e3;
       if (world > 1) {
         engine_comm_->all_reduce_sum(&loss, 1);
         loss /= world;
@@ -146,6 +149,9 @@ class Trainer {
       res.final_loss = loss;
       res.losses.push_back(loss);
       res.step_ms.push_back(ms);
+      res.first_micro_ms.push_back(first_micro_ms);
+      res.gradients_ms.push_back(gradients_ms);
+      res.update_ms.push_back(engine_->last_update_s() * 1e3);
       state_.step = step + 1;
       state_.next_sequence = int64_t(state_.step) * B * accum * world;
       bytes_per_step_ = cs.bytes;

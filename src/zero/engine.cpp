@@ -1,6 +1,7 @@
 #include "zero/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <future>
@@ -196,7 +197,9 @@ template <class Ops>
 void ZeroEngine<Ops>::optimizer_step(double lr, double grad_scale) {
   {
     TraceSpan s(tr_, "adamw", Tracer::kOptimizer);
+    const auto t0 = std::chrono::steady_clock::now();
     optimizer_.step(lr, grad_scale);
+    last_update_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (tr_) s.args = "\"steps_taken\":" + std::to_string(optimizer_.steps_taken());
   }
   // With overlap only started here (waited in the next forward).

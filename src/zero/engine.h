@@ -85,6 +85,9 @@ class ZeroEngine : public UnitHooks {
   // (each unit waited before its first use); params_ready() waits for all of it, before anything
   // else reads the parameters (checkpoint, captured state, end of run; save_llmc waits itself).
   void optimizer_step(double lr, double grad_scale);
+  // Seconds the last optimizer_step spent in the update itself (AdamW, with offload its swap
+  // pipeline), apart from what follows it (the parameter all-gather): the planner's engine runs.
+  double last_update_s() const { return last_update_s_; }
   void params_ready() {
     gatherer_.wait_all();
     lookup_.wait();
@@ -129,6 +132,7 @@ class ZeroEngine : public UnitHooks {
   void gather_or_progress(int u);
   int micro_ = 0;
   bool in_backward_ = false;  // between before_backward and after_backward of a unit
+  double last_update_s_ = 0;  // host time: on the CUDA backend only what the host waited for
   Tracer* tr_ = nullptr;
   std::unique_ptr<TracedHooks> traced_;  // the model's hooks while tracing
 };

@@ -141,15 +141,29 @@ def main():
             check(r["pipeline_s_per_byte"] == 0 and r["pass_first_s"] == 0, f"candidate {i}: offload rates without offload")
             continue
         offloaded += 1
-        check(r["pipeline_s_per_byte"] > 0 and r["pipeline_s_per_byte"] in probe_values("optimizer_pipeline "),
-              f"candidate {i}: pipeline_s_per_byte {r['pipeline_s_per_byte']} is not an optimizer pipeline probe")
-        if ch["offload.params"] == "nvme":
-            # With the data there, the passes' transfers come from the engine's two short runs.
-            t1, t2 = probe_values("engine_passes ", " grad_accum1"), probe_values("engine_passes ", " grad_accum4")
-            if check(len(t1) == 1 and len(t2) == 1, f"candidate {i}: engine pass probes {t1} {t2}"):
-                first = max(0.0, t1[0] - c["shape"]["optimizer_io_bytes"] * r["pipeline_s_per_byte"])
-                check(close(r["pass_first_s"], first), f"candidate {i}: pass_first_s {r['pass_first_s']}, from the engine runs {first}")
-                check(close(r["pass_next_s"], max(0.0, (t2[0] - t1[0]) / 3)), f"candidate {i}: pass_next_s {r['pass_next_s']} is not a third of the runs' difference")
+        # With the data there, the engine's own short run of the candidate's partition (at stage 3:
+        # the same shard): the update's time over the bytes it moves, and with parameter offload
+        # its passes from 4 micro-steps: the first micro-step and each later one, inside its step.
+        params = ch["offload.params"] == "nvme"
+        tag = ("opt+params" if params else "opt") + " units"
+        ga = " grad_accum4 " if params else " grad_accum1 "
+        def engine(x):
+            return [v for k, v in probes.items() if k.startswith("engine ") and f" {tag}" in k and ga + x == k[k.index(ga):]
+                    and f" numel{int(c['shape']['shard_params'])} " in k]
+        update, step = engine("update"), engine("step")
+        if check(len(update) == 1 and len(step) == 1, f"candidate {i}: engine run probes {update} {step}"):
+            check(close(r["pipeline_s_per_byte"] * c["shape"]["optimizer_io_bytes"], update[0]),
+                  f"candidate {i}: pipeline_s_per_byte {r['pipeline_s_per_byte']} is not the engine run's update over its bytes")
+            check(0 < update[0] < step[0], f"candidate {i}: the engine run's update {update[0]} not within its step {step[0]}")
+        if params:
+            first, nxt = engine("first"), engine("next")
+            if check(len(first) == 1 and len(nxt) == 1, f"candidate {i}: engine pass probes {first} {nxt}"):
+                check(r["pass_first_s"] == first[0], f"candidate {i}: pass_first_s {r['pass_first_s']} is not the engine run's {first[0]}")
+                check(r["pass_next_s"] == nxt[0], f"candidate {i}: pass_next_s {r['pass_next_s']} is not the engine run's {nxt[0]}")
+                # The micro-steps and the update are parts of the step.
+                # (Medians of each, so 5% leeway.)
+                check(0 < first[0] and 0 < nxt[0] and first[0] + 3 * nxt[0] + update[0] < 1.05 * step[0],
+                      f"candidate {i}: engine run's micro-steps {first[0]} + 3 x {nxt[0]} and update {update[0]} not within its step {step[0]}")
             check(r["pass_exposed"] in probe_values("pass ", " exposed") and 0 <= r["pass_exposed"] <= 1,
                   f"candidate {i}: pass_exposed {r['pass_exposed']} is not the pass probe's")
         else:
@@ -213,6 +227,9 @@ def main():
         firsts = [v for k, v in rep4["probes"].items() if k.startswith("pass ") and k.endswith(" first")]
         pc = [c["rates"]["pass_first_s"] for c in rep4["candidates"] if c["choice"]["offload.params"] == "nvme"]
         check(pc and all(x in firsts for x in pc), f"without data, pass_first_s {pc[:2]} is not the pass probe's {firsts}")
+        pipes = [v for k, v in rep4["probes"].items() if k.startswith("optimizer_pipeline ")]
+        po = [c["rates"]["pipeline_s_per_byte"] for c in rep4["candidates"] if c["choice"]["offload.optimizer"] == "nvme"]
+        check(po and all(x in pipes for x in po), f"without data, pipeline_s_per_byte {po[:2]} is not the pipeline probe's {pipes}")
 
     # Hostile input: one line, exit 1, nothing written.
     foreign = os.path.join(work, "foreign.json")
