@@ -160,9 +160,9 @@ def main():
             if check(len(first) == 1 and len(nxt) == 1, f"candidate {i}: engine pass probes {first} {nxt}"):
                 check(r["pass_first_s"] == first[0], f"candidate {i}: pass_first_s {r['pass_first_s']} is not the engine run's {first[0]}")
                 check(r["pass_next_s"] == nxt[0], f"candidate {i}: pass_next_s {r['pass_next_s']} is not the engine run's {nxt[0]}")
-                # The micro-steps and the update are parts of the step.
-                # (Medians of each, so 5% leeway.)
-                check(0 < first[0] and 0 < nxt[0] and first[0] + 3 * nxt[0] + update[0] < 1.05 * step[0],
+                # The micro-steps and the update are parts of one step (each the slowest rank's, so
+                # 10% leeway at 2 ranks).
+                check(0 < first[0] and 0 < nxt[0] and first[0] + 3 * nxt[0] + update[0] < 1.10 * step[0],
                       f"candidate {i}: engine run's micro-steps {first[0]} + 3 x {nxt[0]} and update {update[0]} not within its step {step[0]}")
             check(r["pass_exposed"] in probe_values("pass ", " exposed") and 0 <= r["pass_exposed"] <= 1,
                   f"candidate {i}: pass_exposed {r['pass_exposed']} is not the pass probe's")
