@@ -276,8 +276,8 @@ std::map<int, MicroStepCost> Calibration::micro_steps(const GPTConfig& cfg, cons
     int largest = 0;
     for (int b : bs)
       if (!has(key(p, L, b))) largest = b;  // bs is ascending
+    MemoryTracker mem;  // before the model: destroyed after it, which releases into it
     std::unique_ptr<GPT<CpuOps<float>>> model;
-    MemoryTracker mem;
     if (largest > 0) {
       GPTConfig c = cfg;
       c.L = L;
