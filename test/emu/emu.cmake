@@ -15,6 +15,9 @@ foreach(cu ${ZT_CUDA_SOURCES})
   list(APPEND ZT_EMU_SOURCES ${out})
 endforeach()
 set_source_files_properties(${ZT_EMU_SOURCES} PROPERTIES COMPILE_OPTIONS "-include;${ZT_EMU_DIR}/cuda_emu.h")
+# AdamW as nvcc builds it (-fmad=false, CMakeLists.txt): no contraction into FMAs.
+set_source_files_properties(${ZT_EMU_GEN}/kernels/adamw.cu.cpp PROPERTIES COMPILE_OPTIONS
+                            "-include;${ZT_EMU_DIR}/cuda_emu.h;-ffp-contract=off")
 
 add_library(zt_emu STATIC ${ZT_EMU_SOURCES} ${ZT_EMU_DIR}/runtime.cpp ${ZT_EMU_DIR}/cublaslt.cpp
                    ${ZT_EMU_DIR}/nccl.cpp)
