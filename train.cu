@@ -150,8 +150,8 @@ int run(int argc, char** argv) {
   pln->add_option("--show", preq.show, "rows of the ranked table (default 12)")->type_name("ROWS");
   pln->add_option("--set", overrides, "override a base plan field")->type_name("KEY=VALUE");
   app.footer("Multi-rank: mpirun -np N ./train PLAN.json. comm.backend \"auto\" (NCCL on the CUDA backend with a GPU\n"
-             "per rank, else MPI: host-staged where ranks share a GPU), \"nccl\" or \"mpi\"; the NCCL path is tested\n"
-             "under emulation only and has not run on a GPU.\n"
+             "per rank, else MPI: host-staged where ranks share a GPU), \"nccl\" or \"mpi\"; NCCL ran on one GPU\n"
+             "(world 1); across several GPUs it is tested under emulation only.\n"
              "Checkpoints (docs/checkpoints.md): checkpoint.dir (\"\" = none), checkpoint.every (0 = only on "
              "SIGTERM/SIGINT/SIGUSR1), checkpoint.keep (3), checkpoint.resume (\"none\", \"auto\" = latest in checkpoint.dir, "
              "or a path); ./train export CKPT --format hdf5|llmc --out FILE.\n"

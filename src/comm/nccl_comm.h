@@ -1,7 +1,7 @@
 // NCCL backend of Comm (device buffers, fp32 or bf16): the CUDA backend's comm when comm.backend is
 // "nccl" (train/backend_choice.h: one GPU per rank), made by the trainer over the MPI comm. Built
 // only with the CUDA toolchain (nccl_comm.cu); link with -lnccl -lcudart (NCCL lives in
-// /usr/local/cuda/lib on the CUDA 13 images). Tested under emulation only (test/emu/nccl.cpp).
+// /usr/local/cuda/lib on the CUDA 13 images). Tested under emulation (test/emu/nccl.cpp); at world 1 it also ran on an H100 (bit for bit against MPI).
 //
 // make_nccl_comm: rank 0 creates the ncclUniqueId, the MPI `bootstrap` comm broadcasts it, every
 // rank selects GPU local_rank % device_count and joins with ncclCommInitRank. Collectives are

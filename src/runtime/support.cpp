@@ -86,9 +86,10 @@ std::string help() {
         "AdamW on the CPU from pinned host memory); offload.params \"nvme\" (zero.stage 3, CPU\n"
         "backend: the parameter and gradient shards in swap files) and \"cpu\" (zero.stage 3, CUDA backend: the\n"
         "parameter shard in pinned host memory, the gradient shard too where AdamW runs on the CPU); \"nvme\" on\n"
-        "the CUDA backend too (with offload.optimizer \"none\": the parameter shard alone). On the CUDA backend, the NCCL path, the CPU\n"
-        "AdamW overlapped with backward, offload.params \"cpu\" / \"nvme\" and checkpoints with offload are tested under\n"
-        "emulation only; the host-staged multi-rank path and optimizer offload also ran on an H200 and an H100.";
+        "the CUDA backend too (with offload.optimizer \"none\": the parameter shard alone). On the CUDA backend the\n"
+        "host-staged multi-rank path, optimizer and parameter offload (the CPU AdamW overlapped with backward too) and\n"
+        "checkpoints with offload ran on an H200 and H100s at test sizes; NCCL across several GPUs is tested under\n"
+        "emulation only.";
   return os.str();
 }
 

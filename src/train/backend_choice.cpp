@@ -163,8 +163,8 @@ std::string choose_comm_backend(const Plan& plan, const std::string& backend, Co
 
 std::string describe_comm_backend(const std::string& comm_backend, bool device) {
   if (comm_backend == "nccl")
-    return "nccl (collectives on device buffers, on a stream of their own; tested under emulation only, not yet "
-           "on a GPU)";
+    return "nccl (collectives on device buffers, on a stream of their own; ran on one GPU, across several "
+           "tested under emulation only)";
   return device ? "mpi (device buffers host-staged through pinned memory)" : "mpi";
 }
 

@@ -22,8 +22,8 @@
 // The update is the per-tensor AdamW of adamw_unit_range with the CPU functions of the CUDA
 // kernel's arithmetic: fp32 exactly the kernel's formula (cpu::adamw_update), bf16 the kernel's
 // stochastic rounding bit for bit (cpu::adamw_update_bf16_master), so a run matches the same plan
-// without offload (tested under emulation; on a GPU nvcc's fused multiply-adds may differ in the
-// last bit), whenever each unit is updated.
+// without offload bit for bit (under emulation and on an H100: neither side contracts into FMAs,
+// CMakeLists.txt), whenever each unit is updated.
 #include <chrono>
 #include <condition_variable>
 #include <functional>

@@ -576,6 +576,53 @@ TEST(AdamW, Bf16MasterRoundsByGlobalIndex) {
   EXPECT_GT(differ, n / 20) << "the global index does not reach the draw";
 }
 
+// The fp32 AdamW, the offloaded optimizer of the CUDA backend, must update exactly as the device's
+// kernel does (docs/offload.md: offload is bit for bit against no offload). Both are built without
+// fused multiply-adds (CMakeLists.txt), so each equals the formula evaluated one rounded operation at
+// a time, which `volatile` forces here whatever the compiler would contract. On an H100 the GPU and
+// -march=native contracted different products and the offload runs drifted by an ulp a step.
+TEST(AdamW, EveryOperationRoundedAlone) {
+  std::mt19937_64 rng(16);
+  const size_t n = 20011;
+  const VecF p0 = to_float(random_vec(n, rng)), g = to_float(random_vec(n, rng, -0.5, 0.5)),
+             m0 = to_float(random_vec(n, rng, -0.1, 0.1)), v0 = to_float(random_vec(n, rng, 0.0, 0.01));
+  const AdamWArgs a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 3};
+  // the per-call scalars as adamw_update computes them (double, rounded to float)
+  const float step_size = float(double(a.lr) / (1.0 - std::pow(double(a.beta1), a.step)));
+  const float bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(a.beta2), a.step)));
+  const float decay = float(1.0 - double(a.lr) * double(a.weight_decay));
+  const float omb1 = 1.0f - a.beta1, omb2 = 1.0f - a.beta2;
+  VecF ref_p(n), ref_m(n), ref_v(n);
+  for (size_t i = 0; i < n; i++) {
+    volatile float gs = g[i] * a.grad_scale, t = gs - m0[i], u = omb1 * t, mi = m0[i] + u;
+    volatile float bv = a.beta2 * v0[i], og = omb2 * gs, ogg = og * gs, vi = bv + ogg;
+    volatile float sq = std::sqrt(float(vi)), d = sq / bc2_sqrt, denom = d + a.eps, q = mi / denom;
+    volatile float r = step_size * q, pd = p0[i] * decay, pn = pd - r;
+    ref_p[i] = pn, ref_m[i] = mi, ref_v[i] = vi;
+  }
+  VecF p = p0, gg = g, m = m0, v = v0;
+  adamw_update(p.data(), gg.data(), m.data(), v.data(), n, a);
+  size_t differ = 0;
+  for (size_t i = 0; i < n; i++) differ += p[i] != ref_p[i] || m[i] != ref_m[i] || v[i] != ref_v[i];
+  EXPECT_EQ(differ, 0u) << "fp32 AdamW: elements not as the formula rounded op by op (FMA contraction?)";
+  // bf16 parameters with an fp32 master: the master, m and v are the same formula
+  std::vector<uint16_t> g16(n), p16(n, 0);
+  VecF gb(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &g[i], 4);
+    g16[i] = uint16_t(bits >> 16);
+    bits = uint32_t(g16[i]) << 16;
+    std::memcpy(&gb[i], &bits, 4);
+  }
+  VecF master = p0, mb = m0, vb = v0, ref_master = p0, ref_mb = m0, ref_vb = v0, gb_copy = gb;
+  adamw_update(ref_master.data(), gb_copy.data(), ref_mb.data(), ref_vb.data(), n, a);  // fp32, checked above
+  adamw_update_bf16_master(p16.data(), master.data(), g16.data(), mb.data(), vb.data(), n, a, 5u, 0);
+  differ = 0;
+  for (size_t i = 0; i < n; i++) differ += master[i] != ref_master[i] || mb[i] != ref_mb[i] || vb[i] != ref_vb[i];
+  EXPECT_EQ(differ, 0u) << "bf16 AdamW: master, m or v not as the fp32 formula";
+}
+
 // ---------------------------------------------------------------------------------------------
 // sum of squares
 
