@@ -83,7 +83,7 @@ const char* const kEstimateForm = "./train estimate PLAN.json [--world N] [--jso
 const char* const kExportForm = "./train export CHECKPOINT --format hdf5|llmc --out FILE";
 const char* const kPlanForm =
     "[mpirun -np N] ./train plan BASE.json --world N --out BEST.json [--global-batch G] [--validate K|all] "
-    "[--validate-steps S] [--calibration FILE] [--show ROWS] [--set KEY=VALUE ...]";
+    "[--validate-steps S] [--validate-rounds R] [--calibration FILE] [--show ROWS] [--set KEY=VALUE ...]";
 
 class UsageFormatter : public CLI::Formatter {
  public:
@@ -145,6 +145,8 @@ int run(int argc, char** argv) {
                   "predicted vs measured (default 0)")->type_name("K");
   pln->add_option("--validate-steps", preq.validate_steps, "steps per validation run, the first not timed (default 4)")
       ->type_name("S");
+  pln->add_option("--validate-rounds", preq.validate_rounds, "runs per validated candidate, every other round in "
+                  "reverse order; its measured time is its fastest run (default 2)")->type_name("R");
   pln->add_option("--calibration", preq.calibration, "calibration cache (default ~/.cache/zerotrain/calibration.json)")
       ->type_name("FILE");
   pln->add_option("--show", preq.show, "rows of the ranked table (default 12)")->type_name("ROWS");

@@ -97,7 +97,8 @@ struct Candidate {
   StepShape shape;
   Rates rates;  // the calibrated rates its prediction used
   Prediction pred;
-  double measured_s = -1;
+  double measured_s = -1;              // the fastest of measured_runs_s
+  std::vector<double> measured_runs_s;  // one per --validate round
 };
 
 std::string mib(double bytes) {
@@ -392,12 +393,14 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   ZT_REQUIRE(req.show >= 1 && req.show <= 100000, "plan: --show must be 1-100000 rows, got " << req.show);
   ZT_REQUIRE(req.validate_steps >= 2 && req.validate_steps <= 1000,
              "plan: --validate-steps must be 2-1000 (the first step is not timed), got " << req.validate_steps);
+  ZT_REQUIRE(req.validate_rounds >= 1 && req.validate_rounds <= 10,
+             "plan: --validate-rounds must be 1-10, got " << req.validate_rounds);
   ZT_REQUIRE(!req.out.empty(), "plan: --out FILE is required: where the chosen plan is written");
 
   const Plan base = load_plan(req.base, req.overrides, /*check_files=*/false);
   const std::string backend = planned_backend(base, world);
   ZT_REQUIRE(backend == "cpu-fp32", "plan: the planner's cost model is calibrated on the CPU backend only; this plan "
-                                    "runs on " << backend << " (the CUDA kernels have not run on a GPU yet): set device "
+                                    "runs on " << backend << " (no rates are measured for the CUDA backend): set device "
                                     "\"cpu\", or size it with ./train estimate");
 
   // --validate trains: its data must be there before anything is measured.
@@ -647,7 +650,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
                             {"pass_exposed", c->rates.pass_exposed},
                             {"memory_bytes_per_s", c->rates.memory_bytes_per_s}}},
                           {"predicted", c->pred.to_json()}};
-      if (c->measured_s > 0) j["measured_step_s"] = c->measured_s;
+      if (c->measured_s > 0) j["measured_step_s"] = c->measured_s, j["measured_runs_s"] = c->measured_runs_s;
       cands.push_back(j);
     }
     nlohmann::json links_json = nlohmann::json::object();
@@ -682,20 +685,30 @@ int plan_command(const PlanRequest& req, Comm& comm) {
 
   const size_t k = req.validate < 0 ? fit.size() : std::min(fit.size(), size_t(req.validate));
   if (k == 0) return 0;
-  if (root) std::printf("\nvalidating the top %zu: %d steps each, the first not timed (and the first candidate run once "
-                        "untimed before)\n", k, req.validate_steps);
+  const int rounds = req.validate_rounds;
+  if (root) std::printf("\nvalidating the top %zu: %d steps each, the first not timed; %d round(s), every other one in "
+                        "reverse order, the fastest run counts (and the first candidate run once untimed before)\n",
+                        k, req.validate_steps, rounds);
   // The first run after the calibration measured up to 25% slower than its twin run later, in 4 of
   // 5 sweeps on the development VM, all of its steps (settling the disk did not change it): so the
   // first candidate runs once untimed first.
   (void)measure(fit[0]->resolved, 2, comm);
-  for (size_t i = 0; i < k; ++i) {
-    fit[i]->measured_s = measure(fit[i]->resolved, req.validate_steps, comm);
-    if (root) {
-      std::printf("  %zu/%zu %s: predicted %s ms, measured %s ms\n", i + 1, k, fit[i]->choice.label().c_str(),
-                  ms(fit[i]->pred.step_s).c_str(), ms(fit[i]->measured_s).c_str());
-      std::fflush(stdout);
+  // Rounds: the machine drifts over a sweep (whole sweeps 9-13% off their calibration, twin plans of
+  // the same cost up to 17% apart within one: docs/autoplan.md), so each candidate runs once per
+  // round, the rounds in alternating order so that a slow stretch falls on other candidates in the
+  // next, and its time is its fastest run, as each calibration probe keeps its fastest repeat.
+  for (int r = 0; r < rounds; ++r)
+    for (size_t j = 0; j < k; ++j) {
+      const size_t i = r % 2 == 0 ? j : k - 1 - j;
+      Candidate* c = fit[i];
+      c->measured_runs_s.push_back(measure(c->resolved, req.validate_steps, comm));
+      c->measured_s = *std::min_element(c->measured_runs_s.begin(), c->measured_runs_s.end());
+      if (root) {
+        std::printf("  round %d/%d, %zu/%zu %s: predicted %s ms, measured %s ms\n", r + 1, rounds, i + 1, k,
+                    c->choice.label().c_str(), ms(c->pred.step_s).c_str(), ms(c->measured_runs_s.back()).c_str());
+        std::fflush(stdout);
+      }
     }
-  }
   if (root) {
     std::printf("\n");
     print_table(std::vector<const Candidate*>(fit.begin(), fit.begin() + long(k)), world, true);

@@ -20,6 +20,7 @@ struct PlanRequest {
   std::string calibration;             // the cache file ("" = default_cache_path())
   int validate = 0;                    // candidates to run (-1 = every one that fits)
   int validate_steps = 4;              // steps per validation run; the first is not timed
+  int validate_rounds = 2;             // runs per candidate, in alternating order; the fastest counts
   int show = 12;                       // rows of the ranked table
   std::string version;                 // the build's (part of the machine's calibration key)
 };

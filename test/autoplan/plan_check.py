@@ -9,7 +9,8 @@
   - Memory: for a sample of candidates, host bytes = `train estimate --json` (host + pinned) of that
     very plan + Vp*C*4 + 256 MiB, swap-file bytes = its nvme total; the table is sorted by predicted
     step time; the written plan is the first candidate's and `train estimate` accepts it.
-  - --validate 2: the top two were trained (a measured step time each).
+  - --validate 2: the top two were trained (a measured step time each), twice (the rounds, the second
+    in reverse order), and each counts its faster run.
   - The cache: a second run measures nothing; a cache naming another machine is measured again and
     replaced; a file that is not a calibration is refused and left as it was.
   - Hostile input, each one line and exit 1 before anything is written: a world that does not divide
@@ -201,6 +202,12 @@ def main():
     measured = [c.get("measured_step_s", 0) for c in cands[:2]]
     check(all(m > 0 for m in measured), f"--validate 2 measured {measured}")
     check("measured fastest" in p.stdout, "no 'measured fastest' line after --validate")
+    # two rounds by default, the second in reverse order; a candidate's time is its fastest run
+    runs = [c.get("measured_runs_s", []) for c in cands[:2]]
+    check(all(len(r) == 2 for r in runs) and all(m == min(r) for m, r in zip(measured, runs)),
+          f"--validate rounds: runs {runs}, measured {measured} (wanted 2 runs each, the fastest counted)")
+    order = [l.split(", ")[1].split(" ")[0] for l in p.stdout.splitlines() if l.startswith("  round ")]
+    check(order == ["1/2", "2/2", "2/2", "1/2"], f"--validate rounds ran the candidates in order {order}, wanted 1 2 2 1")
 
     # The cache: reused, then replaced when it names another machine, refused when not ours.
     # (and --out in directories that do not exist yet: made)
@@ -243,6 +250,7 @@ def main():
         ("fits nowhere", base + ["--calibration", cal], 1, {"ZT_MEM_AVAILABLE_BYTES": str(100 * MiB)}, "no candidate fits: the smallest needs"),
         ("global batch 0", base + ["--global-batch", "0", "--calibration", cal], 1, {}, "--global-batch must be"),
         ("bad --validate", base + ["--validate", "x", "--calibration", cal], 1, {}, "--validate takes"),
+        ("no --validate rounds", base + ["--validate-rounds", "0", "--calibration", cal], 1, {}, "--validate-rounds must be"),
         ("foreign cache", base + ["--calibration", foreign], 1, {}, "not a zerotrain calibration"),
         ("cuda plan", base + ["--set", "device=cuda", "--calibration", cal], 1, {}, "CPU backend only"),
         ("no data to validate on", base + ["--validate", "1", "--set", "data.train=nope/*.bin", "--calibration", cal], 1, {},
