@@ -258,12 +258,13 @@ double measure(const nlohmann::json& resolved, int steps, Comm& comm) {
 //   the update itself (ZeroEngine::last_update_s: the sub-group pipeline with the AdamW) over the
 //   candidate's optimizer_io_bytes. Without parameter offload the run is at stage 3 where N > 1:
 //   the same shard, and the stage's other costs are the links' to predict.
-// - With parameter offload, its passes per micro-step (PassCost's first_s and next_s), from 4
-//   micro-steps: the first micro-step's transfers are the time to the end of its backward; each
-//   later one's, a third of the time from there to the gradients' being final.
-// Every rate comes from one run: the difference of two runs (at 1 and 4 micro-steps, as before)
-// carried both runs' noise, and runs here differ by up to 60% (the disk's speed drifts over
-// seconds) where the steps within one differ by a few percent. A run that takes under
+//   The run has one micro-step (below: why not the passes' run).
+// - With parameter offload, its passes per micro-step (PassCost's first_s and next_s), from a run
+//   of 4 micro-steps: the first micro-step's transfers are the time to the end of its backward;
+//   each later one's, a third of the time from there to the gradients' being final. Both from
+//   one run: the difference of two runs (at 1 and 4 micro-steps, as before) carried both runs'
+//   noise, and runs here differ by up to 60% (the disk's speed drifts over seconds) where the
+//   steps within one differ by a few percent. A run that takes under
 // kEngineProbeRepeatBelow_s is made 3 times and the one of median step time kept. Cached like a
 // probe, by the partition's shape.
 struct EngineRates {
@@ -272,17 +273,20 @@ struct EngineRates {
 };
 EngineRates engine_rates(const Candidate& c, Calibration& cal, Comm& comm) {
   const bool passes = c.choice.params_nvme;
-  const int grad_accum = passes ? kEngineProbeMicroSteps : 1;
-  std::ostringstream k;
-  k << "engine " << canonical_dir(c.swap.dir) << " " << c.choice.offload() << " units" << c.unit_shards.size()
-    << " numel" << uint64_t(c.shape.shard_params) << " world" << c.shape.world << " qd" << c.swap.queue_depth
-    << " subgroup" << c.swap.subgroup_numel << " sets" << c.swap.buffer_count << " threads" << cal.threads()
-    << " ranks/host" << comm.local_world() << " grad_accum" << grad_accum;
+  auto key = [&](int grad_accum) {
+    std::ostringstream k;
+    k << "engine " << canonical_dir(c.swap.dir) << " " << c.choice.offload() << " units" << c.unit_shards.size()
+      << " numel" << uint64_t(c.shape.shard_params) << " world" << c.shape.world << " qd" << c.swap.queue_depth
+      << " subgroup" << c.swap.subgroup_numel << " sets" << c.swap.buffer_count << " threads" << cal.threads()
+      << " ranks/host" << comm.local_world() << " grad_accum" << grad_accum;
+    return k.str();
+  };
   struct Run {
     double step, update, first, next;
   };
-  std::vector<Run> runs;
-  auto run_once = [&] {
+  std::map<int, std::vector<Run>> runs_at;  // by grad_accum
+  auto run_once = [&](int grad_accum) {
+    std::vector<Run>& runs = runs_at[grad_accum];
     nlohmann::json j = c.resolved;
     j["batch"]["micro_batch"] = 1;
     j["batch"]["grad_accum"] = grad_accum;
@@ -309,18 +313,27 @@ EngineRates engine_rates(const Candidate& c, Calibration& cal, Comm& comm) {
     for (uint64_t x : comm.all_gather_u64(ms)) ms = std::max(ms, x);
     return ms / 1e3;
   };
-  auto measured = [&]() -> const Run& {
-    if (runs.empty() && run_once() < kEngineProbeRepeatBelow_s) run_once(), run_once();
+  auto measured = [&](int grad_accum) -> const Run& {
+    std::vector<Run>& runs = runs_at[grad_accum];
+    if (runs.empty() && run_once(grad_accum) < kEngineProbeRepeatBelow_s) run_once(grad_accum), run_once(grad_accum);
     std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.step < b.step; });
     return runs[runs.size() / 2];
   };
+  // The update from a run of one micro-step, the passes from one of kEngineProbeMicroSteps. In a
+  // run of 4 near-empty micro-steps (the gradient file read, added to and written back 4 times in
+  // a few hundred ms) the update that followed took twice as long as in the candidates themselves
+  // (s2's partition at 2 ranks: 0.28 s against 0.13 s, where one micro-step of 16 tokens, the
+  // candidate at 1 and 2 micro-steps of 64 and the candidate at 4 of 128 all gave 0.13 s), and the
+  // planner over-predicted parameter offload by 23-43%.
   EngineRates e;
-  e.optimizer_s_per_byte = cal.cached(k.str() + " update", [&] { return measured().update; }) / c.shape.optimizer_io_bytes;
+  e.optimizer_s_per_byte = cal.cached(key(1) + " update", [&] { return measured(1).update; }) / c.shape.optimizer_io_bytes;
+  (void)cal.cached(key(1) + " step", [&] { return measured(1).step; });  // reported beside it
   if (passes) {
-    e.pass.first_s = cal.cached(k.str() + " first", [&] { return measured().first; });
-    e.pass.next_s = cal.cached(k.str() + " next", [&] { return measured().next; });
+    const int micro = kEngineProbeMicroSteps;
+    e.pass.first_s = cal.cached(key(micro) + " first", [&] { return measured(micro).first; });
+    e.pass.next_s = cal.cached(key(micro) + " next", [&] { return measured(micro).next; });
+    (void)cal.cached(key(micro) + " step", [&] { return measured(micro).step; });
   }
-  (void)cal.cached(k.str() + " step", [&] { return measured().step; });  // reported beside them
   return e;
 }
 

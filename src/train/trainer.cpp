@@ -159,7 +159,8 @@ class Trainer {
       if (root_) {
         log_->write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm}, {"ms", ms},
                      {"tokens_per_s", tokens_per_step / (ms / 1e3)}, {"comm_bytes", cs.bytes},
-                     {"comm_wait_ms", cs.wait_s * 1e3}, {"comm_host_waits", cs.host_waits}});
+                     {"comm_wait_ms", cs.wait_s * 1e3}, {"comm_host_waits", cs.host_waits},
+                     {"gradients_ms", gradients_ms}, {"update_ms", engine_->last_update_s() * 1e3}});
         const double eta = train_seconds / (step + 1) * (run.steps - step - 1);
         if (step % run.log_every == 0 || step + 1 == run.steps) {
           if (tty) std::printf("\r\033[K");

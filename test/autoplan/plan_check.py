@@ -142,29 +142,30 @@ def main():
             check(r["pipeline_s_per_byte"] == 0 and r["pass_first_s"] == 0, f"candidate {i}: offload rates without offload")
             continue
         offloaded += 1
-        # With the data there, the engine's own short run of the candidate's partition (at stage 3:
-        # the same shard): the update's time over the bytes it moves, and with parameter offload
-        # its passes from 4 micro-steps: the first micro-step and each later one, inside its step.
+        # With the data there, the engine's own short runs of the candidate's partition (at stage 3:
+        # the same shard): the update's time over the bytes it moves, from a run of one micro-step,
+        # and with parameter offload its passes from one of 4 micro-steps: the first micro-step and
+        # each later one, inside that run's step.
         params = ch["offload.params"] == "nvme"
         tag = ("opt+params" if params else "opt") + " units"
-        ga = " grad_accum4 " if params else " grad_accum1 "
-        def engine(x):
-            return [v for k, v in probes.items() if k.startswith("engine ") and f" {tag}" in k and ga + x == k[k.index(ga):]
-                    and f" numel{int(c['shape']['shard_params'])} " in k]
-        update, step = engine("update"), engine("step")
+        def engine(x, ga):
+            ga = f" grad_accum{ga} "
+            return [v for k, v in probes.items() if k.startswith("engine ") and f" {tag}" in k and ga in k
+                    and ga + x == k[k.index(ga):] and f" numel{int(c['shape']['shard_params'])} " in k]
+        update, step = engine("update", 1), engine("step", 1)
         if check(len(update) == 1 and len(step) == 1, f"candidate {i}: engine run probes {update} {step}"):
             check(close(r["pipeline_s_per_byte"] * c["shape"]["optimizer_io_bytes"], update[0]),
                   f"candidate {i}: pipeline_s_per_byte {r['pipeline_s_per_byte']} is not the engine run's update over its bytes")
             check(0 < update[0] < step[0], f"candidate {i}: the engine run's update {update[0]} not within its step {step[0]}")
         if params:
-            first, nxt = engine("first"), engine("next")
-            if check(len(first) == 1 and len(nxt) == 1, f"candidate {i}: engine pass probes {first} {nxt}"):
+            check(not engine("update", 4), f"candidate {i}: an update taken from the passes' run of 4 micro-steps")
+            first, nxt, step4 = engine("first", 4), engine("next", 4), engine("step", 4)
+            if check(len(first) == 1 and len(nxt) == 1 and len(step4) == 1, f"candidate {i}: engine pass probes {first} {nxt} {step4}"):
                 check(r["pass_first_s"] == first[0], f"candidate {i}: pass_first_s {r['pass_first_s']} is not the engine run's {first[0]}")
                 check(r["pass_next_s"] == nxt[0], f"candidate {i}: pass_next_s {r['pass_next_s']} is not the engine run's {nxt[0]}")
-                # The micro-steps and the update are parts of one step (each the slowest rank's, so
-                # 10% leeway at 2 ranks).
-                check(0 < first[0] and 0 < nxt[0] and first[0] + 3 * nxt[0] + update[0] < 1.10 * step[0],
-                      f"candidate {i}: engine run's micro-steps {first[0]} + 3 x {nxt[0]} and update {update[0]} not within its step {step[0]}")
+                # The micro-steps are parts of one step (each the slowest rank's, so 10% leeway at 2 ranks).
+                check(0 < first[0] and 0 < nxt[0] and first[0] + 3 * nxt[0] < 1.10 * step4[0],
+                      f"candidate {i}: engine run's micro-steps {first[0]} + 3 x {nxt[0]} not within its step {step4[0]}")
             check(r["pass_exposed"] in probe_values("pass ", " exposed") and 0 <= r["pass_exposed"] <= 1,
                   f"candidate {i}: pass_exposed {r['pass_exposed']} is not the pass probe's")
         else:
