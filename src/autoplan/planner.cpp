@@ -99,6 +99,7 @@ struct Candidate {
   Prediction pred;
   double measured_s = -1;              // the fastest of measured_runs_s
   std::vector<double> measured_runs_s;  // one per --validate round
+  std::vector<double> measured_update_runs_s;  // the optimizer update's part of each, beside the prediction's
 };
 
 std::string mib(double bytes) {
@@ -246,9 +247,14 @@ TrainResult run_steps(const nlohmann::json& resolved, int steps, Comm& comm) {
   return r;
 }
 
-// Seconds per step of `plan`, the median of `steps` after the first.
-double measure(const nlohmann::json& resolved, int steps, Comm& comm) {
-  return median_after_first(run_steps(resolved, steps, comm).step_ms) / 1e3;
+// Seconds per step of `plan`, the median of `steps` after the first; and of its optimizer update
+// (ZeroEngine::last_update_s), likewise.
+struct Measured {
+  double step_s, update_s;
+};
+Measured measure(const nlohmann::json& resolved, int steps, Comm& comm) {
+  const TrainResult r = run_steps(resolved, steps, comm);
+  return {median_after_first(r.step_ms) / 1e3, median_after_first(r.update_ms) / 1e3};
 }
 
 // Offload measured as the engine runs it: the candidate trained in this process for a few steps
@@ -663,7 +669,9 @@ int plan_command(const PlanRequest& req, Comm& comm) {
                             {"pass_exposed", c->rates.pass_exposed},
                             {"memory_bytes_per_s", c->rates.memory_bytes_per_s}}},
                           {"predicted", c->pred.to_json()}};
-      if (c->measured_s > 0) j["measured_step_s"] = c->measured_s, j["measured_runs_s"] = c->measured_runs_s;
+      if (c->measured_s > 0)
+        j["measured_step_s"] = c->measured_s, j["measured_runs_s"] = c->measured_runs_s,
+        j["measured_update_runs_s"] = c->measured_update_runs_s;
       cands.push_back(j);
     }
     nlohmann::json links_json = nlohmann::json::object();
@@ -714,7 +722,9 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     for (size_t j = 0; j < k; ++j) {
       const size_t i = r % 2 == 0 ? j : k - 1 - j;
       Candidate* c = fit[i];
-      c->measured_runs_s.push_back(measure(c->resolved, req.validate_steps, comm));
+      const Measured m = measure(c->resolved, req.validate_steps, comm);
+      c->measured_runs_s.push_back(m.step_s);
+      c->measured_update_runs_s.push_back(m.update_s);
       c->measured_s = *std::min_element(c->measured_runs_s.begin(), c->measured_runs_s.end());
       if (root) {
         std::printf("  round %d/%d, %zu/%zu %s: predicted %s ms, measured %s ms\n", r + 1, rounds, i + 1, k,

@@ -205,6 +205,9 @@ def main():
     check("measured fastest" in p.stdout, "no 'measured fastest' line after --validate")
     # two rounds by default, the second in reverse order; a candidate's time is its fastest run
     runs = [c.get("measured_runs_s", []) for c in cands[:2]]
+    updates = [c.get("measured_update_runs_s", []) for c in cands[:2]]
+    check(all(len(u) == 2 and all(0 < x < y for x, y in zip(u, r)) for u, r in zip(updates, runs)),
+          f"--validate: the update's part of each run {updates} is not within its step {runs}")
     check(all(len(r) == 2 for r in runs) and all(m == min(r) for m, r in zip(measured, runs)),
           f"--validate rounds: runs {runs}, measured {measured} (wanted 2 runs each, the fastest counted)")
     order = [l.split(", ")[1].split(" ")[0] for l in p.stdout.splitlines() if l.startswith("  round ")]
