@@ -270,9 +270,9 @@ Measured measure(const nlohmann::json& resolved, int steps, Comm& comm) {
 //   each later one's, a third of the time from there to the gradients' being final. Both from
 //   one run: the difference of two runs (at 1 and 4 micro-steps, as before) carried both runs'
 //   noise, and runs here differ by up to 60% (the disk's speed drifts over seconds) where the
-//   steps within one differ by a few percent. A run that takes under
-// kEngineProbeRepeatBelow_s is made 3 times and the one of least step time kept. Cached like a
-// probe, by the partition's shape.
+//   steps within one differ by a few percent.
+// A run that takes under kEngineProbeRepeatBelow_s is made 3 times and the one of least step time
+// kept. Cached like a probe, by the partition's shape.
 struct EngineRates {
   double optimizer_s_per_byte = 0;
   PassCost pass;  // first_s and next_s, with parameter offload
@@ -672,9 +672,11 @@ int plan_command(const PlanRequest& req, Comm& comm) {
                             {"pass_exposed", c->rates.pass_exposed},
                             {"memory_bytes_per_s", c->rates.memory_bytes_per_s}}},
                           {"predicted", c->pred.to_json()}};
-      if (c->measured_s > 0)
-        j["measured_step_s"] = c->measured_s, j["measured_runs_s"] = c->measured_runs_s,
+      if (c->measured_s > 0) {
+        j["measured_step_s"] = c->measured_s;
+        j["measured_runs_s"] = c->measured_runs_s;
         j["measured_update_runs_s"] = c->measured_update_runs_s;
+      }
       cands.push_back(j);
     }
     nlohmann::json links_json = nlohmann::json::object();
