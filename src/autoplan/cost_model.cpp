@@ -25,14 +25,13 @@ Prediction predict(const StepShape& s, const Rates& r) {
     const double hideable = std::min(p.comm_s - p.tail_s, p.compute_s);
     p.exposed_comm_s = s.overlap ? p.comm_s - (1 - r.overlap_exposed) * hideable : p.comm_s;
   }
-  // Parameters on disk: each micro-step's transfers as the pass probe measured them, less the part
-  // its overlap probe found hidden behind that micro-step's compute (a unit's shard is read while
-  // the unit before computes).
-  if (r.pass_first_s > 0) {
-    const double compute_per_micro = p.compute_s / A;
-    auto exposed = [&](double io) { return io - (1 - r.pass_exposed) * std::min(compute_per_micro, io); };
-    p.pass_io_s = exposed(r.pass_first_s) + (A - 1) * exposed(r.pass_next_s);
-  }
+  // Parameters on disk: each micro-step's transfers as measured, less the part the overlap probe
+  // found hidden behind that micro-step's compute (a unit's shard is read while the unit before
+  // computes), and the gradient writes still in flight when the last backward ends.
+  // (All 0 without parameter offload.)
+  const double compute_per_micro = p.compute_s / A;
+  auto exposed = [&](double io) { return io - (1 - r.pass_exposed) * std::min(compute_per_micro, io); };
+  p.pass_io_s = exposed(r.pass_first_s) + (A - 1) * exposed(r.pass_next_s) + r.pass_flush_s;
   // The optimizer step: AdamW over the shard in memory, or, offloaded, the bytes its sub-group
   // pipeline moves at the rate its probe measured (transfers and update overlapped).
   const bool offloaded = s.optimizer_io_bytes > 0;
@@ -46,6 +45,13 @@ Prediction predict(const StepShape& s, const Rates& r) {
   for (const auto& [name, t] : {std::pair<const char*, double>{"comm", p.exposed_comm_s}, {"I/O", io_s}, {"optimizer", opt_s}})
     if (t > most) most = t, p.bound = name;
   return p;
+}
+
+double transfers_behind(double exposed, double compute, double share) {
+  if (exposed <= 0) return 0;
+  // io >= compute: exposed = io - (1 - share) * compute; io < compute: exposed = share * io.
+  if (exposed >= share * compute) return exposed + (1 - share) * compute;
+  return exposed / share;  // share > 0 here: exposed < share * compute
 }
 
 nlohmann::json Prediction::to_json() const {

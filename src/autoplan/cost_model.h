@@ -33,6 +33,7 @@ struct Rates {
   double overlap_exposed = 0;         // share of the overlapped time not hidden (the overlap probe)
   double pipeline_s_per_byte = 0;     // the optimizer step over swapped state, per byte it moves (engine run)
   double pass_first_s = 0, pass_next_s = 0;  // parameter offload's transfers in a micro-step: the first, each later one
+  double pass_flush_s = 0;  // and the gradient writes the step waits for after the last backward (engine run)
   double pass_exposed = 1;            // share of their overlap with compute not hidden (the pass probe)
   double memory_bytes_per_s = 1e30;   // the AdamW probe's: 28 bytes per parameter
 };
@@ -52,5 +53,10 @@ struct Prediction {
 };
 
 Prediction predict(const StepShape& s, const Rates& r);
+
+// The inverse of pass_io_s's per-micro-step term: the transfers `io` whose exposed part beside
+// `compute` is `exposed` (io - (1 - share) * min(compute, io) = exposed), for transfers measured
+// with compute around them (the engine run) rather than alone.
+double transfers_behind(double exposed, double compute, double share);
 
 }  // namespace zt::autoplan

@@ -41,10 +41,7 @@ namespace {
 // runtimes, heap; test/zero/memory_formulas.py holds a run's peak RSS to at most this above its
 // tracked total plus the init transient.
 constexpr uint64_t kRuntimeOverhead = uint64_t(256) << 20;
-// The sequence length of the engine runs that calibrate parameter offload's passes: short, so that
-// their compute is next to nothing beside the transfers (which do not depend on it).
-constexpr int kEngineProbeTokens = 16;
-constexpr int kEngineProbeMicroSteps = 4;  // the engine run's grad_accum
+constexpr int kEngineProbeMicroSteps = 4;  // the engine run's grad_accum with parameter offload
 constexpr double kEngineProbeRepeatBelow_s = 4;  // an engine run this short is made 3 times
 
 // One point of the space the planner searches (docs/autoplan.md, "Candidates").
@@ -96,6 +93,11 @@ struct Candidate {
   bool regather = false;   // the chunked classifier regathers the embedding in backward
   StepShape shape;
   Rates rates;  // the calibrated rates its prediction used
+  // Parameter offload, from the engine run (docs/autoplan.md, "Calibration"): its first and each
+  // later micro-step at micro-batch 1, and the model's time for such a micro-step without the
+  // transfers (its compute part apart), from which pass_first_s and pass_next_s are backed out.
+  double engine_first_micro_s = 0, engine_next_micro_s = 0, engine_flush_s = 0;
+  double engine_base_micro_s = 0, engine_base_compute_s = 0, engine_base_tail_s = 0;
   Prediction pred;
   double measured_s = -1;              // the fastest of measured_runs_s
   std::vector<double> measured_runs_s;  // one per --validate round
@@ -258,24 +260,25 @@ Measured measure(const nlohmann::json& resolved, int steps, Comm& comm) {
 }
 
 // Offload measured as the engine runs it: the candidate trained in this process for a few steps
-// at micro-batch 1 and a sequence of 16 tokens (its shards and swap files are the candidate's, its
-// compute next to nothing).
+// at micro-batch 1 and its own sequence length (its shards and swap files are the candidate's),
+// so that its transfers have compute between them as in training: runs of 16-token micro-steps,
+// their I/O back to back, measured the update 25-40% slower than the candidates ran it
+// (scenario 2, 2026-11-27).
 // - The optimizer step: seconds per byte it moves (Rates' pipeline_s_per_byte), from the time of
 //   the update itself (ZeroEngine::last_update_s: the sub-group pipeline with the AdamW) over the
 //   candidate's optimizer_io_bytes. Without parameter offload the run is at stage 3 where N > 1:
 //   the same shard, and the stage's other costs are the links' to predict.
-//   The run has one micro-step (below: why not the passes' run).
-// - With parameter offload, its passes per micro-step (PassCost's first_s and next_s), from a run
-//   of 4 micro-steps: the first micro-step's transfers are the time to the end of its backward;
-//   each later one's, a third of the time from there to the gradients' being final. Both from
-//   one run: the difference of two runs (at 1 and 4 micro-steps, as before) carried both runs'
-//   noise, and runs here differ by up to 60% (the disk's speed drifts over seconds) where the
-//   steps within one differ by a few percent.
+// - With parameter offload, its micro-steps, from a run of kEngineProbeMicroSteps: the
+//   first is the time to the end of its backward; each later one, a third of the time from there
+//   to the end of the last one's; the flush, from there to the gradients' being final (the
+//   gradient writes still in flight, once a step). plan() backs the transfers out of them. From one
+//   run: the difference of two runs carried both runs' noise, and runs here differ by up to 60%
+//   (the disk's speed drifts over seconds) where the steps within one differ by a few percent.
 // A run that takes under kEngineProbeRepeatBelow_s is made 3 times and the one of least step time
 // kept. Cached like a probe, by the partition's shape.
 struct EngineRates {
   double optimizer_s_per_byte = 0;
-  PassCost pass;  // first_s and next_s, with parameter offload
+  double first_micro_s = 0, next_micro_s = 0, flush_s = 0;  // with parameter offload
 };
 EngineRates engine_rates(const Candidate& c, Calibration& cal, Comm& comm) {
   const bool passes = c.choice.params_nvme;
@@ -284,11 +287,12 @@ EngineRates engine_rates(const Candidate& c, Calibration& cal, Comm& comm) {
     k << "engine " << canonical_dir(c.swap.dir) << " " << c.choice.offload() << " units" << c.unit_shards.size()
       << " numel" << uint64_t(c.shape.shard_params) << " world" << c.shape.world << " qd" << c.swap.queue_depth
       << " subgroup" << c.swap.subgroup_numel << " sets" << c.swap.buffer_count << " threads" << cal.threads()
-      << " ranks/host" << comm.local_world() << " grad_accum" << grad_accum;
+      << " ranks/host" << comm.local_world() << " seq" << c.resolved["model"]["seq_len"].get<int>()
+      << " grad_accum" << grad_accum;
     return k.str();
   };
   struct Run {
-    double step, update, first, next;
+    double step, update, first, next, flush;
   };
   std::map<int, std::vector<Run>> runs_at;  // by grad_accum
   auto run_once = [&](int grad_accum) {
@@ -296,7 +300,6 @@ EngineRates engine_rates(const Candidate& c, Calibration& cal, Comm& comm) {
     nlohmann::json j = c.resolved;
     j["batch"]["micro_batch"] = 1;
     j["batch"]["grad_accum"] = grad_accum;
-    j["model"]["seq_len"] = kEngineProbeTokens;
     j["recompute"]["policy"] = "none";
     if (!passes && c.shape.world > 1) j["zero"]["stage"] = 3;
     settle_disk(c.swap.dir);  // what the probes before left: written back and trimmed
@@ -312,8 +315,9 @@ EngineRates engine_rates(const Candidate& c, Calibration& cal, Comm& comm) {
     std::iota(order.begin(), order.end(), size_t(1));
     std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return slowest[x] < slowest[y]; });
     const size_t i = order[order.size() / 2];
-    const double later = grad_accum > 1 ? (r.gradients_ms[i] - r.first_micro_ms[i]) / (grad_accum - 1) : 0;
-    runs.push_back({r.step_ms[i] / 1e3, r.update_ms[i] / 1e3, r.first_micro_ms[i] / 1e3, later / 1e3});
+    const double later = grad_accum > 1 ? (r.backward_ms[i] - r.first_micro_ms[i]) / (grad_accum - 1) : 0;
+    const double flush = r.gradients_ms[i] - r.backward_ms[i];
+    runs.push_back({r.step_ms[i] / 1e3, r.update_ms[i] / 1e3, r.first_micro_ms[i] / 1e3, later / 1e3, flush / 1e3});
     // Every rank decides alike: by the slowest rank's time.
     uint64_t ms = uint64_t(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     for (uint64_t x : comm.all_gather_u64(ms)) ms = std::max(ms, x);
@@ -328,19 +332,22 @@ EngineRates engine_rates(const Candidate& c, Calibration& cal, Comm& comm) {
     std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.step < b.step; });
     return runs.front();
   };
-  // The update from a run of one micro-step, the passes from one of kEngineProbeMicroSteps. In a
-  // run of 4 near-empty micro-steps (the gradient file read, added to and written back 4 times in
-  // a few hundred ms) the update that followed took twice as long as in the candidates themselves
-  // (s2's partition at 2 ranks: 0.28 s against 0.13 s, where one micro-step of 16 tokens, the
-  // candidate at 1 and 2 micro-steps of 64 and the candidate at 4 of 128 all gave 0.13 s), and the
-  // planner over-predicted parameter offload by 23-43%.
+  // The update from a run of one micro-step; with parameter offload, the micro-steps from a second
+  // run, of kEngineProbeMicroSteps (4, not 2: the later micro-steps and the flush apart, which one
+  // later micro-step cannot give). The update has a run of its own because that run is short
+  // enough to be made 3 times: the run of 4 takes over 4 s and is made once, and its update moved
+  // from 0.15 s to 0.29 s from one planner to the next (scenario 2, where the candidates' own took
+  // 0.13-0.24 s). (At 16 tokens a micro-step, the update after 4 micro-steps also took twice what
+  // it took after one: near-empty micro-steps read, add to and write back the gradient file within
+  // a few hundred ms.)
   EngineRates e;
   e.optimizer_s_per_byte = cal.cached(key(1) + " update", [&] { return measured(1).update; }) / c.shape.optimizer_io_bytes;
   (void)cal.cached(key(1) + " step", [&] { return measured(1).step; });  // reported beside it
   if (passes) {
     const int micro = kEngineProbeMicroSteps;
-    e.pass.first_s = cal.cached(key(micro) + " first", [&] { return measured(micro).first; });
-    e.pass.next_s = cal.cached(key(micro) + " next", [&] { return measured(micro).next; });
+    e.first_micro_s = cal.cached(key(micro) + " first", [&] { return measured(micro).first; });
+    e.next_micro_s = cal.cached(key(micro) + " next", [&] { return measured(micro).next; });
+    e.flush_s = cal.cached(key(micro) + " flush", [&] { return measured(micro).flush; });
     (void)cal.cached(key(micro) + " step", [&] { return measured(micro).step; });
   }
   return e;
@@ -539,6 +546,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   for (Candidate* c : fit) {
     needed.insert({c->choice.micro_batch, "none", c->embedding_rows});
     needed.insert({c->choice.micro_batch, c->choice.policy, c->embedding_rows});
+    if (c->choice.params_nvme) needed.insert({1, "none", c->embedding_rows});  // the engine run's micro-steps
   }
   if (root) std::printf("calibrating (%d thread(s) per rank; cache %s)...\n", threads, cache.c_str());
   const auto t_cal = std::chrono::steady_clock::now();
@@ -577,7 +585,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     if (have_data) {
       const EngineRates e = engine_rates(*c, cal, comm);
       c->rates.pipeline_s_per_byte = e.optimizer_s_per_byte;
-      c->rates.pass_first_s = e.pass.first_s, c->rates.pass_next_s = e.pass.next_s;
+      c->engine_first_micro_s = e.first_micro_s, c->engine_next_micro_s = e.next_micro_s, c->engine_flush_s = e.flush_s;
     } else {
       c->rates.pipeline_s_per_byte = cal.optimizer_pipeline_s_per_byte(c->swap, size_t(c->shape.shard_params));
     }
@@ -623,6 +631,29 @@ int plan_command(const PlanRequest& req, Comm& comm) {
       r.overlap_exposed = overlap[c->choice.bucket_mb];
     }
     r.memory_bytes_per_s = 28 / adamw;  // AdamW reads p, g, m, v and writes p, m, v: 28 bytes a parameter
+    if (c->engine_first_micro_s > 0) {
+      // The passes from the engine run's micro-steps: what each took beyond the model's time for
+      // the same micro-step without parameter offload (micro-batch 1, no recomputation, one
+      // micro-step's collectives) is the transfers' exposed part beside that compute; the
+      // transfers themselves follow by the cost model's own overlap formula, and are then exposed
+      // beside each candidate's compute as pass_io_s says (docs/autoplan.md, "Calibration").
+      const MicroStepCost& one = micro[{1, "none", c->embedding_rows}];
+      Rates r1 = r;
+      r1.block_s = r1.block_recomputed_s = one.block_s, r1.fixed_s = one.fixed_s;
+      r1.pass_first_s = r1.pass_next_s = 0;
+      StepShape s1 = c->shape;
+      const double A = s1.grad_accum;
+      s1.grad_accum = 1, s1.recomputed_blocks = 0;
+      s1.comm_bytes /= A, s1.grad_path_bytes /= A;  // parameter offload is at stage 3: all of them per micro-step
+      s1.collectives = s1.buckets + 2 * s1.units, s1.optimizer_io_bytes = 0;
+      const Prediction p1 = predict(s1, r1);
+      c->engine_base_compute_s = p1.compute_s, c->engine_base_tail_s = p1.tail_s;
+      c->engine_base_micro_s = p1.compute_s + p1.exposed_comm_s;
+      r.pass_first_s = transfers_behind(c->engine_first_micro_s - c->engine_base_micro_s, p1.compute_s, r.pass_exposed);
+      r.pass_next_s = transfers_behind(c->engine_next_micro_s - c->engine_base_micro_s, p1.compute_s, r.pass_exposed);
+      // The flush: all exposed (backward has ended), less the last collective the model counts apart.
+      r.pass_flush_s = std::max(0.0, c->engine_flush_s - p1.tail_s);
+    }
     c->rates = r;
     c->pred = predict(c->shape, r);
   }
@@ -669,6 +700,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
                             {"overlap_exposed", c->rates.overlap_exposed},
                             {"pipeline_s_per_byte", c->rates.pipeline_s_per_byte},
                             {"pass_first_s", c->rates.pass_first_s}, {"pass_next_s", c->rates.pass_next_s},
+                            {"pass_flush_s", c->rates.pass_flush_s},
                             {"pass_exposed", c->rates.pass_exposed},
                             {"memory_bytes_per_s", c->rates.memory_bytes_per_s}}},
                           {"predicted", c->pred.to_json()}};
@@ -677,6 +709,10 @@ int plan_command(const PlanRequest& req, Comm& comm) {
         j["measured_runs_s"] = c->measured_runs_s;
         j["measured_update_runs_s"] = c->measured_update_runs_s;
       }
+      if (c->engine_first_micro_s > 0)  // what pass_first_s and pass_next_s were backed out of
+        j["engine_passes"] = {{"first_micro_s", c->engine_first_micro_s}, {"next_micro_s", c->engine_next_micro_s},
+                              {"flush_s", c->engine_flush_s}, {"tail_s", c->engine_base_tail_s},
+                              {"base_micro_s", c->engine_base_micro_s}, {"base_compute_s", c->engine_base_compute_s}};
       cands.push_back(j);
     }
     nlohmann::json links_json = nlohmann::json::object();

@@ -14,10 +14,10 @@ struct TrainResult {
   int steps = 0;  // the step after the last one run
   std::vector<double> losses;  // of the steps this call ran
   std::vector<double> step_ms;  // their wall times on this rank
-  // Per step on this rank, from its start: to the end of its first micro-step's backward, and to its
-  // gradients' being final (after finish_gradients): the engine's passes apart from its optimizer
-  // step (the planner's engine runs, docs/autoplan.md).
-  std::vector<double> first_micro_ms, gradients_ms;
+  // Per step on this rank, from its start: to the end of its first micro-step's backward, of its last
+  // one's, and to its gradients' being final (after finish_gradients): the engine's passes apart
+  // from its optimizer step (the planner's engine runs, docs/autoplan.md).
+  std::vector<double> first_micro_ms, backward_ms, gradients_ms;
   std::vector<double> update_ms;  // each step's update itself (ZeroEngine::last_update_s) on this rank
   double final_loss = 0.0;
   double final_val_loss = -1.0;  // < 0: no evaluation ran

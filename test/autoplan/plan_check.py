@@ -142,10 +142,11 @@ def main():
             check(r["pipeline_s_per_byte"] == 0 and r["pass_first_s"] == 0, f"candidate {i}: offload rates without offload")
             continue
         offloaded += 1
-        # With the data there, the engine's own short runs of the candidate's partition (at stage 3:
-        # the same shard): the update's time over the bytes it moves, from a run of one micro-step,
-        # and with parameter offload its passes from one of 4 micro-steps: the first micro-step and
-        # each later one, inside that run's step.
+        # With the data there, the engine's own short run of the candidate's partition (at stage 3:
+        # the same shard; micro-batch 1, the candidate's sequence): the update's time over the
+        # bytes it moves, from a run of one micro-step, and with parameter offload the micro-steps
+        # of a second run, of 4 (the first, the later ones and the flush after them, inside that
+        # run's step), which give the passes.
         params = ch["offload.params"] == "nvme"
         tag = ("opt+params" if params else "opt") + " units"
         def engine(x, ga):
@@ -157,19 +158,53 @@ def main():
             check(close(r["pipeline_s_per_byte"] * c["shape"]["optimizer_io_bytes"], update[0]),
                   f"candidate {i}: pipeline_s_per_byte {r['pipeline_s_per_byte']} is not the engine run's update over its bytes")
             check(0 < update[0] < step[0], f"candidate {i}: the engine run's update {update[0]} not within its step {step[0]}")
+        runs = {"1"} | ({"4"} if params else set())
+        other = [k for k in probes if k.startswith("engine ") and f" {tag}" in k and k.split(" grad_accum")[1].split()[0] not in runs]
+        check(not other, f"candidate {i}: engine runs at a grad_accum other than {runs}: {other}")
         if params:
             check(not engine("update", 4), f"candidate {i}: an update taken from the passes' run of 4 micro-steps")
-            first, nxt, step4 = engine("first", 4), engine("next", 4), engine("step", 4)
-            if check(len(first) == 1 and len(nxt) == 1 and len(step4) == 1, f"candidate {i}: engine pass probes {first} {nxt} {step4}"):
-                check(r["pass_first_s"] == first[0], f"candidate {i}: pass_first_s {r['pass_first_s']} is not the engine run's {first[0]}")
-                check(r["pass_next_s"] == nxt[0], f"candidate {i}: pass_next_s {r['pass_next_s']} is not the engine run's {nxt[0]}")
+            first, nxt, flush, step4 = engine("first", 4), engine("next", 4), engine("flush", 4), engine("step", 4)
+            ep = c.get("engine_passes")
+            if check(len(first) == 1 and len(nxt) == 1 and len(flush) == 1 and len(step4) == 1 and ep,
+                     f"candidate {i}: engine pass probes {first} {nxt} {flush} {step4} {ep}"):
+                check(ep["first_micro_s"] == first[0] and ep["next_micro_s"] == nxt[0] and ep["flush_s"] == flush[0],
+                      f"candidate {i}: engine_passes {ep} are not the engine run's micro-steps {first} {nxt} {flush}")
                 # The micro-steps are parts of one step (each the slowest rank's, so 10% leeway at 2 ranks).
-                check(0 < first[0] and 0 < nxt[0] and first[0] + 3 * nxt[0] < 1.10 * step4[0],
-                      f"candidate {i}: engine run's micro-steps {first[0]} + 3 x {nxt[0]} not within its step {step4[0]}")
+                check(0 < first[0] and 0 < nxt[0] and 0 <= flush[0] and first[0] + 3 * nxt[0] + flush[0] < 1.10 * step4[0],
+                      f"candidate {i}: engine run's micro-steps {first[0]} + 3 x {nxt[0]} + {flush[0]} not within its step {step4[0]}")
+                # The model's time for that micro-step without the transfers: the docs' time formulas
+                # on one micro-step of micro-batch 1 without recomputation, its collectives alone.
+                s1 = dict(c["shape"])
+                A = s1["grad_accum"]
+                s1.update(grad_accum=1, recomputed_blocks=0, comm_bytes=s1["comm_bytes"] / A,
+                          grad_path_bytes=s1["grad_path_bytes"] / A, collectives=s1["buckets"] + 2 * s1["units"],
+                          optimizer_io_bytes=0)
+                one = rep["rates"]["micro_step"][f"B1 none embedding_rows {c['embedding_rows']}"]
+                e1 = dict(s1)
+                e1.update(r)
+                e1.update(block_s=one["block_s"], block_recomputed_s=one["block_s"], fixed_s=one["fixed_s"],
+                          pass_first_s=0, pass_next_s=0, min=min, max=max)
+                for term, f in time_f:
+                    e1[term] = eval(f, {"__builtins__": {}}, e1)
+                check(close(ep["base_compute_s"], e1["compute_s"]) and close(ep["base_micro_s"], e1["compute_s"] + e1["exposed_comm_s"])
+                      and close(ep["tail_s"], e1["tail_s"]),
+                      f"candidate {i}: engine base {ep}, the formulas give compute {e1['compute_s']} + comm {e1['exposed_comm_s']}")
+                # The transfers backed out of each micro-step's excess over it by the docs' overlap
+                # formula's inverse, and that formula gives the excess back.
+                share, comp = r["pass_exposed"], e1["compute_s"]
+                for name, micro_s in (("pass_first_s", first[0]), ("pass_next_s", nxt[0])):
+                    x = micro_s - e1["compute_s"] - e1["exposed_comm_s"]
+                    io = 0 if x <= 0 else x + (1 - share) * comp if x >= share * comp else x / share
+                    check(close(r[name], io), f"candidate {i}: {name} {r[name]}, backed out of {micro_s}: {io}")
+                    if io > 0:
+                        check(close(io - (1 - share) * min(comp, io), x), f"candidate {i}: {name} {io} does not give back {x}")
+                # The flush, all exposed, less the last collective the model counts apart.
+                check(close(r["pass_flush_s"], max(0.0, flush[0] - e1["tail_s"])),
+                      f"candidate {i}: pass_flush_s {r['pass_flush_s']}, from the flush {flush[0]} and tail {e1['tail_s']}")
             check(r["pass_exposed"] in probe_values("pass ", " exposed") and 0 <= r["pass_exposed"] <= 1,
                   f"candidate {i}: pass_exposed {r['pass_exposed']} is not the pass probe's")
         else:
-            check(r["pass_first_s"] == 0, f"candidate {i}: pass rates without parameter offload")
+            check(r["pass_first_s"] == 0 and r["pass_flush_s"] == 0, f"candidate {i}: pass rates without parameter offload")
     check(offloaded > 0, "no offload candidate in the report")
 
     # Sorted, and the written plan is the first.
@@ -238,6 +273,8 @@ def main():
         firsts = [v for k, v in rep4["probes"].items() if k.startswith("pass ") and k.endswith(" first")]
         pc = [c["rates"]["pass_first_s"] for c in rep4["candidates"] if c["choice"]["offload.params"] == "nvme"]
         check(pc and all(x in firsts for x in pc), f"without data, pass_first_s {pc[:2]} is not the pass probe's {firsts}")
+        fl = [c["rates"]["pass_flush_s"] for c in rep4["candidates"]]
+        check(not any(fl), f"without data, a flush {max(fl)} where the pass probe measures none")
         pipes = [v for k, v in rep4["probes"].items() if k.startswith("optimizer_pipeline ")]
         po = [c["rates"]["pipeline_s_per_byte"] for c in rep4["candidates"] if c["choice"]["offload.optimizer"] == "nvme"]
         check(po and all(x in pipes for x in po), f"without data, pipeline_s_per_byte {po[:2]} is not the pipeline probe's {pipes}")
