@@ -95,7 +95,8 @@ struct Candidate {
   Rates rates;  // the calibrated rates its prediction used
   // Parameter offload, from the engine run (docs/autoplan.md, "Calibration"): its first and each
   // later micro-step at micro-batch 1, and the model's time for such a micro-step without the
-  // transfers (its compute part apart), from which pass_first_s and pass_next_s are backed out.
+  // transfers (its compute part apart), from which pass_first_s and pass_next_s are backed out;
+  // and the gradient flush after the last backward (pass_flush_s).
   double engine_first_micro_s = 0, engine_next_micro_s = 0, engine_flush_s = 0;
   double engine_base_micro_s = 0, engine_base_compute_s = 0, engine_base_tail_s = 0;
   Prediction pred;
@@ -640,7 +641,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
       const MicroStepCost& one = micro[{1, "none", c->embedding_rows}];
       Rates r1 = r;
       r1.block_s = r1.block_recomputed_s = one.block_s, r1.fixed_s = one.fixed_s;
-      r1.pass_first_s = r1.pass_next_s = 0;
+      r1.pass_first_s = r1.pass_next_s = r1.pass_flush_s = 0;
       StepShape s1 = c->shape;
       const double A = s1.grad_accum;
       s1.grad_accum = 1, s1.recomputed_blocks = 0;
@@ -709,7 +710,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
         j["measured_runs_s"] = c->measured_runs_s;
         j["measured_update_runs_s"] = c->measured_update_runs_s;
       }
-      if (c->engine_first_micro_s > 0)  // what pass_first_s and pass_next_s were backed out of
+      if (c->engine_first_micro_s > 0)  // what pass_first_s, pass_next_s and pass_flush_s came from
         j["engine_passes"] = {{"first_micro_s", c->engine_first_micro_s}, {"next_micro_s", c->engine_next_micro_s},
                               {"flush_s", c->engine_flush_s}, {"tail_s", c->engine_base_tail_s},
                               {"base_micro_s", c->engine_base_micro_s}, {"base_compute_s", c->engine_base_compute_s}};
