@@ -114,7 +114,7 @@ class Trainer {
       engine_->begin_step(step);
       if (plan_.optim.grad_clip <= 0.0) engine_->update_args_known(lr);  // clip_scale is then 1
       double loss = 0.0;
-      double first_micro_ms = 0, backward_ms = 0;
+      double first_micro_ms = 0;
       for (int micro = 0; micro < accum; ++micro) {
         loader_->train_batch(step, micro, accum, inputs.data(), targets.data());
         check_tokens(inputs, targets);
@@ -126,7 +126,7 @@ class Trainer {
         model_->backward();
         if (micro == 0) first_micro_ms = seconds_since(t0) * 1e3;
       }
-      backward_ms = seconds_since(t0) * 1e3;
+      const double backward_ms = seconds_since(t0) * 1e3;
       engine_->finish_gradients();
       const double gradients_ms = seconds_since(t0) * 1e3;
       if (world > 1) {
