@@ -39,8 +39,9 @@ struct CpuOps {
   static constexpr Tier tier = Tier::host;
   static constexpr const char* name = sizeof(TT) == 4 ? "cpu-fp32" : "cpu-fp64";
 
-  // Set by the engine from run.trace; null = off (one test per op). Ops run on the main thread only.
-  static inline Tracer* tracer = nullptr;
+  // Set by the engine from run.trace; null = off (one test per op). Per thread: the engine sets it
+  // on the main thread, so ops on another (the optimizer step inside backward) are not traced.
+  static inline thread_local Tracer* tracer = nullptr;
   struct Span {
     explicit Span(const char* op) : op(op), t0(tracer ? Tracer::now_us() : 0) {}
     ~Span() {

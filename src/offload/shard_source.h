@@ -30,6 +30,7 @@
 // anything else reads the file).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -135,6 +136,23 @@ class ShardSource {
   // Until every write accumulate() queued is complete.
   void flush() {
     for (size_t j = 0; j < writing_.size(); ++j) finish_write(j);
+  }
+  // How many writes accumulate() has queued so far; whether the first `n` of them are complete,
+  // without waiting (in memory: always).
+  uint64_t writes_queued() const { return writes_; }
+  bool written(uint64_t n) {
+    for (size_t j = 0; j < writing_.size(); ++j) {
+      if (writing_[j].queued == 0 || writing_[j].queued > n) continue;
+      if (!ring_->done(int(j))) return false;
+      writing_[j] = {};
+    }
+    return true;
+  }
+  // From now on accumulate() uses only its first buffer (the others are lent elsewhere).
+  void keep_to_first_buffer() {
+    flush();
+    bufs_.resize(std::min<size_t>(bufs_.size(), 1)), writing_.resize(bufs_.size());
+    if (!buf_bytes_.empty()) buf_bytes_.resize(bufs_.size());
   }
 
  private:

@@ -29,6 +29,7 @@ struct SwapSpec {
   unsigned queue_depth = 32;    // io_uring submission queue entries
   int buffer_count = 3;         // sub-group buffer sets: read k+1 / update k / write k-1
   size_t subgroup_numel = 0;    // elements per state per sub-group, a multiple of kIoAlign / 4
+  bool overlap_update = false;  // offload.overlap_update (zero/optimizer.h: the step inside backward)
   bool enabled() const { return !dir.empty(); }
 };
 

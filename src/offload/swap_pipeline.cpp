@@ -51,17 +51,30 @@ void SwapPipeline::transfer(size_t k, bool write) {
 }
 
 void SwapPipeline::for_each_subgroup(const Update& update) {
+  walk(update, [](size_t j) { return j; }, {});
+}
+
+void SwapPipeline::for_each_subgroup_descending(const Update& update, const Gate& may_read) {
+  const size_t G = subgroups();
+  walk(update, [G](size_t j) { return G - 1 - j; }, may_read);
+}
+
+// Sub-groups visited consecutively sit in consecutive sets (k % B), either way round, so the set
+// of the j-th visit was last the (j - B)-th's.
+void SwapPipeline::walk(const Update& update, const std::function<size_t(size_t)>& order, const Gate& gate) {
   const size_t G = subgroups(), B = size_t(sets_);
   std::vector<float*> bufs(files_.size());
   size_t next_read = 0;
   try {
-    for (size_t k = 0; k < G; ++k) {
-      // Read ahead as far as the sets allow: k + B - 2 (one set is being updated, one written from).
-      // A set is free once the write of its previous tenant, j - B, is on disk.
-      for (; next_read < G && next_read <= k + ahead_; ++next_read) {
-        if (next_read >= B) uring_.wait(int(2 * (next_read - B) + 1));
-        transfer(next_read, false);
+    for (size_t j = 0; j < G; ++j) {
+      // Read ahead as far as the sets allow: j + B - 2 (one set is being updated, one written from).
+      // A set is free once the write of its previous tenant, visit i - B, is on disk.
+      for (; next_read < G && next_read <= j + ahead_; ++next_read) {
+        if (gate && !gate(order(next_read) * sub_, next_read == j)) break;
+        if (next_read >= B) uring_.wait(int(2 * order(next_read - B) + 1));
+        transfer(order(next_read), false);
       }
+      const size_t k = order(j);
       uring_.wait(int(2 * k));
       for (size_t s = 0; s < files_.size(); ++s) bufs[s] = buffer(k, s);
       update(k * sub_, std::min(sub_, numel_ - k * sub_), bufs.data());

@@ -36,6 +36,13 @@ class SwapPipeline {
   // state s's elements of it; what update leaves in bufs is written back.
   using Update = std::function<void(size_t begin, size_t n, float* const* bufs)>;
   void for_each_subgroup(const Update& update);
+  // The same, last sub-group first, and each sub-group's read queued only once may_read(begin,
+  // wait) allows it: without waiting for the reads ahead (false: not yet, read it later), waiting
+  // (it may throw to abandon the walk) for the sub-group to be updated next. The optimizer step
+  // inside backward, which finishes the gradient shard from its end (ShardedOptimizer,
+  // docs/offload.md).
+  using Gate = std::function<bool(size_t begin, bool wait)>;
+  void for_each_subgroup_descending(const Update& update, const Gate& may_read);
 
   size_t subgroups() const { return (numel_ + sub_ - 1) / sub_; }
   bool async() const { return uring_.available(); }
@@ -43,6 +50,8 @@ class SwapPipeline {
  private:
   float* buffer(size_t k, size_t s) const { return pool_ + ((k % size_t(sets_)) * files_.size() + s) * sub_; }
   void transfer(size_t k, bool write);
+  // The walk: the j-th sub-group visited is order(j); gate (if any) before each read.
+  void walk(const Update& update, const std::function<size_t(size_t)>& order, const Gate& gate);
 
   std::vector<SwapFile*> files_;
   std::vector<bool> read_only_;

@@ -365,6 +365,7 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
   p.offload.queue_depth = static_cast<int>(get_i64(r, "offload.queue_depth", 1, 4096));
   p.offload.buffer_count = static_cast<int>(get_i64(r, "offload.buffer_count", 2, 64));
   p.offload.subgroup_mb = get_positive(r, "offload.subgroup_mb");
+  p.offload.overlap_update = get_bool(r, "offload.overlap_update");
   if (p.offload.subgroup_mb > 65536)
     bad("offload.subgroup_mb", "must be <= 65536 (MiB per state per sub-group), got " + at(r, "offload.subgroup_mb").dump());
 

@@ -76,12 +76,14 @@ struct RecomputeSection {
 
 // docs/design.md §3.6. optimizer "nvme": AdamW moments in swap files under nvme_dir (stages 1-3),
 // streamed in sub-groups of subgroup_mb MiB per state through buffer_count buffer sets, with up to
-// queue_depth io_uring requests in flight.
+// queue_depth io_uring requests in flight. overlap_update: with optim.grad_clip 0 at stage 3 (CPU
+// backend) that step runs inside backward, each sub-group once its gradient is final.
 struct OffloadSection {
   std::string optimizer = "none", params = "none", nvme_dir;
   int queue_depth = 32;
   int buffer_count = 3;
   double subgroup_mb = 4.0;
+  bool overlap_update = true;
 };
 
 // Sharded checkpoints (docs/design.md §3.7; docs/checkpoints.md).

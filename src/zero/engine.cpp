@@ -1,6 +1,7 @@
 #include "zero/engine.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -20,7 +21,7 @@ namespace zt {
 template <class Ops>
 ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm,
                             const OptimSection& optim)
-    : model_(model), store_(store), comm_(comm), rules_(part.rules()),
+    : model_(model), part_(part), store_(store), comm_(comm), rules_(part.rules()),
       lookup_(model, part, store, comm), reducer_(model, part, store, comm, lookup_), gatherer_(model, part, store, comm),
       optimizer_(model.layout(), part, store, comm, optim) {
   ZT_ASSERT(comm.world() == part.config().world && comm.rank() == part.config().rank);
@@ -40,6 +41,17 @@ ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& 
   // gradient shard is final (zero/host_optimizer.cpp).
   if (optimizer_.host_overlaps())
     reducer_.on_shards_final([this](const std::vector<int>& units) { optimizer_.host_units_final(units); });
+  if (optimizer_.updates_in_backward()) {
+    reducer_.leave_pool_to_optimizer();
+    reducer_.on_shards_final([this](const std::vector<int>& units) {
+      FinalRange r{SIZE_MAX, 0, reducer_.shard_writes_queued()};
+      for (int u : units) {
+        r.lo = std::min(r.lo, part_.unit_shard_flat(u));
+        r.hi = std::max(r.hi, part_.unit_shard_flat(u) + part_.unit_shard_numel(u));
+      }
+      final_ranges_.push_back(r);
+    });
+  }
 }
 
 template <class Ops>
@@ -233,6 +245,7 @@ void ZeroEngine<Ops>::after_forward(int u) {
 
 template <class Ops>
 void ZeroEngine<Ops>::before_backward(int u) {
+  if (!final_ranges_.empty()) publish_final();
   gather_or_progress(u);
   in_backward_ = true;
 }
@@ -246,12 +259,44 @@ void ZeroEngine<Ops>::before_grads(int u) {
 template <class Ops>
 void ZeroEngine<Ops>::grads_ready(int u) {
   reducer_.grads_ready(u);
+  if (optimizer_.updates_in_backward()) {
+    reducer_.complete_arrived();
+    publish_final();
+  }
   if (optimizer_.host_overlaps()) optimizer_.host_progress();  // the CPU AdamW beside backward
 }
 
 template <class Ops>
 void ZeroEngine<Ops>::update_args_known(double lr) {
   if (optimizer_.host_overlaps()) optimizer_.host_update_args(lr, 1.0);
+  if (optimizer_.updates_in_backward()) {
+    final_ranges_.clear();
+    // Final from the end of the last unit's shard (the shard's padding beyond is nobody's).
+    final_edge_ = 0;
+    for (int u = 0; u < model_.layout().num_units(); ++u)
+      final_edge_ = std::max(final_edge_, part_.unit_shard_flat(u) + part_.unit_shard_numel(u));
+    optimizer_.start_update(lr);
+    optimizer_.grads_final_from(final_edge_);
+  }
+}
+
+template <class Ops>
+void ZeroEngine<Ops>::publish_final() {
+  // Backward completes buckets from the shard's end, but a range counts only once the one above it
+  // does (and its writes are on disk): the optimizer is told one edge, below which nothing is.
+  bool moved = false;
+  for (bool found = true; found;) {
+    found = false;
+    for (size_t i = 0; i < final_ranges_.size(); ++i) {
+      const FinalRange& r = final_ranges_[i];
+      if (r.lo < final_edge_ && r.hi >= final_edge_ && reducer_.shard_written(r.writes)) {
+        final_edge_ = r.lo, moved = found = true;
+        final_ranges_.erase(final_ranges_.begin() + std::ptrdiff_t(i));
+        break;
+      }
+    }
+  }
+  if (moved) optimizer_.grads_final_from(final_edge_);
 }
 
 template <class Ops>

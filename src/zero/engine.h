@@ -122,6 +122,7 @@ class ZeroEngine : public UnitHooks {
   void init_file(uint64_t seed, offload::SwapFile& file);
 
   GPT<Ops>& model_;
+  const Partition& part_;
   StateStore& store_;
   Comm& comm_;
   StageRules rules_;
@@ -130,6 +131,16 @@ class ZeroEngine : public UnitHooks {
   ParamGatherer<Ops> gatherer_;
   ShardedOptimizer<Ops> optimizer_;
   void gather_or_progress(int u);
+  // The optimizer step inside backward (zero/optimizer.h): the buckets whose gradient shard is
+  // final, with the count of gradient writes queued by then; each is handed to the optimizer once
+  // those writes are on disk and everything above it is final too (publish_final, at the hooks).
+  struct FinalRange {
+    size_t lo, hi;
+    uint64_t writes;
+  };
+  std::vector<FinalRange> final_ranges_;
+  size_t final_edge_ = 0;  // what the optimizer was told: final from here to the shard's end
+  void publish_final();
   int micro_ = 0;
   bool in_backward_ = false;  // between before_backward and after_backward of a unit
   double last_update_s_ = 0;  // host time: on the CUDA backend only what the host waited for

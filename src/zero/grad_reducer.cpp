@@ -173,6 +173,19 @@ void GradReducer<Ops>::complete(StagingSlot& s) {
 }
 
 template <class Ops>
+void GradReducer<Ops>::complete_arrived() {
+  for (;;) {
+    StagingSlot* oldest = nullptr;
+    for (StagingSlot& s : slots_)
+      if (s.bucket >= 0 && !s.hs.empty() && (!oldest || s.taken < oldest->taken)) oldest = &s;
+    if (!oldest) return;
+    for (CommHandle h : oldest->hs)
+      if (!comm_.test(h)) return;
+    complete(*oldest);
+  }
+}
+
+template <class Ops>
 void GradReducer<Ops>::add_to_host(const StagingSlot& s, size_t flat0, bool last_micro, T* host, bool sync) {
 #if ZT_HAVE_CUDA
   if constexpr (Ops::tier == Tier::device) {

@@ -66,6 +66,17 @@ class GradReducer {
   // Called with a bucket's units when the last micro-step's reduction has made their gradient shard
   // final on this rank (stages 2-3, during backward): the host optimizer sends them to the host.
   void on_shards_final(std::function<void(const std::vector<int>&)> f) { on_final_ = std::move(f); }
+  // A gradient shard on disk: the writes queued so far, and whether the first n are on disk
+  // (without waiting; in memory: always). The optimizer step inside backward reads a bucket's
+  // gradient only once the write queued for it is complete.
+  uint64_t shard_writes_queued() const { return shard_.writes_queued(); }
+  bool shard_written(uint64_t n) { return shard_.written(n); }
+  // The optimizer pipeline's pool is no longer idle during backward (the step inside it): a
+  // bucket's write-back goes through the gradient read buffer alone.
+  void leave_pool_to_optimizer() { shard_.keep_to_first_buffer(); }
+  // Adds into the shard every bucket whose reduction has completed, oldest first, instead of when
+  // its slot is next taken (without waiting): the step inside backward gets its gradients sooner.
+  void complete_arrived();
 
  private:
   struct StagingSlot {

@@ -17,6 +17,7 @@ inline offload::SwapSpec swap_spec_of(const OffloadSection& o, int rank, bool di
   s.optimizer = o.optimizer == "nvme", s.params = o.params == "nvme";
   s.dir = o.nvme_dir, s.rank = rank, s.direct = direct;
   s.queue_depth = unsigned(o.queue_depth), s.buffer_count = o.buffer_count;
+  s.overlap_update = o.overlap_update;
   // Whole I/O blocks: subgroup_mb rounded down to a multiple of 8 KiB, at least 8 KiB (two blocks:
   // a sub-group of 2-byte elements, the CUDA backend's bf16 shards, also starts on a block).
   const double pairs = std::floor(o.subgroup_mb * 1048576.0 / double(2 * offload::kIoAlign));

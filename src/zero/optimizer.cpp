@@ -1,7 +1,13 @@
 #include "zero/optimizer.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 #include "backend/ops_cpu.h"
 #if ZT_HAVE_CUDA
@@ -47,6 +53,93 @@ ShardedOptimizer<Ops>::ShardedOptimizer(const ParamLayout& layout, const Partiti
   ZT_ASSERT((at_param_ < 0) == (at_grad_ < 0) && (at_param_ < 0 || !rules_.full_params));
   swap_ = std::make_unique<offload::SwapPipeline>(files, part.shard_total(), store.get<M>(StateId::swap_buffers),
                                                   store.swap(), read_only, elem_bytes);
+  // Stage 3 only: at stages 1-2 the gradient shard is reduced bucket by bucket too, but the
+  // parameter all-gather follows the step; the CUDA backend's host AdamW has its own overlap.
+  in_backward_ = store.swap().overlap_update && optim.grad_clip <= 0 && !rules_.full_params &&
+                 Ops::tier == Tier::host && !host_;
+}
+
+// ---- the step inside backward (offload.overlap_update with optim.grad_clip 0) ---------------------
+//
+//   training | fwd | bwd: lnf | block L | ... | block 1 | embedding | finish | (step: waits)
+//   worker   |           (waits) | update lnf, L | ... | update 1  | ... update embedding |
+//
+// Backward makes the gradient shard final from its end (flat order is embedding, blocks, final
+// norm), bucket by bucket; the worker walks the sub-groups from the end too, each read once
+// everything from its first element up is final. It writes parameters, m and v only in sub-groups
+// that backward no longer reads (their units' backward is done; sub-groups start on whole blocks,
+// so no block is shared with a unit still to come), and reads gradients whose write is complete.
+template <class Ops>
+struct ShardedOptimizer<Ops>::UpdateWorker {
+  std::mutex mu;
+  std::condition_variable moved;
+  size_t final_from;  // the gradient shard is final for flat elements [final_from, shard_total)
+  bool abort = false;
+  std::exception_ptr error;  // the worker's, read after join
+  double t0_us = 0, t1_us = 0;  // the first sub-group's update, the walk's end
+  std::thread thread;
+  explicit UpdateWorker(size_t total) : final_from(total) {}
+};
+
+template <class Ops>
+ShardedOptimizer<Ops>::~ShardedOptimizer() {
+  if (!worker_) return;
+  // An error unwinds the run mid-step: the walk may be waiting for gradients that will never come,
+  // and it may not outlive the buffers and files it streams.
+  {
+    std::lock_guard<std::mutex> l(worker_->mu);
+    worker_->abort = true;
+  }
+  worker_->moved.notify_all();
+  worker_->thread.join();
+}
+
+template <class Ops>
+void ShardedOptimizer<Ops>::start_update(double lr) {
+  ZT_ASSERT(in_backward_ && !worker_);
+  ++steps_taken_;
+  worker_lr_ = lr;
+  worker_ = std::make_unique<UpdateWorker>(part_.shard_total());
+  UpdateWorker* w = worker_.get();
+  const int threads = omp_get_max_threads();  // run.threads, set on this thread only
+  w->thread = std::thread([this, w, lr, threads] {
+    omp_set_num_threads(threads);
+    try {
+      swap_->for_each_subgroup_descending(
+          [&](size_t begin, size_t n, M* const* bufs) {
+            if (w->t0_us == 0) w->t0_us = Tracer::now_us();  // the trace's span: from the first update
+            step_flat(begin, begin + n, begin, bufs, lr, 1.0);
+          },
+          [w](size_t begin, bool wait) {
+            std::unique_lock<std::mutex> l(w->mu);
+            if (wait) w->moved.wait(l, [&] { return w->abort || w->final_from <= begin; });
+            if (w->abort) throw Error("the optimizer step inside backward was abandoned");
+            return w->final_from <= begin;
+          });
+    } catch (...) {
+      w->error = std::current_exception();
+    }
+    w->t1_us = Tracer::now_us();
+  });
+}
+
+template <class Ops>
+void ShardedOptimizer<Ops>::grads_final_from(size_t from) {
+  if (!worker_) return;
+  {
+    std::lock_guard<std::mutex> l(worker_->mu);
+    if (from >= worker_->final_from) return;
+    worker_->final_from = from;
+  }
+  worker_->moved.notify_all();
+}
+
+template <class Ops>
+void ShardedOptimizer<Ops>::join_update() {
+  worker_->thread.join();
+  const std::unique_ptr<UpdateWorker> w = std::move(worker_);
+  if (tr_ && w->t0_us > 0) tr_->complete("adamw (inside backward)", Tracer::kHostOptimizer, w->t0_us, w->t1_us - w->t0_us);
+  if (w->error) std::rethrow_exception(w->error);
 }
 
 template <class Ops>
@@ -193,6 +286,11 @@ void ShardedOptimizer<Ops>::step_flat(size_t lo, size_t hi, size_t base, M* cons
 
 template <class Ops>
 void ShardedOptimizer<Ops>::step(double lr, double grad_scale) {
+  if (worker_) {  // started by start_update: everything is final now
+    ZT_ASSERT(lr == worker_lr_ && grad_scale == 1.0);
+    grads_final_from(0);
+    return join_update();
+  }
   ++steps_taken_;
   if (host_) return host_step(lr, grad_scale);
   if (swap_) {

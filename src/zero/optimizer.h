@@ -49,6 +49,18 @@ class ShardedOptimizer {
   // The swap pipeline when the state is offloaded, else nullptr.
   const offload::SwapPipeline* swap() const { return swap_.get(); }
 
+  // The step inside backward (offload.overlap_update, docs/offload.md): at stage 3 on the CPU
+  // backend with the state in swap files and optim.grad_clip 0 (no norm to wait for), the update
+  // runs on a worker thread while backward still runs: start_update() at the start of the step
+  // walks the shard's sub-groups from its end, each read once grads_final_from() has said its
+  // gradient is final (backward finishes the shard from its end: the last blocks first, the
+  // embedding last); step() then says all of it is and waits for the walk.
+  bool updates_in_backward() const { return in_backward_; }
+  void start_update(double lr);
+  // The gradient shard is final, and on disk where it lives there, for flat elements [from, end).
+  void grads_final_from(size_t from);
+  ~ShardedOptimizer();
+
   // The CUDA backend's AdamW on the host, overlapped with backward (zero/host_optimizer.cpp; only
   // with offload.optimizer "cpu": the "nvme" pipeline streams the whole shard after backward).
   bool host_overlaps() const { return host_ && !swap_; }
@@ -117,6 +129,12 @@ class ShardedOptimizer {
   void host_update_unit(int u, double lr, double grad_scale, int t);  // the CPU AdamW of one unit
   void host_send(const std::vector<int>& units);  // their shards to the host, on the copy stream
   Tracer* tr_ = nullptr;
+
+  bool in_backward_ = false;
+  struct UpdateWorker;  // the thread, the gradient's final edge, its error
+  std::unique_ptr<UpdateWorker> worker_;
+  double worker_lr_ = 0;
+  void join_update();
 };
 
 }  // namespace zt

@@ -31,6 +31,10 @@ offload.params "nvme" (stage 3: the parameter and gradient shards in swap files)
             loss curve and final weights BIT FOR BIT those of the same plan in memory; tracked peak =
             estimate in every tier, the parameter and gradient shards (and the moments, when
             offloaded) in the nvme tier and not in host memory; no swap file left.
+  inside    offload.overlap_update with optim.grad_clip 0: the optimizer step inside backward
+            (zero/optimizer.h), N = 1, 2, 3, grad_accum 1 and 2, parameters, optimizer or both on
+            disk: BIT FOR BIT against the plan in memory, on and off; the trace shows the update
+            starting before backward ends (on), and never inside it (off).
   prss      a stage-3 model with ~150 MiB of model states per rank (C 256, L 8, N 2): with both
             offloaded, every rank's VmHWM falls by at least 80% of all its model-state bytes
             (parameters, gradients, m, v: 16 bytes per parameter of the shard); saving a
@@ -41,7 +45,7 @@ offload.params "nvme" (stage 3: the parameter and gradient shards in swap files)
 
 About two minutes on 2 cores.
   /usr/bin/python3 test/offload/offload_equivalence.py [--train ./train] [--mpirun mpirun]
-        [--only parity|rss|cleanup|params|prss|pcleanup]
+        [--only parity|rss|cleanup|params|inside|prss|pcleanup]
 """
 import argparse
 import hashlib
@@ -194,6 +198,54 @@ def params_parity(args, tmp, fails):
               f"weights bit for bit, tracked = estimate, {'+'.join(moved)} in nvme" +
               "".join("\n     " + e for e in errs))
         fails += [f"params parity {name}: {e}" for e in errs]
+
+
+# (N, grad_accum, placement) of inside_backward: every world size and accumulation, each placement.
+INSIDE_RUNS = [(1, 1, "params+optimizer"), (3, 2, "params"), (2, 2, "optimizer")]
+NO_CLIP = ["--set", "optim.grad_clip=0"]
+
+
+def inside_backward(args, tmp, fails):
+    """offload.overlap_update with optim.grad_clip 0 at stage 3: the optimizer step runs inside
+    backward (zero/optimizer.h). Bit for bit against the same plan in memory (clip 0 too), the
+    tracked peak equal to the estimate, and the update seen to start before backward ends: in at
+    least one step of the run the trace's first sub-group update comes before that step's
+    "finish gradients" (a thread's timing: not every step). offload.overlap_update false: no update
+    inside backward at all."""
+    for n, accum, what in INSIDE_RUNS:
+        name = f"N={n} grad_accum {accum} {what}"
+        ref_key = (n, 3, accum, "noclip")
+        if ref_key not in _in_memory:
+            _in_memory[ref_key] = run(args.train, args.mpirun, n, 3, os.path.join(tmp, f"iref_{n}_{accum}"), NO_CLIP,
+                                      accum=accum)
+        ref = _in_memory[ref_key]
+        swap = os.path.join(tmp, f"iswap_{n}_{accum}")
+        sets = nvme_sets(swap) if what == "optimizer" else params_sets(swap, what == "params+optimizer")
+        runs = {}
+        for overlap in ("true", "false"):
+            work = os.path.join(tmp, f"ioff_{n}_{accum}_{overlap}")
+            trace = os.path.join(work, "trace.json")
+            runs[overlap] = run(args.train, args.mpirun, n, 3, work, sets + NO_CLIP + [
+                "--set", f"offload.overlap_update={overlap}", "--set", f"run.trace={trace}"], accum=accum)
+            ev = json.load(open(trace.replace(".json", ".rank0.json")))
+            ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+            updates = sorted(e["ts"] for e in ev if e.get("name") == "adamw (inside backward)")
+            finishes = sorted(e["ts"] for e in ev if e.get("name") == "finish gradients")
+            runs[overlap]["early"] = sum(u < f for u, f in zip(updates, finishes))
+            runs[overlap]["updates"] = len(updates)
+        errs = same_run(runs["true"], ref) + same_run(runs["false"], ref)
+        on, off = runs["true"], runs["false"]
+        if on["updates"] != zm.STEPS or on["early"] == 0:
+            errs.append(f"the update did not run inside backward: {on['updates']} updates traced, "
+                        f"{on['early']} of them before their step's finish gradients")
+        if off["updates"]:
+            errs.append(f"offload.overlap_update false still updated inside backward ({off['updates']} steps)")
+        if swap_files(swap):
+            errs.append(f"swap files left behind: {swap_files(swap)}")
+        print(("FAIL " if errs else "ok   ") + f"inside backward {name}: {len(on['losses'])} losses and final weights "
+              f"bit for bit (overlap_update on and off), tracked = estimate, the update began inside backward in "
+              f"{on['early']} of {on['updates']} steps" + "".join("\n     " + e for e in errs))
+        fails += [f"inside backward {name}: {e}" for e in errs]
 
 
 def headline_plan(args, fails):
@@ -452,7 +504,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--train", default=os.path.join(ROOT, "train"))
     ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--only", choices=["parity", "rss", "cleanup", "params", "prss", "pcleanup"])
+    ap.add_argument("--only", choices=["parity", "rss", "cleanup", "params", "inside", "prss", "pcleanup"])
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="zt_offload_", dir=os.path.join(ROOT, "build") if os.path.isdir(
@@ -482,6 +534,8 @@ def main():
         if args.only in (None, "params"):
             headline_plan(args, fails)
             params_parity(args, tmp, fails)
+        if args.only in (None, "inside"):
+            inside_backward(args, tmp, fails)
         if args.only in (None, "prss"):
             params_rss(args, tmp, fails)
         if args.only in (None, "pcleanup"):

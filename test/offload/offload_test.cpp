@@ -87,6 +87,58 @@ TEST_F(Offload, PipelineUpdatesEveryElementOnceInOrder) {
   EXPECT_EQ(swap_files(), 0u) << "swap files outlived their SwapFile";
 }
 
+// The optimizer step inside backward (zero/optimizer.h): the walk from the end reads a sub-group
+// only once the gate has opened down to it, and the gate is asked, without waiting, about the reads
+// ahead. Here the "backward" writes each sub-group's gradients into the file just before opening
+// the gate for it, so a read that came too early sees the stale values.
+TEST_F(Offload, PipelineDescendingReadsOnlyPastTheGate) {
+  const size_t numel = 10000, sub = 2048;  // 5 sub-groups, the last one short
+  for (int sets : {2, 3, 4}) {
+    SCOPED_TRACE("buffer_count " + std::to_string(sets));
+    offload::SwapSpec spec;
+    spec.dir = dir_.string(), spec.buffer_count = sets, spec.queue_depth = 4, spec.subgroup_numel = sub;
+    offload::SwapFile m(offload::swap_file_path(spec.dir, sets, "m"), numel * 4, direct());
+    offload::SwapFile g(offload::swap_file_path(spec.dir, sets, "g"), numel * 4, direct());
+    std::vector<float> mv(numel, 1.0f), gv(numel, -1.0f);  // -1: a gradient not yet final
+    m.write_all(mv.data());
+    g.write_all(gv.data());
+    std::unique_ptr<float, FreeDeleter> pool(
+        static_cast<float*>(std::aligned_alloc(offload::kIoAlign, offload::pool_numel(spec, numel, 2) * 4)));
+    offload::SwapPipeline pipe({&m, &g}, numel, pool.get(), spec, {false, true});
+    size_t open_from = numel, expect = numel;
+    std::vector<size_t> waited;
+    bool seen_final = true;
+    pipe.for_each_subgroup_descending(
+        [&](size_t begin, size_t n, float* const* b) {
+          EXPECT_EQ(begin + n, expect) << "not the next sub-group from the end";
+          expect = begin;
+          for (size_t j = 0; j < n; ++j) {
+            seen_final &= b[1][j] == float(begin + j);
+            b[0][j] += b[1][j];
+          }
+        },
+        [&](size_t begin, bool wait) {
+          if (!wait) return open_from <= begin;
+          waited.push_back(begin);
+          // Backward makes everything from `begin` up final, then opens the gate there.
+          std::vector<float> fin(open_from - begin);
+          for (size_t i = 0; i < fin.size(); ++i) fin[i] = float(begin + i);
+          g.write_at(fin.data(), fin.size() * 4, begin * 4);
+          open_from = begin;
+          return true;
+        });
+    EXPECT_EQ(expect, 0u);
+    EXPECT_TRUE(seen_final) << "a sub-group was read before the gate opened for it";
+    EXPECT_EQ(waited, (std::vector<size_t>{4 * sub, 3 * sub, 2 * sub, sub, 0}));
+    m.read_all(mv.data());
+    g.read_all(gv.data());
+    for (size_t i = 0; i < numel; i += 997) {
+      EXPECT_EQ(mv[i], 1.0f + float(i));
+      EXPECT_EQ(gv[i], float(i)) << "the read-only file was written back";
+    }
+  }
+}
+
 // A shard of fewer sub-groups than buffer sets takes only the sets it uses, and runs the same.
 // Unit u's shard holds the values u*1000 + i; three units, none block-aligned.
 std::vector<offload::ShardSource<float>::Range> three_units() { return {{0, 700}, {700, 1500}, {2200, 900}}; }
