@@ -42,6 +42,9 @@ ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& 
   if (optimizer_.host_overlaps())
     reducer_.on_shards_final([this](const std::vector<int>& units) { optimizer_.host_units_final(units); });
   if (optimizer_.updates_in_backward()) {
+    // The edge starts at the end of the last unit's shard (the shard's padding beyond is nobody's).
+    for (int u = 0; u < model.layout().num_units(); ++u)
+      units_end_ = std::max(units_end_, part.unit_shard_flat(u) + part.unit_shard_numel(u));
     reducer_.leave_pool_to_optimizer();
     reducer_.on_shards_final([this](const std::vector<int>& units) {
       FinalRange r{SIZE_MAX, 0, reducer_.shard_writes_queued()};
@@ -271,10 +274,7 @@ void ZeroEngine<Ops>::update_args_known(double lr) {
   if (optimizer_.host_overlaps()) optimizer_.host_update_args(lr, 1.0);
   if (optimizer_.updates_in_backward()) {
     final_ranges_.clear();
-    // Final from the end of the last unit's shard (the shard's padding beyond is nobody's).
-    final_edge_ = 0;
-    for (int u = 0; u < model_.layout().num_units(); ++u)
-      final_edge_ = std::max(final_edge_, part_.unit_shard_flat(u) + part_.unit_shard_numel(u));
+    final_edge_ = units_end_;
     optimizer_.start_update(lr);
     optimizer_.grads_final_from(final_edge_);
   }

@@ -140,6 +140,7 @@ class ZeroEngine : public UnitHooks {
   };
   std::vector<FinalRange> final_ranges_;
   size_t final_edge_ = 0;  // what the optimizer was told: final from here to the shard's end
+  size_t units_end_ = 0;   // the end of the last unit's shard: the edge at the start of a step
   void publish_final();
   int micro_ = 0;
   bool in_backward_ = false;  // between before_backward and after_backward of a unit
