@@ -10,11 +10,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "model/layout.h"
@@ -266,6 +269,25 @@ TEST_F(Offload, UringReportsAFailedTransfer) {
   uring.write(fd, buf.data(), buf.size(), 0, 1, "a write-only file");
   uring.wait(1);
   close(fd);
+}
+
+// A transfer longer than the queue goes on while its caller computes (uring.h): one piece in flight
+// at a time, 48 pieces, and the caller never calls into the ring until it checks once, a second
+// later. Reaping only inside wait()/done() had moved one or two pieces by then. O_DIRECT where the
+// directory takes it, so completions come from the device, not at submission from the page cache.
+TEST_F(Offload, UringMovesABacklogWhileTheCallerComputes) {
+  const size_t pieces = 48, bytes = pieces * offload::Uring::kMaxIo;
+  offload::SwapFile f(offload::swap_file_path(dir_.string(), 9, "param"), bytes, direct());
+  std::unique_ptr<float, FreeDeleter> want(static_cast<float*>(std::aligned_alloc(offload::kIoAlign, bytes)));
+  std::unique_ptr<float, FreeDeleter> got(static_cast<float*>(std::aligned_alloc(offload::kIoAlign, bytes)));
+  for (size_t i = 0; i < bytes / 4; ++i) want.get()[i] = float(i % 100003), got.get()[i] = -1.0f;
+  f.write_all(want.get());
+  offload::Uring uring(1);
+  uring.read(f.fd(), got.get(), bytes, 0, 3, "param");
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // "compute"
+  EXPECT_TRUE(uring.done(3)) << "the backlog waited for the caller";
+  uring.wait(3);
+  EXPECT_EQ(std::memcmp(got.get(), want.get(), bytes), 0);
 }
 
 TEST_F(Offload, StoreKeepsOffloadedStateInSwapFiles) {
