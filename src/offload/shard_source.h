@@ -22,12 +22,19 @@
 // Gradients (GradReducer): accumulate() reads the blocks that hold a flat range into one of its
 // buffers (one with no write in flight, else the one whose write is oldest, among those the blocks
 // fit in), lets the caller add into them, and queues their write-back; `fresh`
-// (the step's first contribution) reads only the two edge blocks the range shares with its
+// (the step's first contribution) needs only the two edge blocks the range shares with its
 // neighbours and zeroes the range. The write overlaps whatever the caller does until that buffer
-// comes round again: a buffer is read into only once its last write is complete, a read first
+// comes round again: a buffer is read into only once its last write is complete, a range first
 // waits for the writes in flight that share a block with it (neighbouring ranges share their edge
 // blocks, and a later micro-step reads the same range), and flush() waits for every write (before
 // anything else reads the file).
+//
+// Edge blocks are kept in memory (one 4 KiB copy per edge block, the last content queued for it),
+// so a fresh range reads nothing from disk after the first step. A synchronous read of two blocks
+// queued behind the queue_depth MiB already in flight waited 85-90 ms per 315 MB bucket of the 3B
+// plan's shape at queue depth 1024 (docs/offload.md). For the same reason each write queues its
+// edge blocks first, under a tag of their own (2b + 1; the rest 2b): a neighbour waits only for
+// those, not for the whole range.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -35,6 +42,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "offload/swap_file.h"
@@ -115,22 +123,31 @@ class ShardSource {
       if ((buf_bytes_.empty() || buf_bytes_[j] >= a1 - a0) && writing_[j].queued < writing_[b].queued) b = j;
     ZT_ASSERT(buf_bytes_.empty() || buf_bytes_[b] >= a1 - a0);
     finish_write(b);
-    for (size_t j = 0; j < writing_.size(); ++j)
-      if (writing_[j].begin < a1 && a0 < writing_[j].end) finish_write(j);
+    for (size_t j = 0; j < writing_.size(); ++j) {
+      if (writing_[j].end == 0 || writing_[j].end <= a0 || a1 <= writing_[j].begin) continue;
+      if (writing_[j].begin == a0 && writing_[j].end == a1) finish_write(j);  // the same range: all of it
+      else ring_->wait(edge_tag(j));  // a neighbour: only the edge block we share
+    }
     T* blocks = bufs_[b];
+    unsigned char* bytes = reinterpret_cast<unsigned char*>(blocks);
+    const uint64_t last = a1 - kIoAlign;  // the last block (== a0 for a range inside one block)
     // data sits at the same address modulo the block as in a shard in memory, so the caller's
     // vector code reads it in the same lanes (sums are bit for bit those of the in-memory run).
     T* data = blocks + (off - a0) / sizeof(T);
     if (fresh) {
-      file_->read_blocks(blocks, kIoAlign, a0);
-      if (a1 - kIoAlign > a0)
-        file_->read_blocks(reinterpret_cast<unsigned char*>(blocks) + (a1 - kIoAlign - a0), kIoAlign, a1 - kIoAlign);
+      edge_block(a0, bytes);
+      if (last > a0) edge_block(last, bytes + (last - a0));
       std::memset(data, 0, n * sizeof(T));
     } else {
       file_->read_blocks(blocks, a1 - a0, a0);
     }
     add(data);
-    ring_->write(file_->fd(), blocks, a1 - a0, a0, int(b), file_->path().c_str());
+    remember_edge(a0, bytes);
+    if (last > a0) remember_edge(last, bytes + (last - a0));
+    const char* what = file_->path().c_str();
+    ring_->write(file_->fd(), bytes, kIoAlign, a0, edge_tag(b), what);
+    if (last > a0) ring_->write(file_->fd(), bytes + (last - a0), kIoAlign, last, edge_tag(b), what);
+    if (last > a0 + kIoAlign) ring_->write(file_->fd(), bytes + kIoAlign, last - a0 - kIoAlign, a0 + kIoAlign, int(2 * b), what);
     writing_[b] = {a0, a1, ++writes_};
   }
   // Until every write accumulate() queued is complete.
@@ -143,7 +160,7 @@ class ShardSource {
   bool written(uint64_t n) {
     for (size_t j = 0; j < writing_.size(); ++j) {
       if (writing_[j].queued == 0 || writing_[j].queued > n) continue;
-      if (!ring_->done(int(j))) return false;
+      if (!ring_->done(int(2 * j)) || !ring_->done(edge_tag(j))) return false;
       writing_[j] = {};
     }
     return true;
@@ -168,8 +185,20 @@ class ShardSource {
 
   void finish_write(size_t b) {
     if (writing_[b].end == 0) return;
-    ring_->wait(int(b));
+    ring_->wait(edge_tag(b));
+    ring_->wait(int(2 * b));
     writing_[b] = {};
+  }
+  static int edge_tag(size_t b) { return int(2 * b + 1); }
+  // The block at byte `at` into `to`: its last content queued, else (the first time) the file's.
+  void edge_block(uint64_t at, unsigned char* to) {
+    const auto it = edges_.find(at);
+    if (it == edges_.end()) file_->read_blocks(to, kIoAlign, at);
+    else std::memcpy(to, it->second.data(), kIoAlign);
+  }
+  void remember_edge(uint64_t at, const unsigned char* from) {
+    std::vector<unsigned char>& copy = edges_[at];
+    copy.assign(from, from + kIoAlign);
   }
 
   bool queued() const { return file_ || copier_.queue; }
@@ -194,6 +223,7 @@ class ShardSource {
     uint64_t queued = 0;          // its number among the writes (0 = none in flight)
   };
   std::vector<Blocks> writing_;   // per buffer: the blocks of its write in flight (accumulate)
+  std::unordered_map<uint64_t, std::vector<unsigned char>> edges_;  // edge block's byte offset -> its last content
   uint64_t writes_ = 0;           // writes queued by accumulate()
 };
 

@@ -26,7 +26,7 @@ struct SwapSpec {
   bool params = false;          // offload.params "nvme" (stage 3): parameter and gradient shards in files
   int rank = 0;
   bool direct = true;           // O_DIRECT (false: buffered I/O, for filesystems without it)
-  unsigned queue_depth = 32;    // io_uring submission queue entries
+  unsigned queue_depth = 1024;  // io_uring requests in flight (uring.h: why so many)
   int buffer_count = 3;         // sub-group buffer sets: read k+1 / update k / write k-1
   size_t subgroup_numel = 0;    // elements per state per sub-group, a multiple of kIoAlign / 4
   bool overlap_update = false;  // offload.overlap_update (zero/optimizer.h: the step inside backward)

@@ -1,22 +1,17 @@
 // Asynchronous file reads and writes through io_uring (liburing), grouped by tag: queue any number
 // of transfers under a tag, later wait for all of that tag's to be complete. Requests are cut into
 // pieces of at most kMaxIo bytes so a deep queue keeps an NVMe drive's parallel channels busy; at
-// most queue_depth pieces are in flight, the rest wait in a backlog, so queueing never blocks the
-// caller (whose CPU work the transfers are meant to overlap). A piece that completes short is
-// submitted again for the rest.
+// most queue_depth pieces are in flight, the rest wait in a backlog that completions refill from,
+// so queueing never blocks the caller (whose CPU work the transfers are meant to overlap). A piece
+// that completes short is submitted again for the rest.
 //
-// A completion thread (one per ring, started with its first transfer) reaps every completion and
-// refills the freed slot from the backlog at once, so a transfer longer than the queue keeps the
-// disk busy while its caller computes. Reaping only inside wait() would leave the disk idle after
-// the first queue_depth pieces until the caller came to wait: a 315 MB unit read at depth 32 moved
-// 32 MiB during the unit before it (docs/offload.md "The queue that emptied only when waited on").
-//
-//   caller   | queue(u+1) | compute u ............... | wait(u+1) | compute u+1
-//   reaper   |   reap, refill, reap, refill, ...      |
-//   disk     |   u+1's pieces, queue_depth at a time, all the way through
-//
-// The caller's thread and the completion thread share the bookkeeping under one mutex; only the
-// completion thread takes completions off the ring, and submissions happen under the mutex.
+// Only the caller's own wait() / done() refill the queue from the backlog: while it computes, the
+// disk finishes what is in flight and then idles. So the queue must hold a whole transfer for the
+// transfer to overlap compute: plan `offload.queue_depth` defaults to 1024 (1 GiB in flight, more
+// than the 3B plan's largest transfer, its 515 MB embedding). At 32 a 315 MB block read moved
+// 32 MiB during the unit before it and the rest while the forward waited (docs/offload.md, "The
+// queue that emptied only when waited on"). A completion thread that refills the backlog was
+// tried: as fast on the disk, but its wake-up per piece slowed the compute beside it by 14-17%.
 //
 // Where the kernel refuses io_uring (a container's seccomp profile, an old kernel), the same calls
 // run synchronously with pread / pwrite at queue time: correct, without the overlap. available()
@@ -24,13 +19,9 @@
 #pragma once
 #include <liburing.h>
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <exception>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 namespace zt::offload {
@@ -49,10 +40,10 @@ class Uring {
   // caller until wait(tag) returns. `what` names the file in error messages.
   void read(int fd, void* buf, size_t len, uint64_t off, int tag, const char* what);
   void write(int fd, const void* buf, size_t len, uint64_t off, int tag, const char* what);
-  // Until every transfer queued under `tag` is complete. An I/O error is thrown once, by the first
-  // wait(), done() or drain() after it (whichever tag failed).
+  // Until every transfer queued under `tag` is complete; throws on an I/O error.
   void wait(int tag);
-  // Whether every transfer queued under `tag` is complete, without blocking.
+  // Whether every transfer queued under `tag` is complete, without blocking (reaps what the kernel
+  // has finished; throws on an I/O error).
   bool done(int tag);
   // Until nothing is in flight or waiting.
   void drain();
@@ -71,25 +62,18 @@ class Uring {
     const char* what;
   };
   void queue(const Piece& p);
-  void push(size_t slot);                // mu_ held
-  void complete(size_t slot, int res);   // mu_ held; the completion thread only
-  void reap_completions();               // the completion thread's loop
-  void report_failure();                 // mu_ held: throws the error not yet reported, if any
+  void push(size_t slot);
+  bool reap_one(bool block = true);  // false: nothing was complete (block false only)
   void sync_io(const Piece& p);
 
   io_uring ring_{};
   bool ok_ = false;
   unsigned depth_;
-  std::mutex mu_;                        // everything below
-  std::condition_variable progressed_;   // a piece finished (or the ring failed)
   std::vector<Piece> pieces_;    // indexed by slot (the SQE's user_data)
   std::vector<size_t> free_;     // free slots
   std::deque<Piece> backlog_;    // queued, not yet submitted (every slot busy)
-  std::vector<int> pending_;     // pieces queued and not finished, per tag
+  std::vector<int> pending_;     // pieces in flight per tag
   unsigned in_flight_ = 0;
-  std::exception_ptr failure_;   // the first error not yet thrown to the caller
-  bool ring_failed_ = false;     // the completion thread could not wait on the ring: nothing more finishes
-  std::thread reaper_;
 };
 
 }  // namespace zt::offload

@@ -80,7 +80,7 @@ struct RecomputeSection {
 // backend) that step runs inside backward, each sub-group once its gradient is final.
 struct OffloadSection {
   std::string optimizer = "none", params = "none", nvme_dir;
-  int queue_depth = 32;
+  int queue_depth = 1024;
   int buffer_count = 3;
   double subgroup_mb = 4.0;
   bool overlap_update = true;

@@ -560,7 +560,7 @@ TEST(PlanCombinations, OffloadRefusalsGiveTheReason) {
   }
   const zt::Plan p = zt::load_plan(kSrc + "/plans/base.json", {"offload.optimizer=nvme", "zero.stage=1"}, false);
   EXPECT_EQ(p.offload.nvme_dir, "runs/swap");
-  EXPECT_EQ(p.offload.queue_depth, 32);
+  EXPECT_EQ(p.offload.queue_depth, 1024);
   EXPECT_EQ(p.offload.buffer_count, 3);
   EXPECT_EQ(p.offload.subgroup_mb, 4.0);
 }

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -20,11 +21,14 @@
 #include <thread>
 #include <vector>
 
+#include "backend/ops_cpu.h"
 #include "model/layout.h"
 #include "offload/nvme_dir.h"
 #include "offload/shard_source.h"
 #include "offload/swap_pipeline.h"
+#include "plan/plan.h"
 #include "temp_dir.h"
+#include "zero/engine_settings.h"
 #include "zero/partition.h"
 #include "zero/store.h"
 
@@ -230,6 +234,29 @@ TEST_F(Offload, ShardSourceAccumulateWaitsForWritesOnItsBlocks) {
   for (size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], float(kRounds) * float(i)) << i;
 }
 
+// Steps of two micro-steps each, every step starting fresh: a fresh range takes its edge blocks
+// from the copies kept in memory (the neighbours' bytes as last queued), so each copy must follow
+// every write, this step's and the micro-step's before; the file ends as the last step alone.
+TEST_F(Offload, ShardSourceFreshRangesKeepTheNeighboursLatestBytes) {
+  constexpr size_t kRanges = 64, kRange = 1000, kSteps = 3, kMicro = 2;
+  offload::SwapFile file(offload::swap_file_path(dir_.string(), 0, "g"), kRanges * kRange * 4, direct());
+  const size_t buf_numel = (offload::io_round_up(kRange * 4) + offload::kIoAlign) / 4;
+  std::unique_ptr<float, FreeDeleter> buf(static_cast<float*>(std::aligned_alloc(offload::kIoAlign, 2 * buf_numel * 4)));
+  offload::ShardSource<float> src(&file, {}, {buf.get(), buf.get() + buf_numel}, 8);
+  auto value = [](size_t step, size_t micro, size_t i) { return float(step * 100 + micro * 10) + float(i % 7); };
+  for (size_t step = 0; step < kSteps; ++step) {
+    for (size_t micro = 0; micro < kMicro; ++micro)
+      for (size_t r = kRanges; r-- > 0;)
+        src.accumulate(r * kRange, kRange, micro == 0, [&](float* d) {
+          for (size_t i = 0; i < kRange; ++i) d[i] += value(step, micro, r * kRange + i);
+        });
+    src.flush();  // the optimizer reads the file between steps
+    std::vector<float> back(kRanges * kRange);
+    file.read_all(back.data());
+    for (size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], value(step, 0, i) + value(step, 1, i)) << step << " " << i;
+  }
+}
+
 TEST_F(Offload, PipelineOnAShardSmallerThanItsSets) {
   offload::SwapSpec spec;
   spec.dir = dir_.string(), spec.buffer_count = 4, spec.subgroup_numel = 2048;
@@ -271,23 +298,34 @@ TEST_F(Offload, UringReportsAFailedTransfer) {
   close(fd);
 }
 
-// A transfer longer than the queue goes on while its caller computes (uring.h): one piece in flight
-// at a time, 48 pieces, and the caller never calls into the ring until it checks once, a second
-// later. Reaping only inside wait()/done() had moved one or two pieces by then. O_DIRECT where the
-// directory takes it, so completions come from the device, not at submission from the page cache.
-TEST_F(Offload, UringMovesABacklogWhileTheCallerComputes) {
+// The queue refills only inside wait() and done() (uring.h). So a transfer the queue holds whole
+// moves while its caller computes, and one longer than the queue does not: 48 pieces at depth 48
+// and at depth 1, with no call into the ring for a second. O_DIRECT where the directory takes it,
+// so completions come from the device, not at submission from the page cache. Hence the default
+// depth must hold the largest transfer of the shipped 3B plan: its largest unit's shard.
+TEST_F(Offload, UringMovesWhileTheCallerComputesOnlyWhatTheQueueHolds) {
   const size_t pieces = 48, bytes = pieces * offload::Uring::kMaxIo;
   offload::SwapFile f(offload::swap_file_path(dir_.string(), 9, "param"), bytes, direct());
   std::unique_ptr<float, FreeDeleter> want(static_cast<float*>(std::aligned_alloc(offload::kIoAlign, bytes)));
   std::unique_ptr<float, FreeDeleter> got(static_cast<float*>(std::aligned_alloc(offload::kIoAlign, bytes)));
-  for (size_t i = 0; i < bytes / 4; ++i) want.get()[i] = float(i % 100003), got.get()[i] = -1.0f;
+  for (size_t i = 0; i < bytes / 4; ++i) want.get()[i] = float(i % 100003);
   f.write_all(want.get());
-  offload::Uring uring(1);
-  uring.read(f.fd(), got.get(), bytes, 0, 3, "param");
-  std::this_thread::sleep_for(std::chrono::seconds(1));  // "compute"
-  EXPECT_TRUE(uring.done(3)) << "the backlog waited for the caller";
-  uring.wait(3);
-  EXPECT_EQ(std::memcmp(got.get(), want.get(), bytes), 0);
+  for (unsigned depth : {unsigned(pieces), 1u}) {
+    std::memset(got.get(), 0, bytes);
+    offload::Uring uring(depth);
+    uring.read(f.fd(), got.get(), bytes, 0, 3, "param");
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // "compute"
+    EXPECT_EQ(uring.done(3), depth >= pieces) << "depth " << depth;
+    uring.wait(3);
+    EXPECT_EQ(std::memcmp(got.get(), want.get(), bytes), 0) << "depth " << depth;
+  }
+
+  const Plan plan = load_plan(std::string(ZT_SOURCE_DIR) + "/plans/largest_cpu_nvme.json", {}, false);
+  const EngineSettings es = engine_settings<CpuOps<float>>(plan, 1, 0);
+  size_t largest = 0;
+  for (const Unit& u : es.layout().units()) largest = std::max(largest, u.padded * sizeof(float));
+  EXPECT_GE(size_t(plan.offload.queue_depth) * offload::Uring::kMaxIo, largest + offload::kIoAlign)
+      << "the 3B plan's largest unit (" << largest << " bytes) would wait for its reader";
 }
 
 TEST_F(Offload, StoreKeepsOffloadedStateInSwapFiles) {
