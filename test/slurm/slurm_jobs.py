@@ -68,9 +68,12 @@ def job_field(job, key):
 
 
 def losses(log):
-    if not os.path.exists(log):
+    # The resumed run moves the first run's log aside: it may vanish between a check and the open.
+    try:
+        with open(log) as f:
+            return [json.loads(l) for l in f if '"loss"' in l]
+    except FileNotFoundError:
         return []
-    return [json.loads(l) for l in open(log) if '"loss"' in l]
 
 
 def wait_for(what, cond, timeout, job=None):
