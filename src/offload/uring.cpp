@@ -16,7 +16,8 @@ Uring::Uring(unsigned queue_depth) : depth_(queue_depth) {
   const int rc = io_uring_queue_init(queue_depth, &ring_, 0);
   // Refused by policy or absent: run synchronously (header). Anything else is a real failure.
   if (rc == -ENOSYS || rc == -EPERM || rc == -EACCES) return;
-  ZT_CHECK_URING(rc, "io_uring_queue_init(" << queue_depth << " entries)");
+  // (Kernels before 5.12 charge the rings to RLIMIT_MEMLOCK: ENOMEM there means a smaller queue.)
+  ZT_CHECK_URING(rc, "io_uring_queue_init(" << queue_depth << " entries, the plan's offload.queue_depth)");
   ok_ = true;
   pieces_.resize(depth_);
   for (size_t i = depth_; i-- > 0;) free_.push_back(i);
