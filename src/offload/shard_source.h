@@ -124,7 +124,7 @@ class ShardSource {
     ZT_ASSERT(buf_bytes_.empty() || buf_bytes_[b] >= a1 - a0);
     finish_write(b);
     for (size_t j = 0; j < writing_.size(); ++j) {
-      if (writing_[j].end == 0 || writing_[j].end <= a0 || a1 <= writing_[j].begin) continue;
+      if (writing_[j].end <= a0 || a1 <= writing_[j].begin) continue;  // shares no block (or none in flight: end 0)
       if (writing_[j].begin == a0 && writing_[j].end == a1) finish_write(j);  // the same range: all of it
       else ring_->wait(edge_tag(j));  // a neighbour: only the edge block we share
     }
