@@ -397,8 +397,23 @@ int run(const Args& a) {
       });
     }
 
-  // ---- GELU ----
+  // ---- the MLP's input gradient through the GELU: the block's way before (each buffer zeroed, the
+  // product accumulated onto it with beta 1, the GELU's backward a kernel of its own) beside its way
+  // now (gpt_block.cpp: the product overwrites, the GELU's backward in its DGELU epilogue) ----
   const size_t n4 = NC * 4;
+  flop_row("mlp dfch [zeroed, += product, gelu_backward]", 2.0 * N * 4.0 * C * C, [&] {
+    ZT_CHECK_CUDA(cudaMemsetAsync(dfchg.get(), 0, n4 * sizeof(bf16), stream));
+    zt::cuda::matmul_backward<bf16>(dfchg.get(), nullptr, nullptr, dx.get(), nullptr, w.get(), N, 4 * C, C, scratch.get(),
+                                    blas);
+    ZT_CHECK_CUDA(cudaMemsetAsync(dfch.get(), 0, n4 * sizeof(bf16), stream));
+    zt::cuda::gelu_backward<bf16>(dfch.get(), fch.get(), dfchg.get(), n4, stream);
+  });
+  flop_row("mlp dfch [overwritten, DGELU epilogue]", 2.0 * N * 4.0 * C * C, [&] {
+    zt::cuda::matmul_backward<bf16>(dfch.get(), nullptr, nullptr, dx.get(), nullptr, w.get(), N, 4 * C, C, scratch.get(),
+                                    blas, -1, zt::Dinp::overwrite, fch.get());
+  });
+
+  // ---- GELU ----
   mem_row("gelu_forward", 2.0 * n4 * E, [&] { zt::cuda::gelu_forward<bf16>(fchg.get(), fch.get(), n4, stream); });
   mem_row("gelu_backward", 4.0 * n4 * E,
           [&] { zt::cuda::gelu_backward<bf16>(dfch.get(), fch.get(), dfchg.get(), n4, stream); });

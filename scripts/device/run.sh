@@ -213,26 +213,32 @@ run_phase() {
 fail() { PHASE_STATUS=fail; PHASE_RC="$1"; PHASE_NOTE="$2"; }
 
 # ---- phases -----------------------------------------------------------------------------------------
-phase_build() {
-  local nvcc="" gen=() args=()
-  command -v ninja >/dev/null && gen=(-G Ninja)
-  # An existing build dir keeps its generator.
-  [ -f "$BUILD/CMakeCache.txt" ] && gen=()
-  local D="$DEPS_ROOT/usr" L="$DEPS_ROOT/usr/lib/$ARCH"
-  args=(-DCMAKE_BUILD_TYPE=Release "-DZT_CUDA=$CUDA" "-DZT_PYTHON=$PY"
+# CMake's configure arguments for a tree built here (this one, and the ab phase's base), in ARGS.
+configure_args() {
+  local nvcc="" D="$DEPS_ROOT/usr" L="$DEPS_ROOT/usr/lib/$ARCH"
+  ARGS=(-DCMAKE_BUILD_TYPE=Release "-DZT_CUDA=$CUDA" "-DZT_PYTHON=$PY"
         "-DCMAKE_PREFIX_PATH=$D"
         "-DMPI_CXX_COMPILER=$D/bin/mpicxx.openmpi" "-DMPIEXEC_EXECUTABLE=$D/bin/mpiexec.openmpi"
         "-DOPENBLAS_LIB=$L/openblas-openmp/libopenblas.so" "-DCBLAS_INCLUDE=$D/include/$ARCH/openblas-openmp"
         -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -Wno-dev)
   if [ "$CUDA" != OFF ]; then
-    nvcc="${NVCC:-$(find_nvcc)}" || { fail 1 "nvcc not found"; return; }
-    args+=("-DCMAKE_CUDA_COMPILER=$nvcc" "-DZT_CUDA_ARCHS=$CUDA_ARCHS")
+    nvcc="${NVCC:-$(find_nvcc)}" || { fail 1 "nvcc not found"; return 1; }
+    ARGS+=("-DCMAKE_CUDA_COMPILER=$nvcc" "-DZT_CUDA_ARCHS=$CUDA_ARCHS")
     if [ -n "$NCCL_LIB" ] && [ -n "$NCCL_INC" ]; then
-      args+=("-DNCCL_LIB=$NCCL_LIB" "-DNCCL_INCLUDE=$NCCL_INC")
+      ARGS+=("-DNCCL_LIB=$NCCL_LIB" "-DNCCL_INCLUDE=$NCCL_INC")
     else
       log "NCCL not found (lib '$NCCL_LIB', header dir '$NCCL_INC'); leaving it to CMake"
     fi
   fi
+}
+
+phase_build() {
+  local gen=() args=()
+  command -v ninja >/dev/null && gen=(-G Ninja)
+  # An existing build dir keeps its generator.
+  [ -f "$BUILD/CMakeCache.txt" ] && gen=()
+  configure_args || return
+  args=("${ARGS[@]}")
   env_info
   if ! timeout "$T" cmake -S "$ROOT" -B "$BUILD" "${gen[@]}" "${args[@]}" > "$RES/configure.log" 2>&1; then
     tail -30 "$RES/configure.log"; fail 1 "cmake configure failed (configure.log)"; return
@@ -411,25 +417,45 @@ phase_profile() {
   "$PY" scripts/device/trace_summary.py "$RES/profile_trace.rank0.json" --json "$RES/profile.json" | tee "$RES/profile_summary.txt"
 }
 
-# A/B of one host-side optimization, same binary, same machine, back to back: the GPT-2 124M bench
-# configuration with the cuBLASLt heuristic's answers remembered (default) and asked every call
-# (ZT_CUBLASLT_CACHE=0, src/kernels/matmul.cu), 20 steps each, median tokens/s after 5.
+# A/B on the same machine, back to back: the GPT-2 124M bench configuration (20 steps each, median
+# tokens/s after 5), alternating A B A B.
+#   With .deps/ab/base.tar.gz (scripts/device/ab_base.sh COMMIT makes it here; carry ".deps/ab"):
+#   A = this tree's train, B = that commit's, built here into build-gpu-base (train only). The
+#   whole-step effect of a change, next to its anchor in one call.
+#   Without it: the cuBLASLt heuristic's answers remembered (A) and asked every call
+#   (B: ZT_CUBLASLT_CACHE=0, src/kernels/matmul.cu).
 phase_ab() {
   need_bin "$BUILD/train" || return
-  local v rc
-  rm -f "$RES/ab.txt"
-  for v in 1 0 1; do
-    ZT_CUBLASLT_CACHE=$v timeout "$(( (T - (SECONDS - PHASE_T0)) / 2 ))" "$BUILD/train" plans/gpt2-124m.json \
+  local base_tar="$ROOT/.deps/ab/base.tar.gz" base_src="$ROOT/.deps/ab/src" base_build="$BUILD-base"
+  local a_bin="$BUILD/train" b_bin="$BUILD/train" a_env="ZT_CUBLASLT_CACHE=1" b_env="ZT_CUBLASLT_CACHE=0"
+  local a_name="ZT_CUBLASLT_CACHE=1" b_name="ZT_CUBLASLT_CACHE=0" rc run name bin envv
+  rm -f "$RES/ab.txt" "$RES"/ab_*.jsonl
+  if [ -f "$base_tar" ]; then
+    rm -rf "$base_src" && mkdir -p "$base_src" && tar -xzf "$base_tar" -C "$base_src" || { fail 1 "cannot unpack $base_tar"; return; }
+    configure_args || return
+    local gen=()
+    command -v ninja >/dev/null && [ ! -f "$base_build/CMakeCache.txt" ] && gen=(-G Ninja)
+    if ! timeout "$(( T / 2 ))" cmake -S "$base_src" -B "$base_build" "${gen[@]}" "${ARGS[@]}" > "$RES/ab_base_build.log" 2>&1 ||
+       ! timeout "$(( T / 2 ))" cmake --build "$base_build" --target train -j "$JOBS" >> "$RES/ab_base_build.log" 2>&1; then
+      tail -8 "$RES/ab_base_build.log"; fail 1 "the base tree did not build (ab_base_build.log)"; return
+    fi
+    b_bin="$base_build/train" a_env="ZT_AB=this" b_env="ZT_AB=base"
+    a_name="this tree ($(cat "$ROOT/.deps/ab/this_commit" 2>/dev/null || echo working tree))"
+    b_name="base $(cat "$ROOT/.deps/ab/base_commit" 2>/dev/null || echo '(unnamed)')"
+  fi
+  for run in a1 b1 a2 b2; do
+    case "$run" in a*) name="$a_name" bin="$a_bin" envv="$a_env" ;; *) name="$b_name" bin="$b_bin" envv="$b_env" ;; esac
+    env "$envv" timeout "$(( (T - (SECONDS - PHASE_T0)) / 2 ))" "$bin" plans/gpt2-124m.json \
       --set device=cuda --set precision.compute=bf16 --set run.steps=20 --set batch.micro_batch="$BENCH_B" \
       --set batch.grad_accum=1 --set run.eval_every=0 --set run.eval_batches=1 --set run.sample_every=0 \
-      --set data.tokenizer= --set run.log="$RES/ab_cache$v.jsonl" > "$RES/ab_cache$v.log" 2>&1
+      --set data.tokenizer= --set run.log="$RES/ab_$run.jsonl" > "$RES/ab_$run.log" 2>&1
     rc=$?
-    [ "$rc" -eq 0 ] || { tail -5 "$RES/ab_cache$v.log"; fail "$rc" "ZT_CUBLASLT_CACHE=$v run failed"; return; }
-    "$PY" - "$RES/ab_cache$v.jsonl" "$v" <<'PYEOF' | tee -a "$RES/ab.txt"
+    [ "$rc" -eq 0 ] || { tail -5 "$RES/ab_$run.log"; fail "$rc" "$name run failed (ab_$run.log)"; return; }
+    "$PY" - "$RES/ab_$run.jsonl" "$run: $name" <<'PYEOF' | tee -a "$RES/ab.txt"
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l and '"step"' in l]
 t = [r["tokens_per_s"] for r in rows[5:]]
-print(f"ZT_CUBLASLT_CACHE={sys.argv[2]}: median {statistics.median(t):,.0f} tokens/s, "
+print(f"{sys.argv[2]}: median {statistics.median(t):,.0f} tokens/s, "
       f"{statistics.median(r['ms'] for r in rows[5:]):.2f} ms/step over {len(t)} steps; final loss {rows[-1]['loss']:.4f}")
 PYEOF
   done

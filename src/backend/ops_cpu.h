@@ -100,15 +100,22 @@ struct CpuOps {
     gelu_forward(out, pre_gelu, size_t(N) * size_t(OC));
   }
   static void matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, int N, int C, int OC,
-                              void* scratch, int ld = -1) {
+                              void* scratch, int ld = -1, Dinp dinp_write = Dinp::accumulate) {
     if (dinp || dw) {
       Span s("matmul_backward");
-      cpu::matmul_backward(dinp, dw, (T*)nullptr, dout, inp, w, N, C, OC, ld);
+      cpu::matmul_backward(dinp, dw, (T*)nullptr, dout, inp, w, N, C, OC, ld, dinp_write);
     }
     if (db) {
       Span s("bias_backward");
       cpu::matmul_backward((T*)nullptr, (T*)nullptr, db, dout, inp, w, N, C, OC, ld);
     }
+  }
+  // inp = gelu(pre_gelu): dinp = gelu'(pre_gelu) * (dout @ w), overwritten. Here the product, then
+  // the GELU's backward in place (CUDA fuses it into the product's epilogue).
+  static void matmul_backward_through_gelu(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* pre_gelu,
+                                           const T* w, int N, int C, int OC, void* scratch) {
+    matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, scratch, -1, Dinp::overwrite);
+    gelu_backward(dinp, pre_gelu, dinp, size_t(N) * size_t(C));
   }
   static void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int NH) {
     Span s("attention_forward");

@@ -85,8 +85,14 @@ struct CudaOps {
     cuda::matmul_forward<T>(out, pre_gelu, inp, w, b, N, C, OC, blas());
   }
   static void matmul_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w, int N, int C, int OC,
-                              void* scratch, int ld = -1) {
-    cuda::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, scratch, blas(), ld);
+                              void* scratch, int ld = -1, Dinp dinp_write = Dinp::accumulate) {
+    cuda::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, scratch, blas(), ld, dinp_write);
+  }
+  // inp = gelu(pre_gelu): dinp = gelu'(pre_gelu) * (dout @ w), overwritten; the GELU's backward in
+  // the product's epilogue.
+  static void matmul_backward_through_gelu(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* pre_gelu,
+                                           const T* w, int N, int C, int OC, void* scratch) {
+    cuda::matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC, scratch, blas(), -1, Dinp::overwrite, pre_gelu);
   }
   static void attention_forward(T* out, S* lse, const T* qkv, int B, int Tn, int C, int NH) {
     cuda::attention_forward(out, lse, qkv, B, Tn, C, NH, stream());

@@ -191,6 +191,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
         const T* v = k + C;
         T* dk = dqkv + (size_t)b * Tn * C3 + C + h * hs;
         T* dv = dk + C;
+        // dqkv is overwritten: this (b, h)'s q, k and v columns start at zero, then collect the blocks.
+        for (int t = 0; t < Tn; t++)
+          for (int part = 0; part < 3; part++) std::fill_n(dqkv + ((size_t)b * Tn + t) * C3 + part * C + h * hs, hs, T(0));
         transpose(Kt.data(), Tn, k, C3, Tn, hs);
         transpose(Vt.data(), Tn, v, C3, Tn, hs);
 

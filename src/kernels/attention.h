@@ -5,7 +5,7 @@
 namespace zt::cpu {
 // out (B,T,C), lse (B,NH,T) from qkv (B,T,3C). Scale 1/sqrt(hs).
 template <class T> void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int NH);
-// Accumulates (+=) into dqkv (B,T,3C). Needs the forward's out and lse.
+// Overwrites dqkv (B,T,3C). Needs the forward's out and lse.
 template <class T> void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int Tn,
                                            int C, int NH);
 }  // namespace zt::cpu
@@ -26,8 +26,8 @@ struct AttentionTcVariant {
 constexpr int kAttentionForwardWarpRows = 16, kAttentionBackwardWarpRows = 32;
 template <class T> void attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int C, int NH,
                                           cudaStream_t stream, AttentionTcVariant variant = {});
-// Accumulates (+=) into dqkv (B,T,3C), deterministically (no atomics: dK/dV and dQ in separate
-// passes). scratch: attention_backward_scratch_bytes, the row dot products D = rowsum(dout * out).
+// Overwrites dqkv (B,T,3C), deterministically (no atomics: dK/dV and dQ in separate passes, each
+// element written once by its owner). scratch: attention_backward_scratch_bytes, the row dot products D = rowsum(dout * out).
 size_t attention_backward_scratch_bytes(int B, int Tn, int C, int NH);
 template <class T> void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B,
                                            int Tn, int C, int NH, void* scratch, cudaStream_t stream,

@@ -96,8 +96,8 @@ __global__ void __launch_bounds__(kFThreads, 1)
 #pragma unroll
     for (int i = 0; i < kD; ++i) {
       if (!G::owns(lane, i)) continue;
-      dst[lane + kWarp * i] += dk[r][i] * scale;
-      dst[C + lane + kWarp * i] += dv[r][i];
+      dst[lane + kWarp * i] = dk[r][i] * scale;
+      dst[C + lane + kWarp * i] = dv[r][i];
     }
   }
 }
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kFThreads, 1)
     float* dst = dqkv + (size_t(b) * Tn + t) * ld + h * HS;
 #pragma unroll
     for (int i = 0; i < kD; ++i)
-      if (G::owns(lane, i)) dst[lane + kWarp * i] += dq[r][i] * scale;
+      if (G::owns(lane, i)) dst[lane + kWarp * i] = dq[r][i] * scale;
   }
 }
 

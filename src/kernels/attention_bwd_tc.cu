@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(tc_threads(MT))
     __syncthreads();  // everyone is done with `buf` before the next iteration refills it
   }
 
-  // dk, dv += (one owner per element, so plain read-modify-write is race-free).
+  // dk, dv = (one owner per element: every key row of the head is some block's, written once).
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -189,11 +189,9 @@ __global__ void __launch_bounds__(tc_threads(MT))
       for (int i = 0; i < 2; ++i) {
         if (key[mt][i] >= Tn) continue;
         bf16* dst = dqkv + (size_t(b) * Tn + key[mt][i]) * ld + C + h * HS + dt * 8 + 2 * tq;
-        __nv_bfloat162* pk = reinterpret_cast<__nv_bfloat162*>(dst);
-        __nv_bfloat162* pv = reinterpret_cast<__nv_bfloat162*>(dst + C);
-        const float2 ok = __bfloat1622float2(*pk), ov = __bfloat1622float2(*pv);
-        *pk = __floats2bfloat162_rn(ok.x + dk[mt][dt][2 * i] * scale, ok.y + dk[mt][dt][2 * i + 1] * scale);
-        *pv = __floats2bfloat162_rn(ov.x + dv[mt][dt][2 * i], ov.y + dv[mt][dt][2 * i + 1]);
+        *reinterpret_cast<__nv_bfloat162*>(dst) =
+            __floats2bfloat162_rn(dk[mt][dt][2 * i] * scale, dk[mt][dt][2 * i + 1] * scale);
+        *reinterpret_cast<__nv_bfloat162*>(dst + C) = __floats2bfloat162_rn(dv[mt][dt][2 * i], dv[mt][dt][2 * i + 1]);
       }
 }
 
@@ -354,8 +352,7 @@ __global__ void __launch_bounds__(tc_threads(MT))
         if (row[mt][i] >= Tn) continue;
         __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(dqkv + (size_t(b) * Tn + row[mt][i]) * ld + h * HS +
                                                               dt * 8 + 2 * tq);
-        const float2 old = __bfloat1622float2(*p);
-        *p = __floats2bfloat162_rn(old.x + dq[mt][dt][2 * i] * scale, old.y + dq[mt][dt][2 * i + 1] * scale);
+        *p = __floats2bfloat162_rn(dq[mt][dt][2 * i] * scale, dq[mt][dt][2 * i + 1] * scale);
       }
 }
 

@@ -32,7 +32,7 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n) {
     const T th = detail::vtanh(beta * (x + kappa * x2 * x));
     const T left = T(0.5) * (T(1) + th);
     const T right = T(0.5) * x * (T(1) - th * th) * beta * (T(1) + T(3) * kappa * x2);
-    dinp[i] += dout[i] * (left + right);
+    dinp[i] = dout[i] * (left + right);  // dout[i] is read before dinp[i] is written: in place works
   }
 }
 

@@ -33,7 +33,8 @@ __global__ void gelu_forward_kernel(T* out, const T* inp, size_t packets, int ta
   }
 }
 
-// dinp (n) += gelu'(inp (n)) * dout (n). dout is read once and never again: streaming load.
+// dinp (n) = gelu'(inp (n)) * dout (n). dinp may be dout: each thread reads its packet before it
+// writes it. dout is read once and never again: streaming load.
 template <class T>
 __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t packets, int tail) {
   constexpr int P = Packed128<T>::size;
@@ -41,14 +42,14 @@ __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_
   if (i < packets) {
     const Packed128<T> x = load128(inp + i * P);
     const Packed128<T> g = load128cs(dout + i * P);
-    Packed128<T> d = load128(dinp + i * P);
+    Packed128<T> d;
 #pragma unroll
-    for (int k = 0; k < P; k++) d[k] = from_float<T>(to_float(d[k]) + gelu_grad_f(to_float(x[k])) * to_float(g[k]));
+    for (int k = 0; k < P; k++) d[k] = from_float<T>(gelu_grad_f(to_float(x[k])) * to_float(g[k]));
     store128(dinp + i * P, d);
   }
   if (i < size_t(tail)) {
     const size_t j = packets * P + i;
-    dinp[j] = from_float<T>(to_float(dinp[j]) + gelu_grad_f(to_float(inp[j])) * to_float(dout[j]));
+    dinp[j] = from_float<T>(gelu_grad_f(to_float(inp[j])) * to_float(dout[j]));
   }
 }
 

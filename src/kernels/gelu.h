@@ -3,7 +3,7 @@
 #include <cstddef>
 namespace zt::cpu {
 template <class T> void gelu_forward(T* out, const T* inp, size_t n);
-// Accumulates (+=) into dinp.
+// dinp = gelu'(inp) * dout, overwriting dinp; dinp may be dout (in place).
 template <class T> void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
 }  // namespace zt::cpu
 
@@ -11,7 +11,7 @@ template <class T> void gelu_backward(T* dinp, const T* inp, const T* dout, size
 #include "runtime/cuda_check.h"
 namespace zt::cuda {
 template <class T> void gelu_forward(T* out, const T* inp, size_t n, cudaStream_t stream);
-// Accumulates (+=) into dinp.
+// dinp = gelu'(inp) * dout, overwriting dinp; dinp may be dout (in place).
 template <class T> void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n, cudaStream_t stream);
 }  // namespace zt::cuda
 #endif

@@ -1,9 +1,9 @@
 // Linear layer, CPU reference: OpenBLAS does the matrix products (row-major cblas).
 //   forward   out    = inp @ W^T + bias          inp (N,C), W (OC,C), out (N,OC)
-//   backward  dinp  += dout @ W                  (N,OC) @ (OC,C)
+//   backward  dinp  += dout @ W                  (N,OC) @ (OC,C)     (or = : Dinp::overwrite)
 //             dW    += dout^T @ inp              (OC,N) @ (N,C)
 //             dbias += column sums of dout
-// Accumulation is free: gemm computes C = alpha A B + beta C and we pass beta = 1.
+// Accumulation is free: gemm computes C = alpha A B + beta C and we pass beta = 1 (0 to overwrite).
 #include "kernels/matmul.h"
 
 #include <cblas.h>
@@ -42,10 +42,11 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
 
 template <class T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C,
-                     int OC, int ld) {
+                     int OC, int ld, Dinp dinp_write) {
   if (ld < 0) ld = OC;
   ZT_ASSERT(ld >= OC && (!dbias || ld == OC));
-  if (dinp) gemm(CblasNoTrans, CblasNoTrans, N, C, OC, dout, ld, weight, C, T(1), dinp, C);
+  const T dinp_beta = dinp_write == Dinp::overwrite ? T(0) : T(1);
+  if (dinp) gemm(CblasNoTrans, CblasNoTrans, N, C, OC, dout, ld, weight, C, dinp_beta, dinp, C);
   if (dweight) gemm(CblasTrans, CblasNoTrans, OC, C, N, dout, ld, inp, C, T(1), dweight, C);
   if (dbias) {
     // Column sums: threads own blocks of output channels and add rows in order (double
@@ -69,8 +70,8 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
 template void matmul_forward<float>(float*, const float*, const float*, const float*, int, int, int, int);
 template void matmul_forward<double>(double*, const double*, const double*, const double*, int, int, int, int);
 template void matmul_backward<float>(float*, float*, float*, const float*, const float*, const float*, int, int, int,
-                                     int);
+                                     int, Dinp);
 template void matmul_backward<double>(double*, double*, double*, const double*, const double*, const double*, int, int,
-                                      int, int);
+                                      int, int, Dinp);
 
 }  // namespace zt::cpu

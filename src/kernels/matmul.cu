@@ -24,6 +24,12 @@
 //   pre_gelu, bias       CUBLASLT_EPILOGUE_GELU_AUX_BIAS: AUX (ld OC) = GEMM + bias, D = gelu(AUX)
 //   pre_gelu, no bias    CUBLASLT_EPILOGUE_GELU_AUX
 //   neither              CUBLASLT_EPILOGUE_DEFAULT
+// Backward dinp epilogue (dinp_pre_gelu: the GELU's backward for the layer below, whose output is
+// this layer's input):
+//   dinp_pre_gelu        CUBLASLT_EPILOGUE_DGELU: AUX (ld C) = the GELU's input, read;
+//                        D = GEMM * gelu'(AUX), beta = 0
+// It saves the (N, C) product's round trip through memory and the separate GELU kernel's pass; when
+// it cannot run, the product then an in-place GELU backward give the same up to one rounding.
 // Constraints we enforce before trying a fused epilogue: AUX_LD (= OC) divisible by 8, the aux and
 // bias pointers 16-byte aligned. When they do not hold, or cuBLASLt offers no algorithm for the fused
 // epilogue (e.g. some fp32 combinations), the forward runs unfused with the same result: bias
@@ -102,6 +108,7 @@ const char* epilogue_name(cublasLtEpilogue_t e) {
     case CUBLASLT_EPILOGUE_BIAS: return "bias";
     case CUBLASLT_EPILOGUE_GELU_AUX: return "gelu_aux";
     case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "gelu_aux_bias";
+    case CUBLASLT_EPILOGUE_DGELU: return "dgelu";
     default: return "other";
   }
 }
@@ -270,6 +277,13 @@ __global__ void gelu_kernel(T* __restrict__ out, const T* __restrict__ pre, size
     out[i] = from_float<T>(gelu_f(to_float(pre[i])));
 }
 
+// The unfused DGELU: d (n) = gelu'(pre (n)) * d (n), in place.
+template <class T>
+__global__ void dgelu_inplace_kernel(T* __restrict__ d, const T* __restrict__ pre, size_t n) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    d[i] = from_float<T>(gelu_grad_f(to_float(pre[i])) * to_float(d[i]));
+}
+
 // Bias gradient, pass 1. Grid (ceil(OC / 32), row chunks). Block (32, 8): lane x owns one column,
 // the 8 rows of threads y stride through the chunk's rows; the 8 sums are added in order y = 0..7.
 // partial[chunk][col] (fp32, row-major (nchunks, OC)).
@@ -378,12 +392,14 @@ size_t matmul_backward_scratch_bytes(int N, int OC) {
 
 template <class T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C, int OC,
-                     void* scratch, const Blas& blas, int ld) {
+                     void* scratch, const Blas& blas, int ld, Dinp dinp_write, const T* dinp_pre_gelu) {
   require_blas(blas, "backward");
   ZT_REQUIRE(N >= 0 && C > 0 && OC > 0, "matmul backward: bad shape N=" << N << " C=" << C << " OC=" << OC);
   if (ld < 0) ld = OC;
   ZT_REQUIRE(ld >= OC && (ld == OC || !dbias), "matmul backward: row stride " << ld << " with OC=" << OC
                                                    << (dbias ? " and a bias gradient" : ""));
+  ZT_REQUIRE(!dinp_pre_gelu || (dinp && dinp_write == Dinp::overwrite),
+             "matmul backward: the GELU's backward (dinp_pre_gelu) needs dinp, overwritten");
   if (N == 0) return;
 
   if (dinp) {
@@ -393,8 +409,23 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
     g.trans_b = false; g.B = dout;   g.ldb = ld;  // dout stored (OC x N), columns ld apart
     g.m = C; g.n = N; g.k = OC;
     g.D = dinp; g.ldd = C;                        // dinp stored (C x N)
-    g.beta = 1.0f;
-    run_gemm<T>(g, blas, true);
+    g.beta = dinp_write == Dinp::overwrite ? 0.0f : 1.0f;
+    bool done = false;
+    if (dinp_pre_gelu && C % 8 == 0 && reinterpret_cast<uintptr_t>(dinp_pre_gelu) % 16 == 0) {
+      Gemm f = g;
+      f.epilogue = CUBLASLT_EPILOGUE_DGELU;
+      f.aux = const_cast<T*>(dinp_pre_gelu);  // read only: DGELU takes the GELU's input from AUX
+      f.aux_ld = C;
+      done = run_gemm<T>(f, blas, false);
+    }
+    if (!done) {
+      run_gemm<T>(g, blas, true);
+      if (dinp_pre_gelu) {
+        const size_t total = size_t(N) * size_t(C);
+        dgelu_inplace_kernel<T><<<grid_for(total), kThreads, 0, blas.stream>>>(dinp, dinp_pre_gelu, total);
+        ZT_CHECK_LAUNCH();
+      }
+    }
   }
   if (dweight) {
     Gemm g{};
@@ -431,9 +462,9 @@ template void matmul_forward<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, cons
                                             const __nv_bfloat16*, const __nv_bfloat16*, int, int, int, const Blas&,
                                             int);
 template void matmul_backward<float>(float*, float*, float*, const float*, const float*, const float*, int, int, int,
-                                     void*, const Blas&, int);
+                                     void*, const Blas&, int, Dinp, const float*);
 template void matmul_backward<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, const __nv_bfloat16*,
                                              const __nv_bfloat16*, const __nv_bfloat16*, int, int, int, void*,
-                                             const Blas&, int);
+                                             const Blas&, int, Dinp, const __nv_bfloat16*);
 
 }  // namespace zt::cuda

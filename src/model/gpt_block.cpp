@@ -49,30 +49,27 @@ void GPT<Ops>::block_backward(int l, const BlockActs& a, const T* x, int B, int 
   // On entry gs_.dresidual = dL/d residual3; on exit dL/dx. The residual adds pass the gradient
   // through unchanged, so the stream is accumulated in place by the two layernorm backwards.
   const int C = cfg_.C, NH = cfg_.NH, N = B * Tn;
-  const size_t nC = size_t(N) * size_t(C);
 
   void* scratch = scratch_.data();
+  // Each input gradient below is written over its buffer (Dinp::overwrite, and the GELU and attention
+  // backwards overwrite too): no zeroing pass before, no read of the stale values in the product.
+  //
   // MLP: residual3 = residual2 + fc_proj(gelu(fc(ln_2(residual2))))
-  Ops::zero(gs_.d4C_a, 4 * nC);
-  Ops::matmul_backward(gs_.d4C_a, grad(ParamId::fcprojw, l), grad(ParamId::fcprojb, l), gs_.dresidual, a.fch_gelu,
-                       param(ParamId::fcprojw, l), N, 4 * C, C, scratch);
-  Ops::zero(gs_.d4C_b, 4 * nC);
-  Ops::gelu_backward(gs_.d4C_b, a.fch, gs_.d4C_a, 4 * nC);
-  Ops::zero(gs_.dC, nC);
+  // dfch = gelu'(fch) * (dresidual @ fcprojw): the GELU's backward rides in the projection's epilogue
+  // on CUDA, so dfch_gelu (N, 4C) never goes through memory.
+  Ops::matmul_backward_through_gelu(gs_.d4C_b, grad(ParamId::fcprojw, l), grad(ParamId::fcprojb, l), gs_.dresidual,
+                                    a.fch_gelu, a.fch, param(ParamId::fcprojw, l), N, 4 * C, C, scratch);
   Ops::matmul_backward(gs_.dC, grad(ParamId::fcw, l), grad(ParamId::fcb, l), gs_.d4C_b, a.ln2, param(ParamId::fcw, l), N,
-                       C, 4 * C, scratch);
+                       C, 4 * C, scratch, -1, Dinp::overwrite);
   Ops::layernorm_backward(gs_.dresidual, grad(ParamId::ln2w, l), grad(ParamId::ln2b, l), gs_.dC, a.residual2,
                           param(ParamId::ln2w, l), a.ln2_mean, a.ln2_rstd, N, C, scratch);
 
   // Attention: residual2 = x + c_proj(attn(c_attn(ln_1(x))))
-  Ops::zero(gs_.dC, nC);
   Ops::matmul_backward(gs_.dC, grad(ParamId::attprojw, l), grad(ParamId::attprojb, l), gs_.dresidual, a.atty,
-                       param(ParamId::attprojw, l), N, C, C, scratch);
-  Ops::zero(gs_.dqkv, 3 * nC);
+                       param(ParamId::attprojw, l), N, C, C, scratch, -1, Dinp::overwrite);
   Ops::attention_backward(gs_.dqkv, gs_.dC, a.qkv, a.atty, a.att_lse, B, Tn, C, NH, scratch);
-  Ops::zero(gs_.dC, nC);
   Ops::matmul_backward(gs_.dC, grad(ParamId::qkvw, l), grad(ParamId::qkvb, l), gs_.dqkv, a.ln1, param(ParamId::qkvw, l),
-                       N, C, 3 * C, scratch);
+                       N, C, 3 * C, scratch, -1, Dinp::overwrite);
   Ops::layernorm_backward(gs_.dresidual, grad(ParamId::ln1w, l), grad(ParamId::ln1b, l), gs_.dC, x,
                           param(ParamId::ln1w, l), a.ln1_mean, a.ln1_rstd, N, C, scratch);
 }

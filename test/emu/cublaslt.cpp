@@ -107,7 +107,7 @@ T* as(Opaque* p, uint64_t magic) {
 
 bool known_epilogue(uint32_t e) {
   return e == CUBLASLT_EPILOGUE_DEFAULT || e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX ||
-         e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+         e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
 }
 
 // Validates one problem; m, n, k out.
@@ -131,7 +131,8 @@ cublasStatus_t validate(const Desc& d, const Layout& a, const Layout& b, const L
     return refuse(CUBLAS_STATUS_INVALID_VALUE, "D is %lu x %lu (C %lu x %lu), op(A) op(B) is %ld x %ld", dd.rows,
                   dd.cols, c.rows, c.cols, m, n);
   const bool bias = d.epilogue == CUBLASLT_EPILOGUE_BIAS || d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  const bool aux = d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX || d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool aux = d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX || d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+                   d.epilogue == CUBLASLT_EPILOGUE_DGELU;
   if (bias && d.bias_type_set && d.bias_type != int32_t(t))
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "bias data type %d with D of type %d not emulated", d.bias_type, int(t));
   if (!bias && d.bias) return refuse(CUBLAS_STATUS_INVALID_VALUE, "bias pointer set but the epilogue has no bias");
@@ -146,6 +147,13 @@ cublasStatus_t validate(const Desc& d, const Layout& a, const Layout& b, const L
 float gelu(float x) {
   const float s = 0.7978845608028654f;
   return 0.5f * x * (1.0f + std::tanh(s * (x + 0.044715f * x * x * x)));
+}
+// d gelu / dx (what CUBLASLT_EPILOGUE_DGELU multiplies the product by), written out from the
+// formula above: 0.5 (1 + tanh u) + 0.5 x sech^2(u) u',  u = s (x + 0.044715 x^3).
+float gelu_grad(float x) {
+  const float s = 0.7978845608028654f;
+  const float th = std::tanh(s * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * s * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 float load(const void* p, size_t i, cudaDataType_t t) {
@@ -342,7 +350,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (C != D && (c->ld != dd->ld))
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "Matmul: C != D with different layouts not emulated");
   const bool has_bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  const bool has_aux = d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool dgelu = d->epilogue == CUBLASLT_EPILOGUE_DGELU;  // aux read: the GELU's input
+  const bool has_aux = d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || dgelu;
   if (has_bias && !d->bias) return refuse(CUBLAS_STATUS_INVALID_VALUE, "Matmul: bias epilogue without a bias pointer");
   if (has_aux && !d->aux) return refuse(CUBLAS_STATUS_INVALID_VALUE, "Matmul: GELU_AUX epilogue without an aux pointer");
   if (has_bias && align_of_ptr(d->bias) < algo->bias_align)
@@ -365,7 +374,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
               {C, be != 0.0f ? extent_bytes(*c) : 0, false, Where::device, "C"},
               {has_bias ? d->bias : nullptr, has_bias ? size_t(m) * es : 0, false, Where::device, "bias"},
               {D, extent_bytes(*dd), true, Where::device, "D"},
-              {has_aux ? d->aux : nullptr, aux_bytes, true, Where::device, "aux"}});
+              {has_aux ? d->aux : nullptr, aux_bytes, !dgelu, Where::device, "aux"}});
 
   // fp32 copies (stored shapes), product in fp32, epilogue, one rounding to T.
   auto widen = [&](const void* p, const Layout& l) {
@@ -386,7 +395,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     for (int64_t i = 0; i < m; ++i) {
       float x = acc[size_t(j * m + i)];
       if (has_bias) x += load(d->bias, size_t(i), t);
-      if (has_aux) {
+      if (dgelu) {
+        x *= gelu_grad(load(d->aux, size_t(j * d->aux_ld + i), t));
+      } else if (has_aux) {
         store(d->aux, size_t(j * d->aux_ld + i), x, t);
         x = gelu(x);
       }

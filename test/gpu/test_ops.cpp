@@ -300,31 +300,41 @@ template <class T> void check_matmul_forward(MatmulShape s, bool bias, bool gelu
   d_out.expect_guards("matmul_forward.out");
 }
 
-template <class T> void check_matmul_backward(MatmulShape s, bool with_dinp, bool with_dbias, size_t front, uint32_t seed) {
+// write: how dinp is written (matmul.h: Dinp). through_gelu: inp is gelu(pre), and dinp must be the
+// gradient before that GELU (the DGELU epilogue, or its unfused fallback when C % 8 != 0).
+template <class T> void check_matmul_backward(MatmulShape s, bool with_dinp, bool with_dbias, size_t front, uint32_t seed,
+                                               zt::Dinp write = zt::Dinp::accumulate, bool through_gelu = false) {
   const auto [N, C, OC] = s;
+  const bool overwrite = write == zt::Dinp::overwrite;
   SCOPED_TRACE(tag<T>("matmul_backward") + " " +
                shape_str({{"N", N}, {"C", C}, {"OC", OC}, {"dinp", with_dinp}, {"dbias", with_dbias},
-                          {"offset_elems", (long long)front}}));
+                          {"offset_elems", (long long)front}, {"overwrite", overwrite}, {"through_gelu", through_gelu}}));
   GpuContext& g = gpu();
   const float wr = 3.0f / std::sqrt(float(C));
   const VecF inp = rand_t<T>(size_t(N) * C, seed), w = rand_t<T>(size_t(OC) * C, seed + 1, -wr, wr);
   const VecF dout = rand_t<T>(size_t(N) * OC, seed + 3);
   const VecF dinp0 = rand_t<T>(size_t(N) * C, seed + 4), dw0 = rand_t<T>(size_t(OC) * C, seed + 5);
   const VecF db0 = rand_t<T>(OC, seed + 6);
-  Guarded<T> d_inp(inp, front), d_w(w, front), d_dout(dout, front);
+  const VecF pre = through_gelu ? rand_t<T>(size_t(N) * C, seed + 7, -4.0f, 4.0f) : VecF(1, 0.0f);
+  Guarded<T> d_inp(inp, front), d_w(w, front), d_dout(dout, front), d_pre(pre, front);
   Guarded<T> d_dinp(dinp0, front), d_dw(dw0, front), d_db(db0, front);
   auto scratch = make_scratch(zt::cuda::matmul_backward_scratch_bytes(N, OC));
   auto run = [&] {
     zt::cuda::matmul_backward<T>(with_dinp ? d_dinp.p() : nullptr, d_dw.p(), with_dbias ? d_db.p() : nullptr, d_dout.p(),
-                                 d_inp.p(), d_w.p(), N, C, OC, scratch.get(), g.blas());
+                                 d_inp.p(), d_w.p(), N, C, OC, scratch.get(), g.blas(), -1, write,
+                                 through_gelu ? d_pre.p() : nullptr);
     g.sync();
   };
   run();
   Vec rdinp = to_double(dinp0), rdw = to_double(dw0), rdb = to_double(db0);
   zt::cpu::matmul_backward<double>(with_dinp ? rdinp.data() : nullptr, rdw.data(), with_dbias ? rdb.data() : nullptr,
-                                   to_double(dout).data(), to_double(inp).data(), to_double(w).data(), N, C, OC);
-  // dinp sums over OC, dweight and dbias over N.
-  if (with_dinp) expect_close("matmul_backward.dinp", d_dinp.download(), rdinp, tol_acc<T>(rdinp, dinp0, k_factor<T>(OC)));
+                                   to_double(dout).data(), to_double(inp).data(), to_double(w).data(), N, C, OC, -1, write);
+  if (through_gelu) zt::cpu::gelu_backward<double>(rdinp.data(), to_double(pre).data(), rdinp.data(), rdinp.size());
+  // dinp sums over OC, dweight and dbias over N. Overwritten, dinp's scale is its own (dinp0 left in
+  // place would be far outside it).
+  if (with_dinp)
+    expect_close("matmul_backward.dinp", d_dinp.download(), rdinp,
+                 tol_acc<T>(rdinp, overwrite ? VecF(rdinp.size(), 0.0f) : dinp0, k_factor<T>(OC)));
   expect_close("matmul_backward.dweight", d_dw.download(), rdw, tol_acc<T>(rdw, dw0, k_factor<T>(N)));
   if (with_dbias) expect_close("matmul_backward.dbias", d_db.download(), rdb, tol_acc<T>(rdb, db0, k_factor<T>(N)));
   // A nullptr output must be left alone (it is not passed, so the guarded buffer must be unchanged).
@@ -337,9 +347,11 @@ template <class T> void check_matmul_backward(MatmulShape s, bool with_dinp, boo
   d_db.expect_guards("matmul_backward.dbias");
 
   // Deterministic: dbias by construction (fixed-order partial sums), the products because cuBLASLt
-  // gives bit-identical results for the same call on the same GPU.
+  // gives bit-identical results for the same call on the same GPU. Overwritten, dinp must not depend
+  // on what the buffer held: the rerun starts it poisoned.
   const auto dinp1 = d_dinp.download_raw(), dw1 = d_dw.download_raw(), db1 = d_db.download_raw();
   d_dinp.upload(dinp0), d_dw.upload(dw0), d_db.upload(db0);
+  if (overwrite && with_dinp) d_dinp.poison();
   poison(scratch);
   run();
   expect_bitwise_equal("matmul_backward.dinp (rerun)", dinp1, d_dinp.download_raw());
@@ -376,6 +388,12 @@ TYPED_TEST(GpuOps, MatmulBackward) {
   check_matmul_backward<T>({2 * 257, 3072, 768}, true, true, 0, seed += 10);
   check_matmul_backward<T>({64, 768, 50304}, true, false, 0, seed += 10);     // classifier: no bias, K = 50304
   check_matmul_backward<T>({26, 128, 256}, true, true, 64 / sizeof(T), seed += 10);
+  // A block's layers overwrite dinp (gpt_block.cpp); the MLP projection's dinp goes through the GELU.
+  const zt::Dinp over = zt::Dinp::overwrite;
+  check_matmul_backward<T>({2 * 257, 768, 768}, true, true, 0, seed += 10, over);           // attention projection
+  check_matmul_backward<T>({2 * 257, 3072, 768}, true, true, 0, seed += 10, over, true);    // MLP projection: DGELU
+  check_matmul_backward<T>({26, 128, 256}, true, true, 64 / sizeof(T), seed += 10, over, true);  // inside an arena
+  check_matmul_backward<T>({26, 100, 64}, true, true, 0, seed += 10, over, true);  // C % 8 != 0: the unfused fallback
 }
 
 // =====================================================================================================
@@ -418,7 +436,7 @@ template <class T> void check_attention(int B, int Tn, int C, int NH, uint32_t s
     g.sync();
   };
   run();
-  Vec rdqkv = to_double(dqkv0);
+  Vec rdqkv = to_double(dqkv0);  // overwritten by both sides: dqkv0 must leave no trace
   zt::cpu::attention_backward<double>(rdqkv.data(), to_double(dout).data(), to_double(qkv).data(), to_double(out_in).data(),
                                       to_double(lse_in).data(), B, Tn, C, NH);
   const VecF got = d_dqkv.download();
@@ -430,7 +448,7 @@ template <class T> void check_attention(int B, int Tn, int C, int NH, uint32_t s
   // independent rounding errors grow like sqrt(T); the factor covers T = 256 and scales beyond it
   // (emulated on the CPU, T = 1024 reached 1.03x of the unscaled bound in 1 of 786k elements).
   const double f = DType<T>::is_bf16 ? 4.0 * std::sqrt(std::max(1.0, Tn / 256.0)) : 2.0;
-  const Tol tol = tol_acc<T>(rdqkv, dqkv0, f);
+  const Tol tol = tol_acc<T>(rdqkv, VecF(rdqkv.size(), 0.0f), f);
   const char* part[3] = {"attention_backward.dq", "attention_backward.dk", "attention_backward.dv"};
   for (int p = 0; p < 3; p++) {
     const size_t ld = 3 * size_t(C), c0 = size_t(p) * C;
@@ -441,7 +459,7 @@ template <class T> void check_attention(int B, int Tn, int C, int NH, uint32_t s
   // Deterministic: attention_common.cuh documents one owner thread per dq / dk / dv element summing in a
   // fixed order, no atomics (attention.h itself does not say so).
   const auto raw1 = d_dqkv.download_raw();
-  d_dqkv.upload(dqkv0);
+  d_dqkv.poison();  // overwritten: what the buffer held must not matter
   poison(scratch);
   run();
   expect_bitwise_equal("attention_backward.dqkv (rerun)", raw1, d_dqkv.download_raw());
@@ -457,7 +475,7 @@ template <class T> void check_attention(int B, int Tn, int C, int NH, uint32_t s
                    std::to_string(v.heads_fastest));
       d_out.poison(), d_lse.poison();
       zt::cuda::attention_forward<T>(d_out.p(), d_lse.p(), d_qkv.p(), B, Tn, C, NH, g.stream, v);
-      d_dqkv.upload(dqkv0);
+      d_dqkv.poison();
       poison(scratch);
       zt::cuda::attention_backward<T>(d_dqkv.p(), d_dout.p(), d_qkv.p(), d_outin.p(), d_lsein.p(), B, Tn, C, NH,
                                       scratch.get(), g.stream, v);
@@ -510,8 +528,13 @@ template <class T> void check_gelu(size_t n, uint32_t seed) {
   g.sync();
   Vec rdinp = to_double(dinp0);
   zt::cpu::gelu_backward<double>(rdinp.data(), to_double(x).data(), to_double(dout).data(), n);
-  expect_close("gelu_backward.dinp", d_dinp.download(), rdinp, tol_acc<T>(rdinp, dinp0));
+  expect_close("gelu_backward.dinp", d_dinp.download(), rdinp, tol_acc<T>(rdinp, VecF(n, 0.0f)));
   d_dinp.expect_guards("gelu_backward.dinp");
+  // In place (dinp = dout), as the unfused DGELU would: the same bits as out of place.
+  const auto raw = d_dinp.download_raw();
+  zt::cuda::gelu_backward<T>(d_dout.p(), d_x.p(), d_dout.p(), n, g.stream);
+  g.sync();
+  expect_bitwise_equal("gelu_backward in place", raw, d_dout.download_raw());
 }
 
 TYPED_TEST(GpuOps, Gelu) {

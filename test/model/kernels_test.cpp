@@ -306,6 +306,12 @@ TEST(Matmul, Gradients) {
   matmul_backward(dinp3.data(), dw3.data(), (double*)nullptr, R.data(), inp.data(), w.data(), N, C, OC);
   EXPECT_LT(rel_err(dinp3, dinp), 1e-14);
   EXPECT_LT(rel_err(dw3, dw), 1e-14);
+  // Dinp::overwrite: dinp0 leaves no trace; dweight still accumulates.
+  Vec dinp4 = dinp0, dw4 = dw0;
+  matmul_backward(dinp4.data(), dw4.data(), (double*)nullptr, R.data(), inp.data(), w.data(), N, C, OC, -1,
+                  zt::Dinp::overwrite);
+  expect_grad_fd("matmul dinp (overwrite)", inp, dinp4, loss);
+  EXPECT_LT(rel_err(dw4, dw), 1e-14);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -346,7 +352,7 @@ TEST_P(Attention, Gradients) {
   const Vec dqkv0 = random_vec(qkv.size(), rng);
   Vec dqkv = dqkv0;
   attention_backward(dqkv.data(), R.data(), qkv.data(), out.data(), lse.data(), B, Tn, C, NH);
-  expect_grad_fd("attention dqkv", qkv, minus(dqkv, dqkv0), loss);
+  expect_grad_fd("attention dqkv", qkv, dqkv, loss);  // overwritten: dqkv0 leaves no trace
 }
 
 // hs = 4 (the brief's shape), hs = 5 (odd), hs = 8, T = 1, and T = 70 with hs = 16: two query blocks,
@@ -374,7 +380,10 @@ TEST(Gelu, ForwardAndGradient) {
   const Vec dx0 = random_vec(n, rng);
   Vec dx = dx0;
   gelu_backward(dx.data(), x.data(), R.data(), n);
-  expect_grad_fd("gelu dinp", x, minus(dx, dx0), loss);
+  expect_grad_fd("gelu dinp", x, dx, loss);  // overwritten: dx0 leaves no trace
+  Vec inplace = R;
+  gelu_backward(inplace.data(), x.data(), inplace.data(), n);
+  EXPECT_EQ(inplace, dx);
 }
 
 TEST(Residual, ForwardAndGradients) {
@@ -639,7 +648,9 @@ TEST(SumSquares, MatchesNaive) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Every backward accumulates: two calls on a zeroed buffer give twice one call.
+// The parameter gradients accumulate: two calls on a zeroed buffer give twice one call. The input
+// gradients of a block's ops (attention, GELU, a matmul's dinp with zt::Dinp::overwrite) are written over
+// their buffer instead: what it held must not matter (the next test).
 
 TEST(Backward, AccumulatesTwiceIsDouble) {
   std::mt19937_64 rng(15);
@@ -677,11 +688,31 @@ TEST(Backward, AccumulatesTwiceIsDouble) {
   const Vec qkv = random_vec((size_t)N * 3 * C, rng);
   Vec aout((size_t)N * C), lse((size_t)B * NH * Tn);
   attention_forward(aout.data(), lse.data(), qkv.data(), B, Tn, C, NH);
-  twice("attention", [&](Vec& g) { attention_backward(g.data(), y.data(), qkv.data(), aout.data(), lse.data(), B, Tn, C, NH); },
-        qkv.size());
-
-  twice("gelu", [&](Vec& g) { gelu_backward(g.data(), x.data(), y.data(), x.size()); }, x.size());
   twice("residual", [&](Vec& g) { residual_backward(g.data(), g.data() + x.size(), y.data(), x.size()); }, 2 * x.size());
+}
+
+TEST(Backward, InputGradientsOverwriteWhatTheBufferHeld) {
+  std::mt19937_64 rng(16);
+  const int B = 2, Tn = 5, C = 12, NH = 3, N = B * Tn, OC = 11;
+  auto overwrites = [&](const std::string& what, const std::function<void(Vec&)>& backward, size_t n) {
+    Vec from_zero(n, 0.0), from_noise = random_vec(n, rng);
+    backward(from_zero);
+    backward(from_noise);
+    EXPECT_GT(max_abs(from_zero), 0.0) << what;
+    EXPECT_EQ(from_noise, from_zero) << what;
+  };
+  const Vec x = random_vec((size_t)N * C, rng), y = random_vec((size_t)N * C, rng);
+  const Vec wm = random_vec((size_t)OC * C, rng), dy = random_vec((size_t)N * OC, rng);
+  overwrites("matmul dinp", [&](Vec& g) {
+    matmul_backward(g.data(), (double*)nullptr, (double*)nullptr, dy.data(), x.data(), wm.data(), N, C, OC, -1,
+                    zt::Dinp::overwrite);
+  }, (size_t)N * C);
+  const Vec qkv = random_vec((size_t)N * 3 * C, rng);
+  Vec aout((size_t)N * C), lse((size_t)B * NH * Tn);
+  attention_forward(aout.data(), lse.data(), qkv.data(), B, Tn, C, NH);
+  overwrites("attention", [&](Vec& g) { attention_backward(g.data(), y.data(), qkv.data(), aout.data(), lse.data(), B, Tn, C, NH); },
+             qkv.size());
+  overwrites("gelu", [&](Vec& g) { gelu_backward(g.data(), x.data(), y.data(), x.size()); }, x.size());
 }
 
 // ---------------------------------------------------------------------------------------------
