@@ -34,9 +34,10 @@ template <class T> void matmul_forward(T* out, T* pre_gelu, const T* inp, const 
 // matmul_backward_scratch_bytes) since cuBLASLt's BGRAD epilogue overwrites instead of adding.
 //
 // With dinp_pre_gelu != nullptr (dinp_write must be overwrite) inp was gelu(dinp_pre_gelu), and dinp
-// receives the gradient before that GELU: dinp = gelu'(dinp_pre_gelu) * (dout @ weight), the GELU's
-// backward fused into the product's epilogue (CUBLASLT_EPILOGUE_DGELU, one rounding), or, when
-// cuBLASLt offers no algorithm for it, the product then gelu_backward in place (two roundings).
+// receives the gradient before that GELU: dinp = gelu'(dinp_pre_gelu) * (dout @ weight). bf16: the
+// GELU's backward fused into the product's epilogue (CUBLASLT_EPILOGUE_DGELU, one rounding); fp32
+// (its DGELU is not exact), or when cuBLASLt offers no algorithm for it: the product then the GELU's
+// backward in place (two roundings).
 size_t matmul_backward_scratch_bytes(int N, int OC);
 template <class T> void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N,
                                         int C, int OC, void* scratch, const Blas& blas, int ld = -1,

@@ -359,6 +359,33 @@ template <class T> void check_matmul_backward(MatmulShape s, bool with_dinp, boo
   expect_bitwise_equal("matmul_backward.dbias (rerun)", db1, d_db.download_raw());
 }
 
+// The bias gradient's packed first pass (128-bit loads: dout 16-byte aligned, OC a multiple of
+// 16 / sizeof(T)) and the scalar one (any other dout: here one element into its allocation) add in
+// the same order: bit for bit the same dbias, and right.
+TYPED_TEST(GpuOps, MatmulBiasGradientPackedEqualsScalar) {
+  ZT_REQUIRE_GPU();
+  using T = TypeParam;
+  GpuContext& g = gpu();
+  uint32_t seed = 900;
+  for (MatmulShape s : {MatmulShape{2 * 257, 768, 3072}, MatmulShape{26, 64, 192}, MatmulShape{300, 8, 40}}) {
+    const auto [N, C, OC] = s;
+    SCOPED_TRACE(tag<T>("bias gradient") + " " + shape_str({{"N", N}, {"OC", OC}}));
+    const VecF dout = rand_t<T>(size_t(N) * OC, seed += 10), db0 = rand_t<T>(OC, seed + 1);
+    Guarded<T> d_aligned(dout), d_odd(dout, 1), d_db_packed(db0), d_db_scalar(db0);
+    auto scratch = make_scratch(zt::cuda::matmul_backward_scratch_bytes(N, OC));
+    zt::cuda::matmul_backward<T>(nullptr, nullptr, d_db_packed.p(), d_aligned.p(), nullptr, nullptr, N, C, OC,
+                                 scratch.get(), g.blas());
+    zt::cuda::matmul_backward<T>(nullptr, nullptr, d_db_scalar.p(), d_odd.p(), nullptr, nullptr, N, C, OC,
+                                 scratch.get(), g.blas());
+    g.sync();
+    expect_bitwise_equal("dbias: packed vs scalar first pass", d_db_scalar.download_raw(), d_db_packed.download_raw());
+    Vec rdb = to_double(db0);
+    zt::cpu::matmul_backward<double>(nullptr, nullptr, rdb.data(), to_double(dout).data(), nullptr, nullptr, N, C, OC);
+    expect_close("dbias", d_db_packed.download(), rdb, tol_acc<T>(rdb, db0, k_factor<T>(N)));
+    d_db_packed.expect_guards("dbias");
+  }
+}
+
 TYPED_TEST(GpuOps, MatmulForward) {
   ZT_REQUIRE_GPU();
   using T = TypeParam;
