@@ -207,7 +207,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
       if (!need(sizeof(uint32_t))) break;
       std::memcpy(&d->epilogue, buf, 4);
       if (!known_epilogue(d->epilogue))
-        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue %u not emulated (DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS)",
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue %u not emulated (DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU)",
                       d->epilogue);
       return CUBLAS_STATUS_SUCCESS;
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
