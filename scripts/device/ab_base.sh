@@ -9,9 +9,13 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 commit="${1:?usage: scripts/device/ab_base.sh COMMIT}"
 out="$ROOT/.deps/ab"
+# Resolved before anything is written: a bad name leaves an earlier pack whole.
+sha="$(git -C "$ROOT" rev-parse --verify --quiet "$commit^{commit}")" ||
+  { echo "ab_base: '$commit' is not a commit here" >&2; exit 1; }
 mkdir -p "$out"
-git -C "$ROOT" archive --format=tar.gz -o "$out/base.tar.gz" "$commit"
-git -C "$ROOT" rev-parse --short "$commit" > "$out/base_commit"
+git -C "$ROOT" archive --format=tar.gz -o "$out/base.tar.gz.tmp" "$sha"
+mv "$out/base.tar.gz.tmp" "$out/base.tar.gz"
+git -C "$ROOT" rev-parse --short "$sha" > "$out/base_commit"
 { git -C "$ROOT" rev-parse --short HEAD; git -C "$ROOT" diff --quiet HEAD || echo "+uncommitted changes"; } |
   paste -sd' ' > "$out/this_commit"
 echo "ab_base: $(cat "$out/base_commit") packed ($(du -h "$out/base.tar.gz" | cut -f1)); this tree: $(cat "$out/this_commit")"
