@@ -133,7 +133,7 @@ int run(int argc, char** argv) {
       ->required();
   exp->add_option("--out", out_path, "output file")->required();
   CLI::App* pln = app.add_subcommand("plan", "the fastest plan that fits this machine, with predicted step times "
-                                             "(docs/autoplan.md)");
+                                             "(on the CUDA backend: the memory ladder's first that fits; docs/autoplan.md)");
   zt::autoplan::PlanRequest preq;
   std::string plan_world = "1", validate_text = "0";
   pln->add_option("plan", preq.base, "base plan file: the model, data, optimizer and global batch to keep");

@@ -412,6 +412,13 @@ if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(emulated.offload_checkpoint_cuda PROPERTIES LABELS emu TIMEOUT 600 RUN_SERIAL TRUE
                        ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  # `train plan` on the CUDA backend (memory only) with the emulated GPU's memory capped below the
+  # base plan: the choice is the ladder's first that fits and trains under the cap, the base plan
+  # runs out of device memory (test/emu/autoplan_cuda_emu.sh).
+  add_test(NAME emulated.autoplan_cuda
+           COMMAND bash ${CMAKE_SOURCE_DIR}/test/emu/autoplan_cuda_emu.sh $<TARGET_FILE:zt_train_emu>
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(emulated.autoplan_cuda PROPERTIES LABELS "emu;autoplan" TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()
 
 # ---- order: the long tests that run beside others start first ----------------------------------

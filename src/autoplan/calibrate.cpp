@@ -47,14 +47,15 @@ double best_time(int reps, F&& f) {
   return best;
 }
 
-// The same, but stopping early once the measurement is steady: after `least` timed calls, as soon
+// The same (the untimed call only where `warm_up`: not where a call before touched everything),
+// but stopping early once the measurement is steady: after `least` timed calls, as soon
 // as the two fastest agree within `agree` (relative) on every rank, else after `most`. Two calls
 // that agree were both undisturbed (a burst would have to slow both by the same), so more calls
 // would not find a faster one. Collective: every rank makes the same number of calls, so that
 // ranks sharing cores run together as they do in training.
 template <class F>
-double steady_best_time(Comm& comm, int least, int most, double agree, F&& f) {
-  f();
+double steady_best_time(Comm& comm, int least, int most, double agree, bool warm_up, F&& f) {
+  if (warm_up) f();
   std::vector<double> t;
   for (int i = 0; i < most; ++i) {
     const auto t0 = Clock::now();
@@ -193,10 +194,10 @@ double max_over_ranks(Comm& comm, double v) {
 // One forward + backward of a model of cfg.L blocks at micro-batch b <= the model's: what the
 // trainer's micro-step runs.
 template <class Model>
-double time_micro_step(Comm& comm, Model& model, int V, int b, int T) {
+double time_micro_step(Comm& comm, Model& model, int V, int b, int T, bool warm_up) {
   std::vector<int> in(size_t(b) * T), tg(in.size());
   for (size_t i = 0; i < in.size(); ++i) in[i] = int((i * 7919) % size_t(V)), tg[i] = int((i * 104729 + 1) % size_t(V));
-  return steady_best_time(comm, 3, 5, 0.02, [&] {
+  return steady_best_time(comm, 3, 5, 0.02, warm_up, [&] {
     model.zero_grad();
     model.forward(in.data(), tg.data(), b, T, true, typename Model::S(1.0 / (double(b) * T)));
     model.backward();
@@ -243,19 +244,23 @@ Calibration::Calibration(Comm& comm, std::string cache_path, int threads, const 
 double Calibration::cached(const std::string& key, const std::function<double()>& probe) {
   if (!entries_.contains(key)) {
     comm_.barrier();  // every rank starts together: they share the machine as in training
-    record(key, probe());
+    const auto t0 = Clock::now();
+    const double v = probe();
+    record(key, v, seconds_since(t0));
   }
   const double v = entries_[key].get<double>();
   used_[key] = v;
   return v;
 }
 
-void Calibration::record(const std::string& key, double mine) {
+void Calibration::record(const std::string& key, double mine, double took_s) {
   const double v = max_over_ranks(comm_, mine);
   entries_[key] = v;
   ++measured_;
-  if (comm_.rank() == 0) {  // progress, and the number itself
-    std::printf("  %s: %.6g\n", key.c_str(), v);
+  if (comm_.rank() == 0) {  // progress, the number itself, and what measuring it took
+    std::printf("  %s: %.6g", key.c_str(), v);
+    if (took_s >= 0.05) std::printf("  (%.1f s)", took_s);
+    std::printf("\n");
     std::fflush(stdout);
   }
 }
@@ -288,22 +293,38 @@ std::map<int, MicroStepCost> Calibration::micro_steps(const GPTConfig& cfg, cons
       model = std::make_unique<GPT<CpuOps<float>>>(c, largest, T, mem, 128, true, true, rc, embedding_rows);
       model->init_gpt2(1);
     }
+    // Largest first: its untimed first call touches every buffer, so the smaller ones need none.
     std::map<int, double> t;
-    for (int b : bs) t[b] = cached(key(p, L, b), [&] { return time_micro_step(comm_, *model, cfg.V, b, T); });
+    bool touched = false;
+    for (auto b = bs.rbegin(); b != bs.rend(); ++b)
+      t[*b] = cached(key(p, L, *b), [&] {
+        const double s = time_micro_step(comm_, *model, cfg.V, *b, T, /*warm_up=*/!touched);
+        touched = true;
+        return s;
+      });
     return t;
   };
-  // A block and the rest from models of 1 and 3 blocks without recomputation; a policy's block
-  // costs what its 3-block model adds to that, never less than nothing (recomputing saves no time,
-  // and a difference of two timings can come out negative).
+  // A block and the rest from models of 1 and 3 blocks without recomputation. A policy's block
+  // costs what its 3-block model adds to that, per sequence of the micro-batch: the sum of what it
+  // adds at every b over the sum of the b (recomputation is a forward again, its work per
+  // sequence), never less than nothing (recomputing saves no time, and a difference of two timings
+  // can come out negative). One probe disturbed then moves it by its share, not whole: scenario 1's
+  // selective 3-block model at B 2 added 1.9 ms a block where B 1, 4 and 8 added 0 to 0.2 ms, and
+  // its B 2 x 4 candidate came out +21% (docs/autoplan.md, "Measured").
   const std::map<int, double> t1 = timings(Recompute::Policy::none, 1), t3 = timings(Recompute::Policy::none, 3);
-  std::map<int, double> tp;
-  if (policy != Recompute::Policy::none) tp = timings(policy, 3);
+  double recompute_per_sequence_s = 0;
+  if (policy != Recompute::Policy::none) {
+    const std::map<int, double> tp = timings(policy, 3);
+    double added = 0, sequences = 0;
+    for (int b : bs) added += (tp.at(b) - t3.at(b)) / 3, sequences += b;
+    recompute_per_sequence_s = std::max(0.0, added / sequences);
+  }
   std::map<int, MicroStepCost> out;
   for (int b : bs) {
     MicroStepCost& m = out[b];
     m.block_s = std::max(0.0, (t3.at(b) - t1.at(b)) / 2);
     m.fixed_s = std::max(0.0, t1.at(b) - m.block_s);
-    if (policy != Recompute::Policy::none) m.block_s += std::max(0.0, tp.at(b) - t3.at(b)) / 3;
+    m.block_s += recompute_per_sequence_s * b;
   }
   return out;
 }
@@ -509,6 +530,7 @@ PassCost Calibration::pass_io(const offload::SwapSpec& spec, const std::vector<s
   for (const std::string& x : keys) all = all && entries_.contains(x);
   if (!all) {
     comm_.barrier();  // every rank starts together: they share the disk as in training
+    const auto t_probe = Clock::now();
     // The schedule of ParamGatherer::begin_pass; a unit used at consecutive positions is read once.
     std::vector<int> sched;
     for (int u = E - 1; u >= 0; --u) sched.push_back(u);
@@ -584,7 +606,7 @@ PassCost Calibration::pass_io(const offload::SwapSpec& spec, const std::vector<s
       v.push_back(median_time(3, [&] { pass(lo, true, false); }, nothing));
       v.push_back(median_time(3, [&] { pass(lo, false, false); }, nothing));
     }
-    for (size_t i = 0; i < keys.size(); ++i) record(keys[i], v[i]);
+    for (size_t i = 0; i < keys.size(); ++i) record(keys[i], v[i], i == 0 ? seconds_since(t_probe) : 0);
   }
   for (const std::string& x : keys) used_[x] = entries_[x];
   // Along the line through (s_lo, t_lo) and (s_hi, t_hi) to full size; never below t_hi.

@@ -108,8 +108,9 @@ class Calibration {
   int measured() const { return measured_; }
 
  private:
-  // Stores the largest of every rank's `mine` as `key` (collective), and says it.
-  void record(const std::string& key, double mine);
+  // Stores the largest of every rank's `mine` as `key` (collective), and says it with the
+  // seconds measuring it took (where 0.05 or more: a probe's later keys come with its first).
+  void record(const std::string& key, double mine, double took_s);
 
   Comm& comm_;
   std::string path_;

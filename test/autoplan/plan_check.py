@@ -117,16 +117,23 @@ def main():
 
     # Rates from the raw probes.
     probes = rep["probes"]
+    def probe(b, pol, L, rows):
+        ks = [k for k in probes if k.startswith("micro_step ") and f" {b} {pol} " in k and f"embedding_rows{rows} " in k and k.endswith(f" L{L}")]
+        check(len(ks) == 1, f"probe {b} {pol} L{L} embedding_rows{rows}: {ks}")
+        return probes[ks[0]]
     for key, m in rep["rates"]["micro_step"].items():
         b, policy, _, rows = key.split()
-        def probe(pol, L):
-            ks = [k for k in probes if k.startswith("micro_step ") and f" {b} {pol} " in k and f"embedding_rows{rows} " in k and k.endswith(f" L{L}")]
-            check(len(ks) == 1, f"probe {pol} L{L} for {key}: {ks}")
-            return probes[ks[0]]
-        t1, t3 = probe("none", 1), probe("none", 3)
+        t1, t3 = probe(b, "none", 1, rows), probe(b, "none", 3, rows)
         block = max(0.0, (t3 - t1) / 2)
         if policy != "none":
-            block += max(0.0, probe(policy, 3) - t3) / 3
+            # What the policy's 3 blocks add, per sequence, over every micro-batch it is probed at.
+            added = sequences = 0.0
+            for other in rep["rates"]["micro_step"]:
+                ob, opol, _, orows = other.split()
+                if opol == policy and orows == rows:
+                    added += (probe(ob, policy, 3, rows) - probe(ob, "none", 3, rows)) / 3
+                    sequences += int(ob[1:])
+            block += max(0.0, added / sequences) * int(b[1:])
         check(close(m["fixed_s"], max(0.0, t1 - max(0.0, (t3 - t1) / 2))), f"{key}: fixed_s {m['fixed_s']} not t1 - block")
         check(close(m["block_s"], block), f"{key}: block_s {m['block_s']}, from the probes {block}")
         check(m["block_s"] >= 0 and m["fixed_s"] >= 0, f"{key}: a negative rate")
@@ -293,7 +300,11 @@ def main():
         ("bad --validate", base + ["--validate", "x", "--calibration", cal], 1, {}, "--validate takes"),
         ("no --validate rounds", base + ["--validate-rounds", "0", "--calibration", cal], 1, {}, "--validate-rounds must be"),
         ("foreign cache", base + ["--calibration", foreign], 1, {}, "not a zerotrain calibration"),
-        ("cuda plan", base + ["--set", "device=cuda", "--calibration", cal], 1, {}, "CPU backend only"),
+        # Sized against the GPU it will run on (docs/autoplan.md, "On the CUDA backend"): none here
+        # (test/emu/autoplan_cuda_emu.sh plans on the emulated one); a build without CUDA says so.
+        ("cuda plan, no GPU", base + ["--set", "device=cuda", "--calibration", cal], 1, {}, 'plan: device "cuda" but'),
+        ("cuda plan, --validate", base + ["--set", "device=cuda", "--validate", "1", "--calibration", cal], 1, {},
+         "on the CUDA backend nothing is predicted"),
         ("no data to validate on", base + ["--validate", "1", "--set", "data.train=nope/*.bin", "--calibration", cal], 1, {},
          "no files match"),
     ]
