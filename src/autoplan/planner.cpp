@@ -53,7 +53,7 @@ constexpr double kEngineProbeBudget_s = 4;  // another only while those before t
 // One point of the space the planner searches (docs/autoplan.md, "Candidates").
 struct Choice {
   int stage = 0;
-  bool optimizer_nvme = false, params_nvme = false;  // offloaded (to offload_to)
+  bool optimizer_offloaded = false, params_offloaded = false;  // to offload_to
   std::string offload_to = "nvme";  // where: "nvme" (CPU backend), "cpu" (CUDA backend: pinned host memory)
   std::string policy = "none";
   int every = 1;
@@ -65,27 +65,27 @@ struct Choice {
     j["zero"]["stage"] = stage;
     j["zero"]["bucket_mb"] = bucket_mb;
     j["zero"]["overlap_comm"] = overlap;
-    j["offload"]["optimizer"] = optimizer_nvme ? offload_to : "none";
-    j["offload"]["params"] = params_nvme ? offload_to : "none";
+    j["offload"]["optimizer"] = optimizer_offloaded ? offload_to : "none";
+    j["offload"]["params"] = params_offloaded ? offload_to : "none";
     j["recompute"]["policy"] = policy;
     j["recompute"]["every"] = every;
     j["batch"]["micro_batch"] = micro_batch;
     j["batch"]["grad_accum"] = grad_accum;
   }
   std::string offload() const {
-    const std::string what = params_nvme ? "opt+params" : optimizer_nvme ? "opt" : "-";
-    return offload_to == "cpu" && optimizer_nvme ? what + " cpu" : what;
+    const std::string what = params_offloaded ? "opt+params" : optimizer_offloaded ? "opt" : "-";
+    return offload_to == "cpu" && optimizer_offloaded ? what + " cpu" : what;
   }
   std::string recompute() const { return policy == "block" && every > 1 ? "block/" + std::to_string(every) : policy; }
   std::string label() const {
     std::ostringstream os;
     os << "stage " << stage << ", B " << micro_batch << " x " << grad_accum << ", recompute " << recompute();
-    if (optimizer_nvme) os << ", offload " << offload();
+    if (optimizer_offloaded) os << ", offload " << offload();
     return os.str();
   }
   nlohmann::json to_json() const {
-    return {{"zero.stage", stage},       {"offload.optimizer", optimizer_nvme ? offload_to : "none"},
-            {"offload.params", params_nvme ? offload_to : "none"}, {"recompute.policy", policy},
+    return {{"zero.stage", stage},       {"offload.optimizer", optimizer_offloaded ? offload_to : "none"},
+            {"offload.params", params_offloaded ? offload_to : "none"}, {"recompute.policy", policy},
             {"recompute.every", every},  {"batch.micro_batch", micro_batch}, {"batch.grad_accum", grad_accum},
             {"zero.bucket_mb", bucket_mb}, {"zero.overlap_comm", overlap}};
   }
@@ -133,7 +133,6 @@ std::string ms(double s) {
 // backend (pinned host memory, the memory ladder's GPU rung; docs/plans.md).
 std::vector<Choice> enumerate(const Plan& base, int world, long per_rank_sequences, bool offload,
                               const std::string& offload_to) {
-  const bool nvme = offload;
   std::vector<int> batches;
   for (long b = 1; b <= per_rank_sequences; ++b)
     if (per_rank_sequences % b == 0) batches.push_back(int(b));
@@ -146,10 +145,10 @@ std::vector<Choice> enumerate(const Plan& base, int world, long per_rank_sequenc
   std::vector<Placement> placements;
   if (world == 1) {
     placements.push_back({0, false, false});
-    if (nvme) placements.insert(placements.end(), {{2, true, false}, {3, true, true}});
+    if (offload) placements.insert(placements.end(), {{2, true, false}, {3, true, true}});
   } else {
     for (int st = 0; st <= 3; ++st) placements.push_back({st, false, false});
-    if (nvme) placements.insert(placements.end(), {{1, true, false}, {2, true, false}, {3, true, false}, {3, true, true}});
+    if (offload) placements.insert(placements.end(), {{1, true, false}, {2, true, false}, {3, true, false}, {3, true, true}});
   }
   std::vector<double> buckets = {base.zero.bucket_mb};
   if (world > 1 && base.zero.bucket_mb / 4 >= 0.25) buckets.push_back(base.zero.bucket_mb / 4);
@@ -162,7 +161,7 @@ std::vector<Choice> enumerate(const Plan& base, int world, long per_rank_sequenc
         for (double bucket : buckets)
           for (bool ov : overlaps) {
             Choice c;
-            c.stage = pl.stage, c.optimizer_nvme = pl.opt, c.params_nvme = pl.params, c.offload_to = offload_to;
+            c.stage = pl.stage, c.optimizer_offloaded = pl.opt, c.params_offloaded = pl.params, c.offload_to = offload_to;
             c.policy = policy, c.every = every;
             c.micro_batch = b, c.grad_accum = int(per_rank_sequences / b);
             c.bucket_mb = bucket, c.overlap = ov;
@@ -297,7 +296,7 @@ struct EngineRates {
   double first_micro_s = 0, next_micro_s = 0, flush_s = 0;  // with parameter offload
 };
 EngineRates engine_rates(const Candidate& c, Calibration& cal, Comm& comm) {
-  const bool passes = c.choice.params_nvme;
+  const bool passes = c.choice.params_offloaded;
   auto key = [&](int grad_accum) {
     std::ostringstream k;
     k << "engine " << canonical_dir(c.swap.dir) << " " << c.choice.offload() << " units" << c.unit_shards.size()
@@ -431,7 +430,7 @@ uint64_t device_bytes_per_rank(Comm& comm) {
 // block recomputation, then a higher stage, then offload): a candidate is taken only where every
 // one before it does not fit, as a run climbing the ladder would.
 auto ladder_key(const Choice& c) {
-  const int offload = c.params_nvme ? 2 : c.optimizer_nvme ? 1 : 0;
+  const int offload = c.params_offloaded ? 2 : c.optimizer_offloaded ? 1 : 0;
   const int recompute = c.policy == "none" ? 0 : c.policy == "selective" ? 1 : c.every > 1 ? 2 : 3;
   return std::make_tuple(offload, c.stage, recompute, -c.micro_batch, !c.overlap, -c.bucket_mb);
 }
@@ -595,7 +594,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     const EngineSettings es = engine_settings<CpuOps<float>>(p, world, 0);
     c.embedding_rows = es.embedding_rows;
     c.swap = swap_spec_of(p.offload, comm.rank(), direct);
-    if (ch.params_nvme) {
+    if (ch.params_offloaded) {
       const ParamLayout layout = es.layout();
       const Partition part(layout, es.zero);
       for (int u = 0; u < layout.num_units(); ++u) c.unit_shards.push_back(part.unit_shard_numel(u));
@@ -703,7 +702,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   for (Candidate* c : fit) {
     needed.insert({c->choice.micro_batch, "none", c->embedding_rows});
     needed.insert({c->choice.micro_batch, c->choice.policy, c->embedding_rows});
-    if (c->choice.params_nvme) needed.insert({1, "none", c->embedding_rows});  // the engine run's micro-steps
+    if (c->choice.params_offloaded) needed.insert({1, "none", c->embedding_rows});  // the engine run's micro-steps
   }
   if (root) std::printf("calibrating (%d thread(s) per rank; cache %s)...\n", threads, cache.c_str());
   const auto t_cal = std::chrono::steady_clock::now();
@@ -718,7 +717,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   std::map<double, double> overlap;  // bucket_mb -> exposed share
   bool any_nvme = false;
   for (Candidate* c : fit) {
-    any_nvme |= c->choice.optimizer_nvme;
+    any_nvme |= c->choice.optimizer_offloaded;
     if (world == 1) continue;
     const size_t bytes = size_t(c->choice.bucket_mb * double(1 << 20));
     for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"})
@@ -738,7 +737,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     have_data = false;
   }
   for (Candidate* c : fit) {
-    if (!c->choice.optimizer_nvme) continue;
+    if (!c->choice.optimizer_offloaded) continue;
     if (have_data) {
       const EngineRates e = engine_rates(*c, cal, comm);
       c->rates.pipeline_s_per_byte = e.optimizer_s_per_byte;
@@ -748,7 +747,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     }
   }
   for (Candidate* c : fit) {
-    if (!c->choice.params_nvme) continue;
+    if (!c->choice.params_offloaded) continue;
     const PassCost pass = cal.pass_io(c->swap, c->unit_shards, c->embedding_units, c->regather, /*transfers=*/!have_data);
     if (!have_data) c->rates.pass_first_s = pass.first_s, c->rates.pass_next_s = pass.next_s;
     c->rates.pass_exposed = pass.exposed;

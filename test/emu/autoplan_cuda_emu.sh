@@ -19,7 +19,7 @@ source "$(dirname "$0")/common.sh"
 # B 8 x 1 needs 260.1 MiB on the device, B 4 x 2 155.5 MiB. 270 MiB less the context's 32 MiB
 # workspace less the 64 MiB kept leaves 173.9 MiB: B 4 x 2 fits, and B 8 x 1 does not even run.
 export ZT_EMU_MEM_MB=270
-base=(plans/default.json "${small[@]}" --set device=cuda --set model.seq_len=256 --set recompute.classifier_chunk=0
+base=(plans/default.json "${small[@]}" --set data.tokenizer= --set device=cuda --set model.seq_len=256 --set recompute.classifier_chunk=0
   --set batch.micro_batch=8 --set batch.grad_accum=1 --set optim.warmup_steps=2 --set run.steps=2)
 
 # The base plan under the cap: out of device memory.
