@@ -416,9 +416,10 @@ if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
   # base plan: the choice is the ladder's first that fits and trains under the cap, the base plan
   # runs out of device memory (test/emu/autoplan_cuda_emu.sh).
   add_test(NAME emulated.autoplan_cuda
-           COMMAND bash ${CMAKE_SOURCE_DIR}/test/emu/autoplan_cuda_emu.sh $<TARGET_FILE:zt_train_emu>
+           COMMAND bash ${CMAKE_SOURCE_DIR}/test/emu/autoplan_cuda_emu.sh $<TARGET_FILE:zt_train_emu> ${MPIEXEC_EXECUTABLE}
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(emulated.autoplan_cuda PROPERTIES LABELS "emu;autoplan" TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+  set_tests_properties(emulated.autoplan_cuda PROPERTIES LABELS "emu;autoplan" TIMEOUT 300
+                       ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
 
 # ---- order: the long tests that run beside others start first ----------------------------------

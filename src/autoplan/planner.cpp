@@ -391,6 +391,15 @@ EngineRates engine_rates(const Candidate& c, Calibration& cal, Comm& comm) {
   return e;
 }
 
+// `j` written to `path` whole or not at all (runtime/output_path.h), indented by `indent`.
+void write_json(const std::string& field, const std::string& path, const nlohmann::json& j, int indent) {
+  write_by_rename(field, path, [&](const std::string& tmp) {
+    std::ofstream f(tmp);
+    f << j.dump(indent) << "\n";
+    ZT_REQUIRE(f.good(), field << " " << tmp << ": write failed");
+  });
+}
+
 // ---- On the CUDA backend: memory only (docs/autoplan.md, "On the CUDA backend") ----------------
 // No rates are measured for the GPU (this machine has none to measure; the device README's runs are
 // benchmarks, not a calibration), so nothing is predicted there: the planner sizes every candidate
@@ -641,11 +650,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
       std::printf("\nchosen: %s: the first rung of the memory ladder that fits (docs/plans.md); on the CUDA backend the "
                   "planner sizes memory only and predicts no step time (no rates are measured for it)\n",
                   best.choice.label().c_str());
-      write_by_rename("--out", out, [&](const std::string& tmp) {
-        std::ofstream f(tmp);
-        f << best.resolved.dump(2) << "\n";
-        ZT_REQUIRE(f.good(), "--out " << tmp << ": write failed");
-      });
+      write_json("--out", out, best.resolved, 2);
       nlohmann::json cands = nlohmann::json::array();
       for (const Candidate* c : fit)
         cands.push_back({{"choice", c->choice.to_json()}, {"device_bytes_per_rank", c->device},
@@ -661,11 +666,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
                                   {"ranks_per_host", local},
                                   {"runtime_overhead_bytes", kRuntimeOverhead},
                                   {"candidates", cands}};
-      write_by_rename("--out (its report)", report, [&](const std::string& tmp) {
-        std::ofstream f(tmp);
-        f << rep.dump(1) << "\n";
-        ZT_REQUIRE(f.good(), "report " << tmp << ": write failed");
-      });
+      write_json("--out (its report)", report, rep, 1);
       std::printf("wrote %s (run it: %s./train %s) and %s\n", out.c_str(),
                   world > 1 ? ("mpirun -np " + std::to_string(world) + " ").c_str() : "", out.c_str(), report.c_str());
     }
@@ -828,11 +829,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
 
   auto write_outputs = [&] {
     if (!root) return;
-    write_by_rename("--out", out, [&](const std::string& tmp) {
-      std::ofstream f(tmp);
-      f << best.resolved.dump(2) << "\n";
-      ZT_REQUIRE(f.good(), "--out " << tmp << ": write failed");
-    });
+    write_json("--out", out, best.resolved, 2);
     nlohmann::json cands = nlohmann::json::array();
     for (const Candidate* c : fit) {
       const StepShape& s = c->shape;
@@ -891,11 +888,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
         {"rates", {{"micro_step", micro_json}, {"adamw_s_per_param", adamw}, {"links", links_json}, {"disk_bytes_per_s", disk}}},
         {"probes", cal.used()},
         {"candidates", cands}};
-    write_by_rename("--out (its report)", report, [&](const std::string& tmp) {
-      std::ofstream f(tmp);
-      f << rep.dump(1) << "\n";
-      ZT_REQUIRE(f.good(), "report " << tmp << ": write failed");
-    });
+    write_json("--out (its report)", report, rep, 1);
   };
   write_outputs();
   if (root) std::printf("wrote %s (run it: %s./train %s) and %s\n", out.c_str(),

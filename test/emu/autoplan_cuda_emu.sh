@@ -7,11 +7,14 @@
 #   candidates that fit in the ladder's order (recomputed here from the report);
 # - the chosen plan, as written, trains to the end under the same cap, its device memory (the
 #   runtime's count, cudaMemGetInfo) within what the planner counted for it plus the 64 MiB kept;
-# - --validate is refused in one line (nothing is predicted on the CUDA backend).
+# - --validate is refused in one line (nothing is predicted on the CUDA backend);
+# - the shipped default plan, uncapped (the emulator's 16 GiB), is its own choice at one rank, and
+#   at two ranks on the one emulated GPU each rank is given half its free memory less the 64 MiB.
 # Emulator only: a real GPU's memory cannot be capped (scripts/device/run.sh does not run it).
-# usage: autoplan_cuda_emu.sh path/to/zt_train_emu
+# usage: autoplan_cuda_emu.sh path/to/zt_train_emu path/to/mpiexec
 set -euo pipefail
-EMU=${1:?usage: autoplan_cuda_emu.sh path/to/zt_train_emu}
+EMU=${1:?usage: autoplan_cuda_emu.sh path/to/zt_train_emu path/to/mpiexec}
+MPIEXEC=${2:?usage: autoplan_cuda_emu.sh path/to/zt_train_emu path/to/mpiexec}
 source "$(dirname "$0")/common.sh"
 [ "$WHERE" = "EMULATED CUDA, not a GPU" ] || { echo "autoplan_cuda_emu: the emulator only (it caps the GPU's memory)"; exit 1; }
 # The cap. Whole logits (classifier_chunk 0) at 256 positions make the micro-batch's share large
@@ -37,6 +40,14 @@ cat "$work/plan.out"
 if "$EMU" plan "${base[@]}" --out "$work/v.json" --validate 1 > "$work/validate.out" 2>&1; then
   echo "FAIL: --validate on the CUDA backend was not refused"; exit 1
 fi
+
+# The shipped default plan as users run it (its bucket, batch and stage), on the emulator's whole GPU.
+shipped=(plans/default.json --set data.train='data/sample/train_*.bin' --set data.val=data/sample/val.bin
+  --set data.tokenizer= --set device=cuda)
+ZT_EMU_MEM_MB=16384 "$EMU" plan "${shipped[@]}" --out "$work/shipped1.json" > "$work/shipped1.out" 2>&1 \
+  || { cat "$work/shipped1.out"; exit 1; }
+ZT_EMU_MEM_MB=16384 "$MPIEXEC" -np 2 "$EMU" plan "${shipped[@]}" --world 2 --out "$work/shipped2.json" \
+  > "$work/shipped2.out" 2>&1 || { cat "$work/shipped2.out"; exit 1; }
 
 "$PY" - "$work" <<'PY'
 import json, os, sys
@@ -81,6 +92,18 @@ check(used <= counted + rep["device_reserve_bytes"],
 v = open(f"{w}/validate.out").read().splitlines()
 errs = [l for l in v if l.startswith("error:")]
 check(len(errs) == 1 and "nothing is predicted" in errs[0], f"--validate refused in one line: {errs}")
+for n in (1, 2):
+    r = json.load(open(f"{w}/shipped{n}.report.json"))
+    p = json.load(open(f"{w}/shipped{n}.json"))
+    # Free: 16 GiB less the context's 32 MiB workspace and 64 KiB scratch (256-byte rounded), shared by n.
+    free = (16384 << 20) - (32 << 20) - (64 << 10) - 256
+    want = free // n - r["device_reserve_bytes"]
+    check(abs(r["available_device_bytes_per_rank"] - want) <= 4096,
+          f"shipped plan, {n} rank(s): {r['available_device_bytes_per_rank']} bytes per rank on the GPU, "
+          f"arithmetic gives {want}")
+    check((p["zero"]["stage"], p["batch"]["micro_batch"], p["batch"]["grad_accum"], p["recompute"]["policy"],
+           p["offload"]["optimizer"]) == (0, 8, 1, "none", "none"),
+          f"shipped plan, {n} rank(s): it fits as it is, and is its own choice")
 print(f"autoplan_cuda_emu ({os.environ['WHERE']}): " + ("ok" if ok else "FAILED"))
 sys.exit(0 if ok else 1)
 PY
