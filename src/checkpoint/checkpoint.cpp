@@ -20,6 +20,7 @@
 #include "checkpoint/rank_file.h"
 #include "checkpoint/reader.h"
 #include "runtime/memory.h"
+#include "runtime/output_path.h"
 
 namespace fs = std::filesystem;
 
@@ -232,6 +233,7 @@ std::string latest(const std::string& dir) {
   ZT_REQUIRE(!fs::is_directory(pointer, ec),
              "checkpoint: " << pointer.string() << " is a directory; it must be the file naming the newest complete "
                             << "step (as step_00000010): move it out of " << dir);
+  check_input_file("checkpoint:", pointer.string());  // before the open, which a FIFO would block
   std::ifstream f(pointer);
   std::string name;
   std::getline(f, name);

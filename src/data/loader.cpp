@@ -26,8 +26,6 @@ uint64_t splitmix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
-
 }  // namespace
 
 DataLoader::DataLoader(const std::string& pattern, int B, int T, int rank, int world, uint64_t seed, bool shuffle)
@@ -36,8 +34,7 @@ DataLoader::DataLoader(const std::string& pattern, int B, int T, int rank, int w
   ZT_REQUIRE(T > 0, "data loader: sequence length must be > 0, got " << T);
   ZT_REQUIRE(world > 0 && rank >= 0 && rank < world,
              "data loader: rank " << rank << " is not in [0, world=" << world << ")");
-  // A plain path is opened directly, so a missing file is reported as that file's open error.
-  files_ = has_glob_chars(pattern) ? glob_files(pattern) : std::vector<std::string>{pattern};
+  files_ = data_files(pattern);
   for (uint32_t k = 0; k < files_.size(); ++k) {
     shards_.push_back(std::make_unique<TokenShard>(files_[k]));
     const TokenShard& s = *shards_.back();

@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "runtime/error.h"
+#include "runtime/output_path.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "token shards are little-endian; this reader maps them directly and needs a little-endian host"
@@ -42,12 +43,15 @@ struct Fd {
 }  // namespace
 
 TokenShard::TokenShard(const std::string& path) : path_(path) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // Checked before the open: a FIFO blocks the open until some writer comes (forever, in a run).
+  // O_NONBLOCK too, for one that appears between the two; the fstat below refuses it.
+  check_input_file("data file", path);
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   ZT_REQUIRE(f.fd >= 0, "data file " << path << ": cannot open: " << std::strerror(errno)
                                      << " (run scripts/prepare_data, or check data.train / data.val in the plan)");
   struct stat st;
   ZT_REQUIRE(::fstat(f.fd, &st) == 0, "data file " << path << ": cannot stat: " << std::strerror(errno));
-  ZT_REQUIRE(S_ISREG(st.st_mode), "data file " << path << ": not a regular file");
+  ZT_REQUIRE(S_ISREG(st.st_mode), "data file " << path << " is not a regular file");
   const size_t bytes = size_t(st.st_size);
   ZT_REQUIRE(bytes >= kHeaderBytes, "data file " << path << ": " << bytes << " bytes, too small for the "
                                                  << kHeaderBytes << "-byte header of an llm.c token shard");
@@ -139,6 +143,12 @@ std::vector<std::string> glob_files(const std::string& pattern) {
   // glob(3) sorts by the locale's collation; make the order byte-wise so every rank agrees.
   std::sort(files.begin(), files.end());
   return files;
+}
+
+std::vector<std::string> data_files(const std::string& pattern) {
+  // A plain path is kept, so a missing file is reported by its open, in its own words.
+  if (pattern.find_first_of("*?[") == std::string::npos) return {pattern};
+  return glob_files(pattern);
 }
 
 }  // namespace zt

@@ -39,4 +39,8 @@ void write_token_shard(const std::string& path, const std::vector<uint16_t>& tok
 // Sorted list of files matching a glob; throws naming the pattern when nothing matches.
 std::vector<std::string> glob_files(const std::string& pattern);
 
+// The files a data.train / data.val value names, as DataLoader opens them: the glob's matches when
+// it has glob characters (* ? [), else the path itself. Throws as glob_files does.
+std::vector<std::string> data_files(const std::string& pattern);
+
 }  // namespace zt

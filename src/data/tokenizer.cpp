@@ -15,6 +15,7 @@
 #include <iterator>
 
 #include "runtime/error.h"
+#include "runtime/output_path.h"
 
 namespace zt {
 
@@ -79,6 +80,7 @@ void append_valid_utf8(const std::string& s, std::string& out) {
 }  // namespace
 
 Tokenizer::Tokenizer(const std::string& path) {
+  check_input_file("tokenizer file", path);  // before the open, which a FIFO would block
   std::ifstream f(path, std::ios::binary);
   ZT_REQUIRE(f, "tokenizer file " << path << ": cannot open: " << std::strerror(errno)
                                   << " (run scripts/prepare_data; data/sample/gpt2_tokenizer.bin is a committed copy)");

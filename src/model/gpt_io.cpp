@@ -15,6 +15,7 @@
 #include "backend/ops_cuda.h"
 #endif
 #include "runtime/error.h"
+#include "runtime/output_path.h"
 
 namespace zt {
 
@@ -42,6 +43,7 @@ void GPT<Ops>::load_llmc(const std::string& path) {
 
 template <class Ops>
 void GPT<Ops>::read_llmc(const std::string& path, const std::function<void(int k, const M* values)>& sink) const {
+  check_input_file("model.init:", path);  // before the open, which a FIFO would block
   File f(std::fopen(path.c_str(), "rb"));
   ZT_REQUIRE(f, "model.init: cannot open " << path << ": " << std::strerror(errno));
   int header[256];

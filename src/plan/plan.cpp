@@ -22,6 +22,7 @@
 
 #include "runtime/error.h"
 #include "runtime/launcher.h"
+#include "runtime/output_path.h"
 #include "runtime/support.h"
 #include "plan/plan_detail.h"
 
@@ -216,6 +217,10 @@ void check_data_files(const Plan& p) {
   if (!p.data.tokenizer.empty() && fs::is_directory(p.data.tokenizer, ec))
     bad("data.tokenizer", json(p.data.tokenizer).dump() + " is a directory, not a tokenizer file (e.g. " +
                               "\"data/brown/gpt2_tokenizer.bin\", or \"\" to skip samples)");
+  // Each kind by its name: a FIFO or a device was once reported "not found".
+  if (!p.data.tokenizer.empty() && !input_file_problem(p.data.tokenizer).empty())
+    bad("data.tokenizer", shown(json(p.data.tokenizer)) + " " + input_file_problem(p.data.tokenizer) +
+                              " (give an llm.c tokenizer file, or \"\" to skip samples)");
   if (!p.data.tokenizer.empty() && !fs::is_regular_file(p.data.tokenizer, ec))
     bad("data.tokenizer", "file not found: " + shown(json(p.data.tokenizer)) +
                               " (run scripts/prepare_data first, or set data.tokenizer to \"\" to skip samples)");
@@ -226,6 +231,9 @@ void check_data_files(const Plan& p) {
   if (!p.model.init.empty() && fs::is_directory(p.model.init, ec))
     bad("model.init", json(p.model.init).dump() + " is a directory, not an llm.c checkpoint (give the .bin file, " +
                           "or \"\" for a random init)");
+  if (!p.model.init.empty() && !input_file_problem(p.model.init).empty())
+    bad("model.init", shown(json(p.model.init)) + " " + input_file_problem(p.model.init) +
+                          " (give an llm.c checkpoint file, or \"\" for a random init)");
   if (!p.model.init.empty() && !fs::is_regular_file(p.model.init, ec))
     bad("model.init", "file not found: " + shown(json(p.model.init)) + " (set model.init to \"\" for a random init)");
 }
@@ -421,8 +429,10 @@ uint64_t plan_hash(const std::string& text) {
 }
 
 Plan load_plan(const std::string& path, const std::vector<std::string>& overrides, bool check_files) {
-  Plan p = plan_from_json(resolve_plan(path, overrides), check_files);
+  std::vector<std::string> files;
+  Plan p = plan_from_json(resolve_plan(path, overrides, &files), check_files);
   p.source = path;
+  p.files = std::move(files);
   return p;
 }
 

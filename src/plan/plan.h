@@ -126,6 +126,7 @@ struct Plan {
 
   nlohmann::json resolved;  // the fully merged plan, as printed at start and written beside the log
   std::string source;       // path of the plan file it came from
+  std::vector<std::string> files;  // that file and every file its "extends" chain named, in order (inputs of the command)
   std::vector<std::string> warnings;  // legal but probably unintended settings (one line each, no "warning:" prefix)
 };
 
@@ -139,8 +140,10 @@ const nlohmann::json& base_plan_json();
 // Reads `path`, follows "extends" chains (paths relative to the file that names them; cycles are
 // errors), merges over the defaults, applies `overrides` ("a.b=v", v parsed as JSON when it parses,
 // else taken as a string; type-checked against the schema) and returns the resolved JSON.
-// Throws zt::Error naming the file and JSON path on any problem.
-nlohmann::json resolve_plan(const std::string& path, const std::vector<std::string>& overrides);
+// Throws zt::Error naming the file and JSON path on any problem. `files`, when given, receives
+// `path` and the files of its "extends" chain, in order.
+nlohmann::json resolve_plan(const std::string& path, const std::vector<std::string>& overrides,
+                            std::vector<std::string>* files = nullptr);
 
 // Validates a resolved plan (types, unknown keys with close-match suggestions, ranges,
 // combinations, options this build does not implement) and fills the typed struct.

@@ -24,6 +24,7 @@
 #include <unordered_set>
 
 #include "runtime/error.h"
+#include "runtime/output_path.h"
 #include "runtime/support.h"
 #include "plan/plan_detail.h"
 
@@ -230,6 +231,9 @@ std::string read_file_or_throw(const std::string& path, const std::string& exten
   std::string suffix = extended_by.empty() ? "" : " (extended by " + extended_by + ")";
   std::error_code ec;
   if (fs::is_directory(path, ec)) throw Error("plan " + path + ": cannot open: is a directory" + suffix);
+  // Before the open: a FIFO would block it until some writer came.
+  const std::string problem = input_file_problem(path);
+  if (!problem.empty()) throw Error("plan " + path + " " + problem + suffix);
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw Error("plan " + path + ": cannot open: " + std::strerror(errno) + suffix);
   std::string text;
@@ -346,7 +350,7 @@ json parse_or_throw(const std::string& text, const std::string& path) {
 // the canonical paths of the files naming this one (for cycle detection), `shown` their paths
 // as written.
 json resolve_file(const std::string& path, const std::string& extended_by, std::vector<std::string>& chain,
-                  std::vector<std::string>& shown) {
+                  std::vector<std::string>& shown, std::vector<std::string>* files) {
   std::error_code ec;
   std::string canon = fs::weakly_canonical(fs::path(path), ec).string();
   if (ec) canon = fs::path(path).lexically_normal().string();
@@ -357,6 +361,7 @@ json resolve_file(const std::string& path, const std::string& extended_by, std::
       throw Error("plan " + shown.front() + ": \"extends\" cycle: " + cyc + path);
     }
   }
+  if (files) files->push_back(path);
   json own = parse_or_throw(read_file_or_throw(path, extended_by), path);
   const std::string where = " (in " + path + ")";
   if (!own.is_object()) throw Error("plan " + path + ": expected a JSON object at the top level, got " + describe(own));
@@ -376,7 +381,7 @@ json resolve_file(const std::string& path, const std::string& extended_by, std::
     } else {
       chain.push_back(canon);
       shown.push_back(path);
-      merged = resolve_file(tpath, path, chain, shown);
+      merged = resolve_file(tpath, path, chain, shown, files);
       chain.pop_back();
       shown.pop_back();
     }
@@ -409,10 +414,11 @@ const nlohmann::json& base_plan_json() {
   return base;
 }
 
-nlohmann::json resolve_plan(const std::string& path, const std::vector<std::string>& overrides) {
+nlohmann::json resolve_plan(const std::string& path, const std::vector<std::string>& overrides,
+                            std::vector<std::string>* files) {
   std::vector<std::string> chain, shown;
   json resolved = base_plan_json();
-  deep_merge(resolved, resolve_file(path, "", chain, shown));
+  deep_merge(resolved, resolve_file(path, "", chain, shown, files));
 
   const json& schema = base_plan_json();
   for (const std::string& ov : overrides) {

@@ -97,7 +97,36 @@ void check_room(const std::string& field, const std::string& path, const fs::pat
 std::string check_kind(const std::string& field, const std::string& path) {
   const std::string problem = kind_problem(path);
   ZT_REQUIRE(problem.empty(), field << ": " << path << " " << problem);
+  // "dir/" that does not exist yet: the temporary file would land inside it as a hidden file and
+  // the final rename onto the directory fail, after the whole run.
+  const fs::path name = fs::path(path).filename();
+  ZT_REQUIRE(!name.empty() && name != "." && name != "..",
+             field << ": " << path << " ends in \"" << (name.empty() ? "/" : name.string())
+                   << "\": it names a directory, not a file; give the path of a file (in that directory: add its name)");
   return write_target(path);
+}
+
+// `text` into the existing temporary file `tmp`; the error names `path`, the file it stands for.
+void write_text(const std::string& tmp, const std::string& path, const std::string& text) {
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  ZT_REQUIRE(fd >= 0, "cannot write " << path << ": " << std::strerror(errno));
+  int err = 0;
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    done += size_t(n);
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  ZT_REQUIRE(err == 0, "cannot write " << path << ": " << std::strerror(err));
+}
+
+void remove_quietly(const std::string& path) {
+  std::error_code ec;
+  fs::remove(path, ec);
 }
 
 }  // namespace
@@ -109,6 +138,29 @@ std::string check_output_path(const std::string& field, const std::string& path,
   probe_dir(field, path, dir);
   check_room(field, path, dir, bytes);
   return target;
+}
+
+std::string input_file_problem(const std::string& path) {
+  struct stat ls, st;
+  if (::lstat(path.c_str(), &ls) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return "";
+    return std::string("cannot be read: ") + std::strerror(errno);
+  }
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    std::error_code ec;
+    const fs::path to = fs::read_symlink(path, ec);
+    return "is a symlink to " + (ec ? std::string("a path") : to.string()) + ", which " +
+           (err == ENOENT ? std::string("does not exist") : std::string("cannot be reached: ") + std::strerror(err));
+  }
+  if (S_ISDIR(st.st_mode)) return "is a directory, not a regular file";
+  if (!S_ISREG(st.st_mode)) return std::string("is ") + kind_of(st.st_mode) + ", not a regular file";
+  return "";
+}
+
+void check_input_file(const std::string& what, const std::string& path) {
+  const std::string problem = input_file_problem(path);
+  ZT_REQUIRE(problem.empty(), what << " " << path << " " << problem);
 }
 
 void OutputPaths::input(const std::string& label, const std::string& path) {
@@ -155,35 +207,68 @@ std::string OutputPaths::output(const std::string& field, const std::string& pat
 
 void write_by_rename(const std::string& field, const std::string& path,
                      const std::function<void(const std::string& tmp)>& write) {
-  std::string tmp = path + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  ZT_REQUIRE(fd >= 0, field << ": cannot create a temporary file beside " << path << ": " << std::strerror(errno));
-  // mkstemp creates 0600; the result gets the mode any new file of ours gets.
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  (void)::fchmod(fd, 0666 & ~mask);
-  ::close(fd);
-  try {
-    write(tmp);
-  } catch (const std::exception& e) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw Error(field + ": " + e.what());
+  write_by_rename(std::vector<FileToWrite>{{field, path, write, ""}});
+}
+
+void write_by_rename(const std::vector<FileToWrite>& files) {
+  std::vector<std::string> tmps;
+  auto drop_all_but = [&](size_t keep) {
+    for (size_t i = 0; i < tmps.size(); ++i)
+      if (i != keep) remove_quietly(tmps[i]);
+  };
+  // Said when a failure leaves every destination as it was, and there is more than one.
+  auto none_replaced = [&] {
+    if (files.size() < 2) return std::string();
+    std::string s = "; none of ";
+    for (size_t i = 0; i < files.size(); ++i) s += (i ? ", " : "") + files[i].path;
+    return s + " was replaced";
+  };
+  for (const FileToWrite& f : files) {
+    std::string tmp = f.path + ".tmp.XXXXXX";
+    const int fd = ::mkstemp(tmp.data());
+    if (fd < 0) {
+      const int err = errno;
+      drop_all_but(tmps.size());
+      ZT_REQUIRE(false, f.field << ": cannot create a temporary file beside " << f.path << ": " << std::strerror(err)
+                                << none_replaced());
+    }
+    tmps.push_back(tmp);
+    // mkstemp creates 0600; the result gets the mode any new file of ours gets.
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    (void)::fchmod(fd, 0666 & ~mask);
+    ::close(fd);
+    try {
+      if (f.write)
+        f.write(tmp);
+      else
+        write_text(tmp, f.path, f.text);
+    } catch (const std::exception& e) {
+      drop_all_but(tmps.size());
+      throw Error(f.field + ": " + e.what() + none_replaced());
+    }
   }
-  // The destination may have changed during a long run: the finished result is kept rather than
+  // A destination may have changed during a long run: the finished result is kept rather than
   // renamed over something that is no longer a regular file of ours to replace.
-  std::string problem = kind_problem(path);
-  struct stat ls;
-  if (problem.empty() && ::lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode)) problem = "became a symlink";
-  ZT_REQUIRE(problem.empty(), field << ": " << path << " changed during the run (it " << problem
-                                    << "); the result is kept in " << tmp);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ec2;
-    fs::remove(tmp, ec2);
+  for (size_t i = 0; i < files.size(); ++i) {
+    std::string problem = kind_problem(files[i].path);
+    struct stat ls;
+    if (problem.empty() && ::lstat(files[i].path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode)) problem = "became a symlink";
+    if (problem.empty()) continue;
+    drop_all_but(i);
+    ZT_REQUIRE(false, files[i].field << ": " << files[i].path << " changed during the run (it " << problem
+                                     << "); the result is kept in " << tmps[i] << none_replaced());
   }
-  ZT_REQUIRE(!ec, field << ": cannot rename " << tmp << " to " << path << ": " << ec.message());
+  for (size_t i = 0; i < files.size(); ++i) {
+    std::error_code ec;
+    fs::rename(tmps[i], files[i].path, ec);
+    if (!ec) continue;
+    for (size_t k = i; k < tmps.size(); ++k) remove_quietly(tmps[k]);
+    std::string replaced;
+    for (size_t k = 0; k < i; ++k) replaced += (k ? ", " : "") + files[k].path;
+    ZT_REQUIRE(false, files[i].field << ": cannot rename " << tmps[i] << " to " << files[i].path << ": " << ec.message()
+                                     << (replaced.empty() ? "" : " (already replaced: " + replaced + ")"));
+  }
 }
 
 }  // namespace zt

@@ -1,13 +1,17 @@
 // Token shards, the data loader's batch layout, and the GPT-2 decode table.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <set>
 #include <string>
 #include <vector>
@@ -49,6 +53,26 @@ void expect_error(F f, std::initializer_list<std::string> pieces) {
     const std::string msg = e.what();
     for (const auto& p : pieces) EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
   }
+}
+
+// The message of the zt::Error that `read` throws when it is given the FIFO `fifo` ("" if none).
+// A reader that opens the FIFO blocks until a writer comes: after 10 s one comes (so the test ends)
+// and the result is "blocked".
+template <class F>
+std::string fifo_error(const std::string& fifo, F read) {
+  auto result = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      read();
+    } catch (const zt::Error& e) {
+      return e.what();
+    }
+    return "";
+  });
+  if (result.wait_for(std::chrono::seconds(10)) == std::future_status::ready) return result.get();
+  const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // the blocked open returns
+  if (w >= 0) ::close(w);
+  (void)result.get();
+  return "blocked";
 }
 
 void write_raw(const std::string& path, const std::vector<int32_t>& header, size_t extra_bytes) {
@@ -370,6 +394,24 @@ TEST(Tokenizer, RepairsSplitUtf8) {
   ASSERT_GE(c0, 0);
   ASSERT_GE(af, 0);
   EXPECT_EQ(tok.decode(std::vector<int>{c0, af}), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong '/'
+}
+
+// Every input is checked by kind before it is opened: a FIFO as data.train / data.val hung the run
+// forever (issue 50), one as the tokenizer too.
+TEST_F(DataTest, FifoInputsRefusedBeforeTheOpen) {
+  ASSERT_EQ(::mkfifo(path("fifo.bin").c_str(), 0600), 0);
+  std::string e = fifo_error(path("fifo.bin"), [&] { zt::TokenShard s(path("fifo.bin")); });
+  EXPECT_EQ(e, "data file " + path("fifo.bin") + " is a FIFO, not a regular file");
+  iota_shard("a.bin", 100, 0);
+  e = fifo_error(path("fifo.bin"), [&] { DataLoader dl(path("*.bin"), 2, 4, 0, 1, 1, false); });
+  EXPECT_EQ(e, "data file " + path("fifo.bin") + " is a FIFO, not a regular file");
+  e = fifo_error(path("fifo.bin"), [&] { zt::Tokenizer t(path("fifo.bin")); });
+  EXPECT_EQ(e, "tokenizer file " + path("fifo.bin") + " is a FIFO, not a regular file");
+  fs::create_symlink(path("nowhere.bin"), path("dangling.bin"));
+  expect_error([&] { zt::TokenShard s(path("dangling.bin")); },
+               {"data file " + path("dangling.bin") + " is a symlink to " + path("nowhere.bin") + ", which does not exist"});
+  fs::create_directory(path("dir.bin"));
+  expect_error([&] { zt::TokenShard s(path("dir.bin")); }, {"data file " + path("dir.bin") + " is a directory, not a regular file"});
 }
 
 TEST_F(DataTest, TokenizerErrors) {
