@@ -29,6 +29,7 @@
 #include "runtime/memory.h"
 #include "runtime/output_path.h"
 #include "train/backend_choice.h"
+#include "train/inputs.h"
 #include "train/trainer.h"
 #include "zero/engine_settings.h"
 #include "zero/estimate.h"
@@ -391,13 +392,11 @@ EngineRates engine_rates(const Candidate& c, Calibration& cal, Comm& comm) {
   return e;
 }
 
-// `j` written to `path` whole or not at all (runtime/output_path.h), indented by `indent`.
-void write_json(const std::string& field, const std::string& path, const nlohmann::json& j, int indent) {
-  write_by_rename(field, path, [&](const std::string& tmp) {
-    std::ofstream f(tmp);
-    f << j.dump(indent) << "\n";
-    ZT_REQUIRE(f.good(), field << " " << tmp << ": write failed");
-  });
+// The chosen plan and its report: both written, or neither replaced (runtime/output_path.h); the
+// plan renamed last, so a plan on disk never goes without its report.
+void write_plan_and_report(const std::string& out, const nlohmann::json& plan, const std::string& report,
+                           const nlohmann::json& rep) {
+  write_by_rename({{"--out (its report)", report, nullptr, rep.dump(1) + "\n"}, {"--out", out, nullptr, plan.dump(2) + "\n"}});
 }
 
 // ---- On the CUDA backend: memory only (docs/autoplan.md, "On the CUDA backend") ----------------
@@ -544,11 +543,12 @@ int plan_command(const PlanRequest& req, Comm& comm) {
 
   // Every output is checked before anything is measured (runtime/output_path.h).
   const std::string cache = req.calibration.empty() ? default_cache_path() : req.calibration;
+  // The cache is read and rewritten: an output, so that neither it nor --out can be an input or each other.
   OutputPaths paths;
-  paths.input("the base plan", req.base);
+  register_plan_inputs(paths, base);
+  paths.output("--calibration", cache);
   const std::string out = paths.output("--out", req.out);
   const std::string report = paths.output("--out (its report)", report_path(req.out));
-  check_output_path("--calibration", cache);
   // --out's directory, made now (the check found where it can be), not after a minute of probes.
   {
     std::error_code ec;
@@ -650,7 +650,6 @@ int plan_command(const PlanRequest& req, Comm& comm) {
       std::printf("\nchosen: %s: the first rung of the memory ladder that fits (docs/plans.md); on the CUDA backend the "
                   "planner sizes memory only and predicts no step time (no rates are measured for it)\n",
                   best.choice.label().c_str());
-      write_json("--out", out, best.resolved, 2);
       nlohmann::json cands = nlohmann::json::array();
       for (const Candidate* c : fit)
         cands.push_back({{"choice", c->choice.to_json()}, {"device_bytes_per_rank", c->device},
@@ -666,7 +665,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
                                   {"ranks_per_host", local},
                                   {"runtime_overhead_bytes", kRuntimeOverhead},
                                   {"candidates", cands}};
-      write_json("--out (its report)", report, rep, 1);
+      write_plan_and_report(out, best.resolved, report, rep);
       std::printf("wrote %s (run it: %s./train %s) and %s\n", out.c_str(),
                   world > 1 ? ("mpirun -np " + std::to_string(world) + " ").c_str() : "", out.c_str(), report.c_str());
     }
@@ -829,7 +828,6 @@ int plan_command(const PlanRequest& req, Comm& comm) {
 
   auto write_outputs = [&] {
     if (!root) return;
-    write_json("--out", out, best.resolved, 2);
     nlohmann::json cands = nlohmann::json::array();
     for (const Candidate* c : fit) {
       const StepShape& s = c->shape;
@@ -888,7 +886,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
         {"rates", {{"micro_step", micro_json}, {"adamw_s_per_param", adamw}, {"links", links_json}, {"disk_bytes_per_s", disk}}},
         {"probes", cal.used()},
         {"candidates", cands}};
-    write_json("--out (its report)", report, rep, 1);
+    write_plan_and_report(out, best.resolved, report, rep);
   };
   write_outputs();
   if (root) std::printf("wrote %s (run it: %s./train %s) and %s\n", out.c_str(),

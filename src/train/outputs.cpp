@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +12,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "runtime/error.h"
+#include "train/inputs.h"
 #include "runtime/trace.h"
 
 namespace zt {
@@ -52,30 +54,9 @@ std::vector<fs::path> trace_files(const std::string& trace) {
 
 }  // namespace
 
-RunOutputs check_run_outputs(const Plan& plan, uint64_t final_weights_bytes, const std::vector<std::string>& train_files,
-                             const std::vector<std::string>& val_files, int world) {
+RunOutputs check_run_outputs(const Plan& plan, uint64_t final_weights_bytes, int world) {
   OutputPaths paths;
-  paths.input("the plan", plan.source);
-  for (const std::string& f : train_files) paths.input("data.train", f);
-  for (const std::string& f : val_files) paths.input("data.val", f);
-  paths.input("data.tokenizer", plan.data.tokenizer);
-  paths.input("model.init", plan.model.init);
-  const CheckpointSection& ck = plan.checkpoint;
-  if (ck.resume != "none" && ck.resume != "auto") {
-    paths.input("checkpoint.resume", (fs::path(ck.resume) / "latest").string());
-    try {  // the step directory it names; a path that names none is refused later, in its own words
-      paths.input("checkpoint.resume", ckpt::resolve_resume(ck));
-    } catch (const Error&) {
-    }
-  }
-  if (!ck.dir.empty()) {  // its checkpoints: `latest` and the step directories (saved or being saved)
-    paths.input("checkpoint.dir", (fs::path(ck.dir) / "latest").string());
-    std::error_code ec;
-    for (const fs::directory_entry& e : fs::directory_iterator(ck.dir, ec)) {
-      const std::string n = e.path().filename().string();
-      if (n.rfind("step_", 0) == 0 || n.rfind(".tmp_step_", 0) == 0) paths.input("checkpoint.dir", e.path().string());
-    }
-  }
+  register_plan_inputs(paths, plan);
 
   RunOutputs out;
   // Logs and traces are moved aside, never written into: the path itself, not a symlink's target.
@@ -91,8 +72,17 @@ RunOutputs check_run_outputs(const Plan& plan, uint64_t final_weights_bytes, con
   if (!plan.run.final_weights.empty())
     out.final_weights = paths.output("run.final_weights", plan.run.final_weights, final_weights_bytes);
   if (!plan.run.trace.empty()) {
-    for (int r = 0; r < world; ++r) paths.output("run.trace", Tracer::rank_path(plan.run.trace, r));
+    std::vector<fs::path> mine;  // file names: every rank's trace is in the one directory
+    for (int r = 0; r < world; ++r) {
+      paths.output("run.trace", Tracer::rank_path(plan.run.trace, r));
+      mine.push_back(fs::path(Tracer::rank_path(plan.run.trace, r)).filename());
+    }
     out.trace = Tracer::rank_path(plan.run.trace, 0);
+    // An earlier run's traces of ranks this run lacks are moved aside too (open_run_outputs): never
+    // an input either.
+    for (const fs::path& p : trace_files(out.trace))
+      if (std::find(mine.begin(), mine.end(), p.filename()) == mine.end())
+        paths.output("run.trace (an earlier run's, to be moved aside)", p.string());
   }
   return out;
 }

@@ -22,11 +22,10 @@ struct RunOutputs {
 };
 
 // Rank 0: every output of the run (log, plan.json, final weights, the trace file of each of the
-// `world` ranks) through one OutputPaths check against the run's inputs (the plan file,
-// the data files, the tokenizer, model.init, the checkpoint being resumed and the checkpoints in
-// checkpoint.dir) and each other; `final_weights_bytes` must fit on its disk. Writes nothing.
-RunOutputs check_run_outputs(const Plan& plan, uint64_t final_weights_bytes, const std::vector<std::string>& train_files,
-                             const std::vector<std::string>& val_files, int world);
+// `world` ranks, an earlier run's traces it moves aside) through one OutputPaths check against the
+// run's inputs (register_plan_inputs, train/inputs.h) and each other; `final_weights_bytes` must fit
+// on its disk. Writes nothing.
+RunOutputs check_run_outputs(const Plan& plan, uint64_t final_weights_bytes, int world);
 // The other ranks: their own trace file (their filesystem may not be rank 0's).
 RunOutputs check_rank_outputs(const Plan& plan, int rank);
 

@@ -312,7 +312,7 @@ class Trainer {
       if (!plan_.data.tokenizer.empty()) tokenizer_ = std::make_unique<Tokenizer>(plan_.data.tokenizer);
       if (root_) {
         check_token_ids();
-        outputs_ = check_run_outputs(plan_, GPT<Ops>::llmc_file_bytes(cfg_), loader_->files(), val_loader_->files(), world);
+        outputs_ = check_run_outputs(plan_, GPT<Ops>::llmc_file_bytes(cfg_), world);
       } else {
         outputs_ = check_rank_outputs(plan_, comm_.rank());
       }

@@ -9,8 +9,15 @@
 #     run.trace onto a device; a symlinked run.final_weights is written through, the link kept
 #   - run.trace: a rerun moves the earlier run's traces aside with its log (a stale rank-1 trace
 #     of a 2-rank run included); on a full disk the summary is still logged and the loss said
+#   - train: a parent plan.json (of the extends chain) beside run.log, run.final_weights=dir/
+#   - inputs checked by kind before they are opened: a FIFO as data.train / data.val / tokenizer /
+#     model.init / the plan, a device as model.init, a dangling link as data.val (under a timeout)
+#   - train plan: --out / its report / --calibration onto a data shard, data.val, model.init, the
+#     plan or a plan it extends, each other, or dir/: refused before anything is measured; on a
+#     full disk neither the plan nor its report is replaced, and the message says why
 #   - scripts/trace_merge and scripts/compare: the same rules, one line "error: ...", exit 1;
-#     compare refuses --set run.log / run.steps and keeps the results of the plans that finished
+#     compare refuses --set run.log / run.steps, a run folder that holds a plan it compares, and
+#     keeps the results of the plans that finished
 set -uo pipefail
 TRAIN=${1:?usage: output_paths.sh path/to/train path/to/mpirun}
 MPIRUN=${2:?usage: output_paths.sh path/to/train path/to/mpirun}
@@ -18,7 +25,10 @@ TRAIN=$(realpath "$TRAIN")
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PY=/usr/bin/python3
 work=$(mktemp -d)
-cleanup() { mountpoint -q "$work/full" 2>/dev/null && umount "$work/full"; rm -rf "$work"; }
+cleanup() {
+  for m in "$work/full" "$work/pfull"; do mountpoint -q "$m" 2>/dev/null && umount "$m"; done
+  rm -rf "$work"
+}
 trap cleanup EXIT
 cd "$ROOT"
 fails=0
@@ -124,6 +134,101 @@ if "$TRAIN" plans/default.json "${small[@]}" --set run.log="$work/fwlink/metrics
   ok "final_weights_through_link: the link is still a link, its target holds the weights"
 else fail "final_weights_through_link:"; tail -3 "$work/fwlink.out"; ls -l "$inp"; fi
 
+# A plan that extends another, whose plan.json sits where the run's resolved plan goes: an input,
+# refused (it was moved aside to plan.json.1 as "an earlier run's files").
+mkdir -p "$work/ext"
+printf '{"extends": "%s"}\n' "$ROOT/plans/default.json" > "$work/ext/plan.json"
+printf '{"extends": "ext/plan.json"}\n' > "$work/ext_child.json"
+parent_sum=$(sha256sum <"$work/ext/plan.json")
+refused parent_plan_beside_log 'run.log (the resolved plan beside it): '"$work/ext/plan.json"' is one of this command'"'"'s inputs (a plan it extends' \
+  "$TRAIN" "$work/ext_child.json" "${small[@]}" --set run.log="$work/ext/metrics.jsonl" &&
+  { [ "$(sha256sum <"$work/ext/plan.json")" = "$parent_sum" ] && [ ! -e "$work/ext/plan.json.1" ] &&
+    ok "parent_plan_beside_log: $(cat "$work/parent_plan_beside_log.err")" || fail "parent_plan_beside_log: the parent moved: $(ls "$work/ext")"; }
+# A path spelled as a directory: refused before the first step (the weights were lost after the last).
+refused final_weights_trailing_slash 'run.final_weights: '"$work/fwdir/"' ends in "/": it names a directory' \
+  "$TRAIN" plans/default.json "${small[@]}" --set run.log="$work/fwslash/metrics.jsonl" --set run.final_weights="$work/fwdir/" &&
+  { [ ! -e "$work/fwdir" ] && [ ! -e "$work/fwslash" ] && ok "final_weights_trailing_slash: $(cat "$work/final_weights_trailing_slash.err")" \
+    || fail "final_weights_trailing_slash: files were written: $(ls "$work/fwdir" "$work/fwslash" 2>&1)"; }
+
+# ---- inputs that are not regular files: refused by kind before they are opened -------------------
+# (a FIFO as data.train / data.val hung the run forever; as tokenizer or model.init it was "not found")
+mkfifo "$inp/fifo"
+ln -s "$inp/nowhere.bin" "$inp/dangling_in"
+fifo_refused() {  # NAME WANT ARGS...: under a timeout, so that a regression fails instead of hanging
+  local name=$1 want=$2; shift 2
+  refused "$name" "$want" timeout 30 "$TRAIN" "$@" || return
+  if [ -e "$work/$name" ]; then fail "$name: files were written: $(find "$work/$name")"; return; fi
+  ok "$name: $(cat "$work/$name.err")"
+}
+fifo_refused fifo_as_data_train 'data file '"$inp/fifo"' is a FIFO, not a regular file' plans/default.json "${small[@]}" \
+  --set run.log="$work/fifo_as_data_train/m.jsonl" --set data.train="$inp/fifo"
+fifo_refused fifo_as_data_val 'data file '"$inp/fifo"' is a FIFO, not a regular file' plans/default.json "${small[@]}" \
+  --set run.log="$work/fifo_as_data_val/m.jsonl" --set data.val="$inp/fifo"
+fifo_refused fifo_as_tokenizer 'plan: data.tokenizer: "'"$inp/fifo"'" is a FIFO, not a regular file' plans/default.json "${small[@]}" \
+  --set run.log="$work/fifo_as_tokenizer/m.jsonl" --set data.tokenizer="$inp/fifo"
+fifo_refused fifo_as_init 'plan: model.init: "'"$inp/fifo"'" is a FIFO, not a regular file' plans/default.json "${small[@]}" \
+  --set run.log="$work/fifo_as_init/m.jsonl" --set model.init="$inp/fifo"
+fifo_refused fifo_as_plan 'plan '"$inp/fifo"' is a FIFO, not a regular file' "$inp/fifo" "${small[@]}" \
+  --set run.log="$work/fifo_as_plan/m.jsonl"
+fifo_refused device_as_init 'plan: model.init: "'"$inp/chardev"'" is a' plans/default.json "${small[@]}" \
+  --set run.log="$work/device_as_init/m.jsonl" --set model.init="$inp/chardev"
+fifo_refused dangling_as_data_val 'data file '"$inp/dangling_in"' is a symlink to '"$inp/nowhere.bin"', which does not exist' \
+  plans/default.json "${small[@]}" --set run.log="$work/dangling_as_data_val/m.jsonl" --set data.val="$inp/dangling_in"
+
+# ---- train plan: --out, its report and --calibration against the planner's inputs ---------------
+# Refused before anything is measured (under a timeout: the old planner measured for a minute, then
+# wrote over the input).
+cp data/sample/val.bin "$inp/val.bin"
+printf '{"extends": "%s"}\n' "$ROOT/plans/default.json" > "$inp/parent.json"
+printf '{"extends": "parent.json"}\n' > "$inp/child.json"
+echo '{"keep": 1}' > "$inp/cal.json"
+ins_before=$(listing "$inp")
+plan_refused() {  # NAME WANT ARGS...
+  local name=$1 want=$2; shift 2
+  refused "$name" "$want" timeout 60 "$TRAIN" plan "$inp/child.json" "${small[@]}" --set data.train="$inp/train.bin" \
+    --set data.val="$inp/val.bin" --set model.init="$inp/init.bin" "$@" || return
+  if [ "$(listing "$inp")" != "$ins_before" ]; then fail "$name: the inputs changed"; return; fi
+  ok "$name: $(cat "$work/$name.err")"
+}
+inputs_of="is one of this command's inputs"
+plan_refused plan_out_onto_data_train "--out: $inp/train.bin $inputs_of (data.train" --out "$inp/train.bin" --calibration "$work/pcal.json"
+plan_refused plan_out_onto_data_val "--out: $inp/val.bin $inputs_of (data.val" --out "$inp/val.bin" --calibration "$work/pcal.json"
+plan_refused plan_out_onto_init "--out: $inp/init.bin $inputs_of (model.init" --out "$inp/init.bin" --calibration "$work/pcal.json"
+plan_refused plan_out_onto_parent "--out: $inp/parent.json $inputs_of (a plan it extends: $inp/parent.json)" \
+  --out "$inp/parent.json" --calibration "$work/pcal.json"
+plan_refused plan_out_onto_base "--out: $inp/child.json $inputs_of (the plan" --out "$inp/child.json" --calibration "$work/pcal.json"
+cp "$inp/val.bin" "$inp/v.report.json"; ins_before=$(listing "$inp")  # --out v.json: its report is v.report.json
+plan_refused plan_report_onto_data_val "--out (its report): $inp/v.report.json $inputs_of (data.val" --out "$inp/v.json" \
+  --calibration "$work/pcal.json" --set data.val="$inp/v.report.json"
+plan_refused plan_out_is_calibration "--out: $inp/cal.json is also where --calibration goes" --out "$inp/cal.json" --calibration "$inp/cal.json"
+plan_refused plan_calibration_onto_data "--calibration: $inp/train.bin $inputs_of (data.train" --out "$work/pout/best.json" \
+  --calibration "$inp/train.bin"
+plan_refused plan_out_trailing_slash "--out: $work/pdir/ ends in \"/\": it names a directory" --out "$work/pdir/" --calibration "$work/pcal.json"
+[ -e "$work/pdir" ] && fail "plan_out_trailing_slash: $work/pdir was made: $(ls -a "$work/pdir")"
+[ -e "$work/pcal.json" ] && fail "train plan refusals: the calibration cache was written"
+
+# On a full disk the plan and its report are both kept as they were (the plan was replaced, then the
+# report failed: "--out (its report): --out (its report) TMP: write failed", no strerror).
+mkdir -p "$work/pfull"
+if mount -t tmpfs -o size=16k tmpfs "$work/pfull" 2>/dev/null; then
+  echo "old plan" > "$work/pfull/best.json"; echo "old report" > "$work/pfull/best.report.json"
+  head -c 4096 /dev/zero > "$work/pfull/filler"  # one page left: room for the plan (~1.6 KB), not its report (~11 KB)
+  timeout 120 "$TRAIN" plan plans/default.json "${small[@]}" --set offload.nvme_dir=/proc/zt_nowhere \
+    --out "$work/pfull/best.json" --calibration "$work/pcal.json" >"$work/pfull.out" 2>"$work/pfull.err"
+  rc=$?
+  if [ $rc -ne 1 ] || [ "$(wc -l <"$work/pfull.err")" -ne 1 ]; then fail "plan_disk_full: exit $rc, stderr:"; cat "$work/pfull.err"; tail -3 "$work/pfull.out"
+  elif ! grep -q 'No space left on device' "$work/pfull.err"; then fail "plan_disk_full: no strerror:"; cat "$work/pfull.err"
+  elif [ "$(grep -o -- '--out' "$work/pfull.err" | wc -l)" -ne 1 ]; then fail "plan_disk_full: --out named more than once:"; cat "$work/pfull.err"
+  elif [ "$(cat "$work/pfull/best.json")" != "old plan" ] || [ "$(cat "$work/pfull/best.report.json")" != "old report" ]; then
+    fail "plan_disk_full: replaced: plan $(head -c 20 "$work/pfull/best.json" | tr -d '\n'), report $(head -c 20 "$work/pfull/best.report.json" | tr -d '\n')"
+  elif [ "$(ls -A "$work/pfull" | tr '\n' ' ')" != "best.json best.report.json filler " ]; then
+    fail "plan_disk_full: left behind: $(ls -A "$work/pfull" | tr '\n' ' ')"
+  else ok "plan_disk_full: neither replaced; $(cat "$work/pfull.err")"; fi
+  umount "$work/pfull"
+else
+  echo "SKIP plan_disk_full: cannot mount a small tmpfs here (needs root); the check is not exercised"
+fi
+
 # ---- run.trace: a rerun moves the earlier traces aside; a full disk loses the trace, not the run --
 tr="$work/tr"
 "$MPIRUN" --oversubscribe -np 2 "$TRAIN" plans/default.json "${small[@]}" --set run.log="$tr/metrics.jsonl" \
@@ -205,6 +310,13 @@ compare_refused compare_set_log "--set run.log=$work/x.jsonl: compare sets run.l
   --out "$work/cmp" --set run.log="$work/x.jsonl"
 compare_refused compare_set_steps "--set run.steps=3: compare sets run.steps itself (use --steps N)" plans/default.json \
   --out "$work/cmp" --set run.steps=3
+# A run folder compare would replace that holds a plan it compares (an earlier compare's resolved
+# plan.json): refused (the folder was removed, the plan with it, before that plan ran).
+mkdir -p "$work/cmp_in/default"; touch "$work/cmp_in/default/.compare_run"
+printf '{"extends": "%s"}\n' "$ROOT/plans/default.json" > "$work/cmp_in/default/plan.json"
+compare_refused compare_input_in_run_dir "--out: $work/cmp_in/default would be replaced, and it holds one of this command's inputs (a plan: $work/cmp_in/default/plan.json)" \
+  plans/default.json "$work/cmp_in/default/plan.json" --out "$work/cmp_in"
+[ -f "$work/cmp_in/default/plan.json" ] || fail "compare_input_in_run_dir: the plan is gone"
 # A plan that fails after another finished: the finished plan's table and CSV are kept.
 printf '{"optim": {"lr": 0.001,,}}\n' > "$work/broken.json"
 compare plans/default.json "$work/broken.json" --out "$work/cmp" >"$work/cmp.out" 2>"$work/cmp.err"

@@ -31,7 +31,7 @@ class Outputs : public TempDirTest {
     return zt::load_plan(kBase, {"run.log=" + log, "run.final_weights=" + weights, "run.trace=" + trace}, false);
   }
   static zt::RunOutputs check(const zt::Plan& p, uint64_t bytes, int world = 1) {
-    return zt::check_run_outputs(p, bytes, {}, {}, world);
+    return zt::check_run_outputs(p, bytes, world);
   }
   // Files in the test directory whose name begins with `prefix`.
   std::vector<std::string> named(const std::string& prefix) const {
@@ -169,6 +169,58 @@ TEST_F(Outputs, NeverAnInputNorAnotherOutput) {
   e = error_of([&] { paths.output("b", path("new/sub/../x.bin")); });  // neither exists: canonical parent + name
   EXPECT_EQ(e, "b: " + path("new/sub/../x.bin") + " is also where a goes; give each output its own path");
   EXPECT_EQ(slurp(path("in.bin")), "input");
+}
+
+// `dir/` that does not exist yet was accepted, and the write at the end (after every step of a run)
+// left the result in a hidden dir/.tmp.XXXXXX after saying the directory "changed during the run".
+TEST_F(Outputs, APathSpelledAsADirectoryIsRefusedUpFront) {
+  const auto before = listing();
+  for (const std::string& p : {path("new") + "/", path("new") + "/.", path("new") + "/.."}) {
+    std::string e = error_of([&] { check(plan(path("run/m.jsonl"), p), 100); });
+    EXPECT_EQ(e.rfind("run.final_weights: " + p + " ends in \"", 0), 0u) << e;
+    EXPECT_NE(e.find("it names a directory, not a file"), std::string::npos) << e;
+    e = error_of([&] { zt::check_output_path("--out", p); });
+    EXPECT_EQ(e.rfind("--out: " + p + " ends in \"", 0), 0u) << e;
+  }
+  EXPECT_EQ(listing(), before);
+}
+
+// Every file of the plan's "extends" chain is an input: a parent plan.json beside run.log was
+// moved aside to plan.json.1 as "an earlier run's files".
+TEST_F(Outputs, APlanItExtendsIsAnInput) {
+  fs::create_directories(path("run"));
+  std::ofstream(path("run/plan.json")) << "{\"extends\": \"" << kBase << "\"}\n";
+  std::ofstream(path("child.json")) << "{\"extends\": \"run/plan.json\"}\n";
+  const zt::Plan p = zt::load_plan(path("child.json"), {"run.log=" + path("run/m.jsonl")}, false);
+  EXPECT_EQ(p.files, (std::vector<std::string>{path("child.json"), path("run/plan.json"), kBase}));
+  const std::string e = error_of([&] { check(p, 0); });
+  EXPECT_EQ(e, "run.log (the resolved plan beside it): " + path("run/plan.json") +
+                   " is one of this command's inputs (a plan it extends: " + path("run/plan.json") + "); write it elsewhere");
+  EXPECT_FALSE(fs::exists(path("run/plan.json.1")));
+}
+
+// A plan and its report: a failure while writing either replaces neither (the planner once wrote
+// the plan, then failed on the report: a new plan beside an old report, or none).
+TEST_F(Outputs, FilesWrittenTogetherAreAllReplacedOrNone) {
+  std::ofstream(path("best.json")) << "old plan";
+  std::ofstream(path("best.report.json")) << "old report";
+  const std::string e = error_of([&] {
+    zt::write_by_rename(std::vector<zt::FileToWrite>{
+        {"--out (its report)", path("best.report.json"), nullptr, "new report"},
+        {"--out", path("best.json"), [](const std::string& tmp) {
+           std::ofstream(tmp) << "half";
+           throw zt::Error("cannot write: No space left on device");
+         }, ""}});
+  });
+  EXPECT_EQ(e, "--out: cannot write: No space left on device; none of " + path("best.report.json") + ", " +
+                   path("best.json") + " was replaced");
+  EXPECT_EQ(slurp(path("best.json")), "old plan");
+  EXPECT_EQ(slurp(path("best.report.json")), "old report");
+  EXPECT_EQ(named("best"), (std::vector<std::string>{"best.json", "best.report.json"}));  // no temporary file left
+  zt::write_by_rename(std::vector<zt::FileToWrite>{{"--out (its report)", path("best.report.json"), nullptr, "new report"},
+                                                   {"--out", path("best.json"), nullptr, "new plan"}});
+  EXPECT_EQ(slurp(path("best.json")), "new plan");
+  EXPECT_EQ(slurp(path("best.report.json")), "new report");
 }
 
 TEST_F(Outputs, EarlierTracesMoveAsideWithTheLog) {
