@@ -3,7 +3,8 @@
   - a new path, or an existing regular file (replaced by a rename); a symlink is written through to
     its regular-file target; devices, FIFOs, sockets, directories and dangling links are refused;
   - never one of the command's inputs (same st_dev/st_ino), nor inside an input directory, nor
-    another output of the same command;
+    another output of the same command; a directory the command replaces whole never holds an
+    input (scripts/compare registers each plan and every plan its "extends" chain names);
   - the directory that will hold it (or its nearest existing ancestor) accepts a new file, found by
     creating and removing a probe file.
 
@@ -125,6 +126,15 @@ class Outputs:
         _probe(label, path, _existing_dir(label, path, target))
         self._check_inputs(label, path, target)
         return target
+
+    def replaced(self, label, path):
+        """A directory the command removes and makes anew: none of the inputs may be inside it."""
+        real = os.path.realpath(path)
+        for in_label, in_path, _, _ in self.inputs:
+            r = os.path.realpath(in_path)
+            if r == real or r.startswith(real.rstrip(os.sep) + os.sep):
+                raise OutputError(f"{label}: {path} would be replaced, and it holds one of this command's inputs "
+                                  f"({in_label}: {in_path}); choose another --out, or move that file out first")
 
     def directory(self, label, path):
         """A directory the command creates (if missing) and writes files into."""
