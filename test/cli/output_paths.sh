@@ -200,7 +200,6 @@ plan_refused plan_out_onto_base "--out: $inp/child.json $inputs_of (the plan" --
 cp "$inp/val.bin" "$inp/v.report.json"; ins_before=$(listing "$inp")  # --out v.json: its report is v.report.json
 plan_refused plan_report_onto_data_val "--out (its report): $inp/v.report.json $inputs_of (data.val" --out "$inp/v.json" \
   --calibration "$work/pcal.json" --set data.val="$inp/v.report.json"
-plan_refused plan_out_is_calibration "--out: $inp/cal.json is also where --calibration goes" --out "$inp/cal.json" --calibration "$inp/cal.json"
 plan_refused plan_calibration_onto_data "--calibration: $inp/train.bin $inputs_of (data.train" --out "$work/pout/best.json" \
   --calibration "$inp/train.bin"
 plan_refused plan_out_trailing_slash "--out: $work/pdir/ ends in \"/\": it names a directory" --out "$work/pdir/" --calibration "$work/pcal.json"
@@ -228,6 +227,14 @@ if mount -t tmpfs -o size=16k tmpfs "$work/pfull" 2>/dev/null; then
 else
   echo "SKIP plan_disk_full: cannot mount a small tmpfs here (needs root); the check is not exercised"
 fi
+# --out at the calibration cache (a real one: the planner reused it, then wrote the plan over it).
+[ -s "$work/pcal.json" ] || timeout 120 "$TRAIN" plan plans/default.json "${small[@]}" --set offload.nvme_dir=/proc/zt_nowhere \
+  --out "$work/pfirst/best.json" --calibration "$work/pcal.json" >"$work/pfirst.out" 2>&1
+cal_sum=$(sha256sum <"$work/pcal.json")
+refused plan_out_is_calibration "--out: $work/pcal.json is also where --calibration goes" timeout 60 "$TRAIN" plan plans/default.json \
+  "${small[@]}" --set offload.nvme_dir=/proc/zt_nowhere --out "$work/pcal.json" --calibration "$work/pcal.json" &&
+  { [ "$(sha256sum <"$work/pcal.json")" = "$cal_sum" ] && ok "plan_out_is_calibration: $(cat "$work/plan_out_is_calibration.err")" \
+    || fail "plan_out_is_calibration: the cache changed"; }
 
 # ---- run.trace: a rerun moves the earlier traces aside; a full disk loses the trace, not the run --
 tr="$work/tr"
