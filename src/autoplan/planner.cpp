@@ -663,6 +663,23 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   }
   const uint64_t device_avail = on_device ? device_bytes_per_rank(comm) : 0;
 
+  // The least any candidate can hold, by arithmetic before sizing each one (at 65536 layers sizing
+  // the candidates took minutes, then found none fit): every candidate keeps the fp32 weights,
+  // gradients and two AdamW moments somewhere, at best sharded over the ranks (stage 3), in host
+  // memory or the swap files.
+  if (!on_device && avail.bytes > 0) {
+    const double C = base.model.n_embd, psi = double(base.model.n_layer) * 12 * C * C +
+                                              double(GPTConfig::pad_vocab(base.model.vocab_size)) * C;
+    const double least = 16 * psi / world * local, room = double(avail.bytes) + (nvme ? double(nvme_free) : 0);
+    if (least > room)
+      throw Error("plan: no candidate fits: " + std::to_string(base.model.n_layer) + " layers of " +
+                  std::to_string(base.model.n_embd) + " channels hold at least " + mib(psi * 4) +
+                  " of fp32 weights, and their gradients and two AdamW moments as much each: at least " +
+                  mib(least) + " on this host at best sharded over " + std::to_string(world) + " rank(s) (" +
+                  std::to_string(local) + " here); available: " + mib(double(avail.bytes)) + " host (" + avail.source +
+                  ")" + (nvme ? " and " + mib(double(nvme_free)) + " in " + base.offload.nvme_dir : ", no offload (" + nvme_why + ")"));
+  }
+
   // A key the planner searches, given with --set, fixes it: only the candidates that keep it. (The
   // batch keys and zero.bucket_mb are not among them: with --set they give the global batch and
   // the bucket size the search starts from, docs/autoplan.md.)
