@@ -335,7 +335,7 @@ add_test(NAME autoplan_faults
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/autoplan/plan_faults.py --train $<TARGET_FILE:train>
                  --mpirun ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-set_tests_properties(autoplan_faults PROPERTIES LABELS autoplan TIMEOUT 300 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+set_tests_properties(autoplan_faults PROPERTIES LABELS autoplan TIMEOUT 420 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 
 # ---- gpu: each CUDA op against its CPU op, the whole model against the CPU backend ----------------
 # Built whenever the CUDA backend is; every test starts with ZT_REQUIRE_GPU(), which reports it as
@@ -439,7 +439,7 @@ endif()
 # emulated runs) ran last, with little left to fill the other slot. COST (about their seconds on
 # 2 cores) starts them first. RUN_SERIAL tests run alone whatever their cost.
 foreach(pair "slurm_jobs;75" "cli_bad_input;67" "cli_train_sample;64" "emulated.nccl_world1;61" "slurm_faults;55"
-             "emulated.train_device_cuda;50" "zero_doc_formulas;26" "train_parity;20" "unit_openblas_haswell;20")
+             "emulated.train_device_cuda;50" "autoplan_faults;45" "zero_doc_formulas;26" "train_parity;20" "unit_openblas_haswell;20")
   list(GET pair 0 name)
   list(GET pair 1 cost)
   if(TEST ${name})
