@@ -24,6 +24,7 @@
 #include "runtime/launcher.h"
 #include "runtime/support.h"
 #include "train/backend_choice.h"
+#include "train/same_plan.h"
 #include "train/trainer.h"
 #include "zero/estimate.h"
 
@@ -36,16 +37,6 @@ std::unique_ptr<zt::Comm> g_comm;  // for the error path in main()
 // writes nothing.
 void print_plan(const zt::Plan& plan) {
   std::printf("plan %s (resolved):\n%s\n\n", plan.source.c_str(), plan.resolved.dump(2).c_str());
-}
-
-// All ranks must run the same plan with the same binary: compare a hash of both.
-void check_same_plan_everywhere(const zt::Plan& plan, zt::Comm& comm) {
-  const uint64_t h = zt::plan_hash(plan.resolved.dump() + "|" ZT_VERSION);
-  const std::vector<uint64_t> all = comm.all_gather_u64(h);
-  for (int r = 0; r < comm.world(); ++r)
-    ZT_REQUIRE(all[size_t(r)] == all[0], "rank " << r << " runs a different plan or binary than rank 0 (plan+version hash "
-                                                 << std::hex << all[size_t(r)] << " vs " << all[0]
-                                                 << "); give every rank the same plan file, --set flags and build");
 }
 
 // The plan's comm section as the comm layer takes it (it knows no plan), with the ZT_COMM_*
@@ -135,11 +126,11 @@ int run(int argc, char** argv) {
   CLI::App* pln = app.add_subcommand("plan", "the fastest plan that fits this machine, with predicted step times "
                                              "(on the CUDA backend: the memory ladder's first that fits; docs/autoplan.md)");
   zt::autoplan::PlanRequest preq;
-  std::string plan_world = "1", validate_text = "0";
+  std::string plan_world = "1", validate_text = "0", global_batch_text;
   pln->add_option("plan", preq.base, "base plan file: the model, data, optimizer and global batch to keep");
   pln->add_option("--world", plan_world, "ranks to plan for, launched as mpirun -np N (default 1)")->type_name("N");
   pln->add_option("--out", preq.out, "where the chosen plan goes (its report beside it: NAME.report.json)")->type_name("FILE");
-  pln->add_option("--global-batch", preq.global_batch, "sequences per optimizer step (default: the base plan's "
+  pln->add_option("--global-batch", global_batch_text, "sequences per optimizer step (default: the base plan's "
                   "micro_batch x grad_accum x N)")->type_name("G");
   pln->add_option("--validate", validate_text, "run the top K candidates (\"all\": every one that fits) and print "
                   "predicted vs measured (default 0)")->type_name("K");
@@ -201,8 +192,14 @@ int run(int argc, char** argv) {
     ZT_REQUIRE(plan_path.empty(), "command line: the plan goes after \"plan\": " << kPlanForm);
     ZT_REQUIRE(!preq.base.empty(), "command line: no base plan given: " << kPlanForm);
     preq.world = zt::parse_world(plan_world);
-    ZT_REQUIRE(pln->count("--global-batch") == 0 || preq.global_batch >= 1,
-               "--global-batch must be a number of sequences, at least 1, got " << preq.global_batch);
+    // As text: CLI11 took 99999999999999999999 as the largest long and the refusal quoted that.
+    if (pln->count("--global-batch")) {
+      const std::string& g = global_batch_text;
+      const bool digits = !g.empty() && g.size() <= 9 && g.find_first_not_of("0123456789") == std::string::npos;
+      ZT_REQUIRE(digits && std::stol(g) >= 1,
+                 "--global-batch must be a number of sequences, 1 to 999999999, got \"" << zt::clip(g, 30) << "\"");
+      preq.global_batch = std::stol(global_batch_text);
+    }
     preq.validate = validate_text == "all" ? -1 : 0;
     if (validate_text != "all") {
       const bool digits = !validate_text.empty() && validate_text.size() <= 6 &&
@@ -216,6 +213,15 @@ int run(int argc, char** argv) {
     zt::Plan base = zt::load_plan(preq.base, overrides, /*check_files=*/false);
     g_comm = zt::make_mpi_comm(comm_options(base, env_notes));
     zt::check_launch(zt::this_launch(), g_comm->world());
+    // Before the first probe: ranks that disagree would measure different collectives and wait on
+    // each other for as long as the link probe's timeout allows.
+    check_same_plan_everywhere(base, ZT_VERSION, *g_comm,
+                               "plan " + std::to_string(preq.world) + " " + std::to_string(preq.global_batch) + " " +
+                                   std::to_string(preq.validate) + " " + std::to_string(preq.validate_steps) + " " +
+                                   std::to_string(preq.validate_rounds));
+    if (g_comm->rank() == 0)
+      for (const std::string& n : env_notes) std::printf("%s\n", n.c_str());
+    preq.comm = base.resolved["comm"];  // what the probes run on, written into the chosen plan
     const int rc = zt::autoplan::plan_command(preq, *g_comm);
     g_comm->barrier();
     return rc;
@@ -231,7 +237,13 @@ int run(int argc, char** argv) {
   std::vector<std::string> env_notes;
   g_comm = zt::make_mpi_comm(comm_options(plan, env_notes));
   zt::check_launch(zt::this_launch(), g_comm->world());
-  check_same_plan_everywhere(plan, *g_comm);
+  check_same_plan_everywhere(plan, ZT_VERSION, *g_comm);
+  ZT_REQUIRE(plan.batch.world == 0 || plan.batch.world == g_comm->world(),
+             "plan " << plan.source << " is for " << plan.batch.world << " rank(s) (batch.world), but " << g_comm->world()
+                     << " were launched: its global batch of " << plan.batch.micro_batch << " x " << plan.batch.grad_accum
+                     << " x " << plan.batch.world << " sequences would change; run it with mpirun -np " << plan.batch.world
+                     << ", or plan again for " << g_comm->world() << " (./train plan --world " << g_comm->world()
+                     << "), or --set batch.world=0 to train micro_batch x grad_accum per rank at any world");
   // Refuse what cannot run here before writing anything; the plan written beside the log then
   // names the device, precision and comm backend that run rather than "auto".
   const std::string backend = zt::choose_backend(plan, g_comm->world());

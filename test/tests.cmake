@@ -326,6 +326,17 @@ add_test(NAME autoplan_check
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(autoplan_check PROPERTIES LABELS "autoplan;docs" TIMEOUT 300 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 
+# autoplan_faults: `train plan` under hostile conditions (issue 50), each on a tiny model with a cache
+# of its own: ranks that disagree refused before any probe, a base with checkpoints or final weights
+# planned and validated without writing them, the cache keyed by the comm settings and its values
+# checked, SIGINT during --validate leaving no directory, --set of a searched key fixing it, two
+# planners on one cache, the chosen plan's world recorded and held to (test/autoplan/plan_faults.py).
+add_test(NAME autoplan_faults
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/autoplan/plan_faults.py --train $<TARGET_FILE:train>
+                 --mpirun ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(autoplan_faults PROPERTIES LABELS autoplan TIMEOUT 420 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+
 # ---- gpu: each CUDA op against its CPU op, the whole model against the CPU backend ----------------
 # Built whenever the CUDA backend is; every test starts with ZT_REQUIRE_GPU(), which reports it as
 # skipped (gtest's [  SKIPPED ], which gtest_discover_tests itself turns into ctest's "Skipped", never
@@ -428,7 +439,7 @@ endif()
 # emulated runs) ran last, with little left to fill the other slot. COST (about their seconds on
 # 2 cores) starts them first. RUN_SERIAL tests run alone whatever their cost.
 foreach(pair "slurm_jobs;75" "cli_bad_input;67" "cli_train_sample;64" "emulated.nccl_world1;61" "slurm_faults;55"
-             "emulated.train_device_cuda;50" "zero_doc_formulas;26" "train_parity;20" "unit_openblas_haswell;20")
+             "emulated.train_device_cuda;50" "autoplan_faults;45" "zero_doc_formulas;26" "train_parity;20" "unit_openblas_haswell;20")
   list(GET pair 0 name)
   list(GET pair 1 cost)
   if(TEST ${name})

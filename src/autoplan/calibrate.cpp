@@ -1,10 +1,12 @@
 #include "autoplan/calibrate.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +26,7 @@
 #include "offload/swap_pipeline.h"
 #include "offload/uring.h"
 #include "runtime/error.h"
+#include "plan/plan.h"
 #include "runtime/output_path.h"
 
 namespace zt::autoplan {
@@ -213,24 +216,83 @@ std::string default_cache_path() {
   return std::string(home) + "/.cache/zerotrain/calibration.json";
 }
 
+namespace {
+
+// Every probe stores seconds (a whole call's, or per parameter or byte moved) or a share, the
+// slowest rank's (max_over_ranks: never below 0). Past a day, or below a femtosecond, no probe of
+// this machine measured it.
+constexpr double kLeastSeconds = 1e-15, kMostSeconds = 86400;
+
+// Why the cached `v` of `key` cannot be what its probe measured; "" when it can.
+std::string bad_entry(const std::string& key, const nlohmann::json& v) {
+  if (!v.is_number()) return "not a number";
+  const double x = v.get<double>();
+  if (!std::isfinite(x)) return "not finite";
+  auto ends = [&](const std::string& tail) {
+    return key.size() >= tail.size() && key.compare(key.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  if (key.rfind("overlap ", 0) == 0 || ends(" exposed")) return x >= 0 && x <= 1 ? "" : "not a share from 0 to 1";
+  // Differences of two times (the engine run's later micro-steps and flush) may come out 0.
+  if (x == 0 && (ends(" next") || ends(" flush"))) return "";
+  if (x < kLeastSeconds || x > kMostSeconds) return "not a time a probe measures (1e-15 to 86400 s)";
+  return "";
+}
+
+}  // namespace
+
 Calibration::Calibration(Comm& comm, std::string cache_path, int threads, const std::string& version,
-                         std::vector<std::string>& notes)
-    : comm_(comm), path_(std::move(cache_path)), threads_(threads), machine_(this_machine(version)), notes_(notes) {
+                         std::string comm_settings, std::vector<std::string>& notes)
+    : comm_(comm), path_(std::move(cache_path)), threads_(threads), comm_settings_(std::move(comm_settings)),
+      machine_(this_machine(version)), notes_(notes) {
   omp_set_num_threads(threads_);
   openblas_set_num_threads(threads_);
-  // Rank 0 reads the cache; every rank gets its text, so all take the same probes (collectives).
+  // Rank 0 takes the lock first; while another planner holds it every rank waits, a second at a
+  // time (short collectives: one long wait would pass the comm layer's hang timeout).
+  if (comm_.rank() == 0) {
+    std::error_code ec;
+    const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    // Best effort: where no lock file can be made, the cache cannot be written either (save
+    // refuses), so no entries of another planner's can be lost.
+    lock_fd_ = ::open((path_ + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  }
+  for (bool said = false;;) {
+    uint64_t got = comm_.rank() != 0 || lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX | LOCK_NB) == 0 ? 1 : 0;
+    comm_.wait(comm_.broadcast(&got, sizeof got, 0));
+    if (got) break;
+    if (comm_.rank() == 0 && !said) {
+      std::printf("calibration: %s is in use by another planner (%s.lock held); waiting for it to finish\n", path_.c_str(),
+                  path_.c_str());
+      std::fflush(stdout);
+    }
+    said = true;
+    ::sleep(1);
+  }
+  // Rank 0 reads and checks the cache; every rank gets the same entries, so all take the same
+  // probes (collectives).
   std::string text;
   if (comm_.rank() == 0) {
     std::error_code ec;
     if (std::filesystem::is_regular_file(path_, ec)) {
-      text = read_text(path_);
-      nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+      nlohmann::json j = nlohmann::json::parse(read_text(path_), nullptr, false);
       if (j.is_discarded() || !j.is_object() || !j.contains("zerotrain_calibration"))
         throw Error("--calibration " + path_ + ": not a zerotrain calibration cache (it would be replaced): give another path");
+      ZT_REQUIRE(j.contains("entries") && j["entries"].is_object(),
+                 "--calibration " << path_ << ": its \"entries\" is not an object: not a calibration cache this build "
+                                  << "reads (it would be replaced): remove it or give another path");
       if (j["machine"] != machine_) {
-        notes_.push_back("calibration: " + path_ + " was measured on another machine or build (" + j["machine"].dump() +
+        notes_.push_back("calibration: " + path_ + " was measured on another machine or build (" + clip(j["machine"].dump(), 300) +
                          "); measuring again, it will be replaced");
-        text.clear();
+      } else {
+        nlohmann::json kept = nlohmann::json::object();
+        for (const auto& [key, v] : j["entries"].items()) {
+          const std::string why = bad_entry(key, v);
+          if (why.empty()) kept[key] = v;
+          else
+            notes_.push_back("warning: calibration: " + path_ + ": \"" + clip(key, 200) + "\" is " + clip(v.dump(), 40) +
+                             ", " + why + ": measuring it again");
+        }
+        text = kept.dump();
       }
     }
   }
@@ -238,7 +300,11 @@ Calibration::Calibration(Comm& comm, std::string cache_path, int threads, const 
   comm_.wait(comm_.broadcast(&n, sizeof n, 0));
   text.resize(n);
   if (n) comm_.wait(comm_.broadcast(text.data(), n, 0));
-  if (n) entries_ = nlohmann::json::parse(text)["entries"];
+  if (n) entries_ = nlohmann::json::parse(text);
+}
+
+Calibration::~Calibration() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 double Calibration::cached(const std::string& key, const std::function<double()>& probe) {
@@ -354,7 +420,7 @@ LinkCost Calibration::link(const std::string& op, size_t bytes) {
     if (op == "all_reduce") sent = double(2 * (N - 1)) * 4.0 * double(n) / N;
     else sent = double(N - 1) * 4.0 * double(share);
     std::ostringstream k;
-    k << "link " << op << " N" << N << " ranks/host" << comm_.local_world() << " bytes" << n * 4;
+    k << "link " << op << " N" << N << " ranks/host" << comm_.local_world() << " bytes" << n * 4 << " " << comm_settings_;
     return cached(k.str(), [&] {
       return best_time(3, [&] {
         if (op == "all_reduce") comm_.wait(comm_.all_reduce(a.data(), n));
@@ -381,7 +447,7 @@ double Calibration::overlap_exposed_share(const GPTConfig& cfg, int T, size_t by
   if (N == 1) return 0;
   std::ostringstream k;
   k << "overlap C" << cfg.C << " NH" << cfg.NH << " V" << cfg.V << " T" << T << " N" << N << " ranks/host"
-    << comm_.local_world() << " threads" << threads_ << " bytes" << bytes;
+    << comm_.local_world() << " threads" << threads_ << " bytes" << bytes << " " << comm_settings_;
   return cached(k.str(), [&] {
     using Ops = CpuOps<float>;
     GPTConfig c = cfg;
@@ -625,7 +691,16 @@ PassCost Calibration::pass_io(const offload::SwapSpec& spec, const std::vector<s
 }
 
 void Calibration::save() {
-  if (comm_.rank() != 0 || measured_ == 0) return;
+  if (comm_.rank() != 0 || saved_) return;
+  saved_ = true;
+  // The lock goes with the save, not with the planner: --validate after it may run for minutes.
+  struct Unlock {
+    int& fd;
+    ~Unlock() {
+      if (fd >= 0) ::close(fd), fd = -1;
+    }
+  } unlock{lock_fd_};
+  if (measured_ == 0) return;
   const std::string target = check_output_path("--calibration", path_);
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(target).parent_path(), ec);

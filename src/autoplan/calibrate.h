@@ -6,7 +6,10 @@
 // and gets the slowest rank's number (the step waits for the slowest). A probe already in the
 // cache for the same key is not run again. The cache is one JSON file naming the machine it was
 // measured on (host, CPU model, CPUs, memory, ranks per host, zerotrain version); a file from
-// another machine is replaced, said in one line.
+// another machine is replaced, said in one line. Each value is checked on load (a number in its
+// kind's range); one that is not is measured again, said in one line naming the file and key.
+// Rank 0 holds an flock on FILE.lock from load to save: a second planner on the same cache waits
+// (said in one line) rather than measure while the first does and overwrite its entries.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -50,9 +53,15 @@ class Calibration {
   // Loads `cache_path` when it holds a calibration of this machine (rank 0 reads it; every rank
   // gets the same contents). `threads`: compute threads per rank. `notes` gets one line per thing
   // worth saying (a cache from another machine, a probe that ran).
-  // `version`: the build's, part of what names the machine.
+  // `version`: the build's, part of what names the machine. `comm_settings`: what the comm layer
+  // runs ("comm ring thread1 inflight2 poll_us50"; "" at one rank), part of the key of every probe
+  // that communicates (link, overlap, engine runs): a link measured on the ring says nothing of
+  // mpi_blocking without the thread.
   Calibration(Comm& comm, std::string cache_path, int threads, const std::string& version,
-              std::vector<std::string>& notes);
+              std::string comm_settings, std::vector<std::string>& notes);
+  ~Calibration();
+  Calibration(const Calibration&) = delete;
+  Calibration& operator=(const Calibration&) = delete;
 
   // For each micro-batch b in bs at the model's T, every block under `policy` (every 1): a block
   // and the rest from models of 1 and 3 blocks without recomputation, and the policy's extra from a
@@ -99,12 +108,13 @@ class Calibration {
   double cached(const std::string& key, const std::function<double()>& probe);
   bool has(const std::string& key) const { return entries_.contains(key); }
 
-  // Writes the cache (rank 0); throws one line when it cannot.
+  // Writes the cache (rank 0; once) and lets the next planner have it; throws one line when it cannot.
   void save();
   // The numbers this calibration used, for the report written beside the plan.
   const nlohmann::json& used() const { return used_; }
   const nlohmann::json& machine() const { return machine_; }
   int threads() const { return threads_; }
+  const std::string& comm_settings() const { return comm_settings_; }
   int measured() const { return measured_; }
 
  private:
@@ -115,6 +125,9 @@ class Calibration {
   Comm& comm_;
   std::string path_;
   int threads_;
+  std::string comm_settings_;
+  int lock_fd_ = -1;  // rank 0's, on path_ + ".lock"
+  bool saved_ = false;
   nlohmann::json machine_;
   nlohmann::json entries_ = nlohmann::json::object();
   nlohmann::json used_ = nlohmann::json::object();

@@ -1,6 +1,7 @@
 #include "autoplan/planner.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -211,30 +214,91 @@ double median_after_first(const std::vector<double>& xs) {
   return t[t.size() / 2];
 }
 
-// Runs `plan` for a few steps in this process on `comm`. Its output goes nowhere; its log and
-// plan.json to a directory removed after.
-TrainResult run_steps(const nlohmann::json& resolved, int steps, Comm& comm) {
-  std::string dir;
-  if (comm.rank() == 0) {
-    char tmpl[] = "/tmp/zt-plan-validate-XXXXXX";
-    ZT_CHECK_ERRNO(mkdtemp(tmpl) != nullptr, "mkdtemp " << tmpl);
-    dir = tmpl;
+// The directory of the run in progress (rank 0's), for the signal path: SIGINT, SIGTERM or SIGHUP
+// during a probe or --validate run end the process (those runs save nothing), and an exception's
+// RAII never runs there. Fixed storage: the handler may only make async-signal-safe calls.
+char g_run_dir[4096];
+
+extern "C" void remove_run_dir_and_die(int sig) {
+  if (g_run_dir[0]) {
+    char path[sizeof g_run_dir + 32];
+    for (const char* name : {"/metrics.jsonl", "/plan.json"}) {
+      size_t n = 0;
+      for (const char* p = g_run_dir; *p && n + 1 < sizeof path; ++p) path[n++] = *p;
+      for (const char* p = name; *p && n + 1 < sizeof path; ++p) path[n++] = *p;
+      path[n] = 0;
+      (void)::unlink(path);
+    }
+    (void)::rmdir(g_run_dir);
   }
-  uint64_t n = dir.size();
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+// Installs remove_run_dir_and_die for the planner's lifetime, the handlers before restored after.
+class RunDirSignals {
+ public:
+  RunDirSignals() {
+    struct sigaction sa = {};
+    sa.sa_handler = remove_run_dir_and_die;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    for (size_t i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
+  }
+  ~RunDirSignals() {
+    for (size_t i = 0; i < 3; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
+  }
+  RunDirSignals(const RunDirSignals&) = delete;
+  RunDirSignals& operator=(const RunDirSignals&) = delete;
+
+ private:
+  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction old_[3];
+};
+
+// A run's directory (rank 0's), removed when it goes out of scope: on an exception too.
+struct RunDir {
+  std::string path;
+  ~RunDir() {
+    if (path.empty()) return;
+    g_run_dir[0] = 0;
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// Runs `plan` for a few steps in this process on `comm`. Its output goes nowhere; its log and
+// plan.json to a directory under `parent` (--out's: somewhere the user named, should a SIGKILL leave
+// it) removed after. Everything else a plan can write outside that directory is dropped:
+// checkpoints (a base with checkpoint.every but no dir is refused, and a probe must not save into
+// or resume from the user's), final weights, the trace, samples; and fault injection.
+TrainResult run_steps(const nlohmann::json& resolved, int steps, Comm& comm, const std::string& parent) {
+  RunDir dir;
+  if (comm.rank() == 0) {
+    std::string tmpl = (std::filesystem::path(parent.empty() ? "." : parent) / "zt-plan-run-XXXXXX").string();
+    ZT_CHECK_ERRNO(mkdtemp(tmpl.data()) != nullptr, "plan: a directory for the probe and --validate runs: mkdtemp " << tmpl);
+    dir.path = tmpl;
+    if (dir.path.size() < sizeof g_run_dir) std::memcpy(g_run_dir, dir.path.c_str(), dir.path.size() + 1);
+  }
+  uint64_t n = dir.path.size();
   comm.wait(comm.broadcast(&n, sizeof n, 0));
-  dir.resize(n);
-  comm.wait(comm.broadcast(dir.data(), n, 0));
+  std::string where(n, '\0');
+  if (comm.rank() == 0) where = dir.path;
+  comm.wait(comm.broadcast(where.data(), n, 0));
   nlohmann::json j = resolved;
   j["run"]["steps"] = steps;
   j["run"]["eval_every"] = 0;
   j["run"]["eval_batches"] = 1;
   j["run"]["sample_every"] = 0;
-  j["run"]["log"] = dir + "/metrics.jsonl";
+  j["run"]["log"] = where + "/metrics.jsonl";
   j["run"]["final_weights"] = "";
   j["run"]["trace"] = "";
   j["data"]["tokenizer"] = "";
   j["checkpoint"]["dir"] = "";
+  j["checkpoint"]["every"] = 0;
   j["checkpoint"]["resume"] = "none";
+  j["comm"]["fault_skip_rank"] = -1;
+  j["comm"]["fault_skip_step"] = -1;
   Plan plan = plan_from_json(j, true);
   plan.source = "candidate";
   const std::string backend = choose_backend(plan, comm.world());
@@ -255,10 +319,6 @@ TrainResult run_steps(const nlohmann::json& resolved, int steps, Comm& comm) {
   std::fflush(stdout);
   dup2(saved, 1);
   close(saved), close(null);
-  if (comm.rank() == 0) {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
   // Its swap files are gone: written back and trimmed before the next candidate runs.
   if (plan.offload.optimizer == "nvme" || plan.offload.params == "nvme") settle_disk(plan.offload.nvme_dir);
   comm.barrier();
@@ -270,8 +330,8 @@ TrainResult run_steps(const nlohmann::json& resolved, int steps, Comm& comm) {
 struct Measured {
   double step_s, update_s;
 };
-Measured measure(const nlohmann::json& resolved, int steps, Comm& comm) {
-  const TrainResult r = run_steps(resolved, steps, comm);
+Measured measure(const nlohmann::json& resolved, int steps, Comm& comm, const std::string& parent) {
+  const TrainResult r = run_steps(resolved, steps, comm, parent);
   return {median_after_first(r.step_ms) / 1e3, median_after_first(r.update_ms) / 1e3};
 }
 
@@ -296,7 +356,7 @@ struct EngineRates {
   double optimizer_s_per_byte = 0;
   double first_micro_s = 0, next_micro_s = 0, flush_s = 0;  // with parameter offload
 };
-EngineRates engine_rates(const Candidate& c, Calibration& cal, Comm& comm) {
+EngineRates engine_rates(const Candidate& c, Calibration& cal, Comm& comm, const std::string& parent) {
   const bool passes = c.choice.params_offloaded;
   auto key = [&](int grad_accum) {
     std::ostringstream k;
@@ -304,7 +364,7 @@ EngineRates engine_rates(const Candidate& c, Calibration& cal, Comm& comm) {
       << " numel" << uint64_t(c.shape.shard_params) << " world" << c.shape.world << " qd" << c.swap.queue_depth
       << " subgroup" << c.swap.subgroup_numel << " sets" << c.swap.buffer_count << " threads" << cal.threads()
       << " ranks/host" << comm.local_world() << " seq" << c.resolved["model"]["seq_len"].get<int>()
-      << " grad_accum" << grad_accum;
+      << (cal.comm_settings().empty() ? "" : " " + cal.comm_settings()) << " grad_accum" << grad_accum;
     return k.str();
   };
   struct Run {
@@ -321,7 +381,7 @@ EngineRates engine_rates(const Candidate& c, Calibration& cal, Comm& comm) {
     if (!passes && c.shape.world > 1) j["zero"]["stage"] = 3;
     settle_disk(c.swap.dir);  // what the probes before left: written back and trimmed
     const auto t0 = std::chrono::steady_clock::now();
-    const TrainResult r = run_steps(j, kEngineProbeSteps, comm);
+    const TrainResult r = run_steps(j, kEngineProbeSteps, comm, parent);
     // The parts of one step, the fastest after the first (by the slowest rank's time, so that every
     // rank takes the same step), as every probe keeps its fastest repeat: parts of one step add up
     // to at most its time, which the fastest (or medians) of each part taken apart need not (under
@@ -529,7 +589,14 @@ int plan_command(const PlanRequest& req, Comm& comm) {
              "plan: --validate-rounds must be 1-10, got " << req.validate_rounds);
   ZT_REQUIRE(!req.out.empty(), "plan: --out FILE is required: where the chosen plan is written");
 
-  const Plan base = load_plan(req.base, req.overrides, /*check_files=*/false);
+  Plan base = load_plan(req.base, req.overrides, /*check_files=*/false);
+  if (!req.comm.is_null()) {  // the settings the ranks run (ZT_COMM_* applied): every candidate gets them
+    nlohmann::json j = base.resolved;
+    j["comm"] = req.comm;
+    const std::string source = base.source;
+    base = plan_from_json(j, false);
+    base.source = source;
+  }
   const std::string backend = planned_backend(base, world);
   // The cost model is calibrated on the CPU backend only; on the CUDA backend the planner sizes
   // memory and predicts nothing (docs/autoplan.md, "On the CUDA backend").
@@ -557,19 +624,26 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     ZT_REQUIRE(!ec, "plan: --out " << req.out << ": cannot create its directory " << dir.string() << ": " << ec.message());
   }
 
+  // A base made for a world of its own (batch.world: a plan this command wrote) keeps that world's batch.
   const long global = req.global_batch > 0 ? req.global_batch
-                                           : long(base.batch.micro_batch) * base.batch.grad_accum * world;
+                                           : long(base.batch.micro_batch) * base.batch.grad_accum *
+                                                 (base.batch.world > 0 ? base.batch.world : world);
   ZT_REQUIRE(global % world == 0, "plan: the global batch of " << global << " sequences does not divide among " << world
                                                                << " ranks: give --global-batch a multiple of " << world);
   const long per_rank = global / world;
   ZT_REQUIRE(per_rank <= 4096, "plan: " << per_rank << " sequences per rank per step is past what the planner searches (4096)");
 
   // What this host offers (docs/autoplan.md, "Fitting").
-  const HostMemory avail = host_memory_available();
+  // The least any rank has (ranks on other hosts, or a ZT_MEM_AVAILABLE_BYTES set for one rank):
+  // every rank must find the same candidates fit, or their probes would differ and wait on each other.
+  HostMemory avail = host_memory_available();
+  for (uint64_t x : comm.all_gather_u64(avail.bytes))
+    if (x && (avail.bytes == 0 || x < avail.bytes)) avail.bytes = x;
   const int local = comm.local_world();
   bool nvme = true, direct = true;
   uint64_t nvme_free = 0;
   std::string nvme_why;
+  if (!on_device) offload::check_nvme_free_override();
   if (!on_device) try {
       const offload::NvmeDir d = offload::check_nvme_dir(base.offload.nvme_dir, 0, "");
       nvme_free = d.free_bytes;
@@ -578,14 +652,73 @@ int plan_command(const PlanRequest& req, Comm& comm) {
       nvme = false;
       nvme_why = e.what();
     }
+  {
+    const std::vector<uint64_t> ok = comm.all_gather_u64(nvme ? 1 : 0), free = comm.all_gather_u64(nvme_free),
+                                dio = comm.all_gather_u64(direct ? 1 : 0);
+    for (size_t r = 0; r < ok.size(); ++r) {
+      if (nvme && !ok[r]) nvme = false, nvme_why = "not on rank " + std::to_string(r);
+      nvme_free = std::min(nvme_free, free[r]);
+      direct = direct && dio[r];
+    }
+  }
   const uint64_t device_avail = on_device ? device_bytes_per_rank(comm) : 0;
 
-  std::vector<Candidate> all;
+  // The least any candidate can hold, by arithmetic before sizing each one (at 65536 layers sizing
+  // the candidates took minutes, then found none fit): every candidate keeps the fp32 weights,
+  // gradients and two AdamW moments somewhere, at best sharded over the ranks (stage 3), in host
+  // memory or the swap files.
+  if (!on_device && avail.bytes > 0) {
+    const double C = base.model.n_embd, psi = double(base.model.n_layer) * 12 * C * C +
+                                              double(GPTConfig::pad_vocab(base.model.vocab_size)) * C;
+    const double least = 16 * psi / world * local, room = double(avail.bytes) + (nvme ? double(nvme_free) : 0);
+    if (least > room)
+      throw Error("plan: no candidate fits: " + std::to_string(base.model.n_layer) + " layers of " +
+                  std::to_string(base.model.n_embd) + " channels hold at least " + mib(psi * 4) +
+                  " of fp32 weights, and their gradients and two AdamW moments as much each: at least " +
+                  mib(least) + " on this host at best sharded over " + std::to_string(world) + " rank(s) (" +
+                  std::to_string(local) + " here); available: " + mib(double(avail.bytes)) + " host (" + avail.source +
+                  ")" + (nvme ? " and " + mib(double(nvme_free)) + " in " + base.offload.nvme_dir : ", no offload (" + nvme_why + ")"));
+  }
+
+  // A key the planner searches, given with --set, fixes it: only the candidates that keep it. (The
+  // batch keys and zero.bucket_mb are not among them: with --set they give the global batch and
+  // the bucket size the search starts from, docs/autoplan.md.)
+  std::vector<std::string> fixed;
+  for (const std::string& o : req.overrides) {
+    const std::string key = o.substr(0, o.find('='));
+    for (const char* k : {"zero.stage", "zero.overlap_comm", "offload.optimizer", "offload.params", "recompute.policy",
+                          "recompute.every"})
+      if (key == k && std::find(fixed.begin(), fixed.end(), key) == fixed.end()) fixed.push_back(key);
+  }
+  std::vector<Choice> choices;
   for (const Choice& ch : enumerate(base, world, per_rank, nvme, on_device ? "cpu" : "nvme")) {
+    const nlohmann::json cj = ch.to_json();
+    bool keeps = true;
+    for (const std::string& k : fixed) {
+      const size_t dot = k.find('.');
+      keeps = keeps && cj[k] == base.resolved[k.substr(0, dot)][k.substr(dot + 1)];
+    }
+    if (keeps) choices.push_back(ch);
+  }
+  if (!fixed.empty()) {
+    std::string what;
+    for (const std::string& k : fixed) {
+      const size_t dot = k.find('.');
+      what += (what.empty() ? "" : ", ") + k + "=" + base.resolved[k.substr(0, dot)][k.substr(dot + 1)].dump();
+    }
+    ZT_REQUIRE(!choices.empty(), "plan: --set " << what << ": no candidate the planner searches at " << world
+                                  << " rank(s) has that (docs/autoplan.md, \"Candidates\""
+                                  << (nvme ? "" : "; no offload here: " + nvme_why)
+                                  << "): drop the --set to let it choose, or train that plan as it is");
+    if (root) std::printf("plan: --set fixes %s: only candidates with that\n", what.c_str());
+  }
+  std::vector<Candidate> all;
+  for (const Choice& ch : choices) {
     Candidate c;
     c.choice = ch;
     c.resolved = base.resolved;
     ch.apply(c.resolved);
+    c.resolved["batch"]["world"] = world;  // its batch is for this world: training at another is refused
     Plan p = plan_from_json(c.resolved, false);
     p.source = base.source;
     record_backend(p, backend);
@@ -684,12 +817,30 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     throw Error(os.str());
   }
 
+  // The probe and --validate runs' directories go beside --out (run_steps), and go on every exit.
+  const std::string out_dir = std::filesystem::path(out).parent_path().string();
+  const RunDirSignals run_dir_signals;
+
   // Calibrate what the candidates that fit need, every rank at once.
   const int threads = base.run.threads > 0 ? base.run.threads : threads_per_rank(this_launch(), affinity_cpus(), local);
   std::vector<std::string> notes;
-  Calibration cal(comm, cache, threads, req.version, notes);
+  std::ostringstream comm_key;  // what the link, overlap and engine probes ran on
+  comm_key << "comm " << base.comm.collectives << " thread" << int(base.comm.thread) << " inflight" << base.comm.inflight
+           << " poll_us" << base.comm.poll_us;
+  Calibration cal(comm, cache, threads, req.version, world > 1 ? comm_key.str() : "", notes);
+  // What was measured before a failure (a probe run refused, a signal's exception) is kept.
+  struct SaveOnThrow {
+    Calibration& cal;
+    const int pending = std::uncaught_exceptions();
+    ~SaveOnThrow() {
+      if (std::uncaught_exceptions() > pending) try {
+          cal.save();
+        } catch (...) {  // the failure itself is the message
+        }
+    }
+  } save_on_throw{cal};
   if (root)
-    for (const std::string& n : notes) std::printf("%s\n", n.c_str());
+    for (const std::string& n : notes) std::fprintf(n.rfind("warning:", 0) == 0 ? stderr : stdout, "%s\n", n.c_str());
   const GPTConfig cfg = GPTConfig::make(base.model.n_layer, base.model.n_head, base.model.n_embd, base.model.seq_len,
                                         base.model.vocab_size);
   const int T = base.model.seq_len, chunk = base.recompute.classifier_chunk;
@@ -739,7 +890,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   for (Candidate* c : fit) {
     if (!c->choice.optimizer_offloaded) continue;
     if (have_data) {
-      const EngineRates e = engine_rates(*c, cal, comm);
+      const EngineRates e = engine_rates(*c, cal, comm, out_dir);
       c->rates.pipeline_s_per_byte = e.optimizer_s_per_byte;
       c->engine_first_micro_s = e.first_micro_s, c->engine_next_micro_s = e.next_micro_s, c->engine_flush_s = e.flush_s;
     } else {
@@ -812,6 +963,11 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     }
     c->rates = r;
     c->pred = predict(c->shape, r);
+    // The cache's values are checked on load; this is the backstop for one that passed and still
+    // predicts nonsense (a rate far off its kind's range).
+    ZT_REQUIRE(std::isfinite(c->pred.step_s) && c->pred.step_s > 0,
+               "plan: " << c->choice.label() << " is predicted at " << c->pred.step_s << " s a step from the rates in "
+                        << cache << " (report: the rates): remove that file to measure again");
   }
   std::stable_sort(fit.begin(), fit.end(), [](const Candidate* a, const Candidate* b) {
     return a->pred.step_s != b->pred.step_s ? a->pred.step_s < b->pred.step_s : a->host < b->host;
@@ -901,7 +1057,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   // The first run after the calibration measured up to 25% slower than its twin run later, in 4 of
   // 5 sweeps on the development VM, all of its steps (settling the disk did not change it): so the
   // first candidate runs once untimed first.
-  (void)measure(fit[0]->resolved, 2, comm);
+  (void)measure(fit[0]->resolved, 2, comm, out_dir);
   // Rounds: the machine drifts over a sweep (whole sweeps 9-13% off their calibration, twin plans of
   // the same cost up to 17% apart within one: docs/autoplan.md), so each candidate runs once per
   // round, the rounds in alternating order so that a slow stretch falls on other candidates in the
@@ -910,7 +1066,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
     for (size_t j = 0; j < k; ++j) {
       const size_t i = r % 2 == 0 ? j : k - 1 - j;
       Candidate* c = fit[i];
-      const Measured m = measure(c->resolved, req.validate_steps, comm);
+      const Measured m = measure(c->resolved, req.validate_steps, comm, out_dir);
       c->measured_runs_s.push_back(m.step_s);
       c->measured_update_runs_s.push_back(m.update_s);
       c->measured_s = *std::min_element(c->measured_runs_s.begin(), c->measured_runs_s.end());

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "comm/comm.h"
 
 namespace zt::autoplan {
@@ -23,6 +25,9 @@ struct PlanRequest {
   int validate_rounds = 2;             // runs per candidate, in alternating order; the fastest counts
   int show = 12;                       // rows of the ranked table
   std::string version;                 // the build's (part of the machine's calibration key)
+  // The comm section the ranks run (ZT_COMM_* applied; train.cu's comm_options): what the link and
+  // overlap probes measure, keyed by, and written into the chosen plan. Null: the base plan's.
+  nlohmann::json comm;
 };
 
 // `out` with ".json" replaced by ".report.json" (appended when it does not end in .json).

@@ -87,6 +87,10 @@ void sweep_stale(const std::string& dir, Found& removed, Found& kept) {
 }
 }  // namespace
 
+void check_nvme_free_override() {
+  if (std::getenv("ZT_NVME_FREE_BYTES")) (void)fake_free();
+}
+
 NvmeDir check_nvme_dir(const std::string& dir, uint64_t need_bytes, const std::string& need_detail) {
   NvmeDir out;
   const fs::path base = existing_base(dir);

@@ -31,4 +31,9 @@ struct NvmeDir {
 // space: the others count it alone).
 NvmeDir check_nvme_dir(const std::string& dir, uint64_t need_bytes, const std::string& need_detail);
 
+// Refuses (one line) a ZT_NVME_FREE_BYTES that is set but not a number of bytes. check_nvme_dir
+// refuses it too, but a caller that takes its refusals as "no offload here" (the planner) would
+// otherwise drop the offload candidates over a typo.
+void check_nvme_free_override();
+
 }  // namespace zt::offload

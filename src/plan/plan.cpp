@@ -305,6 +305,7 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
 
   p.batch.micro_batch = get_int(r, "batch.micro_batch", 1);
   p.batch.grad_accum = get_int(r, "batch.grad_accum", 1);
+  p.batch.world = int(get_i64(r, "batch.world", 0, 65536));
   {
     // Every kernel takes the rows of a micro-step (micro_batch x seq_len) as an int.
     const int64_t tokens = int64_t(p.batch.micro_batch) * p.model.seq_len;

@@ -32,6 +32,9 @@ struct DataSection {
 struct BatchSection {
   int micro_batch = 0;    // B sequences per rank per micro-step
   int grad_accum = 0;     // micro-steps per optimizer step
+  // The ranks the plan is for (./train plan writes it), 0 = any: the global batch is micro_batch x
+  // grad_accum x ranks, so a run at another world would train another batch; it is refused.
+  int world = 0;
 };
 
 struct OptimSection {
