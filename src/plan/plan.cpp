@@ -236,6 +236,8 @@ void check_machine(const Plan& p) {
   if (int64_t(p.run.threads) > 4 * int64_t(cores))
     bad("run.threads", std::to_string(p.run.threads) + " is more than 4 x the " + std::to_string(cores) +
                            " cores this process may use (0 = one per core)");
+  // run.threads 0 takes Slurm's grant, held to the same rule: refused here, before anything is written.
+  if (p.run.threads == 0) (void)threads_per_rank(this_launch(), cores, 1);
 }
 
 }  // namespace

@@ -174,6 +174,9 @@ if [ "$(wc -c < "$work/long_value/stderr")" -gt 300 ]; then echo "FAIL long_valu
 expect duplicate_key 'duplicate key "optim.lr"' "{\"optim\": {\"lr\": 0.1, \"lr\": 0.2}, $good_data}" $small_plan
 expect master_weights_false 'precision.master_weights: false is not supported' "{$good_data}" --set precision.master_weights=false $small_plan
 expect threads_above_cores 'cores this process may use' "{$good_data}" --set run.threads=100000 $small_plan
+# Slurm's grant is held to the same rule (it ran 100000 threads where run.threads=100000 is refused).
+SLURM_CPUS_PER_TASK=100000 expect slurm_cpus_above_cores 'SLURM_CPUS_PER_TASK=100000 is more than 4 x the' "{$good_data}" \
+       --set run.threads=0 $small_plan
 expect tokens_past_int32 'micro_batch x model.seq_len = 65536000000' "{$good_data}" --set model.seq_len=65536 --set batch.micro_batch=1000000
 expect n_embd_past_int32 'model.n_embd: must be <= 536870911' "{$good_data}" --set model.n_embd=2147483646 --set model.n_head=2
 if ! nvidia-smi -L >/dev/null 2>&1; then  # without a GPU, bf16 cannot run: refused, never silently fp32
