@@ -155,7 +155,7 @@ int run(int argc, char** argv) {
              "per rank, else MPI: host-staged where ranks share a GPU), \"nccl\" or \"mpi\"; NCCL ran on one GPU\n"
              "(world 1); across several GPUs it is tested under emulation only.\n"
              "Checkpoints (docs/checkpoints.md): checkpoint.dir (\"\" = none), checkpoint.every (0 = only on "
-             "SIGTERM/SIGINT/SIGUSR1), checkpoint.keep (3), checkpoint.resume (\"none\", \"auto\" = latest in checkpoint.dir, "
+             "SIGTERM/SIGINT/SIGHUP/SIGUSR1; a second one during a save abandons it), checkpoint.keep (3), checkpoint.resume (\"none\", \"auto\" = latest in checkpoint.dir, "
              "or a path); ./train export CKPT --format hdf5|llmc --out FILE.\n"
              "Activation recomputation: recompute.policy \"none\" (default: keep every activation), \"selective\"\n"
              "(recompute LayerNorm and GELU outputs in backward) or \"block\" (keep each block's input, rerun its\n"

@@ -194,6 +194,13 @@ add_test(NAME checkpoint_dir
                  --mpirun ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(checkpoint_dir PROPERTIES LABELS checkpoint TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+# checkpoint_signals: SIGHUP stops like SIGTERM; SIGTERM during a periodic save makes it the last; a
+# second SIGTERM during a save abandons it without litter; the next resume "auto" removes what a run
+# killed in a save left, saying so (test/checkpoint/signals_test.py; world 1, 10-30 s).
+add_test(NAME checkpoint_signals
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/checkpoint/signals_test.py --train $<TARGET_FILE:train>
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(checkpoint_signals PROPERTIES LABELS checkpoint TIMEOUT 300 RUN_SERIAL TRUE)
 
 # ---- offload -----------------------------------------------------------------------------------
 # offload_equivalence: offload.optimizer nvme (docs/design.md §3.6) against the same plan in memory,
