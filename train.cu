@@ -5,12 +5,15 @@
 //   ./train export CKPT --format hdf5|llmc --out FILE    a checkpoint's fp32 weights as one file
 //   ./train plan BASE.json --world N --out BEST.json     the fastest plan that fits (under mpirun -np N)
 //
-// Every failure is a zt::Error caught here: one line on stderr, exit code 1; with several ranks,
-// the failing rank also takes the others down (MPI_Abort) so nothing hangs.
+// Every failure is a zt::Error caught here: one line on stderr, exit code 1. With several ranks, a
+// failure every rank knows of (zt::AgreedError: a bad plan, ranks that disagree) is printed once and
+// every rank exits 1; one only the failing rank knows of takes the others down (MPI_Abort) so
+// nothing hangs.
 #include <cstdio>
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,6 +33,12 @@
 namespace {
 
 std::unique_ptr<zt::Comm> g_comm;  // for the error path in main()
+// Training ranks that fail before the communicator exists (a bad plan) still meet the others at
+// the first collective (check_same_plan_everywhere), so that one line reports it. Not for plan,
+// estimate and export, whose ranks meet elsewhere or never.
+bool g_meet_on_failure = false;
+// The top bit marks a rank that failed before the communicator existed; the rest is its message's hash.
+constexpr uint64_t kFailedBit = uint64_t(1) << 63;
 
 // The resolved plan is printed at start. The trainer writes it beside the metrics log (so a run
 // can be repeated exactly: ./train runs/x/plan.json) once every check has passed: bad input
@@ -38,14 +47,58 @@ void print_plan(const zt::Plan& plan) {
   std::printf("plan %s (resolved):\n%s\n\n", plan.source.c_str(), plan.resolved.dump(2).c_str());
 }
 
-// All ranks must run the same plan with the same binary: compare a hash of both.
+// All ranks must run the same plan with the same binary: compare a hash of both. A rank that
+// failed before the communicator existed sends its failure here instead (main), reported by itself.
+// Every rank sees the same hashes, so the refusal is an AgreedError: one line, from rank 0.
 void check_same_plan_everywhere(const zt::Plan& plan, zt::Comm& comm) {
-  const uint64_t h = zt::plan_hash(plan.resolved.dump() + "|" ZT_VERSION);
+  const uint64_t h = zt::plan_hash(plan.resolved.dump() + "|" ZT_VERSION) & ~kFailedBit;
   const std::vector<uint64_t> all = comm.all_gather_u64(h);
   for (int r = 0; r < comm.world(); ++r)
-    ZT_REQUIRE(all[size_t(r)] == all[0], "rank " << r << " runs a different plan or binary than rank 0 (plan+version hash "
-                                                 << std::hex << all[size_t(r)] << " vs " << all[0]
-                                                 << "); give every rank the same plan file, --set flags and build");
+    if (all[size_t(r)] & kFailedBit) throw zt::AgreedError("rank " + std::to_string(r) + " could not start", false);
+  for (int r = 0; r < comm.world(); ++r)
+    if (all[size_t(r)] != all[0]) {
+      std::ostringstream os;
+      os << "rank " << r << " runs a different plan or binary than rank 0 (plan+version hash " << std::hex
+         << all[size_t(r)] << " vs " << all[0]
+         << "); give every rank the same plan file, --set flags, ZT_COMM_* environment (an override is part of the "
+            "plan) and build";
+      throw zt::AgreedError(os.str(), comm.rank() == 0);
+    }
+  const int skip = plan.comm.fault_skip_rank;
+  if (skip >= comm.world())
+    throw zt::AgreedError("plan: comm.fault_skip_rank: " + std::to_string(skip) + " is not a rank of this run (world " +
+                              std::to_string(comm.world()) + ": ranks 0-" + std::to_string(comm.world() - 1) +
+                              "; -1 = off)",
+                          comm.rank() == 0);
+}
+
+bool launched_several() {
+  try {
+    return zt::this_launch().world > 1;
+  } catch (const std::exception&) {  // its own variables unreadable: the error being reported, maybe
+    return false;
+  }
+}
+
+// A rank that failed before the communicator existed, under a launcher that started several: it
+// joins the others' first collective (check_same_plan_everywhere) with its message's hash. Returns
+// whether this rank prints the message: the lowest failing rank does, once every failing rank's
+// message is the same one, and the ranks that did start stay quiet.
+bool meet_after_early_failure(const std::string& msg) {
+  try {
+    g_comm = zt::make_mpi_comm(zt::CommOptions{});
+    if (g_comm->world() < 2) return true;
+    const uint64_t mine = kFailedBit | zt::plan_hash(msg);
+    const std::vector<uint64_t> all = g_comm->all_gather_u64(mine);
+    for (int r = 0; r < g_comm->world(); ++r)
+      if (all[size_t(r)] & kFailedBit) {
+        if (all[size_t(r)] == mine) return r == g_comm->rank();
+        return true;  // different failures: each says its own
+      }
+    return true;
+  } catch (const std::exception&) {
+    return true;
+  }
 }
 
 // The plan's comm section as the comm layer takes it (it knows no plan), with the ZT_COMM_*
@@ -227,6 +280,7 @@ int run(int argc, char** argv) {
   }
   ZT_REQUIRE(!plan_path.empty(), "command line: no plan given: " << kTrainForm << " (see ./train --help)");
 
+  g_meet_on_failure = true;
   zt::Plan plan = zt::load_plan(plan_path, overrides);
   std::vector<std::string> env_notes;
   g_comm = zt::make_mpi_comm(comm_options(plan, env_notes));
@@ -251,14 +305,30 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   std::string msg;
+  bool agreed = false, print = true;
   try {
     const int rc = run(argc, argv);
     g_comm.reset();
     return rc;
+  } catch (const zt::AgreedError& e) {
+    msg = e.what();
+    agreed = true;
+    print = e.print;
   } catch (const std::exception& e) {
     msg = e.what();
   }
   std::fflush(stdout);
+  if (!g_comm && g_meet_on_failure && launched_several()) {
+    agreed = true;
+    print = meet_after_early_failure(msg);
+  }
+  if (agreed && g_comm && g_comm->world() > 1) {
+    if (print && g_comm->rank() == 0) std::fprintf(stderr, "error: %s\n", msg.c_str());
+    if (print && g_comm->rank() != 0) std::fprintf(stderr, "error: rank %d: %s\n", g_comm->rank(), msg.c_str());
+    std::fflush(stderr);
+    g_comm.reset();  // every rank is here: MPI_Finalize, not MPI_Abort
+    return 1;
+  }
   if (g_comm && g_comm->world() > 1) {
     std::fprintf(stderr, "error: rank %d: %s\n", g_comm->rank(), msg.c_str());
     std::fflush(stderr);
