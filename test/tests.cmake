@@ -158,6 +158,10 @@ set_tests_properties(slurm_jobs PROPERTIES LABELS "comm;checkpoint" SKIP_RETURN_
 add_test(NAME slurm_faults COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/slurm/slurm_faults.py --train $<TARGET_FILE:train>
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(slurm_faults PROPERTIES LABELS "comm;checkpoint" SKIP_RETURN_CODE 77 TIMEOUT 300)
+# slurm_outside_job: scripts/slurm/train.sbatch run by hand outside a job refuses in one line, starting
+# nothing (test/slurm/outside_job.sh; no Slurm needed, well under a second).
+add_test(NAME slurm_outside_job COMMAND bash ${CMAKE_SOURCE_DIR}/test/slurm/outside_job.sh)
+set_tests_properties(slurm_outside_job PROPERTIES LABELS cli TIMEOUT 60)
 
 # ---- checkpoint (docs/design.md §3.7, §3.9) ------------------------------------------------------
 # resume_in_memory_np*: steps 0-9 against 0-4 + rebuild from the step-5 TrainState + 5-9, bit for bit,
