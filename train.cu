@@ -5,12 +5,15 @@
 //   ./train export CKPT --format hdf5|llmc --out FILE    a checkpoint's fp32 weights as one file
 //   ./train plan BASE.json --world N --out BEST.json     the fastest plan that fits (under mpirun -np N)
 //
-// Every failure is a zt::Error caught here: one line on stderr, exit code 1; with several ranks,
-// the failing rank also takes the others down (MPI_Abort) so nothing hangs.
+// Every failure is a zt::Error caught here: one line on stderr, exit code 1. With several ranks, a
+// failure every rank knows of (zt::AgreedError: a bad plan, ranks that disagree) is printed once and
+// every rank exits 1; one only the failing rank knows of takes the others down (MPI_Abort) so
+// nothing hangs.
 #include <cstdio>
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,12 +34,45 @@
 namespace {
 
 std::unique_ptr<zt::Comm> g_comm;  // for the error path in main()
+// Training and planning ranks that fail before the communicator exists (a bad plan) still meet the
+// others at the first collective (check_same_plan_everywhere), so that one line reports it. Not for
+// estimate and export, whose ranks never meet.
+bool g_meet_on_failure = false;
 
 // The resolved plan is printed at start. The trainer writes it beside the metrics log (so a run
 // can be repeated exactly: ./train runs/x/plan.json) once every check has passed: bad input
 // writes nothing.
 void print_plan(const zt::Plan& plan) {
   std::printf("plan %s (resolved):\n%s\n\n", plan.source.c_str(), plan.resolved.dump(2).c_str());
+}
+
+bool launched_several() {
+  try {
+    return zt::this_launch().world > 1;
+  } catch (const std::exception&) {  // its own variables unreadable: the error being reported, maybe
+    return false;
+  }
+}
+
+// A rank that failed before the communicator existed, under a launcher that started several: it
+// joins the others' first collective (check_same_plan_everywhere) with its message's hash. Returns
+// whether this rank prints the message: the lowest failing rank does, once every failing rank's
+// message is the same one, and the ranks that did start stay quiet.
+bool meet_after_early_failure(const std::string& msg) {
+  try {
+    g_comm = zt::make_mpi_comm(zt::CommOptions{});
+    if (g_comm->world() < 2) return true;
+    const uint64_t mine = zt::kFailedBeforeComm | zt::plan_hash(msg);
+    const std::vector<uint64_t> all = g_comm->all_gather_u64(mine);
+    for (int r = 0; r < g_comm->world(); ++r)
+      if (all[size_t(r)] & zt::kFailedBeforeComm) {
+        if (all[size_t(r)] == mine) return r == g_comm->rank();
+        return true;  // different failures: each says its own
+      }
+    return true;
+  } catch (const std::exception&) {
+    return true;
+  }
 }
 
 // The plan's comm section as the comm layer takes it (it knows no plan), with the ZT_COMM_*
@@ -146,7 +182,7 @@ int run(int argc, char** argv) {
              "per rank, else MPI: host-staged where ranks share a GPU), \"nccl\" or \"mpi\"; NCCL ran on one GPU\n"
              "(world 1); across several GPUs it is tested under emulation only.\n"
              "Checkpoints (docs/checkpoints.md): checkpoint.dir (\"\" = none), checkpoint.every (0 = only on "
-             "SIGTERM/SIGINT/SIGUSR1), checkpoint.keep (3), checkpoint.resume (\"none\", \"auto\" = latest in checkpoint.dir, "
+             "SIGTERM/SIGINT/SIGHUP/SIGUSR1; a second one during a save abandons it), checkpoint.keep (3), checkpoint.resume (\"none\", \"auto\" = latest in checkpoint.dir, "
              "or a path); ./train export CKPT --format hdf5|llmc --out FILE.\n"
              "Activation recomputation: recompute.policy \"none\" (default: keep every activation), \"selective\"\n"
              "(recompute LayerNorm and GELU outputs in backward) or \"block\" (keep each block's input, rerun its\n"
@@ -189,6 +225,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (pln->parsed()) {
+    g_meet_on_failure = true;  // its first collective is check_same_plan_everywhere, as training's
     ZT_REQUIRE(plan_path.empty(), "command line: the plan goes after \"plan\": " << kPlanForm);
     ZT_REQUIRE(!preq.base.empty(), "command line: no base plan given: " << kPlanForm);
     preq.world = zt::parse_world(plan_world);
@@ -233,17 +270,21 @@ int run(int argc, char** argv) {
   }
   ZT_REQUIRE(!plan_path.empty(), "command line: no plan given: " << kTrainForm << " (see ./train --help)");
 
+  g_meet_on_failure = true;
   zt::Plan plan = zt::load_plan(plan_path, overrides);
   std::vector<std::string> env_notes;
   g_comm = zt::make_mpi_comm(comm_options(plan, env_notes));
   zt::check_launch(zt::this_launch(), g_comm->world());
   check_same_plan_everywhere(plan, ZT_VERSION, *g_comm);
-  ZT_REQUIRE(plan.batch.world == 0 || plan.batch.world == g_comm->world(),
-             "plan " << plan.source << " is for " << plan.batch.world << " rank(s) (batch.world), but " << g_comm->world()
-                     << " were launched: its global batch of " << plan.batch.micro_batch << " x " << plan.batch.grad_accum
-                     << " x " << plan.batch.world << " sequences would change; run it with mpirun -np " << plan.batch.world
-                     << ", or plan again for " << g_comm->world() << " (./train plan --world " << g_comm->world()
-                     << "), or --set batch.world=0 to train micro_batch x grad_accum per rank at any world");
+  if (plan.batch.world != 0 && plan.batch.world != g_comm->world()) {  // every rank sees it: said once
+    std::ostringstream os;
+    os << "plan " << plan.source << " is for " << plan.batch.world << " rank(s) (batch.world), but " << g_comm->world()
+       << " were launched: its global batch of " << plan.batch.micro_batch << " x " << plan.batch.grad_accum << " x "
+       << plan.batch.world << " sequences would change; run it with mpirun -np " << plan.batch.world
+       << ", or plan again for " << g_comm->world() << " (./train plan --world " << g_comm->world()
+       << "), or --set batch.world=0 to train micro_batch x grad_accum per rank at any world";
+    throw zt::AgreedError(os.str(), g_comm->rank() == 0);
+  }
   // Refuse what cannot run here before writing anything; the plan written beside the log then
   // names the device, precision and comm backend that run rather than "auto".
   const std::string backend = zt::choose_backend(plan, g_comm->world());
@@ -263,14 +304,30 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   std::string msg;
+  bool agreed = false, print = true;
   try {
     const int rc = run(argc, argv);
     g_comm.reset();
     return rc;
+  } catch (const zt::AgreedError& e) {
+    msg = e.what();
+    agreed = true;
+    print = e.print;
   } catch (const std::exception& e) {
     msg = e.what();
   }
   std::fflush(stdout);
+  if (!g_comm && g_meet_on_failure && launched_several()) {
+    agreed = true;
+    print = meet_after_early_failure(msg);
+  }
+  if (agreed && g_comm && g_comm->world() > 1) {
+    if (print && g_comm->rank() == 0) std::fprintf(stderr, "error: %s\n", msg.c_str());
+    if (print && g_comm->rank() != 0) std::fprintf(stderr, "error: rank %d: %s\n", g_comm->rank(), msg.c_str());
+    std::fflush(stderr);
+    g_comm.reset();  // every rank is here: MPI_Finalize, not MPI_Abort
+    return 1;
+  }
   if (g_comm && g_comm->world() > 1) {
     std::fprintf(stderr, "error: rank %d: %s\n", g_comm->rank(), msg.c_str());
     std::fflush(stderr);

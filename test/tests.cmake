@@ -158,6 +158,10 @@ set_tests_properties(slurm_jobs PROPERTIES LABELS "comm;checkpoint" SKIP_RETURN_
 add_test(NAME slurm_faults COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/slurm/slurm_faults.py --train $<TARGET_FILE:train>
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(slurm_faults PROPERTIES LABELS "comm;checkpoint" SKIP_RETURN_CODE 77 TIMEOUT 300)
+# slurm_outside_job: scripts/slurm/train.sbatch run by hand outside a job refuses in one line, starting
+# nothing (test/slurm/outside_job.sh; no Slurm needed, well under a second).
+add_test(NAME slurm_outside_job COMMAND bash ${CMAKE_SOURCE_DIR}/test/slurm/outside_job.sh)
+set_tests_properties(slurm_outside_job PROPERTIES LABELS cli TIMEOUT 60)
 
 # ---- checkpoint (docs/design.md §3.7, §3.9) ------------------------------------------------------
 # resume_in_memory_np*: steps 0-9 against 0-4 + rebuild from the step-5 TrainState + 5-9, bit for bit,
@@ -194,6 +198,13 @@ add_test(NAME checkpoint_dir
                  --mpirun ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(checkpoint_dir PROPERTIES LABELS checkpoint TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+# checkpoint_signals: SIGHUP stops like SIGTERM; SIGTERM during a periodic save makes it the last; a
+# second SIGTERM during a save abandons it without litter; the next resume "auto" removes what a run
+# killed in a save left, saying so (test/checkpoint/signals_test.py; world 1, 10-30 s).
+add_test(NAME checkpoint_signals
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/checkpoint/signals_test.py --train $<TARGET_FILE:train>
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(checkpoint_signals PROPERTIES LABELS checkpoint TIMEOUT 300 RUN_SERIAL TRUE)
 
 # ---- offload -----------------------------------------------------------------------------------
 # offload_equivalence: offload.optimizer nvme (docs/design.md §3.6) against the same plan in memory,

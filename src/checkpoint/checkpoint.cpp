@@ -174,6 +174,13 @@ bool fault_kill_in_save(int rank, int64_t step) {
   return e && std::sscanf(e, "%lld@%lld", &r, &s) == 2 && r == rank && s == step;
 }
 
+bool fault_pause_in_save(int rank, int64_t step) {
+  const char* e = std::getenv("ZT_FAULT_PAUSE_IN_SAVE");
+  long long r = -1, s = -1;
+  const int n = e ? std::sscanf(e, "%lld@%lld", &r, &s) : 0;
+  return n >= 1 && r == rank && (n == 1 || s == step);
+}
+
 std::string Transfer::summary(const char* verb) const {
   std::ostringstream os;
   char rate[64];

@@ -82,5 +82,8 @@ Transfer export_weights(const std::string& ckpt, const std::string& format, cons
 // Fault injection for tests: ZT_FAULT_KILL_IN_SAVE=R@S makes rank R kill itself (SIGKILL, as
 // kill -9) half way through writing its file of the checkpoint of step S. True for that rank and step.
 bool fault_kill_in_save(int rank, int64_t step);
+// ZT_FAULT_PAUSE_IN_SAVE=R@S (or R: every save) makes rank R wait half way through its file until a
+// stop signal arrives (train/stop_signal.h), so that tests signal a save in progress without racing it.
+bool fault_pause_in_save(int rank, int64_t step);
 
 }  // namespace zt::ckpt

@@ -15,6 +15,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/reader.h"
+#include "runtime/memory.h"
 
 namespace fs = std::filesystem;
 
@@ -92,6 +93,36 @@ std::string auto_resume(const std::string& dir, std::string& note) {
               "); resume from one of them by path, or give a new checkpoint.dir");
 }
 
+// What a run killed in a save (or after it took the lock) left in `dir`, which this run now
+// holds: nothing live writes there, and the directory is this run's (open_checkpoint_dir's checks).
+// Removed, and said in one line, prepended to s.note.
+void remove_leftovers(const std::string& dir, CheckpointStart& s) {
+  std::vector<std::string> gone;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    int64_t step;
+    const bool tmp_step = name.rfind(".tmp_", 0) == 0 && is_step_dir_name(name.substr(5), step);
+    if (!tmp_step && name != ".latest.tmp") continue;
+    uint64_t bytes = 0;
+    for (const fs::directory_entry& f : fs::recursive_directory_iterator(e.path(), ec))
+      if (f.is_regular_file(ec)) bytes += f.file_size(ec);
+    if (e.is_regular_file(ec)) bytes = e.file_size(ec);
+    fs::remove_all(e.path(), ec);
+    ZT_REQUIRE(!ec, "checkpoint.dir: cannot remove " << e.path().string() << ", left by an interrupted run: "
+                                                     << ec.message());
+    gone.push_back(name + " (" + format_bytes(double(bytes)) + ")");
+  }
+  ZT_REQUIRE(!ec, "checkpoint.dir: cannot list " << dir << ": " << ec.message());
+  if (gone.empty() && s.lock.left_by().empty()) return;
+  std::sort(gone.begin(), gone.end());
+  std::string line = "checkpoint: removed what an interrupted run left in " + dir + ": ";
+  for (size_t i = 0; i < gone.size(); ++i) line += (i ? ", " : "") + gone[i];
+  if (!s.lock.left_by().empty())
+    line += std::string(gone.empty() ? "" : "; ") + "its lock (" + s.lock.left_by() + ", which no longer holds it)";
+  s.note = s.note.empty() ? line : line + "\n" + s.note;
+}
+
 }  // namespace
 
 DirLock::DirLock(const std::string& dir) {
@@ -141,8 +172,13 @@ void DirLock::lock(const std::string& dir) {
     }
     struct stat held, now;
     if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
-        held.st_dev == now.st_dev)
+        held.st_dev == now.st_dev) {
+      // A released lock takes its file along; one with a holder written in it outlived its run.
+      std::string pid, host;
+      std::ifstream f(path_);
+      if (f >> pid >> host) left_by_ = "pid " + pid + " on host " + host;
       break;
+    }
     ::close(fd_);
     fd_ = -1;
   }
@@ -159,6 +195,7 @@ DirLock& DirLock::operator=(DirLock&& o) noexcept {
     fd_ = std::exchange(o.fd_, -1);
     path_ = std::move(o.path_);
     created_ = std::move(o.created_);
+    left_by_ = std::move(o.left_by_);
   }
   return *this;
 }
@@ -194,7 +231,11 @@ CheckpointStart open_checkpoint_dir(const CheckpointSection& c) {
     }
   }
   s.run_id = s.resume_from.empty() ? new_run_id() : read_step_meta(s.resume_from).run_id;
-  if (c.dir.empty() || c.resume == "none") return s;
+  if (c.dir.empty()) return s;
+  if (c.resume == "none") {
+    remove_leftovers(c.dir, s);
+    return s;
+  }
   for (const auto& [step, path] : step_dirs(c.dir)) {
     Meta m;
     try {
@@ -210,6 +251,7 @@ CheckpointStart open_checkpoint_dir(const CheckpointSection& c) {
                                   << "); give this run a new or empty checkpoint.dir, or set checkpoint.resume to "
                                      "\"auto\" to continue that run");
   }
+  remove_leftovers(c.dir, s);
   return s;
 }
 

@@ -27,6 +27,9 @@ class DirLock {
   DirLock& operator=(DirLock&& o) noexcept;
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
+  // "pid N on host H" when the lock file was already there, written by a run that ended without
+  // releasing it (killed: the flock went with the process, the file stayed); else "".
+  const std::string& left_by() const { return left_by_; }
 
  private:
   void lock(const std::string& dir);
@@ -34,6 +37,7 @@ class DirLock {
   int fd_ = -1;
   std::string path_;
   std::vector<std::string> created_;  // deepest first
+  std::string left_by_;
 };
 
 // Rank 0's start-up decision on checkpoint.dir and checkpoint.resume.
@@ -41,7 +45,7 @@ struct CheckpointStart {
   DirLock lock;             // none without checkpoint.dir
   std::string resume_from;  // the step directory this run continues; "" = a fresh start
   uint64_t run_id = 0;      // the lineage: the resumed checkpoint's, or new
-  std::string note;         // "" or one line to print: why resume "auto" took the step it took
+  std::string note;         // "" or lines to print: what was cleaned, why resume "auto" took the step it took
 };
 
 // Rank 0, before anything but the lock is written: locks checkpoint.dir, resolves
@@ -49,6 +53,9 @@ struct CheckpointStart {
 // "none": any checkpoints). Resume "auto" with a `latest` that is missing or names no step takes the
 // newest step directory that verifies as a load would (every rank file, every checksum), saying
 // so in `note`, and refuses when none does: a run never restarts over checkpoints it did not see.
+// Once the directory is known to be this run's, what a killed run left there (.tmp_step_N of a save
+// it did not finish, .latest.tmp, its lock file) is removed, in one line of `note`: holding the lock
+// proves no live run writes them.
 CheckpointStart open_checkpoint_dir(const CheckpointSection& c);
 
 // Every rank (collective): rank 0's step directory to resume from and lineage. `start` is read on

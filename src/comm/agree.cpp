@@ -6,9 +6,8 @@ void agree_or_throw(Comm& comm, const std::string& failure, const std::string& w
   const std::vector<uint64_t> failed = comm.all_gather_u64(failure.empty() ? 0 : 1);
   for (int r = 0; r < comm.world(); ++r) {
     if (failed[size_t(r)] == 0) continue;
-    if (r == comm.rank()) throw Error(failure);
-    comm.barrier();
-    throw Error("rank " + std::to_string(r) + " " + what);
+    if (r == comm.rank()) throw AgreedError(failure, true);
+    throw AgreedError("rank " + std::to_string(r) + " " + what, false);
   }
 }
 

@@ -187,8 +187,8 @@ class Comm {
 
 // One verdict for all ranks, so that a failure prints one line rather than one per rank: every
 // rank passes its failure ("" = fine); the lowest failing rank throws its own message, the others
-// wait in a barrier that its abort_all (train.cu) ends, then throw "rank R <what>". Returns when no
-// rank failed.
+// "rank R <what>", both as AgreedError (runtime/error.h): only the first is printed, and every rank
+// exits through MPI_Finalize, with no MPI_Abort. Returns when no rank failed.
 void agree_or_throw(Comm& comm, const std::string& failure, const std::string& what);
 
 // Thrown when a collective did not complete within timeout_s. what() names rank, op and sequence.

@@ -138,10 +138,10 @@ void check_supported_by_this_build(const Plan& p) {
     if (std::find(precisions.begin(), precisions.end(), b.precision) == precisions.end()) precisions.push_back(b.precision);
   }
   if (p.device != "auto" && !support::device_built(p.device))
-    unsupported("device", json(p.device).dump(),
+    unsupported("device", shown(json(p.device)),
                 quoted(devices) + "; this build has no CUDA backend: build where nvcc is installed");
   if (p.precision.compute != "auto" && !support::precision_built(p.precision.compute))
-    unsupported("precision.compute", json(p.precision.compute).dump(),
+    unsupported("precision.compute", shown(json(p.precision.compute)),
                 quoted(precisions) + "; the CPU backend computes in fp32, bf16 needs the CUDA backend");
   const support::Features& f = support::features();
   if (!p.precision.master_weights && !f.master_weights_off)
@@ -155,7 +155,7 @@ void check_supported_by_this_build(const Plan& p) {
     bad("offload.params", "\"cpu\" changes nothing on the CPU backend, which already keeps everything in host memory; "
                           "use \"nvme\" to move the parameter shard to disk (zero.stage 3), or \"none\"");
   if (!in(f.offload_params, p.offload.params))
-    unsupported("offload.params", json(p.offload.params).dump(), quoted(f.offload_params));
+    unsupported("offload.params", shown(json(p.offload.params)), quoted(f.offload_params));
   if (p.offload.optimizer == "cpu") {
     // Host memory is where the CPU backend keeps everything already; the CUDA backend runs AdamW on
     // the CPU from pinned host memory (f.offload_optimizer lists "cpu" only where a CUDA backend is built).
@@ -165,11 +165,11 @@ void check_supported_by_this_build(const Plan& p) {
                                "memory" + fix);
   }
   if (!in(f.offload_optimizer, p.offload.optimizer))
-    unsupported("offload.optimizer", json(p.offload.optimizer).dump(), quoted(f.offload_optimizer));
+    unsupported("offload.optimizer", shown(json(p.offload.optimizer)), quoted(f.offload_optimizer));
   if (p.checkpoint.every != 0 && !f.checkpoint_saving)
     unsupported("checkpoint.every", std::to_string(p.checkpoint.every), "0, i.e. no checkpoint saving");
   if (!f.checkpoint_resume && p.checkpoint.resume != "none")
-    unsupported("checkpoint.resume", json(p.checkpoint.resume).dump(), "\"none\"");
+    unsupported("checkpoint.resume", shown(json(p.checkpoint.resume)), "\"none\"");
 }
 
 // Combinations that no build can run, whatever it supports.
@@ -181,11 +181,11 @@ void check_combinations(const Plan& p) {
     bad("comm.backend", "\"nccl\" needs device \"cuda\" (NCCL moves device buffers, one GPU per rank); the CPU "
                         "backend's collectives run over MPI: set comm.backend to \"mpi\" or \"auto\"");
   if (p.offload.params != "none" && p.zero.stage != 3)
-    bad("offload.params", json(p.offload.params).dump() +
+    bad("offload.params", shown(json(p.offload.params)) +
                               " requires zero.stage 3 (only sharded parameters can be offloaded), got zero.stage " +
                               std::to_string(p.zero.stage));
   if (p.offload.optimizer != "none" && p.zero.stage == 0)
-    bad("offload.optimizer", json(p.offload.optimizer).dump() +
+    bad("offload.optimizer", shown(json(p.offload.optimizer)) +
                                  " requires zero.stage 1, 2 or 3: offload streams a rank's shard of the optimizer "
                                  "state, and stage 0 keeps a full replica on every rank (got zero.stage 0)");
   for (const char* which : {"optimizer", "params"}) {
@@ -244,6 +244,8 @@ void check_machine(const Plan& p) {
   if (int64_t(p.run.threads) > 4 * int64_t(cores))
     bad("run.threads", std::to_string(p.run.threads) + " is more than 4 x the " + std::to_string(cores) +
                            " cores this process may use (0 = one per core)");
+  // run.threads 0 takes Slurm's grant, held to the same rule: refused here, before anything is written.
+  if (p.run.threads == 0) (void)threads_per_rank(this_launch(), cores, 1);
 }
 
 }  // namespace

@@ -163,7 +163,9 @@ void record_backend(Plan& plan, const std::string& backend);
 void record_comm_backend(Plan& plan, const std::string& comm_backend);
 
 // `s` cut to at most `max` bytes (on a UTF-8 boundary) with "..." appended when cut: error
-// messages quote values, keys and overrides, which may be megabytes long.
+// messages quote values, keys and overrides, which may be megabytes long. What cannot be seen
+// (control characters, zero-width and other invisible code points, bytes that are not UTF-8) is
+// written as \uXXXX / \xNN, so "optim.lr\u200b" does not read as the key it was mistaken for.
 std::string clip(const std::string& s, size_t max = 60);
 
 // The candidate closest to `bad` (case-insensitive edit distance, or one containing the other),

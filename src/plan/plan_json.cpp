@@ -36,6 +36,65 @@ namespace plan_detail {
 
 namespace fs = std::filesystem;
 
+// A path quoted in a message (a 50 MB "extends" value made a 50 MB error line).
+constexpr size_t kPathShown = 240;
+
+// Code points that print as nothing or as a plain space: zero-width and joining marks, direction
+// marks and overrides, spaces other than U+0020, the byte order mark.
+bool invisible(uint32_t c) {
+  return c < 0x20 || c == 0x7f || (c >= 0x80 && c < 0xa0) || c == 0xa0 || c == 0xad || c == 0x34f || c == 0x61c ||
+         c == 0x115f || c == 0x1160 || c == 0x17b4 || c == 0x17b5 || (c >= 0x180b && c <= 0x180f) ||
+         (c >= 0x2000 && c <= 0x200f) || (c >= 0x2028 && c <= 0x202f) || (c >= 0x205f && c <= 0x206f) ||
+         c == 0x3000 || c == 0x3164 || (c >= 0xfe00 && c <= 0xfe0f) || c == 0xfeff || c == 0xffa0 ||
+         (c >= 0xfff0 && c <= 0xfffb) || (c >= 0xe0000 && c <= 0xe0fff);
+}
+
+// `s` with what cannot be seen written as \uXXXX (bytes that are not UTF-8 as \xNN): a key with a
+// zero-width space was reported as unknown key "optim.lr", which reads exactly as the right one.
+std::string escape_invisible(const std::string& s) {
+  std::string out;
+  char buf[16];
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char b = static_cast<unsigned char>(s[i]);
+    const size_t len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    uint32_t c = len == 1 ? b : len == 2 ? b & 0x1f : len == 3 ? b & 0x0f : b & 0x07;
+    for (size_t k = 1; ok && k < len; ++k) {
+      const unsigned char t = static_cast<unsigned char>(s[i + k]);
+      ok = (t & 0xc0) == 0x80;
+      c = (c << 6) | (t & 0x3f);
+    }
+    if (!ok) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", b);
+      out += buf;
+      ++i;
+      continue;
+    }
+    if (invisible(c)) {
+      std::snprintf(buf, sizeof buf, c > 0xffff ? "\\U%08x" : "\\u%04x", unsigned(c));
+      out += buf;
+    } else {
+      out.append(s, i, len);
+    }
+    i += len;
+  }
+  return out;
+}
+
+// `s` without its invisible code points: the key that was meant.
+std::string strip_invisible(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char b = static_cast<unsigned char>(s[i]);
+    const size_t len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 1;
+    uint32_t c = len == 1 ? b : len == 2 ? b & 0x1f : len == 3 ? b & 0x0f : b & 0x07;
+    for (size_t k = 1; k < len && i + k < s.size(); ++k) c = (c << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+    if (!invisible(c)) out.append(s, i, std::min(len, s.size() - i));
+    i += len;
+  }
+  return out;
+}
+
 std::string join_key(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : prefix + "." + key;
 }
@@ -140,6 +199,9 @@ std::string unknown_key_message(const json& section, const std::string& section_
   std::string msg = "unknown key \"" + clip(full) + "\"";
   std::vector<std::string> here;
   for (auto it = section.begin(); it != section.end(); ++it) here.push_back(it.key());
+  const std::string seen = strip_invisible(key);
+  if (seen != key && std::find(here.begin(), here.end(), seen) != here.end())
+    return msg + " (did you mean \"" + join_key(section_path, seen) + "\"? the key holds characters that cannot be seen)";
 
   // Preference: a near-miss spelling here, the exact name in another section, a name here that
   // contains it (or that it contains), then (top level only) a near-miss name in any section.
@@ -228,28 +290,29 @@ void deep_merge(json& dst, const json& src) {
 }
 
 std::string read_file_or_throw(const std::string& path, const std::string& extended_by) {
-  std::string suffix = extended_by.empty() ? "" : " (extended by " + extended_by + ")";
+  std::string suffix = extended_by.empty() ? "" : " (extended by " + clip(extended_by, kPathShown) + ")";
   std::error_code ec;
-  if (fs::is_directory(path, ec)) throw Error("plan " + path + ": cannot open: is a directory" + suffix);
+  if (fs::is_directory(path, ec)) throw Error("plan " + clip(path, kPathShown) + ": cannot open: is a directory" + suffix);
   // Before the open: a FIFO would block it until some writer came.
   const std::string problem = input_file_problem(path);
-  if (!problem.empty()) throw Error("plan " + path + " " + problem + suffix);
+  if (!problem.empty()) throw Error("plan " + clip(path, kPathShown) + " " + problem + suffix);
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error("plan " + path + ": cannot open: " + std::strerror(errno) + suffix);
+  if (!f) throw Error("plan " + clip(path, kPathShown) + ": cannot open: " + std::strerror(errno) + suffix);
   std::string text;
   char buf[65536];
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
   bool bad = std::ferror(f);
   std::fclose(f);
-  if (bad) throw Error("plan " + path + ": read failed" + suffix);
+  if (bad) throw Error("plan " + clip(path, kPathShown) + ": read failed" + suffix);
   return text;
 }
 
 // What a plain parse would hide or what recursion over the parsed value would not survive.
 struct ShapeProblem {
-  enum Kind { none, too_deep, duplicate_key } kind = none;
-  std::string path;  // of the duplicated key: "optim.lr", "optim.betas[1].a"
+  enum Kind { none, too_deep, duplicate_key, number_range } kind = none;
+  std::string path;  // of the duplicated key or the number: "optim.lr", "optim.betas[1].a"
+  std::string text;  // number_range: the number as written ("1e400")
 };
 
 // A SAX pass over the text that builds nothing: nlohmann keeps the last of two equal keys
@@ -274,10 +337,22 @@ class ShapeScan : public nlohmann::json_sax<json> {
     Frame& f = stack_.back();
     f.key = k;
     if (f.keys.insert(k).second) return true;
-    problem = {ShapeProblem::duplicate_key, join_key(f.path, k)};
+    problem = {ShapeProblem::duplicate_key, join_key(f.path, k), ""};
     return false;
   }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+  // A number past a double (1e400) is a parse error to nlohmann, an out_of_range exception that named
+  // no file or key; the key is known here.
+  bool parse_error(std::size_t, const std::string& token, const nlohmann::detail::exception& e) override {
+    if (e.id == 406) {
+      std::string path;
+      if (!stack_.empty()) {
+        const Frame& f = stack_.back();
+        path = f.array ? f.path + "[" + std::to_string(f.index) + "]" : join_key(f.path, f.key);
+      }
+      problem = {ShapeProblem::number_range, path, token};
+    }
+    return false;
+  }
 
  private:
   struct Frame {
@@ -291,7 +366,7 @@ class ShapeScan : public nlohmann::json_sax<json> {
 
   bool open(bool array) {
     if (stack_.size() >= size_t(kMaxJsonDepth)) {
-      problem = {ShapeProblem::too_deep, ""};
+      problem = {ShapeProblem::too_deep, "", ""};
       return false;
     }
     std::string path;
@@ -321,10 +396,13 @@ ShapeProblem scan_shape(const std::string& text) {
 json parse_or_throw(const std::string& text, const std::string& path) {
   const ShapeProblem sp = scan_shape(text);
   if (sp.kind == ShapeProblem::too_deep)
-    throw Error("plan " + path + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+    throw Error("plan " + clip(path, kPathShown) + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
                 " levels (a plan nests 3 levels at most)");
   if (sp.kind == ShapeProblem::duplicate_key)
-    throw Error("plan " + path + ": duplicate key \"" + clip(sp.path) + "\" (a key may appear only once in an object)");
+    throw Error("plan " + clip(path, kPathShown) + ": duplicate key \"" + clip(sp.path) + "\" (a key may appear only once in an object)");
+  if (sp.kind == ShapeProblem::number_range)
+    throw Error("plan " + clip(path, kPathShown) + ": " + (sp.path.empty() ? "" : "\"" + clip(sp.path) + "\": ") +
+                clip(sp.text, 40) + " is out of the range of a number (a double: about 1.8e308 at most)");
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {
@@ -333,7 +411,7 @@ json parse_or_throw(const std::string& text, const std::string& path) {
     std::smatch m;
     static const std::regex re("at line ([0-9]+), column ([0-9]+): (.*)");
     if (std::regex_search(what, m, re))
-      throw Error("plan " + path + ": malformed JSON at line " + m[1].str() + ", column " + m[2].str() + ": " + m[3].str());
+      throw Error("plan " + clip(path, kPathShown) + ": malformed JSON at line " + m[1].str() + ", column " + m[2].str() + ": " + m[3].str());
     // Fallback: compute line/column from the byte offset.
     size_t upto = std::min<size_t>(e.byte > 0 ? e.byte - 1 : 0, text.size());
     size_t line = 1, col = 1;
@@ -341,7 +419,7 @@ json parse_or_throw(const std::string& text, const std::string& path) {
       if (text[i] == '\n') { ++line; col = 1; } else { ++col; }
     }
     size_t p = what.find("] ");
-    throw Error("plan " + path + ": malformed JSON at line " + std::to_string(line) + ", column " + std::to_string(col) +
+    throw Error("plan " + clip(path, kPathShown) + ": malformed JSON at line " + std::to_string(line) + ", column " + std::to_string(col) +
                 ": " + (p == std::string::npos ? what : what.substr(p + 2)));
   }
 }
@@ -357,25 +435,25 @@ json resolve_file(const std::string& path, const std::string& extended_by, std::
   for (size_t i = 0; i < chain.size(); ++i) {
     if (chain[i] == canon) {
       std::string cyc;
-      for (size_t k = i; k < shown.size(); ++k) cyc += shown[k] + " -> ";
-      throw Error("plan " + shown.front() + ": \"extends\" cycle: " + cyc + path);
+      for (size_t k = i; k < shown.size(); ++k) cyc += clip(shown[k], kPathShown) + " -> ";
+      throw Error("plan " + clip(shown.front(), kPathShown) + ": \"extends\" cycle: " + cyc + clip(path, kPathShown));
     }
   }
   if (files) files->push_back(path);
   json own = parse_or_throw(read_file_or_throw(path, extended_by), path);
-  const std::string where = " (in " + path + ")";
-  if (!own.is_object()) throw Error("plan " + path + ": expected a JSON object at the top level, got " + describe(own));
+  const std::string where = " (in " + clip(path, kPathShown) + ")";
+  if (!own.is_object()) throw Error("plan " + clip(path, kPathShown) + ": expected a JSON object at the top level, got " + describe(own));
 
   json merged = json::object();
   auto ext = own.find("extends");
   if (ext != own.end()) {
     if (!ext->is_string() || ext->get<std::string>().empty())
-      throw Error("plan " + path + ": \"extends\": expected a non-empty string (a plan path relative to this file), got " +
+      throw Error("plan " + clip(path, kPathShown) + ": \"extends\": expected a non-empty string (a plan path relative to this file), got " +
                   describe(*ext));
     fs::path target(ext->get<std::string>());
     if (target.is_relative()) target = fs::path(path).parent_path() / target;
     std::string tpath = target.lexically_normal().string();
-    if (!fs::exists(target) && target.filename() == "base.json") {
+    if (target.filename() == "base.json" && !fs::exists(target, ec)) {  // ec: a name too long is not found
       // Extending "base.json" where none sits beside the plan: the embedded defaults, which
       // underlie every plan anyway.
     } else {
@@ -397,9 +475,10 @@ json resolve_file(const std::string& path, const std::string& extended_by, std::
 
 using namespace plan_detail;
 
-std::string clip(const std::string& s, size_t max) {
-  if (s.size() <= max) return s;
-  size_t n = max > 3 ? max - 3 : 0;
+std::string clip(const std::string& raw, size_t max) {
+  const std::string s = escape_invisible(raw.size() > 4 * max ? raw.substr(0, 4 * max) : raw);
+  if (s.size() <= max && raw.size() <= 4 * max) return s;
+  size_t n = std::min(s.size(), max > 3 ? max - 3 : 0);
   while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // not inside a UTF-8 sequence
   return s.substr(0, n) + "...";
 }
@@ -458,6 +537,8 @@ nlohmann::json resolve_plan(const std::string& path, const std::vector<std::stri
       throw Error(pre + "value nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     if (!s->is_string() && sp.kind == ShapeProblem::duplicate_key)
       throw Error(pre + "duplicate key \"" + clip(sp.path) + "\" in the value");
+    if (!s->is_string() && sp.kind == ShapeProblem::number_range)
+      throw Error(pre + clip(sp.text, 40) + " is out of the range of a number (a double: about 1.8e308 at most)");
     if (sp.kind == ShapeProblem::none) {
       try {
         json parsed = json::parse(text);

@@ -20,6 +20,14 @@ struct OutOfMemory : Error {
   using Error::Error;
 };
 
+// A failure every rank knows of at the same point (a verdict the ranks agreed on: agree_or_throw,
+// the plan hash check in train.cu). main prints it from the one rank whose `print` is set, and every
+// rank exits 1 through MPI_Finalize: no MPI_Abort, whose banner said again, per rank, what one line said.
+struct AgreedError : Error {
+  AgreedError(const std::string& what, bool print) : Error(what), print(print) {}
+  bool print;
+};
+
 [[noreturn]] inline void fail_at(const char* file, int line, const std::string& what) {
   std::ostringstream os;
   os << what << " (" << file << ":" << line << ")";

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -98,6 +99,12 @@ int affinity_cpus() {
 }
 
 int threads_per_rank(const Launch& launch, int affinity, int local_world) {
+  // The rule run.threads is held to (plan.cpp, check_machine): a grant far beyond the CPUs this
+  // process may use is a mistyped or foreign SLURM_CPUS_PER_TASK, and its threads would only thrash.
+  ZT_REQUIRE(int64_t(launch.cpus_per_task) <= 4 * int64_t(std::max(1, affinity)),
+             "SLURM_CPUS_PER_TASK=" << launch.cpus_per_task << " is more than 4 x the " << affinity
+                                    << " cores this process may use; request the CPUs the task has (srun -c), "
+                                       "or set run.threads");
   if (launch.cpus_per_task > 0) return launch.cpus_per_task;
   return std::max(1, affinity / std::max(1, local_world));
 }

@@ -31,7 +31,8 @@ const Launch& this_launch();
 int affinity_cpus();
 
 // Compute threads per rank: the CPUs Slurm gave the task when it says (SLURM_CPUS_PER_TASK), else
-// the CPUs this process may run on, shared by the host's ranks.
+// the CPUs this process may run on, shared by the host's ranks. A grant of more than 4 x the CPUs
+// this process may run on is refused, as run.threads is.
 int threads_per_rank(const Launch& launch, int affinity_cpus, int local_world);
 
 // Refuses a communicator that disagrees with the launcher on the world size: an srun plugin or an

@@ -184,10 +184,13 @@ class Trainer {
       }
       if (tokenizer_ && ((run.sample_every > 0 && (step + 1) % run.sample_every == 0) || last)) sample(step);
       const int every = plan_.checkpoint.every;
-      const std::string stop = plan_.checkpoint.dir.empty() ? "" : StopSignals::agree(comm_);
+      std::string stop = plan_.checkpoint.dir.empty() ? "" : StopSignals::agree(comm_);
       if ((every > 0 && ((step + 1) % every == 0 || last)) || !stop.empty()) {
         engine_->params_ready();  // the parameter all-gather of stages 1-2 may still be in flight
         save_checkpoint();
+        // A signal that came during a periodic save makes it the last: another step and a second
+        // save would double the time a scheduler's KillWait must allow.
+        if (stop.empty()) stop = StopSignals::agree(comm_);
       }
       if (!stop.empty()) {
         res.stopped = true;
@@ -514,16 +517,23 @@ class Trainer {
     m.param_dtype = sizeof(T) == 2 ? "bf16" : "f32";
     m.run_id = run_id_;
     m.plan = plan_.resolved.dump();
-    // On a terminal, rank 0 shows how far its own file is (progress.h: decorate_progress).
+    // On a terminal, rank 0 shows how far its own file is (progress.h: decorate_progress). After
+    // each piece, a second stop signal abandons the save (stop_signal.h).
     int shown = -1;
-    ckpt::Progress progress;
-    if (root_ && decorate_)
-      progress = [&](double f) {
-        if (int(f * 100) == shown) return;
-        shown = int(f * 100);
-        std::printf("\r\033[Kcheckpoint: saving step %lld: %d%%", (long long)m.step, shown);
-        std::fflush(stdout);
-      };
+    bool pause = ckpt::fault_pause_in_save(comm_.rank(), m.step);
+    const int signals_before = StopSignals::count();
+    const ckpt::Progress progress = [&](double f) {
+      if (pause && f >= 0.5) {  // tests: a save caught half way until a signal comes during it
+        pause = false;
+        StopSignals::wait_for_signal(signals_before, 60);
+      }
+      StopSignals::Saving::check();
+      if (!root_ || !decorate_ || int(f * 100) == shown) return;
+      shown = int(f * 100);
+      std::printf("\r\033[Kcheckpoint: saving step %lld: %d%%", (long long)m.step, shown);
+      std::fflush(stdout);
+    };
+    const StopSignals::Saving saving;
     const ckpt::Transfer t = ckpt::save_store<Ops>(comm_, plan_.checkpoint, m, model_->layout(), *store_, progress);
     if (root_) {
       if (decorate_) std::printf("\r\033[K");

@@ -171,9 +171,23 @@ expect deep_objects  'JSON nested deeper than 64 levels' "{\"model\": {\"init\":
 expect deep_override 'value nested deeper than 64 levels' "{$good_data}" --set "optim.betas=$(repeat '[' 50000)$(repeat ']' 50000)"
 expect long_value    'got "xxxxxxxx' "{$good_data}" --set "device=$(repeat x 100000)"
 if [ "$(wc -c < "$work/long_value/stderr")" -gt 300 ]; then echo "FAIL long_value: $(wc -c < "$work/long_value/stderr") bytes on stderr"; fails=$((fails+1)); fi
+# A number past a double: nlohmann's raw exception named no file or key.
+expect number_overflow 'plan.json: "optim.lr": 1e400 is out of the range of a number' "{\"optim\": {\"lr\": 1e400}, $good_data}"
+expect number_overflow_nested '"optim.betas[1]": -1e999 is out of the range' "{\"optim\": {\"betas\": [0.9, -1e999]}, $good_data}"
+expect number_overflow_set '--set optim.lr=1e400: 1e400 is out of the range of a number' "{$good_data}" --set optim.lr=1e400
+# A key with an invisible character: it read 'unknown key "optim.lr"', the very key it was mistaken for.
+zwsp=$(printf '\xe2\x80\x8b')
+expect invisible_key 'unknown key "optim.lr\u200b" (did you mean "optim.lr"? the key holds characters that cannot be seen)' "{\"optim\": {\"lr$zwsp\": 0.001}, $good_data}"
+expect invisible_key_set 'unknown key "optim.lr\u200b" (did you mean "optim.lr"?' "{$good_data}" --set "optim.lr$zwsp=0.001"
+# A 1 MB "extends" value: the error line quoted it whole (a 50 MB one made a 52 MB line).
+expect long_extends 'File name too long' "{\"extends\": \"$(repeat x 1000000)\", $good_data}"
+if [ "$(wc -c < "$work/long_extends/stderr")" -gt 1000 ]; then echo "FAIL long_extends: $(wc -c < "$work/long_extends/stderr") bytes on stderr"; fails=$((fails+1)); fi
 expect duplicate_key 'duplicate key "optim.lr"' "{\"optim\": {\"lr\": 0.1, \"lr\": 0.2}, $good_data}" $small_plan
 expect master_weights_false 'precision.master_weights: false is not supported' "{$good_data}" --set precision.master_weights=false $small_plan
 expect threads_above_cores 'cores this process may use' "{$good_data}" --set run.threads=100000 $small_plan
+# Slurm's grant is held to the same rule (it ran 100000 threads where run.threads=100000 is refused).
+SLURM_CPUS_PER_TASK=100000 expect slurm_cpus_above_cores 'SLURM_CPUS_PER_TASK=100000 is more than 4 x the' "{$good_data}" \
+       --set run.threads=0 $small_plan
 expect tokens_past_int32 'micro_batch x model.seq_len = 65536000000' "{$good_data}" --set model.seq_len=65536 --set batch.micro_batch=1000000
 expect n_embd_past_int32 'model.n_embd: must be <= 536870911' "{$good_data}" --set model.n_embd=2147483646 --set model.n_head=2
 if ! nvidia-smi -L >/dev/null 2>&1; then  # without a GPU, bf16 cannot run: refused, never silently fp32

@@ -109,6 +109,20 @@ TEST(Launcher, ThreadsFromSlurmCpusPerTask) {
   EXPECT_EQ(zt::threads_per_rank(zt::launch_from_env(), 64, 2), 4);
 }
 
+// SLURM_CPUS_PER_TASK=1000 on 2 CPUs ran 1000 threads (5x slower) where run.threads=1000 is refused
+// by the 4 x cores rule: the grant is held to the same rule, refused in one line naming it.
+TEST(Launcher, SlurmCpusPerTaskBeyondCoresRefused) {
+  LaunchEnv env({{"SLURM_STEP_NUM_TASKS", "1"}, {"SLURM_CPUS_PER_TASK", "1000"}});
+  EXPECT_EQ(zt::threads_per_rank(zt::launch_from_env(), 250, 1), 1000);  // 4 x 250: allowed
+  try {
+    zt::threads_per_rank(zt::launch_from_env(), 2, 1);
+    FAIL() << "SLURM_CPUS_PER_TASK=1000 on 2 CPUs accepted";
+  } catch (const zt::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SLURM_CPUS_PER_TASK=1000 is more than 4 x the 2 cores"), std::string::npos)
+        << e.what();
+  }
+}
+
 // No grant named: the CPUs this process may run on, shared by the host's ranks, at least one.
 TEST(Launcher, ThreadsFromAffinityShared) {
   LaunchEnv env({});
