@@ -300,6 +300,18 @@ int run(int argc, char** argv) {
   return r.steps == plan.run.steps || r.stopped ? 0 : 1;
 }
 
+// The one line every failure prints, at most about 2 KiB: a path or value quoted from a plan can be
+// any length (a 50 MB run.log made a 52 MB line), and its head (what failed) and tail (what to do)
+// are what a reader needs. Cut between UTF-8 characters, never inside one.
+std::string error_line(const std::string& msg) {
+  constexpr size_t kHead = 1536, kTail = 512;
+  if (msg.size() <= kHead + kTail + 64) return msg;
+  size_t head = kHead, tail = msg.size() - kTail;
+  while (head > 0 && (static_cast<unsigned char>(msg[head]) & 0xC0) == 0x80) --head;
+  while (tail < msg.size() && (static_cast<unsigned char>(msg[tail]) & 0xC0) == 0x80) ++tail;
+  return msg.substr(0, head) + " [... " + std::to_string(tail - head) + " bytes not shown ...] " + msg.substr(tail);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -317,6 +329,7 @@ int main(int argc, char** argv) {
     msg = e.what();
   }
   std::fflush(stdout);
+  msg = error_line(msg);
   if (!g_comm && g_meet_on_failure && launched_several()) {
     agreed = true;
     print = meet_after_early_failure(msg);

@@ -593,9 +593,10 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   if (!req.comm.is_null()) {  // the settings the ranks run (ZT_COMM_* applied): every candidate gets them
     nlohmann::json j = base.resolved;
     j["comm"] = req.comm;
-    const std::string source = base.source;
-    base = plan_from_json(j, false);
-    base.source = source;
+    Plan with_comm = plan_from_json(j, false);
+    with_comm.source = base.source;
+    with_comm.files = base.files;  // the extends chain: inputs no output may replace
+    base = std::move(with_comm);
   }
   const std::string backend = planned_backend(base, world);
   // The cost model is calibrated on the CPU backend only; on the CUDA backend the planner sizes

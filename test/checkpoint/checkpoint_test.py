@@ -367,6 +367,37 @@ def part_faults(tmp):
               f"world {world}: resumed after {sig.name}, final weights equal the uninterrupted run's bit for bit")
 
 
+
+def run_case_script(name, cases, scope, with_mpirun):
+    """The main() of a script of named cases (checkpoint_dir_test.py, signals_test.py): runs the ones
+    named on the command line (default all), each case_NAME(dir) in its own directory; 1 on a failure."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cases", nargs="*", help="some of " + " ".join(cases) + " (default: all)")
+    ap.add_argument("--train", default=os.path.join(ROOT, "train"))
+    if with_mpirun:
+        ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    args.train = os.path.abspath(args.train)
+    if not with_mpirun:
+        args.mpirun = "mpirun"
+    for c in args.cases:
+        if c not in cases:
+            ap.error(f"unknown case {c}; cases: {' '.join(cases)}")
+    global ARGS
+    ARGS = args
+    tmp = tempfile.mkdtemp(prefix=f"zt_{name}_")
+    t0 = time.time()
+    try:
+        for case in args.cases or cases:
+            os.makedirs(os.path.join(tmp, case))
+            scope["case_" + case](os.path.join(tmp, case))
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{name}: {len(FAILS)} failure(s), {time.time() - t0:.0f} s")
+    return 1 if FAILS else 0
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser()

@@ -15,13 +15,10 @@ directory is there, so nothing depends on a save being slow enough.
 
   /usr/bin/python3 test/checkpoint/signals_test.py [CASE...] --train ./train [--keep]
 """
-import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -121,28 +118,7 @@ def case_leftovers(tmp):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("cases", nargs="*", help="some of " + " ".join(CASES) + " (default: all)")
-    ap.add_argument("--train", default=os.path.join(ct.ROOT, "train"))
-    ap.add_argument("--keep", action="store_true")
-    args = ap.parse_args()
-    args.train = os.path.abspath(args.train)
-    args.mpirun = "mpirun"
-    for c in args.cases:
-        if c not in CASES:
-            ap.error(f"unknown case {c}; cases: {' '.join(CASES)}")
-    ct.ARGS = args
-    tmp = tempfile.mkdtemp(prefix="zt_signals_")
-    t0 = time.time()
-    try:
-        for case in args.cases or CASES:
-            os.makedirs(os.path.join(tmp, case))
-            globals()["case_" + case](os.path.join(tmp, case))
-    finally:
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print(f"checkpoint_signals: {len(ct.FAILS)} failure(s), {time.time() - t0:.0f} s")
-    return 1 if ct.FAILS else 0
+    return ct.run_case_script("checkpoint_signals", CASES, globals(), with_mpirun=False)
 
 
 if __name__ == "__main__":

@@ -182,6 +182,10 @@ expect invisible_key_set 'unknown key "optim.lr\u200b" (did you mean "optim.lr"?
 # A 1 MB "extends" value: the error line quoted it whole (a 50 MB one made a 52 MB line).
 expect long_extends 'File name too long' "{\"extends\": \"$(repeat x 1000000)\", $good_data}"
 if [ "$(wc -c < "$work/long_extends/stderr")" -gt 1000 ]; then echo "FAIL long_extends: $(wc -c < "$work/long_extends/stderr") bytes on stderr"; fails=$((fails+1)); fi
+# Any error line is cut to about 2 KiB (train.cu, error_line): a 1 MB run.final_weights quoted whole by the
+# output-path check, its head and tail kept.
+expect long_output_path 'bytes not shown ...]' "{\"run\": {\"final_weights\": \"$(repeat x 1000000)\"}, $good_data}" $small_plan
+if [ "$(wc -c < "$work/long_output_path/stderr")" -gt 2200 ]; then echo "FAIL long_output_path: $(wc -c < "$work/long_output_path/stderr") bytes on stderr"; fails=$((fails+1)); fi
 expect duplicate_key 'duplicate key "optim.lr"' "{\"optim\": {\"lr\": 0.1, \"lr\": 0.2}, $good_data}" $small_plan
 expect master_weights_false 'precision.master_weights: false is not supported' "{$good_data}" --set precision.master_weights=false $small_plan
 expect threads_above_cores 'cores this process may use' "{$good_data}" --set run.threads=100000 $small_plan

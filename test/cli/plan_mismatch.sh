@@ -38,7 +38,10 @@ grep -q "ZT_COMM_\* environment" "$work/out" || { echo "FAIL seed_mismatch: the 
 
 timeout -k 5 60 "$MPIEXEC" --oversubscribe -np 1 "$TRAIN" "${common[@]}" : \
                            -np 1 env ZT_COMM_COLLECTIVES=mpi "$TRAIN" "${common[@]}" >"$work/out" 2>&1
-check env_mismatch "ZT_COMM_* environment" $?
+# The comm settings are compared first: the line names both ranks' and the variables behind them.
+check env_mismatch "its comm settings (collectives mpi, " $?
+grep -q "most likely from the environment: ZT_COMM_THREAD, ZT_COMM_COLLECTIVES" "$work/out" \
+  || { echo "FAIL env_mismatch: the line does not name the ZT_COMM_* variables"; fail=1; }
 
 timeout -k 5 60 "$MPIEXEC" --oversubscribe -np 2 "$TRAIN" "${common[@]}" --set optim.lr=-1 >"$work/out" 2>&1
 check bad_plan_every_rank "optim.lr: must be > 0" $?

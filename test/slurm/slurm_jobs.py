@@ -33,7 +33,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CLUSTER = os.path.join(ROOT, "scripts", "cluster")
 SBATCH = os.path.join(ROOT, "scripts", "slurm", "train.sbatch")
 NAME = f"zsl{os.getpid() % 100000}"
-STEPS, STOP_AFTER = 30, 8          # preempt once the log shows this step
+# Preempt once the log shows step STOP_AFTER. The run goes on while the signal travels (the test's
+# scontrol polling, slurmctld, srun): at 30 steps of ~40 ms that took the whole rest of the run
+# under the full suite's -j2 load on a slow machine, and the signal found the run finished.
+STEPS, STOP_AFTER = 60, 8
 LOSS_TOL = 1e-5
 TINY = {"model.n_layer": 3, "model.n_head": 5, "model.n_embd": 35, "model.seq_len": 31,
         "data.train": "data/sample/train_*.bin", "data.val": "data/sample/val.bin", "data.tokenizer": "",
