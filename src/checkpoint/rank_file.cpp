@@ -84,7 +84,6 @@ void RankFileWriter::add(Kind k, DType dtype, const TensorSlot& slot, size_t off
   h5::write_attr(ds, "offset", int64_t(offset));
   h5::write_attr(ds, "crc32c", uint64_t(crc32c(host, bytes)));
   bytes_ += bytes;
-  ++datasets_;
 }
 
 void RankFileWriter::finish() {

@@ -28,7 +28,6 @@ class RankFileWriter {
   // Closes the file and fsyncs it: after finish() returns the data is on disk.
   void finish();
   uint64_t bytes() const { return bytes_; }
-  int datasets() const { return datasets_; }
 
  private:
   std::string path_;
@@ -38,7 +37,6 @@ class RankFileWriter {
   // until finish()'s fsync, and write nothing while the pieces are copied and checksummed.
   int writeback_fd_ = -1;
   uint64_t bytes_ = 0;
-  int datasets_ = 0;
 };
 
 // fsync of a file or directory (a rename is durable once its directory is synced). Failures name

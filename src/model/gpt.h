@@ -158,9 +158,8 @@ class GPT {
   void zero_grad();
 
   // In the backend's memory (host pointers only for CpuOps):
-  // (B, Tn, Vp), stride Vp; with classifier chunks and no targets, rows logits_row0().. only.
+  // (B, Tn, Vp), stride Vp; with classifier chunks and no targets, rows from logits_row0_ only.
   const T* logits() const { return acts_.logits; }
-  int logits_row0() const { return logits_row0_; }
   const S* losses() const { return acts_.losses; }  // (B, Tn)
   // One row of logits (the first V entries) copied to the host, for sampling.
   std::vector<float> logits_row(int row) const;

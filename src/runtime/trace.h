@@ -77,7 +77,6 @@ class Tracer {
   }
 
   const std::string& path() const { return path_; }
-  uint64_t events() const { return events_; }
   // Ends the file. When it cannot be written whole (a full disk), the partial file is removed and
   // Error says what was lost.
   void close();
