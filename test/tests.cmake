@@ -6,7 +6,8 @@
 #   checkpoint  sharded checkpoints, resume (in memory and from files), reshard, checkpoint.dir
 #   offload     optimizer and parameter offload (host, NVMe) against the same plan in memory
 #   recompute   every recompute policy and classifier chunking against keeping everything
-#   cli         the binary's front: plans, bad input, output paths, reports, the Makefile
+#   plan        src/plan: extends, --set, the schema, ranges and combinations, sizes and limits
+#   cli         the binary's front: plan edges, bad input, output paths, reports, the Makefile
 #   model       the single-rank math: CPU kernels and the model by finite differences, OpenBLAS
 #   data        token files, tokenizer, the committed sample data
 #   parity      against PyTorch: the ops and model (test/ref), and the real binary's training loop
@@ -17,9 +18,17 @@
 # One group: `ctest -L zero` in build/ (or `make test-zero`); one test: `ctest -R zero_equivalence`;
 # the list: `ctest -N -L zero`. `make test` runs them all. Benchmarks are not tests: bench/.
 #
-# zt_tests (CMakeLists.txt) compiles every test/<concept>/*_test.cpp; below, each folder's
-# TEST/TEST_F/TEST_P suites are discovered under that folder's label. Script and MPI tests run the
-# real binary; tests that oversubscribe the cores or measure time run alone (RUN_SERIAL).
+# File names: every C++ test file is test/<concept>/<subject>_test.cpp. A suffix before _test names
+# a standalone binary; without one the file is a suite of zt_tests:
+#   <subject>_test.cpp         zt_tests, the second-scale unit binary (CMakeLists.txt globs these)
+#   <subject>_mpi_test.cpp     its own main, run under mpirun (zt_test_comm, zt_test_resume)
+#   <subject>_gpu_test.cpp     zt_gpu_tests on a GPU, and zt_gpu_tests_emu under the emulator
+#   <subject>_emu_test.cpp     the emulator's own checks (zt_emu_checks, test/emu/emu.cmake)
+#   <subject>_parity_test.cpp  zt_parity_tests, against the PyTorch reference (label parity)
+# Helpers that a folder's test files share are a header beside them (plan_testing.h, gpu_test_util.h).
+# Each folder's TEST/TEST_F/TEST_P suites in zt_tests are discovered under that folder's label.
+# Script and MPI tests run the real binary; tests that oversubscribe the cores or measure time run
+# alone (RUN_SERIAL).
 
 set(ZT_MPI_TEST_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;PYTHONDONTWRITEBYTECODE=1")
 
@@ -91,7 +100,7 @@ set_tests_properties(trace_overlap PROPERTIES LABELS zero TIMEOUT 300 RUN_SERIAL
 # comm_collectives_np*: collectives, byte counts, ring buffer at N = 1-4; beside the ring collectives
 # (src/comm/ring.h), MPI's own non-blocking (_mpi) and blocking (_mpi_blocking, a worker thread each)
 # collectives on the comm thread, and no thread at all (_no_thread).
-add_executable(zt_test_comm ${CMAKE_SOURCE_DIR}/test/comm/test_comm.cpp)
+add_executable(zt_test_comm ${CMAKE_SOURCE_DIR}/test/comm/collectives_mpi_test.cpp)
 target_link_libraries(zt_test_comm PRIVATE zt GTest::gtest)  # its own main (MPI + agreement across ranks)
 foreach(np 1 2 3 4)
   add_test(NAME comm_collectives_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:zt_test_comm>)
@@ -166,7 +175,7 @@ set_tests_properties(slurm_outside_job PROPERTIES LABELS cli TIMEOUT 60)
 # ---- checkpoint (docs/design.md §3.7, §3.9) ------------------------------------------------------
 # resume_in_memory_np*: steps 0-9 against 0-4 + rebuild from the step-5 TrainState + 5-9, bit for bit,
 # every stage; a few seconds per world size.
-add_executable(zt_test_resume ${CMAKE_SOURCE_DIR}/test/checkpoint/test_resume.cpp)
+add_executable(zt_test_resume ${CMAKE_SOURCE_DIR}/test/checkpoint/resume_mpi_test.cpp)
 target_link_libraries(zt_test_resume PRIVATE zt GTest::gtest)  # its own main (MPI)
 # np1 is one process of one thread that measures no time: it runs beside other tests (not RUN_SERIAL;
 # COST: started early, it packs beside the short tests); np3 oversubscribes the cores, so it runs alone.
@@ -300,7 +309,7 @@ foreach(cfg tiny odd wide)
   set_tests_properties(pytorch_reference_${cfg} PROPERTIES LABELS parity FIXTURES_SETUP pytorch_reference
                        ENVIRONMENT "OMP_NUM_THREADS=2;PYTHONDONTWRITEBYTECODE=1")
 endforeach()
-file(GLOB ZT_PARITY_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/test/parity/*.cpp)
+file(GLOB ZT_PARITY_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/test/parity/*_parity_test.cpp)
 add_executable(zt_parity_tests ${ZT_PARITY_TESTS})
 target_link_libraries(zt_parity_tests PRIVATE zt GTest::gtest GTest::gtest_main)
 target_compile_definitions(zt_parity_tests PRIVATE ZT_REF_DIR="${ZT_REF_DIR}")
@@ -354,7 +363,7 @@ set_tests_properties(autoplan_faults PROPERTIES LABELS autoplan TIMEOUT 420 ENVI
 # "Passed") on machines without a GPU. (A second SKIP_REGULAR_EXPRESSION of our own here, ending in "\]",
 # left CMake 4.4's generated test file unparsable on the GPU machine.) `make test-gpu` runs only these (label gpu).
 if(ZT_HAVE_CUDA)
-  file(GLOB ZT_GPU_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/test/gpu/test_*.cpp)
+  file(GLOB ZT_GPU_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/test/gpu/*_gpu_test.cpp)
   add_executable(zt_gpu_tests ${ZT_GPU_TESTS})
   target_link_libraries(zt_gpu_tests PRIVATE zt GTest::gtest GTest::gtest_main)
   gtest_discover_tests(zt_gpu_tests DISCOVERY_TIMEOUT 60

@@ -50,7 +50,7 @@ set_tests_properties(emulated.checkpoint PROPERTIES LABELS emu TIMEOUT 300 ENVIR
 
 # The emulator's own checks: each bug class it promises to catch is caught (death tests), the
 # correct code passes; the NCCL comm (one emulated rank) ordered against the compute stream.
-add_executable(zt_emu_checks ${ZT_EMU_DIR}/test_emu.cpp)
+add_executable(zt_emu_checks ${ZT_EMU_DIR}/checks_emu_test.cpp)
 target_compile_options(zt_emu_checks PRIVATE -include ${ZT_EMU_DIR}/cuda_emu.h)
 target_include_directories(zt_emu_checks BEFORE PRIVATE ${ZT_EMU_DIR})
 target_link_libraries(zt_emu_checks PRIVATE zt_emu GTest::gtest GTest::gtest_main)

@@ -6,7 +6,7 @@
 #         zt_train_emu at N = 1 with the same global batch (grad_accum x N): every step's loss within
 #         1e-5 relative; and the CPU backend's single-rank curve, same bound.
 #   bf16: -np 2, stages 0-3, against the single-rank bf16 run: within 2e-2 relative (the bf16 bound
-#         of test/gpu/test_model.cpp's TenTrainingSteps; reductions are summed in fp32, one rounding).
+#         of test/gpu/model_gpu_test.cpp's TenTrainingSteps; reductions are summed in fp32, one rounding).
 #   memory: the pinned "comm" tier each multi-rank run tracked equals the bytes of the buffers its
 #         collectives touch, fp32 mirrors (the store's host_staging, 4 bytes per element); and
 #         `train estimate --set device=cuda` equals every run's tracked peak, tier by tier.

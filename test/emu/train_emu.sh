@@ -2,7 +2,7 @@
 # A short `--set device=cuda` training run under the CUDA emulator (test/emu), fp32 and bf16, against
 # the same run on the CPU backend: 5 steps of a small model on the committed sample data.
 #   fp32 (the parity mode): every step's loss within 1e-6 relative of the CPU's;
-#   bf16: within 2e-2 relative (the bound test/gpu/test_model.cpp's TenTrainingSteps documents).
+#   bf16: within 2e-2 relative (the bound test/gpu/model_gpu_test.cpp's TenTrainingSteps documents).
 # usage: train_emu.sh path/to/train path/to/zt_train_emu
 set -euo pipefail
 TRAIN=${1:?usage: train_emu.sh path/to/train path/to/zt_train_emu}

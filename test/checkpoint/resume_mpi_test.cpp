@@ -125,6 +125,6 @@ int main(int argc, char** argv) {
   int rc = RUN_ALL_TESTS();
   double failed = rc != 0 ? 1 : 0;
   comm->all_reduce_sum(&failed, 1);
-  if (comm->rank() == 0) std::printf("test_resume: %d rank(s), %d failed\n", comm->world(), int(failed));
+  if (comm->rank() == 0) std::printf("zt_test_resume: %d rank(s), %d failed\n", comm->world(), int(failed));
   return failed > 0 ? 1 : 0;
 }
