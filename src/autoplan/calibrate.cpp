@@ -25,15 +25,13 @@
 #include "offload/swap_file.h"
 #include "offload/swap_pipeline.h"
 #include "offload/uring.h"
+#include "runtime/clock.h"
 #include "runtime/error.h"
 #include "plan/plan.h"
 #include "runtime/output_path.h"
 
 namespace zt::autoplan {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // The fastest of `reps` timed calls after one untimed (first-touch page faults, BLAS thread
 // start-up): the planner predicts an undisturbed machine, and another job's burst during a probe

@@ -10,6 +10,9 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/support.h"
+#if ZT_HAVE_CUDA
+#include "runtime/cuda_context.h"
+#endif
 
 namespace zt {
 
@@ -49,6 +52,16 @@ std::string next_offload_step(const Plan& plan) {
   return os.str();
 }
 }  // namespace
+
+void select_gpu(const Comm& comm) {
+#if ZT_HAVE_CUDA
+  int gpus = 0;
+  ZT_CHECK_CUDA(cudaGetDeviceCount(&gpus));
+  cuda::Context::select(comm.local_rank() % std::max(1, gpus));
+#else
+  (void)comm;
+#endif
+}
 
 std::string next_memory_step(const Plan& plan, int world) {
   std::ostringstream os;
