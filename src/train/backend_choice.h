@@ -41,6 +41,10 @@ std::string describe_comm_backend(const std::string& comm_backend, bool device);
 // host-staged, zero/staged_comm.h).
 void select_gpu(const Comm& comm);
 
+// The CPU threads (OpenMP and OpenBLAS) this rank computes with, set and returned: run.threads, or
+// the CPUs the launcher gave this rank (runtime/launcher.h), not the whole host.
+int use_rank_threads(const Plan& plan, const Comm& comm);
+
 // The next rung of the memory ladder (docs/plans.md) for a run that did not fit: what to change in
 // the plan, using only options this build runs.
 std::string next_memory_step(const Plan& plan, int world);

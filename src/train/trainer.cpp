@@ -11,15 +11,11 @@
 #include <string>
 #include <vector>
 
-#include <cblas.h>
-#include <omp.h>
-
 #include "backend/ops_cpu.h"
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
 #endif
 #include "runtime/clock.h"
-#include "runtime/launcher.h"
 #include "runtime/trace.h"
 #include "train/backend_choice.h"
 #include "train/checkpointing.h"
@@ -114,14 +110,7 @@ class Trainer {
       const CommStepStats cs = engine_comm_->step_stats();
       const double ms = seconds_since(t0) * 1e3;
       train_seconds += ms / 1e3;
-      res.steps = step + 1;
-      res.final_loss = loss;
-      res.losses.push_back(loss);
-      res.step_ms.push_back(ms);
-      res.first_micro_ms.push_back(first_micro_ms);
-      res.backward_ms.push_back(backward_ms);
-      res.gradients_ms.push_back(gradients_ms);
-      res.update_ms.push_back(engine_->last_update_s() * 1e3);
+      res.add_step(step, loss, ms, first_micro_ms, backward_ms, gradients_ms, engine_->last_update_s() * 1e3);
       state_.step = step + 1;
       state_.next_sequence = int64_t(state_.step) * B * accum * world;
       bytes_per_step_ = cs.bytes;
@@ -189,11 +178,7 @@ class Trainer {
   void setup() {
     const int world = comm_.world();
     if constexpr (Ops::tier == Tier::device) dev_use_.start();
-    // The CPUs the launcher gave this rank (runtime/launcher.h), not the whole host.
-    const int threads = plan_.run.threads > 0 ? plan_.run.threads
-                                              : threads_per_rank(this_launch(), affinity_cpus(), comm_.local_world());
-    omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
+    const int threads = use_rank_threads(plan_, comm_);
     const EngineSettings es = engine_settings<Ops>(plan_, world, comm_.rank());  // as `train estimate` sizes it
     cfg_ = es.model;
 
