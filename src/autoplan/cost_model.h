@@ -1,6 +1,6 @@
-// The planner's cost model (docs/autoplan.md has the formulas; test/autoplan/cost_doc_check.py
-// recomputes every prediction in a report from them): a step's time from the plan's shapes and
-// bytes and the rates calibrate.h measured. Pure arithmetic: no probes, no allocation.
+// The planner's cost model (docs/autoplan.md has the formulas; test/autoplan/cost_model_test.cpp
+// checks terms against arithmetic done by hand): a step's time from the plan's shapes and bytes
+// and the rates calibrate.h measured. Pure arithmetic: no probes, no allocation.
 #pragma once
 #include <string>
 
