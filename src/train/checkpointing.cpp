@@ -56,7 +56,10 @@ void total_load(Comm& comm, Resume& resume) {
   resume.loaded.seconds = seconds;
 }
 
-void report_resume(const Resume& resume, const Plan& plan, int64_t step) {
+void report_start(const std::string& moved, const std::string& note, const Resume& resume, const Plan& plan,
+                  int64_t step) {
+  if (!moved.empty()) std::printf("%s\n", moved.c_str());
+  if (!note.empty()) std::printf("%s\n", note.c_str());
   if (resume.from.empty()) return;
   std::printf("%s (saved at world %lld, zero.stage %lld; resuming at step %lld)\n", resume.loaded.summary("loaded").c_str(),
               (long long)resume.meta.world, (long long)resume.meta.stage, (long long)step);
@@ -106,6 +109,26 @@ void save_checkpoint(Comm& comm, const Plan& plan, const TrainState& state, cons
 }
 
 template <class Ops>
+bool checkpoint_when_due(Comm& comm, const Plan& plan, const TrainState& state, const GPTConfig& cfg, uint64_t run_id,
+                         EngineParts<Ops>& parts, bool decorate, int step) {
+  const bool last = step + 1 == plan.run.steps;
+  const int every = plan.checkpoint.every;
+  std::string stop = plan.checkpoint.dir.empty() ? "" : StopSignals::agree(comm);
+  if ((every > 0 && ((step + 1) % every == 0 || last)) || !stop.empty()) {
+    parts.engine->params_ready();  // the parameter all-gather of stages 1-2 may still be in flight
+    save_checkpoint<Ops>(comm, plan, state, cfg, run_id, parts.model->layout(), *parts.store, decorate);
+    // A signal that came during a periodic save makes it the last: another step and a second
+    // save would double the time a scheduler's KillWait must allow.
+    if (stop.empty()) stop = StopSignals::agree(comm);
+  }
+  if (stop.empty()) return false;
+  if (comm.rank() == 0)
+    std::printf("stopped by %s after step %d (checkpoint saved; checkpoint.resume \"auto\" continues)\n", stop.c_str(),
+                step + 1);
+  return true;
+}
+
+template <class Ops>
 void save_final_weights(ZeroEngine<Ops>& engine, const Plan& plan, const RunOutputs& outputs, bool root) {
   if (root) {
     write_by_rename("run.final_weights", outputs.final_weights,
@@ -121,6 +144,8 @@ void save_final_weights(ZeroEngine<Ops>& engine, const Plan& plan, const RunOutp
                                         EngineParts<Ops>&, TrainState&, Resume&);                                 \
   template void save_checkpoint<Ops>(Comm&, const Plan&, const TrainState&, const GPTConfig&, uint64_t,            \
                                      const ParamLayout&, const StateStore&, bool);                                \
+  template bool checkpoint_when_due<Ops>(Comm&, const Plan&, const TrainState&, const GPTConfig&, uint64_t,         \
+                                         EngineParts<Ops>&, bool, int);                                            \
   template void save_final_weights<Ops>(ZeroEngine<Ops>&, const Plan&, const RunOutputs&, bool);
 ZT_CHECKPOINTING(CpuOps<float>)
 #if ZT_HAVE_CUDA

@@ -34,15 +34,23 @@ std::string start_state(const Plan& plan, const RunControl& ctl, const ckpt::Con
 // Collective: the load's bytes summed over every rank, its time the slowest rank's.
 void total_load(Comm& comm, Resume& resume);
 
-// Rank 0's lines about the resumed checkpoint: what was loaded, and (on stderr) the plan fields
-// that changed since it was saved.
-void report_resume(const Resume& resume, const Plan& plan, int64_t step);
+// Rank 0's first lines: the earlier run's files moved aside (`moved`), the checkpoint directory's
+// `note`, the resumed checkpoint (what was loaded, and on stderr the plan fields that changed since
+// it was saved).
+void report_start(const std::string& moved, const std::string& note, const Resume& resume, const Plan& plan,
+                  int64_t step);
 
 // Collective: every rank writes its shards (checkpoint/checkpoint.h), nothing is gathered.
 // `decorate`: rank 0 shows on a terminal how far its own file is.
 template <class Ops>
 void save_checkpoint(Comm& comm, const Plan& plan, const TrainState& state, const GPTConfig& cfg, uint64_t run_id,
                      const ParamLayout& layout, const StateStore& store, bool decorate);
+
+// Collective, after step `step`: a checkpoint when checkpoint.every says so or a stop signal came
+// (agreed by every rank). Returns true when a signal ends the run here (the checkpoint saved).
+template <class Ops>
+bool checkpoint_when_due(Comm& comm, const Plan& plan, const TrainState& state, const GPTConfig& cfg, uint64_t run_id,
+                         EngineParts<Ops>& parts, bool decorate, int step);
 
 // Collective (stage 3 gathers one unit at a time); rank 0 writes each unit as it comes.
 template <class Ops>

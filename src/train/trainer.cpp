@@ -123,7 +123,7 @@ class Trainer {
   }
 
  private:
-  // Evaluation, sample and checkpoint when due; true when a stop signal ends the run here.
+  // Evaluation, sample and checkpoint when due; true when a stop signal ends the run here (saved).
   bool end_of_step(int step, TrainResult& res) {
     const RunSection& run = plan_.run;
     const bool last = step + 1 == run.steps;
@@ -135,20 +135,8 @@ class Trainer {
     }
     if (tokenizer_ && ((run.sample_every > 0 && (step + 1) % run.sample_every == 0) || last))
       sample<Ops>(*model_, *engine_, *tokenizer_, plan_, cfg_.V, step, root_);
-    const int every = plan_.checkpoint.every;
-    std::string stop = plan_.checkpoint.dir.empty() ? "" : StopSignals::agree(comm_);
-    if ((every > 0 && ((step + 1) % every == 0 || last)) || !stop.empty()) {
-      engine_->params_ready();  // the parameter all-gather of stages 1-2 may still be in flight
-      save_checkpoint<Ops>(comm_, plan_, state_, cfg_, run_id_, model_->layout(), *parts_.store, decorate_);
-      // A signal that came during a periodic save makes it the last: another step and a second
-      // save would double the time a scheduler's KillWait must allow.
-      if (stop.empty()) stop = StopSignals::agree(comm_);
-    }
-    if (stop.empty()) return false;
-    res.stopped = true;
-    if (root_) std::printf("stopped by %s after step %d (checkpoint saved; checkpoint.resume \"auto\" continues)\n",
-                           stop.c_str(), step + 1);
-    return true;
+    res.stopped = checkpoint_when_due<Ops>(comm_, plan_, state_, cfg_, run_id_, parts_, decorate_, step);
+    return res.stopped;
   }
 
   // Final weights, the trace closed, the end state captured, the summary.
@@ -214,9 +202,7 @@ class Trainer {
     total_load(comm_, resume_);
 
     if (!root_) return;
-    if (!moved.empty()) std::printf("%s\n", moved.c_str());
-    if (!outputs_.checkpoint.note.empty()) std::printf("%s\n", outputs_.checkpoint.note.c_str());
-    report_resume(resume_, plan_, state_.step);
+    report_start(moved, outputs_.checkpoint.note, resume_, plan_, state_.step);
     log_ = std::make_unique<MetricsLog>(outputs_.log);
     print_banner(plan_, {Ops::name, Ops::tier == Tier::device, world, threads, cfg_, &model_->layout(), &data_,
                          parts_.partition->buckets().size(), &swap_, &mem_});
