@@ -10,7 +10,7 @@ of the same plan. Three numbers per run:
   tracked   the run's summary: peak_memory_bytes.device (the tracker's high-water mark)
   used      the run's summary: device_memory.used_peak_bytes -- cudaMemGetInfo's free once the
             context and cuBLASLt's workspace exist, minus the lowest free after any step
-            (src/train/trainer.cpp, DeviceUse): everything the run allocated, tracked or not.
+            (src/train/report.cpp, DeviceMemory): everything the run allocated, tracked or not.
 Passes when tracked == estimate exactly and estimate <= used <= estimate * 1.02 + 64 MiB (the
 allocator rounds each cudaMalloc up to its 2 MiB pages; a few small buffers are untracked). The
 context's own share (total - free at start: driver, kernels' code, cuBLASLt workspace) is printed.

@@ -2,6 +2,11 @@
 
 #include <algorithm>
 
+#include "backend/ops_cpu.h"
+#include "model/layout.h"
+#include "zero/engine_settings.h"
+#include "zero/partition.h"
+
 namespace zt::autoplan {
 
 // docs/autoplan.md, "The cost model": each line below is one formula there.
@@ -58,6 +63,60 @@ nlohmann::json Prediction::to_json() const {
   return {{"compute_s", compute_s},   {"recompute_s", recompute_s},       {"comm_s", comm_s}, {"tail_s", tail_s},
           {"exposed_comm_s", exposed_comm_s}, {"pass_io_s", pass_io_s},
           {"optimizer_s", optimizer_s}, {"step_s", step_s},             {"bound", bound}};
+}
+
+// docs/autoplan.md, "The cost model": the shape's terms.
+StepShape step_shape(const Plan& plan, const Estimate& est, int world) {
+  const EngineSettings s = engine_settings<CpuOps<float>>(plan, world, 0);
+  const ParamLayout layout = s.layout();
+  const Partition part(layout, s.zero);
+  StepShape sh;
+  sh.stage = plan.zero.stage;
+  sh.world = world;
+  sh.grad_accum = plan.batch.grad_accum;
+  sh.layers = plan.model.n_layer;
+  sh.recomputed_blocks = plan.recompute.policy == "block" ? (sh.layers + plan.recompute.every - 1) / plan.recompute.every : 0;
+  sh.overlap = plan.zero.overlap_comm;
+  const double psi = double(part.total()), N = world, A = sh.grad_accum;
+  sh.shard_params = sh.stage == 0 ? psi : psi / N;
+  sh.comm_bytes = double(est.bytes_per_step);
+  const double buckets = double(part.buckets().size()), units = double(layout.units().size());
+  sh.padded_params = psi, sh.units = units, sh.buckets = buckets;
+  sh.collectives = sh.stage == 0 ? buckets : sh.stage == 1 ? buckets + units : sh.stage == 2 ? A * buckets + units
+                                                                                             : A * (buckets + 2 * units);
+  sh.all_gather_share = sh.stage == 0 ? 0 : sh.stage == 1 ? 0.5 : sh.stage == 2 ? 1 / (A + 1) : 2.0 / 3;
+  // The last unit reduced is the embedding's (at stage 3: one of its block-sized chunks).
+  const double last_unit = double(part.unit_padded(0));
+  sh.tail_bytes = world == 1 ? 0 : (sh.stage == 0 ? 2 * (N - 1) / N : (N - 1) / N) * 4 * last_unit;
+  const double shard_bytes = 4 * psi / N;  // one fp32 state's shard
+  if (plan.offload.optimizer == "nvme") sh.optimizer_io_bytes = 2 * shard_bytes + 2 * shard_bytes;  // m, v read and written
+  if (plan.offload.params == "nvme") sh.optimizer_io_bytes += 2 * shard_bytes + shard_bytes;  // p, g read; p written
+  // The gradient path in memory: each bucket summed into the gradient shard (read the bucket, read
+  // and write the shard), per micro-step at stages 2-3, once per step at stage 1.
+  const double path = 4 * psi + 2 * 4 * psi / N;
+  sh.grad_path_bytes = sh.stage >= 2 ? A * path : sh.stage == 1 ? path : 0;
+  return sh;
+}
+
+EngineBase back_out_passes(const StepShape& shape, double one_block_s, double one_fixed_s, double first_micro_s,
+                           double next_micro_s, double flush_s, Rates& r) {
+  Rates r1 = r;
+  r1.block_s = r1.block_recomputed_s = one_block_s, r1.fixed_s = one_fixed_s;
+  r1.pass_first_s = r1.pass_next_s = r1.pass_flush_s = 0;
+  StepShape s1 = shape;
+  const double A = s1.grad_accum;
+  s1.grad_accum = 1, s1.recomputed_blocks = 0;
+  s1.comm_bytes /= A, s1.grad_path_bytes /= A;  // parameter offload is at stage 3: all of them per micro-step
+  s1.collectives = s1.buckets + 2 * s1.units, s1.optimizer_io_bytes = 0;
+  const Prediction p1 = predict(s1, r1);
+  EngineBase b;
+  b.compute_s = p1.compute_s, b.tail_s = p1.tail_s;
+  b.micro_s = p1.compute_s + p1.exposed_comm_s;
+  r.pass_first_s = transfers_behind(first_micro_s - b.micro_s, p1.compute_s, r.pass_exposed);
+  r.pass_next_s = transfers_behind(next_micro_s - b.micro_s, p1.compute_s, r.pass_exposed);
+  // The flush: all exposed (backward has ended), less the last collective the model counts apart.
+  r.pass_flush_s = std::max(0.0, flush_s - p1.tail_s);
+  return b;
 }
 
 }  // namespace zt::autoplan

@@ -1,10 +1,13 @@
-// The planner's cost model (docs/autoplan.md has the formulas; test/autoplan/cost_doc_check.py
-// recomputes every prediction in a report from them): a step's time from the plan's shapes and
-// bytes and the rates calibrate.h measured. Pure arithmetic: no probes, no allocation.
+// The planner's cost model (docs/autoplan.md has the formulas; test/autoplan/cost_model_test.cpp
+// checks terms against arithmetic done by hand): a step's time from the plan's shapes and bytes
+// and the rates calibrate.h measured. Pure arithmetic: no probes, no allocation.
 #pragma once
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "plan/plan.h"
+#include "zero/estimate.h"
 
 namespace zt::autoplan {
 
@@ -23,6 +26,10 @@ struct StepShape {
   double optimizer_io_bytes = 0;      // swap-file bytes read + written by the optimizer step
   double grad_path_bytes = 0;         // bytes the gradient path moves in memory (bucket to shard, accumulation)
 };
+
+// The shape of one candidate's step, for the cost model (docs/autoplan.md gives each term): the
+// plan's partition (as rank 0's engine builds it) and `est`'s bytes per step.
+StepShape step_shape(const Plan& plan, const Estimate& est, int world);
 
 // The calibrated rates it multiplies by (calibrate.h).
 struct Rates {
@@ -58,5 +65,17 @@ Prediction predict(const StepShape& s, const Rates& r);
 // `compute` is `exposed` (io - (1 - share) * min(compute, io) = exposed), for transfers measured
 // with compute around them (the engine run) rather than alone.
 double transfers_behind(double exposed, double compute, double share);
+
+// Parameter offload's passes backed out of the engine run's micro-steps (docs/autoplan.md,
+// "Calibration"): what each took beyond the model's time for the same micro-step without
+// parameter offload (micro-batch 1 at `one_block_s` / `one_fixed_s`, no recomputation, one
+// micro-step's collectives) is the transfers' exposed part beside that compute; the transfers
+// themselves follow by transfers_behind, and are then exposed beside each candidate's compute as
+// pass_io_s says. Sets r.pass_first_s, pass_next_s and pass_flush_s; returns that base micro-step.
+struct EngineBase {
+  double micro_s = 0, compute_s = 0, tail_s = 0;  // its compute + exposed communication; compute; last collective
+};
+EngineBase back_out_passes(const StepShape& shape, double one_block_s, double one_fixed_s, double first_micro_s,
+                           double next_micro_s, double flush_s, Rates& r);
 
 }  // namespace zt::autoplan

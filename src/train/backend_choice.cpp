@@ -6,10 +6,17 @@
 #include <sstream>
 #include <string>
 
+#include <cblas.h>
+#include <omp.h>
+
 #include "comm/comm.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/launcher.h"
 #include "runtime/support.h"
+#if ZT_HAVE_CUDA
+#include "runtime/cuda_context.h"
+#endif
 
 namespace zt {
 
@@ -49,6 +56,24 @@ std::string next_offload_step(const Plan& plan) {
   return os.str();
 }
 }  // namespace
+
+int use_rank_threads(const Plan& plan, const Comm& comm) {
+  const int threads =
+      plan.run.threads > 0 ? plan.run.threads : threads_per_rank(this_launch(), affinity_cpus(), comm.local_world());
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+  return threads;
+}
+
+void select_gpu(const Comm& comm) {
+#if ZT_HAVE_CUDA
+  int gpus = 0;
+  ZT_CHECK_CUDA(cudaGetDeviceCount(&gpus));
+  cuda::Context::select(comm.local_rank() % std::max(1, gpus));
+#else
+  (void)comm;
+#endif
+}
 
 std::string next_memory_step(const Plan& plan, int world) {
   std::ostringstream os;

@@ -36,6 +36,15 @@ std::string planned_comm_backend(const Plan& plan, const std::string& backend, i
 // The line printed at start for comm backend `comm_backend` ("nccl" or "mpi"); device: the CUDA backend.
 std::string describe_comm_backend(const std::string& comm_backend, bool device);
 
+// The CUDA backend: the GPU this rank runs on. Ranks on one host take its GPUs in turn (local rank
+// modulo the count): with fewer GPUs than ranks, several ranks share one (their collectives are
+// host-staged, zero/staged_comm.h).
+void select_gpu(const Comm& comm);
+
+// The CPU threads (OpenMP and OpenBLAS) this rank computes with, set and returned: run.threads, or
+// the CPUs the launcher gave this rank (runtime/launcher.h), not the whole host.
+int use_rank_threads(const Plan& plan, const Comm& comm);
+
 // The next rung of the memory ladder (docs/plans.md) for a run that did not fit: what to change in
 // the plan, using only options this build runs.
 std::string next_memory_step(const Plan& plan, int world);

@@ -8,12 +8,12 @@
 //   next_sequence  the data loader's position: the global index of the next training sequence
 //                  (step x global batch; the loader is a pure function of it, data/loader.h)
 //   buffers        the store's persistent buffers (parameters or parameter shard, AdamW moments,
-//                  master weights: StateBuffer::persistent), copied to host memory by capture().
+//                  master weights: StateBuffer::persistent), copied to host memory by capture_buffers().
 //                  In a running trainer the live views are the store's own buffers; offloaded
 //                  ones (Tier::nvme) are read from and written to their swap files.
 //
-// capture() and restore() are the in-memory form of a checkpoint; src/checkpoint/ writes the same
-// state to sharded files (§3.7).
+// capture_buffers() and restore_buffers() are the in-memory form of a checkpoint; src/checkpoint/
+// writes the same state to sharded files (§3.7).
 #pragma once
 #include <cstdint>
 #include <cstring>

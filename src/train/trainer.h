@@ -22,6 +22,19 @@ struct TrainResult {
   double final_loss = 0.0;
   double final_val_loss = -1.0;  // < 0: no evaluation ran
   bool stopped = false;  // SIGTERM/SIGINT: a checkpoint was saved and the run ended early (exit 0)
+
+  // Step `step` ran: its loss and times.
+  void add_step(int step, double loss, double ms, double first_micro, double backward, double gradients,
+                double update) {
+    steps = step + 1;
+    final_loss = loss;
+    losses.push_back(loss);
+    step_ms.push_back(ms);
+    first_micro_ms.push_back(first_micro);
+    backward_ms.push_back(backward);
+    gradients_ms.push_back(gradients);
+    update_ms.push_back(update);
+  }
 };
 
 // Where a call starts and stops (docs/design.md §3.9). By default: from the plan's init at step 0

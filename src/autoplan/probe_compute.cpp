@@ -1,0 +1,132 @@
+// Compute probes (calibrate.h): a micro-step of the model at each micro-batch, and AdamW.
+#include "autoplan/calibrate.h"
+#include "autoplan/probe_timing.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <fstream>
+#include <sstream>
+
+#include <cblas.h>
+#include <omp.h>
+
+#include "backend/ops_cpu.h"
+#include "kernels/adamw.h"
+#include "model/gpt.h"
+#include "offload/shard_source.h"
+#include "offload/swap_file.h"
+#include "offload/swap_pipeline.h"
+#include "offload/uring.h"
+#include "runtime/clock.h"
+#include "runtime/error.h"
+#include "plan/plan.h"
+#include "runtime/output_path.h"
+
+namespace zt::autoplan {
+namespace {
+
+// One forward + backward of a model of cfg.L blocks at micro-batch b <= the model's: what the
+// trainer's micro-step runs.
+template <class Model>
+double time_micro_step(Comm& comm, Model& model, int V, int b, int T, bool warm_up) {
+  std::vector<int> in(size_t(b) * T), tg(in.size());
+  for (size_t i = 0; i < in.size(); ++i) in[i] = int((i * 7919) % size_t(V)), tg[i] = int((i * 104729 + 1) % size_t(V));
+  return steady_best_time(comm, 3, 5, 0.02, warm_up, [&] {
+    model.zero_grad();
+    model.forward(in.data(), tg.data(), b, T, true, typename Model::S(1.0 / (double(b) * T)));
+    model.backward();
+  });
+}
+
+}  // namespace
+
+std::map<int, MicroStepCost> Calibration::micro_steps(const GPTConfig& cfg, const std::set<int>& bs, int T,
+                                                      Recompute::Policy policy, int classifier_chunk, int embedding_rows) {
+  static const char* names[] = {"none", "selective", "block"};
+  auto key = [&](Recompute::Policy p, int L, int b) {
+    std::ostringstream k;
+    k << "micro_step C" << cfg.C << " NH" << cfg.NH << " V" << cfg.V << " T" << T << " B" << b << " " << names[int(p)]
+      << " chunk" << classifier_chunk << " embedding_rows" << embedding_rows << " threads" << threads_ << " ranks/host" << comm_.local_world() << " L" << L;
+    return k.str();
+  };
+  // Seconds per micro-step of a model of L blocks under p, for every b: one model, built at the
+  // largest b not yet cached (its build and initialisation cost more than a step), run at each b
+  // (a smaller batch uses the first rows of its buffers, as the engine's last micro-batch would).
+  auto timings = [&](Recompute::Policy p, int L) {
+    int largest = 0;
+    for (int b : bs)
+      if (!has(key(p, L, b))) largest = b;  // bs is ascending
+    MemoryTracker mem;  // before the model: destroyed after it, which releases into it
+    std::unique_ptr<GPT<CpuOps<float>>> model;
+    if (largest > 0) {
+      GPTConfig c = cfg;
+      c.L = L;
+      Recompute rc;
+      rc.policy = p;
+      rc.every = 1;
+      rc.classifier_chunk = classifier_chunk;
+      model = std::make_unique<GPT<CpuOps<float>>>(c, largest, T, mem, 128, true, true, rc, embedding_rows);
+      model->init_gpt2(1);
+    }
+    // Largest first: its untimed first call touches every buffer, so the smaller ones need none.
+    std::map<int, double> t;
+    bool touched = false;
+    for (auto b = bs.rbegin(); b != bs.rend(); ++b)
+      t[*b] = cached(key(p, L, *b), [&] {
+        const double s = time_micro_step(comm_, *model, cfg.V, *b, T, /*warm_up=*/!touched);
+        touched = true;
+        return s;
+      });
+    return t;
+  };
+  // A block and the rest from models of 1 and 3 blocks without recomputation. A policy's block
+  // costs what its 3-block model adds to that, per sequence of the micro-batch: the sum of what it
+  // adds at every b over the sum of the b (recomputation is a forward again, its work per
+  // sequence), never less than nothing (recomputing saves no time, and a difference of two timings
+  // can come out negative). One probe disturbed then moves it by its share, not whole: scenario 1's
+  // selective 3-block model at B 2 added 1.9 ms a block where B 1, 4 and 8 added 0 to 0.2 ms, and
+  // its B 2 x 4 candidate came out +21% (docs/autoplan.md, "Measured").
+  const std::map<int, double> t1 = timings(Recompute::Policy::none, 1), t3 = timings(Recompute::Policy::none, 3);
+  double recompute_per_sequence_s = 0;
+  if (policy != Recompute::Policy::none) {
+    const std::map<int, double> tp = timings(policy, 3);
+    double added = 0, sequences = 0;
+    for (int b : bs) added += (tp.at(b) - t3.at(b)) / 3, sequences += b;
+    recompute_per_sequence_s = std::max(0.0, added / sequences);
+  }
+  std::map<int, MicroStepCost> out;
+  for (int b : bs) {
+    MicroStepCost& m = out[b];
+    m.block_s = std::max(0.0, (t3.at(b) - t1.at(b)) / 2);
+    m.fixed_s = std::max(0.0, t1.at(b) - m.block_s);
+    m.block_s += recompute_per_sequence_s * b;
+  }
+  return out;
+}
+
+double Calibration::adamw_s_per_param() {
+  const size_t n = size_t(1) << 22;  // 64 MiB of state: far past the caches, as any real shard
+  std::ostringstream k;
+  k << "adamw threads" << threads_ << " ranks/host" << comm_.local_world();
+  return cached(k.str(), [&] {
+    std::vector<float> p(n, 0.5f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
+    cpu::AdamWArgs a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
+    return best_time(3, [&] {
+      cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, a);
+      ++a.step;
+    }) / double(n);
+  });
+}
+
+
+}  // namespace zt::autoplan

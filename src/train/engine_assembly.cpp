@@ -1,0 +1,62 @@
+#include "train/engine_assembly.h"
+
+#include "backend/ops_cpu.h"
+#if ZT_HAVE_CUDA
+#include "backend/ops_cuda.h"
+#include "comm/nccl_comm.h"
+#include "zero/staged_comm.h"
+#endif
+
+namespace zt {
+
+namespace {
+
+// The NCCL comm's timeout and fault injection, as the MPI comm has them (train.cu).
+[[maybe_unused]] CommOptions nccl_options(const Plan& plan) {
+  CommOptions co;
+  co.timeout_s = plan.comm.timeout_s;
+  co.fault_skip_rank = plan.comm.fault_skip_rank;
+  co.fault_skip_step = plan.comm.fault_skip_step;
+  return co;
+}
+
+}  // namespace
+
+template <class Ops>
+EngineParts<Ops> assemble_engine(const Plan& plan, const EngineSettings& es, Comm& comm, MemoryTracker& mem,
+                                 const offload::SwapSpec& swap) {
+  EngineParts<Ops> p;
+  const int B = es.micro_batch, Tn = es.seq_len;
+  [[maybe_unused]] const int stage = plan.zero.stage;
+  // Units padded so every rank's shard has the same size. The model keeps no parameters or
+  // gradients of its own: they are the store's (zero/store.h), pointed at by the engine.
+  p.model = std::make_unique<GPT<Ops>>(es.model, B, Tn, mem, es.pad_multiple, false, false, es.recompute,
+                                       es.embedding_rows);
+  p.partition = std::make_unique<Partition>(p.model->layout(), es.zero);
+  p.store = std::make_unique<StateStore>(list_model_state(p.model->layout(), *p.partition, es.types, swap), mem, swap);
+  // The CUDA backend's collectives (comm.backend, train/backend_choice.h): NCCL on the device
+  // buffers (comm/nccl_comm.h), or through pinned host mirrors over MPI (zero/staged_comm.h).
+  p.comm = &comm;
+#if ZT_HAVE_CUDA
+  if constexpr (Ops::tier == Tier::device) {
+    if (plan.comm.backend == "nccl")
+      p.device_comm = make_nccl_comm(nccl_options(plan), comm, Ops::stream(), es.types.param == DType::bf16);
+    else
+      p.device_comm = std::make_unique<StagedComm>(comm, *p.store, es.types.param, stage);
+    p.comm = p.device_comm.get();
+  }
+#endif
+  p.engine = std::make_unique<ZeroEngine<Ops>>(*p.model, *p.partition, *p.store, *p.comm, plan.optim);
+  return p;
+}
+
+template EngineParts<CpuOps<float>> assemble_engine<CpuOps<float>>(const Plan&, const EngineSettings&, Comm&,
+                                                                  MemoryTracker&, const offload::SwapSpec&);
+#if ZT_HAVE_CUDA
+template EngineParts<CudaOps<float>> assemble_engine<CudaOps<float>>(const Plan&, const EngineSettings&, Comm&,
+                                                                    MemoryTracker&, const offload::SwapSpec&);
+template EngineParts<CudaOps<bf16>> assemble_engine<CudaOps<bf16>>(const Plan&, const EngineSettings&, Comm&,
+                                                                  MemoryTracker&, const offload::SwapSpec&);
+#endif
+
+}  // namespace zt

@@ -1,0 +1,18 @@
+// The validation loss (run.eval_every and after the last step): the mean over run.eval_batches
+// batches of data.val on every rank.
+#pragma once
+#include "comm/comm.h"
+#include "data/loader.h"
+#include "model/gpt.h"
+#include "plan/plan.h"
+#include "train/progress.h"
+#include "zero/engine.h"
+
+namespace zt {
+
+// Collective. Rank 0 logs (`log`, null elsewhere) and prints it after `step`; V: model.vocab_size.
+template <class Ops>
+double evaluate(GPT<Ops>& model, ZeroEngine<Ops>& engine, DataLoader& val, Comm& comm, const Plan& plan, int V,
+                int step, MetricsLog* log);
+
+}  // namespace zt

@@ -1,0 +1,17 @@
+// Text samples during training (run.sample_every): autoregressive from <|endoftext|>, temperature 1,
+// with a deterministic RNG on (run.seed, step) (train/state.h).
+#pragma once
+#include "data/tokenizer.h"
+#include "model/gpt.h"
+#include "plan/plan.h"
+#include "zero/engine.h"
+
+namespace zt {
+
+// Collective: every rank samples the same tokens (stage 3 gathers need all); rank 0 (`root`)
+// prints them after `step`. V: model.vocab_size.
+template <class Ops>
+void sample(GPT<Ops>& model, ZeroEngine<Ops>& engine, const Tokenizer& tokenizer, const Plan& plan, int V, int step,
+            bool root);
+
+}  // namespace zt
