@@ -27,7 +27,7 @@
 #include "backend/ops_cuda.h"
 #include "runtime/cuda_context.h"
 #include "comm/nccl_comm.h"
-#include "zero/staged_comm.h"
+#include "comm/host_mirror_comm.h"
 #endif
 #include "runtime/device.h"
 #include "runtime/error.h"
@@ -337,14 +337,15 @@ class Trainer {
     partition_ = std::make_unique<Partition>(model_->layout(), es.zero);
     store_ = std::make_unique<StateStore>(list_model_state(model_->layout(), *partition_, es.types, swap_), mem_, swap_);
     // The CUDA backend's collectives (comm.backend, train/backend_choice.h): NCCL on the device
-    // buffers (comm/nccl_comm.h), or through pinned host mirrors over MPI (zero/staged_comm.h).
+    // buffers (comm/nccl_comm.h), or through pinned host mirrors over MPI (comm/host_mirror_comm.h).
     engine_comm_ = &comm_;
 #if ZT_HAVE_CUDA
     if constexpr (Ops::tier == Tier::device) {
       if (plan_.comm.backend == "nccl")
         device_comm_ = make_nccl_comm(nccl_options(), comm_, Ops::stream(), es.types.param == DType::bf16);
       else
-        device_comm_ = std::make_unique<StagedComm>(comm_, *store_, es.types.param, stage);
+        device_comm_ = std::make_unique<HostMirrorComm>(
+            comm_, host_mirror_regions(*store_, es.types.param, stage), int(dtype_bytes(es.types.param)));
       engine_comm_ = device_comm_.get();
     }
 #endif
