@@ -30,6 +30,31 @@ GradShardSink<Ops>::GradShardSink(const ParamLayout& layout, const Partition& pa
 }
 
 template <class Ops>
+void GradShardSink<Ops>::sum_on_device(int b, T* slot, const T* recv, int micro, T* host, bool sync) {
+#if ZT_HAVE_CUDA
+  if constexpr (Ops::tier == Tier::device) {
+    // The same sum as in device memory (zeros, or the shard so far, + the result), by the same
+    // kernel, in the slot its reduce-scatter has finished reading; copies on the compute stream,
+    // so the slot is reused in order.
+    const Bucket& bk = part_.buckets()[size_t(b)];
+    const size_t flat0 = part_.unit_shard_flat(bk.units.back());
+    const size_t bytes = bk.shard_numel * sizeof(T);
+    if (micro == 0) Ops::zero(slot, bk.shard_numel);
+    else ZT_CHECK_CUDA(cudaMemcpyAsync(slot, host, bytes, cudaMemcpyHostToDevice, Ops::stream()));
+    Ops::residual_forward(slot, slot, recv, bk.shard_numel);
+    if (micro == part_.config().grad_accum - 1)
+      for (int v : bk.units)
+        unit_ss_[size_t(v)] = Ops::sum_squares(slot + (part_.unit_shard_flat(v) - flat0), part_.unit_shard_numel(v));
+    ZT_CHECK_CUDA(cudaMemcpyAsync(host, slot, bytes, cudaMemcpyDeviceToHost, Ops::stream()));
+    if (sync) ZT_CHECK_CUDA(cudaStreamSynchronize(Ops::stream()));
+    return;
+  }
+#endif
+  (void)b, (void)slot, (void)recv, (void)micro, (void)host, (void)sync;
+  ZT_ASSERT(false);  // only the CUDA backend keeps the shard in pinned memory
+}
+
+template <class Ops>
 void GradShardSink<Ops>::begin_step() {
   if (T* shard = store_.get<T>(StateId::grad_shard); shard && !pinned_) Ops::zero(shard, part_.shard_total());
 }
@@ -53,31 +78,6 @@ void GradShardSink<Ops>::add(int b, T* slot, const T* recv, int micro) {
 template <class Ops>
 void GradShardSink<Ops>::flush() {
   shard_.flush();
-}
-
-template <class Ops>
-void GradShardSink<Ops>::sum_on_device(int b, T* slot, const T* recv, int micro, T* host, bool sync) {
-#if ZT_HAVE_CUDA
-  if constexpr (Ops::tier == Tier::device) {
-    // The same sum as in device memory (zeros, or the shard so far, + the result), by the same
-    // kernel, in the slot its reduce-scatter has finished reading; copies on the compute stream,
-    // so the slot is reused in order.
-    const Bucket& bk = part_.buckets()[size_t(b)];
-    const size_t flat0 = part_.unit_shard_flat(bk.units.back());
-    const size_t bytes = bk.shard_numel * sizeof(T);
-    if (micro == 0) Ops::zero(slot, bk.shard_numel);
-    else ZT_CHECK_CUDA(cudaMemcpyAsync(slot, host, bytes, cudaMemcpyHostToDevice, Ops::stream()));
-    Ops::residual_forward(slot, slot, recv, bk.shard_numel);
-    if (micro == part_.config().grad_accum - 1)
-      for (int v : bk.units)
-        unit_ss_[size_t(v)] = Ops::sum_squares(slot + (part_.unit_shard_flat(v) - flat0), part_.unit_shard_numel(v));
-    ZT_CHECK_CUDA(cudaMemcpyAsync(host, slot, bytes, cudaMemcpyDeviceToHost, Ops::stream()));
-    if (sync) ZT_CHECK_CUDA(cudaStreamSynchronize(Ops::stream()));
-    return;
-  }
-#endif
-  (void)b, (void)slot, (void)recv, (void)micro, (void)host, (void)sync;
-  ZT_ASSERT(false);  // only the CUDA backend keeps the shard in pinned memory
 }
 
 template class GradShardSink<CpuOps<float>>;
