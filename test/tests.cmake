@@ -387,7 +387,7 @@ endif()
 # `make test-emu` runs only these.
 if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
   include(${CMAKE_SOURCE_DIR}/test/emu/emu.cmake)
-  # The CUDA backend's multi-rank paths (collectives host-staged through MPI, zero/staged_comm.h):
+  # The CUDA backend's multi-rank paths (collectives host-staged through MPI, comm/host_mirror_comm.h):
   # mpirun -np 2 (stages 0-3, fp32 and bf16) and -np 3 (stages 1, 3, fp32) of zt_train_emu against
   # N = 1 and the CPU backend (test/emu/multirank_emu.sh).
   add_test(NAME emulated.multirank_cuda

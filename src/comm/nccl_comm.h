@@ -34,7 +34,7 @@ struct CUstream_st;  // cudaStream_t without including the CUDA headers
 namespace zt {
 
 // compute_stream: the stream whose queued work each collective must follow (not null). bf16: the
-// device buffers hold bf16 (counts are of bf16 elements, the pointers come through zero/comm_ptr.h)
+// device buffers hold bf16 (counts are of bf16 elements, the pointers come through comm/comm_ptr.h)
 // and are reduced by NCCL's own bf16 sum: NCCL adds in fp32 and rounds to bf16 after each add of its
 // ring (world - 1 roundings per element, in an order of NCCL's choosing), where the host-staged
 // path sums in fp32 and rounds once; test/emu/nccl.cpp emulates the same. Otherwise fp32 buffers.

@@ -58,7 +58,7 @@ struct ZeroSection {
 
 struct CommSection {
   // "auto" | "nccl" | "mpi" (train/backend_choice.h): NCCL on device buffers, one GPU per rank; or MPI
-  // (host buffers; the CUDA backend host-stages them, zero/staged_comm.h). Written back as the one that runs.
+  // (host buffers; the CUDA backend host-stages them, comm/host_mirror_comm.h). Written back as the one that runs.
   std::string backend = "auto";
   double timeout_s = 300;     // a collective not done after this long is a hang: diagnose and abort all ranks
   int fault_skip_rank = -1;   // fault injection for tests: this rank skips its first collective

@@ -87,7 +87,7 @@ Allocation MemoryTracker::alloc(size_t bytes, Tier tier, Category cat, const std
     }
     device::memset0(p, rounded);
   } else if (tier == Tier::pinned) {
-    // Page-locked (CUDA backend only): the host side of asynchronous device copies (zero/staged_comm.h).
+    // Page-locked (CUDA backend only): the host side of asynchronous device copies (comm/host_mirror_comm.h).
     p = device::alloc_pinned(rounded);  // 4 KiB aligned
     ZT_ASSERT(reinterpret_cast<uintptr_t>(p) % align == 0);
     std::memset(p, 0, rounded);

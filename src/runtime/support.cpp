@@ -17,7 +17,7 @@ const std::vector<Backend>& backends() {
     cpu.zero_stages = {0, 1, 2, 3};
     Backend gpu;
     gpu.device = "cuda", gpu.library = "CUDA", gpu.built = cuda;
-    // Several ranks (sharing a GPU or not): collectives host-staged through MPI (zero/staged_comm.h),
+    // Several ranks (sharing a GPU or not): collectives host-staged through MPI (comm/host_mirror_comm.h),
     // tested under emulation only (test/emu).
     gpu.max_world = 0, gpu.world_note = "any number of ranks under mpirun, collectives host-staged through MPI";
     gpu.zero_stages = {0, 1, 2, 3};

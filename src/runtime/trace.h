@@ -63,7 +63,7 @@ class Tracer {
   // starting it; the Comm calls started(seq) as it starts one, which binds the tags to that seq.
   void tag_next(const char* key, long value);
   // The tags given since the last start, removed; put_tags gives them back later. For a comm that
-  // starts its inner collective after other collectives were tagged (zero/staged_comm.h).
+  // starts its inner collective after other collectives were tagged (comm/host_mirror_comm.h).
   std::string take_tags() {
     std::string t;
     t.swap(next_tags_);

@@ -21,7 +21,7 @@ std::string planned_backend(const Plan& plan, int world);
 // The comm backend for compute backend `backend` ("cpu-fp32", "cuda-*") on a host running `local_world`
 // ranks that sees `gpus` GPUs (local rank r takes GPU r % gpus): "nccl" or "mpi". comm.backend
 // "auto" is NCCL when each rank of the host has a GPU of its own, the host-staged MPI path when ranks
-// share one (zero/staged_comm.h), MPI on the CPU backend. "nccl" where ranks share a GPU, or on the
+// share one (comm/host_mirror_comm.h), MPI on the CPU backend. "nccl" where ranks share a GPU, or on the
 // CPU backend, throws one line naming the ranks and the GPU.
 std::string comm_backend_for(const Plan& plan, const std::string& backend, int local_world, int gpus);
 // The same on every rank of `comm` (collective): a refusal is one line for all ranks, and "auto"
@@ -38,7 +38,7 @@ std::string describe_comm_backend(const std::string& comm_backend, bool device);
 
 // The CUDA backend: the GPU this rank runs on. Ranks on one host take its GPUs in turn (local rank
 // modulo the count): with fewer GPUs than ranks, several ranks share one (their collectives are
-// host-staged, zero/staged_comm.h).
+// host-staged, comm/host_mirror_comm.h).
 void select_gpu(const Comm& comm);
 
 // The CPU threads (OpenMP and OpenBLAS) this rank computes with, set and returned: run.threads, or

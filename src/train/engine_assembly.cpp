@@ -4,7 +4,7 @@
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
 #include "comm/nccl_comm.h"
-#include "zero/staged_comm.h"
+#include "comm/host_mirror_comm.h"
 #endif
 
 namespace zt {
@@ -35,14 +35,15 @@ EngineParts<Ops> assemble_engine(const Plan& plan, const EngineSettings& es, Com
   p.partition = std::make_unique<Partition>(p.model->layout(), es.zero);
   p.store = std::make_unique<StateStore>(list_model_state(p.model->layout(), *p.partition, es.types, swap), mem, swap);
   // The CUDA backend's collectives (comm.backend, train/backend_choice.h): NCCL on the device
-  // buffers (comm/nccl_comm.h), or through pinned host mirrors over MPI (zero/staged_comm.h).
+  // buffers (comm/nccl_comm.h), or through pinned host mirrors over MPI (comm/host_mirror_comm.h).
   p.comm = &comm;
 #if ZT_HAVE_CUDA
   if constexpr (Ops::tier == Tier::device) {
     if (plan.comm.backend == "nccl")
       p.device_comm = make_nccl_comm(nccl_options(plan), comm, Ops::stream(), es.types.param == DType::bf16);
     else
-      p.device_comm = std::make_unique<StagedComm>(comm, *p.store, es.types.param, stage);
+      p.device_comm = std::make_unique<HostMirrorComm>(
+          comm, host_mirror_regions(*p.store, es.types.param, stage), int(dtype_bytes(es.types.param)));
     p.comm = p.device_comm.get();
   }
 #endif

@@ -23,7 +23,7 @@ struct EngineParts {
   std::unique_ptr<GPT<Ops>> model;
   std::unique_ptr<Partition> partition;
   std::unique_ptr<StateStore> store;
-  // CUDA backend: the engine's comm for device buffers, NCCL or StagedComm, over the run's comm.
+  // CUDA backend: the engine's comm for device buffers, NCCL or HostMirrorComm, over the run's comm.
   // comm: device_comm, or the run's comm itself on the CPU backend.
   std::unique_ptr<Comm> device_comm;
   Comm* comm = nullptr;

@@ -8,7 +8,7 @@
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
 #endif
-#include "zero/comm_ptr.h"
+#include "comm/comm_ptr.h"
 
 namespace zt {
 

@@ -19,15 +19,17 @@
 namespace zt {
 
 template <class Ops>
-ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm,
+ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& shard_group,
                             const OptimSection& optim)
-    : model_(model), part_(part), store_(store), comm_(comm), rules_(part.rules()),
-      lookup_(model, part, store, comm), reducer_(model, part, store, comm, lookup_), gatherer_(model, part, store, comm),
-      optimizer_(model.layout(), part, store, comm, optim) {
-  ZT_ASSERT(comm.world() == part.config().world && comm.rank() == part.config().rank);
+    : model_(model), part_(part), store_(store), group_(shard_group), rules_(part.rules()),
+      lookup_(model, part, store, shard_group), reducer_(model, part, store, shard_group, lookup_),
+      gatherer_(model, part, store, shard_group), optimizer_(model.layout(), part, store, shard_group, optim) {
+  // The partition's rank and world are this rank's place in the group (not necessarily the world:
+  // nothing here needs a global identity; swap files are named by SwapSpec::rank, given apart).
+  ZT_ASSERT(shard_group.world() == part.config().world && shard_group.rank() == part.config().rank);
   // Device buffers go only to a comm that takes device buffers of their type (NCCL, or MPI through
-  // host staging; zero/comm_ptr.h).
-  ZT_ASSERT(comm.device_elem_bytes() == (Ops::tier == Tier::device ? int(sizeof(T)) : 0));
+  // host staging; comm/comm_ptr.h).
+  ZT_ASSERT(shard_group.device_elem_bytes() == (Ops::tier == Tier::device ? int(sizeof(T)) : 0));
   const ParamLayout& layout = model.layout();
   T* params = store.get<T>(StateId::params);
   T* grads = store.get<T>(StateId::grads);
@@ -40,19 +42,19 @@ ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& 
   // offload.optimizer "cpu" on the CUDA backend: a unit's shards go to the CPU AdamW as soon as its
   // gradient shard is final (zero/host_optimizer.cpp).
   if (optimizer_.host_overlaps())
-    reducer_.on_shards_final([this](const std::vector<int>& units) { optimizer_.host_units_final(units); });
+    reducer_.on_shards_final([this](const std::vector<int>& units) { optimizer_.host()->units_final(units); });
   if (optimizer_.updates_in_backward()) {
     // The edge starts at the end of the last unit's shard (the shard's padding beyond is nobody's).
     for (int u = 0; u < model.layout().num_units(); ++u)
       units_end_ = std::max(units_end_, part.unit_shard_flat(u) + part.unit_shard_numel(u));
     reducer_.leave_pool_to_optimizer();
     reducer_.on_shards_final([this](const std::vector<int>& units) {
-      FinalRange r{SIZE_MAX, 0, reducer_.shard_writes_queued()};
+      size_t lo = SIZE_MAX, hi = 0;
       for (int u : units) {
-        r.lo = std::min(r.lo, part_.unit_shard_flat(u));
-        r.hi = std::max(r.hi, part_.unit_shard_flat(u) + part_.unit_shard_numel(u));
+        lo = std::min(lo, part_.unit_shard_flat(u));
+        hi = std::max(hi, part_.unit_shard_flat(u) + part_.unit_shard_numel(u));
       }
-      final_ranges_.push_back(r);
+      final_.add(lo, hi, reducer_.shard_writes_queued());
     });
   }
 }
@@ -69,89 +71,9 @@ void ZeroEngine<Ops>::init_parameters(uint64_t seed, const std::string& llmc_pat
     if (llmc_path.empty()) model_.init_gpt2(seed);
     else model_.load_llmc(llmc_path);
   } else {
-    // Stage 3: my shard's ranges only (StateBuffer::holds), written where the shard keeps them.
-    const StateBuffer& shard = store_.info(StateId::param_shard);
-    T* dst = store_.get<T>(StateId::param_shard);
-    using M = typename Ops::M;
-    offload::SwapFile* file = store_.file(StateId::param_shard);  // offload.params nvme: write the file
-    // offload.params "cpu" (CUDA backend): the shard is pinned host memory, written in place.
-    auto put = [pinned = shard.tier == Tier::pinned](T* to, const M* values, size_t n) {
-      if (!pinned) return GPT<Ops>::upload(to, values, n);
-      for (size_t i = 0; i < n; ++i) to[i] = T(values[i]);
-    };
-    // Into the swap file at element `at`: as T (the CUDA backend's bf16, rounded as put() rounds).
-    std::vector<T> narrow;
-    auto put_file = [&](size_t at, const M* values, size_t n) {
-      if constexpr (std::is_same_v<T, M>) {
-        file->write_at(values, n * sizeof(M), at * sizeof(T));
-      } else {
-        narrow.resize(n);
-        for (size_t i = 0; i < n; ++i) narrow[i] = T(values[i]);
-        file->write_at(narrow.data(), n * sizeof(T), at * sizeof(T));
-      }
-    };
-    if (file && llmc_path.empty()) {
-      init_file(seed, *file);
-    } else if (llmc_path.empty()) {
-      std::vector<M> host;
-      for (const TensorRange& r : shard.holds) {
-        host.resize(r.count);
-        model_.init_gpt2_values(seed, r.tensor, r.offset, r.count, host.data());
-        put(dst + r.at, host.data(), r.count);
-      }
-    } else {
-      model_.read_llmc(llmc_path, [&](int k, const M* values) {
-        for (const TensorRange& r : shard.holds) {
-          if (r.tensor != k) continue;
-          if (file) put_file(r.at, values + r.offset, r.count);
-          else put(dst + r.at, values + r.offset, r.count);
-        }
-      });
-    }
+    init_param_shard(model_, store_, seed, llmc_path);  // stage 3: my shard only (zero/shard_init.h)
   }
   optimizer_.init_master();
-}
-
-template <class Ops>
-void ZeroEngine<Ops>::init_file(uint64_t seed, offload::SwapFile& file) {
-  // The file in whole aligned pieces, each holding every range of my shard that falls in it (zeros
-  // between them, as the file was created), written (O_DIRECT, no bounce buffer) while the next
-  // piece is computed on the OpenMP threads: the values depend only on (seed, tensor, element), so
-  // the pieces' order changes nothing, and no tensor range of the largest model is a transient of
-  // its own (wte: V x C).
-  using M = typename Ops::M;
-  constexpr size_t kPiece = size_t(1) << 20;  // elements, a whole number of blocks
-  static_assert(kPiece * sizeof(T) % offload::kIoAlign == 0);
-  const std::vector<TensorRange>& holds = store_.info(StateId::param_shard).holds;
-  struct Free {
-    void operator()(T* p) const { std::free(p); }
-  };
-  std::unique_ptr<T, Free> bufs[2] = {
-      std::unique_ptr<T, Free>(static_cast<T*>(std::aligned_alloc(offload::kIoAlign, kPiece * sizeof(T)))),
-      std::unique_ptr<T, Free>(static_cast<T*>(std::aligned_alloc(offload::kIoAlign, kPiece * sizeof(T))))};
-  ZT_REQUIRE(bufs[0] && bufs[1], "out of memory for the parameter file's initialisation buffers");
-  std::vector<M> narrow(std::is_same_v<T, M> ? 0 : kPiece);  // the CUDA backend's bf16: values before rounding
-  std::future<void> writing[2];
-  const size_t file_bytes = file.file_bytes();
-  for (size_t p = 0; p * kPiece * sizeof(T) < file_bytes; ++p) {
-    T* buf = bufs[p % 2].get();
-    if (writing[p % 2].valid()) writing[p % 2].get();  // the buffer's previous piece is on disk
-    const size_t lo = p * kPiece, hi = lo + kPiece, len = std::min(kPiece * sizeof(T), file_bytes - lo * sizeof(T));
-    std::memset(buf, 0, len);
-    for (const TensorRange& r : holds) {
-      const size_t a = std::max(lo, r.at), b = std::min(hi, r.at + r.count);
-      if (a >= b) continue;
-      if constexpr (std::is_same_v<T, M>) {
-        model_.init_gpt2_values(seed, r.tensor, r.offset + (a - r.at), b - a, buf + (a - lo));
-      } else {
-        model_.init_gpt2_values(seed, r.tensor, r.offset + (a - r.at), b - a, narrow.data());
-        for (size_t i = 0; i < b - a; ++i) buf[a - lo + i] = T(narrow[i]);
-      }
-    }
-    writing[p % 2] = std::async(std::launch::async, [&file, buf, len, lo] { file.write_blocks(buf, len, lo * sizeof(T)); });
-  }
-  for (std::future<void>& w : writing)
-    if (w.valid()) w.get();
 }
 
 template <class Ops>
@@ -177,7 +99,7 @@ void ZeroEngine<Ops>::set_tracer(Tracer* t) {
 
 template <class Ops>
 void ZeroEngine<Ops>::begin_step(int64_t step) {
-  comm_.begin_step(step);
+  group_.begin_step(step);
   reducer_.begin_step(optimizer_.take_grads_cleared());
 }
 
@@ -232,12 +154,12 @@ void ZeroEngine<Ops>::gather_or_progress(int u) {
     return;
   }
   if (gatherer_.params_pending()) gatherer_.wait_unit(u);  // stages 1-2: the last step's all-gather
-  comm_.test(CommHandle{});
+  group_.test(CommHandle{});
 }
 
 template <class Ops>
 void ZeroEngine<Ops>::before_forward(int u) {
-  if (u == 0 && lookup_.forward_lookup()) comm_.test(CommHandle{});  // the lookup from the shards
+  if (u == 0 && lookup_.forward_lookup()) group_.test(CommHandle{});  // the lookup from the shards
   else gather_or_progress(u);
 }
 
@@ -248,7 +170,7 @@ void ZeroEngine<Ops>::after_forward(int u) {
 
 template <class Ops>
 void ZeroEngine<Ops>::before_backward(int u) {
-  if (!final_ranges_.empty()) publish_final();
+  if (final_.pending()) publish_final();
   gather_or_progress(u);
   in_backward_ = true;
 }
@@ -256,7 +178,7 @@ void ZeroEngine<Ops>::before_backward(int u) {
 template <class Ops>
 void ZeroEngine<Ops>::before_grads(int u) {
   reducer_.before_grads(u);
-  if (!in_backward_) comm_.test(CommHandle{});  // gradients without parameters: the embedding's, last
+  if (!in_backward_) group_.test(CommHandle{});  // gradients without parameters: the embedding's, last
 }
 
 template <class Ops>
@@ -266,37 +188,23 @@ void ZeroEngine<Ops>::grads_ready(int u) {
     reducer_.complete_arrived();
     publish_final();
   }
-  if (optimizer_.host_overlaps()) optimizer_.host_progress();  // the CPU AdamW beside backward
+  if (optimizer_.host_overlaps()) optimizer_.host()->progress();  // the CPU AdamW beside backward
 }
 
 template <class Ops>
 void ZeroEngine<Ops>::update_args_known(double lr) {
   if (optimizer_.host_overlaps()) optimizer_.host_update_args(lr, 1.0);
   if (optimizer_.updates_in_backward()) {
-    final_ranges_.clear();
-    final_edge_ = units_end_;
+    final_.reset(units_end_);
     optimizer_.start_update(lr);
-    optimizer_.grads_final_from(final_edge_);
+    optimizer_.grads_final_from(final_.edge());
   }
 }
 
 template <class Ops>
 void ZeroEngine<Ops>::publish_final() {
-  // Backward completes buckets from the shard's end, but a range counts only once the one above it
-  // does (and its writes are on disk): the optimizer is told one edge, below which nothing is.
-  bool moved = false;
-  for (bool found = true; found;) {
-    found = false;
-    for (size_t i = 0; i < final_ranges_.size(); ++i) {
-      const FinalRange& r = final_ranges_[i];
-      if (r.lo < final_edge_ && r.hi >= final_edge_ && reducer_.shard_written(r.writes)) {
-        final_edge_ = r.lo, moved = found = true;
-        final_ranges_.erase(final_ranges_.begin() + std::ptrdiff_t(i));
-        break;
-      }
-    }
-  }
-  if (moved) optimizer_.grads_final_from(final_edge_);
+  if (final_.advance([this](uint64_t writes) { return reducer_.shard_written(writes); }))
+    optimizer_.grads_final_from(final_.edge());
 }
 
 template <class Ops>

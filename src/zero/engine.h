@@ -7,9 +7,13 @@
 //                          (where a unit is gathered and released)
 //   zero/optimizer.h       AdamW over the store's owned slices (where a shard is updated)
 //
-// beside them: zero/embedding_exchange.h (the lookup's rows and gradients between ranks, stages
-// 0-2), offload/shard_source.h (where a unit's shard is read from or written to: memory or NVMe)
-// and zero/traced_hooks.h (run.trace around the hooks).
+// beside them the strategies that change how a step is carried out, not what it computes:
+// zero/embedding_exchange.h (the lookup's rows and gradients between ranks, stages 0-2),
+// zero/param_shard_source.h and zero/grad_shard_sink.h (where stage 3's shards live: memory,
+// pinned host memory or NVMe), zero/host_optimizer.h (the CUDA backend's AdamW on the host),
+// zero/update_in_backward.h (the swapped update on a worker thread during backward),
+// zero/shard_init.h (stage 3's parameters initialised shard-wise) and zero/traced_hooks.h
+// (run.trace around the hooks).
 //
 // This class wires them to the model's unit hooks, initialises the parameters shard-wise, and
 // streams them out. What a stage does is data (StageRules, partition.h), read by the parts.
@@ -50,8 +54,10 @@
 #include "zero/optimizer.h"
 #include "zero/param_gatherer.h"
 #include "zero/partition.h"
+#include "zero/shard_init.h"
 #include "zero/store.h"
 #include "zero/traced_hooks.h"
+#include "zero/update_in_backward.h"
 
 namespace zt {
 
@@ -62,7 +68,10 @@ class ZeroEngine : public UnitHooks {
 
   // The model is built without parameters or gradients of its own (GPT(..., false, false)): the
   // engine points its units at the store's buffers (or, at stage 3, at gathered slots).
-  ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm, const OptimSection& optim);
+  // shard_group: the ranks the model state is sharded over (the data-parallel group; the world
+  // today), whose rank and size are the partition's.
+  ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& shard_group,
+             const OptimSection& optim);
   ~ZeroEngine() override;
 
   // Random GPT-2 init or an llm.c file. Each rank writes only what it keeps: every rank the same
@@ -118,29 +127,20 @@ class ZeroEngine : public UnitHooks {
   void embedding_lookup_deferred() override;
 
  private:
-  // init_parameters for a parameter shard in a swap file (offload.params "nvme").
-  void init_file(uint64_t seed, offload::SwapFile& file);
-
   GPT<Ops>& model_;
   const Partition& part_;
   StateStore& store_;
-  Comm& comm_;
+  Comm& group_;  // the shard group
   StageRules rules_;
   EmbeddingExchange<Ops> lookup_;
   GradReducer<Ops> reducer_;
   ParamGatherer<Ops> gatherer_;
   ShardedOptimizer<Ops> optimizer_;
   void gather_or_progress(int u);
-  // The optimizer step inside backward (zero/optimizer.h): the buckets whose gradient shard is
-  // final, with the count of gradient writes queued by then; each is handed to the optimizer once
-  // those writes are on disk and everything above it is final too (publish_final, at the hooks).
-  struct FinalRange {
-    size_t lo, hi;
-    uint64_t writes;
-  };
-  std::vector<FinalRange> final_ranges_;
-  size_t final_edge_ = 0;  // what the optimizer was told: final from here to the shard's end
-  size_t units_end_ = 0;   // the end of the last unit's shard: the edge at the start of a step
+  // The optimizer step inside backward (zero/update_in_backward.h): the buckets whose gradient
+  // shard is final, handed to the optimizer as one edge (publish_final, at the hooks).
+  FinalEdge final_;
+  size_t units_end_ = 0;  // the end of the last unit's shard: the edge at the start of a step
   void publish_final();
   int micro_ = 0;
   bool in_backward_ = false;  // between before_backward and after_backward of a unit

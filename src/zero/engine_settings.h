@@ -55,7 +55,7 @@ EngineSettings engine_settings(const Plan& plan, int world, int rank) {
   s.types.host_optimizer = Ops::tier == Tier::device && plan.offload.optimizer != "none";
   s.types.host_shards = Ops::tier == Tier::device && plan.offload.params == "cpu";
   // comm.backend as resolved (train/backend_choice.h): NCCL needs no host mirrors.
-  s.types.host_staged_comm = plan.comm.backend != "nccl";
+  s.types.host_mirror_comm = plan.comm.backend != "nccl";
   return s;
 }
 

@@ -70,15 +70,15 @@ Estimate estimate_for(const Plan& plan, int world) {
   // The store's own list (zero/store.h): what a run allocates, buffer for buffer, in its tier.
   for (const StateBuffer& b : list_model_state(layout, part, s.types, swap_spec_of(plan.offload, 0))) {
     count(b.cat, b.name(), b.tier, b.bytes());
-    if (b.id == StateId::host_staging) e.comm.pinned_staging += b.bytes();
+    if (b.id == StateId::host_mirrors) e.comm.pinned_staging += b.bytes();
   }
   if (Ops::tier == Tier::device) {
-    e.comm.backend = s.types.host_staged_comm ? "mpi" : "nccl";
+    e.comm.backend = s.types.host_mirror_comm ? "mpi" : "nccl";
     StateTypes staged = s.types;
-    staged.host_staged_comm = true;
+    staged.host_mirror_comm = true;
     for (const StateBuffer& b : list_model_state(layout, part, staged, swap_spec_of(plan.offload, 0)))
-      if (b.id == StateId::host_staging) e.comm.host_staged_pinned += b.bytes();
-    if (!s.types.host_staged_comm) estimate_nccl_internal(e.comm, world);
+      if (b.id == StateId::host_mirrors) e.comm.host_staged_pinned += b.bytes();
+    if (!s.types.host_mirror_comm) estimate_nccl_internal(e.comm, world);
   }
   const size_t act = GPT<Ops>::activation_bytes(cfg, B, Tn, s.recompute);
   count(Category::activations, "activations and activation gradients", Ops::tier, act);

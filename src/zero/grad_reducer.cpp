@@ -6,7 +6,7 @@
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
 #endif
-#include "zero/comm_ptr.h"
+#include "comm/comm_ptr.h"
 
 namespace zt {
 
@@ -27,22 +27,7 @@ GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore
     slots_.push_back(s);
   }
   slot_of_bucket_.assign(part.buckets().size(), nullptr);
-  if (offload::SwapFile* file = store.file(StateId::grad_shard)) {
-    // Through param_io's gradient buffer (a bucket's shard, in whole blocks) and the optimizer
-    // pipeline's pool, idle until finish(): a bucket's write-back overlaps the next one's backward
-    // where the pool holds its blocks, without memory of its own.
-    const StateBuffer& io = store.info(StateId::param_io);
-    const StateBuffer& pool = store.info(StateId::swap_buffers);
-    const size_t grad_at = param_io_offset(part, part.gather_slots());
-    // (The pool holds the optimizer state's fp32 elements; as bytes it serves a bf16 gradient alike.)
-    shard_ = offload::ShardSource<T>(file, {}, {store.get<T>(StateId::param_io) + grad_at, static_cast<T*>(store.raw(StateId::swap_buffers))},
-                                     store.swap().queue_depth, {(io.numel - grad_at) * sizeof(T), pool.bytes()});
-    unit_ss_.assign(size_t(layout_.num_units()), 0.0);
-  } else {
-    shard_ = offload::ShardSource<T>(store.get<T>(StateId::grad_shard), {});
-  }
-  host_shard_ = store.info(StateId::grad_shard).tier == Tier::pinned;
-  if (host_shard_) unit_ss_.assign(size_t(layout_.num_units()), 0.0);
+  shard_ = std::make_unique<GradShardSink<Ops>>(layout_, part, store);
   if (part.embedding_staging_numel() == 0) return;  // the embedding's chunks use the bucket slots
   s0_.buf = store.get<T>(StateId::embedding_staging);
   s0_.recv = recv + part.staging_slots() * (slot / N);
@@ -53,8 +38,8 @@ GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore
 template <class Ops>
 void GradReducer<Ops>::begin_step(bool full_grads_zero) {
   if (rules_.full_grads && !full_grads_zero) model_.zero_grad();
-  // (A gradient shard on disk or in host memory is overwritten by each bucket's first micro-step instead.)
-  if (T* shard = store_.get<T>(StateId::grad_shard); shard && !host_shard_) Ops::zero(shard, part_.shard_total());
+  if (shard_) shard_->begin_step();  // stages 2-3: wherever the shard lives
+  else if (T* shard = store_.get<T>(StateId::grad_shard)) Ops::zero(shard, part_.shard_total());
 }
 
 template <class Ops>
@@ -146,29 +131,16 @@ void GradReducer<Ops>::complete(StagingSlot& s) {
   // The add below reads the result on the compute stream: it waits for it there (NCCL), the host
   // goes on; begin_pass / finish wait for it on the host. A shard on disk is added by the host, one
   // in pinned host memory has its squares summed for the host; the naive path waits on the spot.
-  if (shard_.on_disk() || host_shard_ || !part_.config().overlap) {
+  if (shard_->host_reads() || !part_.config().overlap) {
     comm_.wait_all(s.hs);
   } else {
     for (CommHandle h : s.hs) comm_.order_compute_after(h);
     ordered_.insert(ordered_.end(), s.hs.begin(), s.hs.end());
     s.hs.clear();
   }
-  const Bucket& bk = part_.buckets()[size_t(s.bucket)];
-  // My gradient shard += the bucket's reduce-scatter result (the first micro-step of a shard on
-  // disk adds to zeros: begin_step zeroed the one in memory). A shard on disk sums each unit's
-  // squares on the last micro-step, while the values are in memory, for the gradient norm.
-  const size_t flat0 = part_.unit_shard_flat(bk.units.back());
-  const bool last_micro = s.micro == part_.config().grad_accum - 1;
-  if (host_shard_) add_to_host(s, flat0, last_micro, store_.get<T>(StateId::grad_shard) + flat0, false);
-  else shard_.accumulate(flat0, bk.shard_numel, s.micro == 0, [&](T* shard) {
-    // The CUDA backend's shard on disk: summed on the device, back in the read buffer before it is written.
-    if (Ops::tier == Tier::device && shard_.on_disk()) return add_to_host(s, flat0, last_micro, shard, true);
-    Ops::residual_forward(shard, shard, s.recv, bk.shard_numel);  // in the backend's memory
-    if (shard_.on_disk() && last_micro)
-      for (int v : bk.units)
-        unit_ss_[size_t(v)] = Ops::sum_squares(shard + (part_.unit_shard_flat(v) - flat0), part_.unit_shard_numel(v));
-  });
-  if (last_micro && on_final_) on_final_(bk.units);
+  // My gradient shard += the bucket's reduce-scatter result, wherever the shard lives.
+  shard_->add(s.bucket, s.buf, s.recv, s.micro);
+  if (s.micro == part_.config().grad_accum - 1 && on_final_) on_final_(part_.buckets()[size_t(s.bucket)].units);
   if (&s != &s0_) s.bucket = -1;
 }
 
@@ -183,31 +155,6 @@ void GradReducer<Ops>::complete_arrived() {
       if (!comm_.test(h)) return;
     complete(*oldest);
   }
-}
-
-template <class Ops>
-void GradReducer<Ops>::add_to_host(const StagingSlot& s, size_t flat0, bool last_micro, T* host, bool sync) {
-#if ZT_HAVE_CUDA
-  if constexpr (Ops::tier == Tier::device) {
-    // The same sum as in device memory (zeros, or the shard so far, + the result), by the same
-    // kernel, in the slot its reduce-scatter has finished reading; copies on the compute stream,
-    // so the slot is reused in order. sync: the host reads `host` next (to write it to disk).
-    const Bucket& bk = part_.buckets()[size_t(s.bucket)];
-    T* sum = s.buf;
-    const size_t bytes = bk.shard_numel * sizeof(T);
-    if (s.micro == 0) Ops::zero(sum, bk.shard_numel);
-    else ZT_CHECK_CUDA(cudaMemcpyAsync(sum, host, bytes, cudaMemcpyHostToDevice, Ops::stream()));
-    Ops::residual_forward(sum, sum, s.recv, bk.shard_numel);
-    if (last_micro)
-      for (int v : bk.units)
-        unit_ss_[size_t(v)] = Ops::sum_squares(sum + (part_.unit_shard_flat(v) - flat0), part_.unit_shard_numel(v));
-    ZT_CHECK_CUDA(cudaMemcpyAsync(host, sum, bytes, cudaMemcpyDeviceToHost, Ops::stream()));
-    if (sync) ZT_CHECK_CUDA(cudaStreamSynchronize(Ops::stream()));
-    return;
-  }
-#endif
-  (void)s, (void)flat0, (void)last_micro, (void)host, (void)sync;
-  ZT_ASSERT(false);  // only the CUDA backend keeps the shard in pinned memory
 }
 
 template <class Ops>
@@ -239,7 +186,7 @@ void GradReducer<Ops>::finish() {
   }
   for (StagingSlot& s : slots_) complete(s);
   if (s0_.buf) complete(s0_);
-  shard_.flush();  // the optimizer reads the gradient shard next
+  shard_->flush();  // the optimizer reads the gradient shard next
   comm_.wait_all(ordered_);
 }
 

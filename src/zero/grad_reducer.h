@@ -9,13 +9,9 @@
 //            without; a one-unit embedding (stages 2-3 when not split, far larger than a bucket) has
 //            a slot of its own; stage 3's block-sized embedding chunks use the bucket slots.
 //
-// With offload.params "nvme" (stage 3, docs/design.md §3.6) the gradient shard is a swap file:
-// complete() adds a bucket's reduce-scatter result into it through the shard source
-// (offload/shard_source.h: read, add, write-back queued; finish() waits for the writes) and, on
-// the last micro-step, sums each unit's squares for the gradient norm while the values are in memory. With offload.params "cpu"
-// (CUDA backend) it is pinned host memory: the bucket's part is summed on the device in the
-// bucket's staging slot, free once its reduce-scatter is done (the part so far copied in after the
-// first micro-step), its squares summed there on the last, and copied out as the bucket completes.
+// Where complete() adds a bucket's result into my gradient shard, in memory, in a swap file
+// (offload.params "nvme") or in pinned host memory (offload.params "cpu", CUDA backend), is
+// zero/grad_shard_sink.h's (docs/design.md §3.6).
 //
 // The naive path (zero.overlap_comm false) waits on each collective where it starts, beside the
 // overlapped one; Partition makes every unit its own bucket there.
@@ -27,13 +23,14 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "comm/comm.h"
 #include "model/gpt.h"
-#include "offload/shard_source.h"
 #include "runtime/trace.h"
 #include "zero/embedding_exchange.h"
+#include "zero/grad_shard_sink.h"
 #include "zero/partition.h"
 #include "zero/store.h"
 
@@ -61,7 +58,7 @@ class GradReducer {
   void finish();                      // every gradient collective done, shards complete
   void lookup_deferred();             // the model's UnitHooks::embedding_lookup_deferred
   // Per-unit sums of squares of the completed gradient shard when it is on disk, else nullptr.
-  const std::vector<double>* unit_sum_squares() const { return unit_ss_.empty() ? nullptr : &unit_ss_; }
+  const std::vector<double>* unit_sum_squares() const { return shard_ ? shard_->unit_sum_squares() : nullptr; }
   void set_tracer(Tracer* t) { tr_ = t; }  // tags each collective with its bucket and unit
   // Called with a bucket's units when the last micro-step's reduction has made their gradient shard
   // final on this rank (stages 2-3, during backward): the host optimizer sends them to the host.
@@ -69,11 +66,11 @@ class GradReducer {
   // A gradient shard on disk: the writes queued so far, and whether the first n are on disk
   // (without waiting; in memory: always). The optimizer step inside backward reads a bucket's
   // gradient only once the write queued for it is complete.
-  uint64_t shard_writes_queued() const { return shard_.writes_queued(); }
-  bool shard_written(uint64_t n) { return shard_.written(n); }
+  uint64_t shard_writes_queued() const { return shard_ ? shard_->writes_queued() : 0; }
+  bool shard_written(uint64_t n) { return !shard_ || shard_->written(n); }
   // The optimizer pipeline's pool is no longer idle during backward (the step inside it): a
   // bucket's write-back goes through the gradient read buffer alone.
-  void leave_pool_to_optimizer() { shard_.keep_to_first_buffer(); }
+  void leave_pool_to_optimizer() { shard_->keep_to_first_buffer(); }
   // Adds into the shard every bucket whose reduction has completed, oldest first, instead of when
   // its slot is next taken (without waiting): the step inside backward gets its gradients sooner.
   void complete_arrived();
@@ -110,13 +107,7 @@ class GradReducer {
   // be in flight in another slot, so two slots can hold the same bucket at once.
   std::vector<StagingSlot*> slot_of_bucket_;
   uint64_t slots_taken_ = 0;
-  offload::ShardSource<T> shard_;       // stages 2-3: my gradient shard (memory, or a swap file)
-  std::vector<double> unit_ss_;         // (units) sum of squares of each unit's gradient shard on disk or host
-  // offload.params "cpu" (CUDA): my gradient shard is pinned host memory; each bucket's part is
-  // summed on the device in the bucket's staging slot, then copied out (add_to_host).
-  bool host_shard_ = false;
-  // (and "nvme": into the read buffer of the blocks around the bucket's part, `host`)
-  void add_to_host(const StagingSlot& s, size_t flat0, bool last_micro, T* host, bool sync);
+  std::unique_ptr<GradShardSink<Ops>> shard_;  // stages 2-3: my gradient shard, wherever it lives
   Tracer* tr_ = nullptr;
   std::function<void(const std::vector<int>&)> on_final_;
   void tag(int b, int unit) {  // the next collective's bucket and unit

@@ -15,7 +15,7 @@
 // copies overlap backward and AdamW follows the norm (updating early would change the result:
 // AdamW is not linear in the gradient scale). The embedding units always go last (the deferred
 // lookup adds to their gradient at the end of backward). Every CUDA call stays on the training
-// thread (host_progress, at each unit of backward, hands arrived units to the worker and queues
+// thread (progress(), at each unit of backward, hands arrived units to the worker and queues
 // the copies back of updated ones); the worker touches only pinned host memory.
 //
 // With "nvme" the state is streamed through offload::SwapPipeline after every unit has arrived.
@@ -36,7 +36,7 @@
 
 #include "backend/ops_cpu.h"
 #include "zero/adamw_shard.h"
-#include "zero/optimizer.h"
+#include "zero/host_optimizer.h"
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
 #include "runtime/cuda_context.h"
@@ -68,7 +68,7 @@ struct HostAdamW {
 #endif
 
 template <class Ops>
-struct ShardedOptimizer<Ops>::HostCopies {
+struct HostOptimizer<Ops>::Copies {
 #if ZT_HAVE_CUDA
   cudaStream_t stream = nullptr;
   std::vector<cudaEvent_t> arrived;  // per unit: its params and grads are on the host
@@ -96,7 +96,7 @@ struct ShardedOptimizer<Ops>::HostCopies {
   std::vector<Span> spans;  // the worker's updates this step (run.trace), guarded by mu
   std::thread worker;
 
-  HostCopies(int units, std::function<void(int, double, double, int)> update)
+  Copies(int units, std::function<void(int, double, double, int)> update)
       : arrived(size_t(units)), state(size_t(units), 0) {
     ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (cudaEvent_t& e : arrived) ZT_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -127,7 +127,7 @@ struct ShardedOptimizer<Ops>::HostCopies {
       }
     });
   }
-  ~HostCopies() {
+  ~Copies() {
     {
       std::lock_guard<std::mutex> lk(mu);
       stop = true;
@@ -143,35 +143,43 @@ struct ShardedOptimizer<Ops>::HostCopies {
 };
 
 template <class Ops>
-typename ShardedOptimizer<Ops>::T* ShardedOptimizer<Ops>::host_params() const {
-  return store_.get<T>(shards_on_host_ ? StateId::param_shard : StateId::host_params);
+HostOptimizer<Ops>::HostOptimizer(const ShardView<Ops>& shard, const OptimSection& optim, bool shards_on_host,
+                                  offload::SwapPipeline* swap, SwapSlots at)
+    : shard_(shard), optim_(optim), shards_on_host_(shards_on_host), swap_(swap), at_(at) {}
+
+template <class Ops>
+HostOptimizer<Ops>::~HostOptimizer() = default;
+
+template <class Ops>
+typename HostOptimizer<Ops>::T* HostOptimizer<Ops>::host_params() const {
+  return shard_.store.template get<T>(shards_on_host_ ? StateId::param_shard : StateId::host_params);
 }
 
 template <class Ops>
-typename ShardedOptimizer<Ops>::T* ShardedOptimizer<Ops>::host_grads() const {
-  return store_.get<T>(shards_on_host_ ? StateId::grad_shard : StateId::host_grads);
+typename HostOptimizer<Ops>::T* HostOptimizer<Ops>::host_grads() const {
+  return shard_.store.template get<T>(shards_on_host_ ? StateId::grad_shard : StateId::host_grads);
 }
 
 template <class Ops>
-void ShardedOptimizer<Ops>::host_init_master() {
+void HostOptimizer<Ops>::init_master() {
 #if ZT_HAVE_CUDA
   if constexpr (Ops::tier == Tier::device) {
     if constexpr (!kMixed) return;  // fp32: the parameters are the master
     // Master = my shard of the parameters, widened on the host (exact), into pinned memory or the file.
     T* hp = host_params();
-    for (int u = 0; u < layout_.num_units() && !shards_on_host_; ++u)
-      Ops::d2h(hp + part_.unit_shard_flat(u), params(u), part_.unit_shard_numel(u) * sizeof(T));
+    for (int u = 0; u < shard_.layout.num_units() && !shards_on_host_; ++u)
+      Ops::d2h(hp + shard_.part.unit_shard_flat(u), shard_.params(u), shard_.part.unit_shard_numel(u) * sizeof(T));
     auto widen = [&](float* dst, const T* src, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = float(src[i]);
     };
-    if (at_master_ >= 0 || at_param_ >= 0) {  // through the pipeline: what passes unchanged is written back as read
-      M* master = store_.get<M>(StateId::master);
+    if (at_.master >= 0 || at_.param >= 0) {  // through the pipeline: what passes unchanged is written back as read
+      M* master = shard_.store.template get<M>(StateId::master);
       swap_->for_each_subgroup([&](size_t begin, size_t n, M* const* bufs) {
-        const T* p = at_param_ >= 0 ? reinterpret_cast<const T*>(bufs[at_param_]) : hp + begin;
-        widen(at_master_ >= 0 ? bufs[at_master_] : master + begin, p, n);
+        const T* p = at_.param >= 0 ? reinterpret_cast<const T*>(bufs[at_.param]) : hp + begin;
+        widen(at_.master >= 0 ? bufs[at_.master] : master + begin, p, n);
       });
     } else {
-      widen(store_.get<M>(StateId::master), hp, part_.shard_total());
+      widen(shard_.store.template get<M>(StateId::master), hp, shard_.part.shard_total());
     }
     return;
   }
@@ -184,12 +192,12 @@ bool is_embedding(const Unit& u) { return u.name.rfind("embedding", 0) == 0; }
 }  // namespace
 
 template <class Ops>
-typename ShardedOptimizer<Ops>::HostCopies& ShardedOptimizer<Ops>::host_copies() {
+typename HostOptimizer<Ops>::Copies& HostOptimizer<Ops>::copies() {
 #if ZT_HAVE_CUDA
   if constexpr (Ops::tier == Tier::device) {
     if (!copies_)
-      copies_ = std::make_shared<HostCopies>(layout_.num_units(), [this](int u, double lr, double scale, int t) {
-        host_update_unit(u, lr, scale, t);
+      copies_ = std::make_unique<Copies>(shard_.layout.num_units(), [this](int u, double lr, double scale, int t) {
+        update_unit(u, lr, scale, t);
       });
     return *copies_;
   }
@@ -199,32 +207,33 @@ typename ShardedOptimizer<Ops>::HostCopies& ShardedOptimizer<Ops>::host_copies()
 }
 
 template <class Ops>
-void ShardedOptimizer<Ops>::host_update_unit(int u, double lr, double grad_scale, int t) {
+void HostOptimizer<Ops>::update_unit(int u, double lr, double grad_scale, int t) {
   T* hp = host_params();
   T* hg = host_grads();
-  const size_t f = part_.unit_shard_flat(u);
+  const size_t f = shard_.part.unit_shard_flat(u);
 #if ZT_HAVE_CUDA
-  adamw_unit_range<HostAdamW<T>>(layout_, u, part_.unit_shard_begin(u), part_.unit_shard_numel(u), hp + f,
-                                 state(StateId::master, u), hg + f, state(StateId::adam_m, u), state(StateId::adam_v, u),
-                                 optim_, lr, grad_scale, t);
+  const Partition& part = shard_.part;
+  adamw_unit_range<HostAdamW<T>>(shard_.layout, u, part.unit_shard_begin(u), part.unit_shard_numel(u), hp + f,
+                                 shard_.state(StateId::master, u), hg + f, shard_.state(StateId::adam_m, u),
+                                 shard_.state(StateId::adam_v, u), optim_, lr, grad_scale, t);
 #else
   (void)hp, (void)hg, (void)f, (void)lr, (void)grad_scale, (void)t;
 #endif
 }
 
 template <class Ops>
-void ShardedOptimizer<Ops>::host_units_final(const std::vector<int>& units) {
+void HostOptimizer<Ops>::units_final(const std::vector<int>& units) {
   std::vector<int> blocks;
   for (int u : units)
-    if (!is_embedding(layout_.units()[size_t(u)])) blocks.push_back(u);
-  host_send(blocks);
+    if (!is_embedding(shard_.layout.units()[size_t(u)])) blocks.push_back(u);
+  send(blocks);
 }
 
 template <class Ops>
-void ShardedOptimizer<Ops>::host_send(const std::vector<int>& units) {
+void HostOptimizer<Ops>::send(const std::vector<int>& units) {
 #if ZT_HAVE_CUDA
   if constexpr (Ops::tier == Tier::device) {
-    HostCopies& c = host_copies();
+    Copies& c = copies();
     T* hp = host_params();
     T* hg = host_grads();
     bool marked = false;
@@ -235,10 +244,10 @@ void ShardedOptimizer<Ops>::host_send(const std::vector<int>& units) {
         ZT_CHECK_CUDA(cudaStreamWaitEvent(c.stream, c.mark, 0));
         marked = true;
       }
-      const size_t f = part_.unit_shard_flat(u), bytes = part_.unit_shard_numel(u) * sizeof(T);
+      const size_t f = shard_.part.unit_shard_flat(u), bytes = shard_.part.unit_shard_numel(u) * sizeof(T);
       if (!shards_on_host_) {  // else the reducer's copies out, queued before the mark, are what arrives
-        ZT_CHECK_CUDA(cudaMemcpyAsync(hp + f, params(u), bytes, cudaMemcpyDeviceToHost, c.stream));
-        ZT_CHECK_CUDA(cudaMemcpyAsync(hg + f, grads(u), bytes, cudaMemcpyDeviceToHost, c.stream));
+        ZT_CHECK_CUDA(cudaMemcpyAsync(hp + f, shard_.params(u), bytes, cudaMemcpyDeviceToHost, c.stream));
+        ZT_CHECK_CUDA(cudaMemcpyAsync(hg + f, shard_.grads(u), bytes, cudaMemcpyDeviceToHost, c.stream));
       }
       ZT_CHECK_CUDA(cudaEventRecord(c.arrived[size_t(u)], c.stream));
       c.state[size_t(u)] = 1;
@@ -250,28 +259,28 @@ void ShardedOptimizer<Ops>::host_send(const std::vector<int>& units) {
 }
 
 template <class Ops>
-void ShardedOptimizer<Ops>::host_update_args(double lr, double grad_scale) {
+void HostOptimizer<Ops>::update_args(double lr, double grad_scale, int t) {
 #if ZT_HAVE_CUDA
   if constexpr (Ops::tier == Tier::device) {
-    HostCopies& c = host_copies();
+    Copies& c = copies();
     {
       std::lock_guard<std::mutex> lk(c.mu);
       ZT_ASSERT(!c.args.known);
-      c.args = {true, lr, grad_scale, steps_taken_ + 1};  // step() counts this update
+      c.args = {true, lr, grad_scale, t};
     }
     c.cv.notify_all();
     return;
   }
 #endif
-  (void)lr, (void)grad_scale;
+  (void)lr, (void)grad_scale, (void)t;
 }
 
 template <class Ops>
-void ShardedOptimizer<Ops>::host_progress() {
+void HostOptimizer<Ops>::progress() {
 #if ZT_HAVE_CUDA
   if constexpr (Ops::tier == Tier::device) {
     if (!copies_ || swap_) return;
-    HostCopies& c = *copies_;
+    Copies& c = *copies_;
     std::vector<int> back;
     {
       std::lock_guard<std::mutex> lk(c.mu);
@@ -279,7 +288,7 @@ void ShardedOptimizer<Ops>::host_progress() {
       back.swap(c.updated);
     }
     bool handed = false;
-    for (int u = 0; u < layout_.num_units(); ++u) {
+    for (int u = 0; u < shard_.layout.num_units(); ++u) {
       if (c.state[size_t(u)] != 1) continue;
       const cudaError_t q = cudaEventQuery(c.arrived[size_t(u)]);
       if (q == cudaErrorNotReady) continue;
@@ -291,9 +300,9 @@ void ShardedOptimizer<Ops>::host_progress() {
     }
     if (handed) c.cv.notify_all();
     for (int u : back) {  // the updated parameters back to the device, on the copy stream
-      const size_t f = part_.unit_shard_flat(u), bytes = part_.unit_shard_numel(u) * sizeof(T);
+      const size_t f = shard_.part.unit_shard_flat(u), bytes = shard_.part.unit_shard_numel(u) * sizeof(T);
       if (!shards_on_host_)
-        ZT_CHECK_CUDA(cudaMemcpyAsync(params(u), host_params() + f, bytes, cudaMemcpyHostToDevice, c.stream));
+        ZT_CHECK_CUDA(cudaMemcpyAsync(shard_.params(u), host_params() + f, bytes, cudaMemcpyHostToDevice, c.stream));
       c.state[size_t(u)] = 4;
       ++c.sent_back;
     }
@@ -302,22 +311,22 @@ void ShardedOptimizer<Ops>::host_progress() {
 }
 
 template <class Ops>
-void ShardedOptimizer<Ops>::host_step(double lr, double grad_scale) {
+void HostOptimizer<Ops>::step(double lr, double grad_scale, int t) {
 #if ZT_HAVE_CUDA
   if constexpr (Ops::tier == Tier::device) {
-    const int U = layout_.num_units();
-    HostCopies& c = host_copies();
+    const int U = shard_.layout.num_units();
+    Copies& c = copies();
     T* hp = host_params();
     T* hg = host_grads();
     std::vector<int> all(static_cast<size_t>(U));
     for (int u = 0; u < U; ++u) all[size_t(u)] = u;
-    host_send(all);  // what backward did not send (stages 0-1: everything; the embedding units)
+    send(all);  // what backward did not send (stages 0-1: everything; the embedding units)
     if (swap_) {
       for (int u = 0; u < U; ++u) ZT_CHECK_CUDA(cudaEventSynchronize(c.arrived[size_t(u)]));
       // Each state from its sub-group buffer where it is swapped, else from pinned memory.
-      M* master = store_.get<M>(StateId::master);
-      M* m = store_.get<M>(StateId::adam_m);
-      M* v = store_.get<M>(StateId::adam_v);
+      M* master = shard_.store.template get<M>(StateId::master);
+      M* m = shard_.store.template get<M>(StateId::adam_m);
+      M* v = shard_.store.template get<M>(StateId::adam_v);
       swap_->for_each_subgroup([&](size_t lo, size_t n, M* const* bufs) {
         const size_t hi = lo + n;
         auto state_at = [&](int i, M* mem, size_t a) -> M* {
@@ -327,31 +336,30 @@ void ShardedOptimizer<Ops>::host_step(double lr, double grad_scale) {
           return i >= 0 ? reinterpret_cast<T*>(bufs[i]) + (a - lo) : mem + a;
         };
         for (int u = 0; u < U; ++u) {
-          const size_t f = part_.unit_shard_flat(u), a = std::max(lo, f), b = std::min(hi, f + part_.unit_shard_numel(u));
+          const size_t f = shard_.part.unit_shard_flat(u), a = std::max(lo, f), b = std::min(hi, f + shard_.part.unit_shard_numel(u));
           if (a >= b) continue;
           const size_t k = a - f;
-          adamw_unit_range<HostAdamW<T>>(layout_, u, part_.unit_shard_begin(u) + k, b - a, shard_at(at_param_, hp, a),
-                                         state_at(at_master_, master, a), shard_at(at_grad_, hg, a),
-                                         state_at(at_m_, m, a), state_at(at_v_, v, a), optim_, lr, grad_scale,
-                                         steps_taken_);
+          adamw_unit_range<HostAdamW<T>>(shard_.layout, u, shard_.part.unit_shard_begin(u) + k, b - a, shard_at(at_.param, hp, a),
+                                         state_at(at_.master, master, a), shard_at(at_.grad, hg, a),
+                                         state_at(at_.m, m, a), state_at(at_.v, v, a), optim_, lr, grad_scale, t);
         }
       });
       for (int u = 0; u < U && !shards_on_host_; ++u) {
-        const size_t f = part_.unit_shard_flat(u), bytes = part_.unit_shard_numel(u) * sizeof(T);
-        ZT_CHECK_CUDA(cudaMemcpyAsync(params(u), hp + f, bytes, cudaMemcpyHostToDevice, c.stream));
+        const size_t f = shard_.part.unit_shard_flat(u), bytes = shard_.part.unit_shard_numel(u) * sizeof(T);
+        ZT_CHECK_CUDA(cudaMemcpyAsync(shard_.params(u), hp + f, bytes, cudaMemcpyHostToDevice, c.stream));
       }
     } else {
       {
         std::lock_guard<std::mutex> lk(c.mu);
-        if (c.args.known)  // given before backward ended: the same update (host_update_args)
-          ZT_ASSERT(c.args.lr == lr && c.args.scale == grad_scale && c.args.t == steps_taken_);
+        if (c.args.known)  // given before backward ended: the same update (update_args)
+          ZT_ASSERT(c.args.lr == lr && c.args.scale == grad_scale && c.args.t == t);
         else
-          c.args = {true, lr, grad_scale, steps_taken_};
+          c.args = {true, lr, grad_scale, t};
       }
       c.cv.notify_all();
       // Until every unit is back: hand over what arrived, send back what is updated.
       for (;;) {
-        host_progress();
+        progress();
         if (c.sent_back == U) break;
         std::unique_lock<std::mutex> lk(c.mu);
         c.cv.wait_for(lk, std::chrono::milliseconds(1), [&] { return !c.updated.empty() || c.failure; });
@@ -359,7 +367,7 @@ void ShardedOptimizer<Ops>::host_step(double lr, double grad_scale) {
       std::lock_guard<std::mutex> lk(c.mu);
       if (tr_)
         for (const auto& sp : c.spans)
-          tr_->complete("adamw " + layout_.units()[size_t(sp.unit)].name, Tracer::kHostOptimizer, sp.ts_us, sp.dur_us,
+          tr_->complete("adamw " + shard_.layout.units()[size_t(sp.unit)].name, Tracer::kHostOptimizer, sp.ts_us, sp.dur_us,
                         "\"unit\":" + std::to_string(sp.unit));
       c.spans.clear();
       c.args = {};
@@ -372,21 +380,14 @@ void ShardedOptimizer<Ops>::host_step(double lr, double grad_scale) {
     return;
   }
 #endif
-  (void)lr, (void)grad_scale;
+  (void)lr, (void)grad_scale, (void)t;
   ZT_ASSERT(false);  // only the CUDA backend keeps host copies
 }
 
-#define ZT_HOST_OPTIMIZER(OPS)                                                        \
-  template void ShardedOptimizer<OPS>::host_init_master();                          \
-  template void ShardedOptimizer<OPS>::host_step(double, double);                   \
-  template void ShardedOptimizer<OPS>::host_units_final(const std::vector<int>&);   \
-  template void ShardedOptimizer<OPS>::host_update_args(double, double);            \
-  template void ShardedOptimizer<OPS>::host_progress();
-ZT_HOST_OPTIMIZER(CpuOps<float>)
+template class HostOptimizer<CpuOps<float>>;
 #if ZT_HAVE_CUDA
-ZT_HOST_OPTIMIZER(CudaOps<float>)
-ZT_HOST_OPTIMIZER(CudaOps<bf16>)
+template class HostOptimizer<CudaOps<float>>;
+template class HostOptimizer<CudaOps<bf16>>;
 #endif
-#undef ZT_HOST_OPTIMIZER
 
 }  // namespace zt

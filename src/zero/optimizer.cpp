@@ -1,13 +1,7 @@
 #include "zero/optimizer.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
-#include <exception>
-#include <mutex>
-#include <thread>
 
 #include "backend/ops_cpu.h"
 #if ZT_HAVE_CUDA
@@ -20,18 +14,20 @@ namespace zt {
 template <class Ops>
 ShardedOptimizer<Ops>::ShardedOptimizer(const ParamLayout& layout, const Partition& part, StateStore& store, Comm& comm,
                                         const OptimSection& optim)
-    : layout_(layout), part_(part), store_(store), comm_(comm), optim_(optim), rules_(part.rules()) {
+    : layout_(layout), part_(part), store_(store), comm_(comm), optim_(optim), rules_(part.rules()),
+      shard_{layout, part, store, part.rules()} {
   auto pinned = [&](StateId id) { return store.has(id) && store.info(id).tier == Tier::pinned; };
   // The CUDA backend's AdamW on the host: on copies of my shards, or on them (offload.params "cpu":
   // pinned; "nvme": streamed from their swap files).
-  shards_on_host_ = pinned(StateId::grad_shard) || (Ops::tier == Tier::device && store.file(StateId::grad_shard));
-  host_ = store.has(StateId::host_params) || shards_on_host_;
+  const bool shards_on_host =
+      pinned(StateId::grad_shard) || (Ops::tier == Tier::device && store.file(StateId::grad_shard));
+  const bool host = store.has(StateId::host_params) || shards_on_host;
   // offload.params "cpu" with the AdamW on the device: the parameter shard alone is on the host.
-  params_staged_ = pinned(StateId::param_shard) && !host_;
+  params_off_device_ = pinned(StateId::param_shard) && !host;
   // offload.params "nvme" with the AdamW on the device: the parameter shard alone is on disk, read
-  // and written unit by unit around the update (staged_in / staged_out), not by a pipeline.
-  if (Ops::tier == Tier::device && !host_ && store.file(StateId::param_shard))
-    param_file_ = store.file(StateId::param_shard), params_staged_ = true;
+  // and written unit by unit around the update (params_on_device / params_back), not by a pipeline.
+  if (Ops::tier == Tier::device && !host && store.file(StateId::param_shard))
+    param_file_ = store.file(StateId::param_shard), params_off_device_ = true;
   std::vector<offload::SwapFile*> files;
   std::vector<bool> read_only;
   std::vector<size_t> elem_bytes;  // the shards hold T (bf16 on the CUDA backend), the state M
@@ -42,149 +38,71 @@ ShardedOptimizer<Ops>::ShardedOptimizer(const ParamLayout& layout, const Partiti
       elem_bytes.push_back(shard ? sizeof(T) : sizeof(M));
     }
   };
-  add(StateId::adam_m, &at_m_), add(StateId::adam_v, &at_v_), add(StateId::master, &at_master_);
-  if (!param_file_) add(StateId::param_shard, &at_param_), add(StateId::grad_shard, &at_grad_);
-  if (files.empty()) return;
-  ZT_ASSERT(rules_.optimizer_sharded && (Ops::tier == Tier::host || host_));  // the CPU runs the update on host memory
-  // Swapped master weights are initialised into their file by host_init_master (CUDA backend).
-  ZT_ASSERT(at_master_ < 0 || host_);
+  add(StateId::adam_m, &at_.m), add(StateId::adam_v, &at_.v), add(StateId::master, &at_.master);
+  if (!param_file_) add(StateId::param_shard, &at_.param), add(StateId::grad_shard, &at_.grad);
+  if (!files.empty()) {
+    ZT_ASSERT(rules_.optimizer_sharded && (Ops::tier == Tier::host || host));  // the CPU runs the update on host memory
+    // Swapped master weights are initialised into their file by HostOptimizer::init_master (CUDA backend).
+    ZT_ASSERT(at_.master < 0 || host);
   // The parameter and gradient shards go to disk together (docs/design.md §3.6), at stage 3 only,
   // where the flat shard is the parameters' own buffer.
-  ZT_ASSERT((at_param_ < 0) == (at_grad_ < 0) && (at_param_ < 0 || !rules_.full_params));
-  swap_ = std::make_unique<offload::SwapPipeline>(files, part.shard_total(), store.get<M>(StateId::swap_buffers),
-                                                  store.swap(), read_only, elem_bytes);
+    ZT_ASSERT((at_.param < 0) == (at_.grad < 0) && (at_.param < 0 || !rules_.full_params));
+    swap_ = std::make_unique<offload::SwapPipeline>(files, part.shard_total(), store.get<M>(StateId::swap_buffers),
+                                                    store.swap_spec(), read_only, elem_bytes);
+  }
+  if (host) host_ = std::make_unique<HostOptimizer<Ops>>(shard_, optim, shards_on_host, swap_.get(), at_);
   // Stage 3 only: at stages 1-2 the gradient shard is reduced bucket by bucket too, but the
   // parameter all-gather follows the step; the CUDA backend's host AdamW has its own overlap.
-  in_backward_ = store.swap().overlap_update && optim.grad_clip <= 0 && !rules_.full_params &&
-                 Ops::tier == Tier::host && !host_;
+  updates_in_backward_ = swap_ && store.swap_spec().overlap_update && optim.grad_clip <= 0 && !rules_.full_params &&
+                         Ops::tier == Tier::host && !host;
 }
 
-// ---- the step inside backward (offload.overlap_update with optim.grad_clip 0) ---------------------
-//
-//   training | fwd | bwd: lnf | block L | ... | block 1 | embedding | finish | (step: waits)
-//   worker   |           (waits) | update lnf, L | ... | update 1  | ... update embedding |
-//
-// Backward makes the gradient shard final from its end (flat order is embedding, blocks, final
-// norm), bucket by bucket; the worker walks the sub-groups from the end too, each read once
-// everything from its first element up is final. It writes parameters, m and v only in sub-groups
-// that backward no longer reads (their units' backward is done; sub-groups start on whole blocks,
-// so no block is shared with a unit still to come), and reads gradients whose write is complete.
-template <class Ops>
-struct ShardedOptimizer<Ops>::UpdateWorker {
-  std::mutex mu;
-  std::condition_variable moved;
-  size_t final_from;  // the gradient shard is final for flat elements [final_from, shard_total)
-  bool abort = false;
-  std::exception_ptr error;  // the worker's, read after join
-  double t0_us = 0, t1_us = 0;  // the first sub-group's update, the walk's end
-  std::thread thread;
-  explicit UpdateWorker(size_t total) : final_from(total) {}
-};
-
-template <class Ops>
-ShardedOptimizer<Ops>::~ShardedOptimizer() {
-  if (!worker_) return;
-  // An error unwinds the run mid-step: the walk may be waiting for gradients that will never come,
-  // and it may not outlive the buffers and files it streams.
-  {
-    std::lock_guard<std::mutex> l(worker_->mu);
-    worker_->abort = true;
-  }
-  worker_->moved.notify_all();
-  worker_->thread.join();
-}
+// ---- the step inside backward (zero/update_in_backward.h) ----------------------------------------
 
 template <class Ops>
 void ShardedOptimizer<Ops>::start_update(double lr) {
-  ZT_ASSERT(in_backward_ && !worker_);
+  ZT_ASSERT(updates_in_backward_ && !update_);
   ++steps_taken_;
-  worker_lr_ = lr;
-  worker_ = std::make_unique<UpdateWorker>(part_.shard_total());
-  UpdateWorker* w = worker_.get();
-  const int threads = omp_get_max_threads();  // run.threads, set on this thread only
-  w->thread = std::thread([this, w, lr, threads] {
-    omp_set_num_threads(threads);
-    try {
-      swap_->for_each_subgroup_descending(
-          [&](size_t begin, size_t n, M* const* bufs) {
-            if (w->t0_us == 0) w->t0_us = Tracer::now_us();  // the trace's span: from the first update
-            step_flat(begin, begin + n, begin, bufs, lr, 1.0);
-          },
-          [w](size_t begin, bool wait) {
-            std::unique_lock<std::mutex> l(w->mu);
-            if (wait) w->moved.wait(l, [&] { return w->abort || w->final_from <= begin; });
-            if (w->abort) throw Error("the optimizer step inside backward was abandoned");
-            return w->final_from <= begin;
-          });
-    } catch (...) {
-      w->error = std::current_exception();
-    }
-    w->t1_us = Tracer::now_us();
-  });
+  update_lr_ = lr;
+  update_ = std::make_unique<UpdateInBackward>(*swap_, part_.shard_total(),
+                                               [this, lr](size_t begin, size_t n, M* const* bufs) {
+                                                 step_flat(begin, begin + n, begin, bufs, lr, 1.0);
+                                               });
 }
 
 template <class Ops>
 void ShardedOptimizer<Ops>::grads_final_from(size_t from) {
-  if (!worker_) return;
-  {
-    std::lock_guard<std::mutex> l(worker_->mu);
-    if (from >= worker_->final_from) return;
-    worker_->final_from = from;
-  }
-  worker_->moved.notify_all();
+  if (update_) update_->grads_final_from(from);
 }
 
 template <class Ops>
-void ShardedOptimizer<Ops>::join_update() {
-  worker_->thread.join();
-  const std::unique_ptr<UpdateWorker> w = std::move(worker_);
-  if (tr_ && w->t0_us > 0) tr_->complete("adamw (inside backward)", Tracer::kHostOptimizer, w->t0_us, w->t1_us - w->t0_us);
-  if (w->error) std::rethrow_exception(w->error);
-}
-
-template <class Ops>
-typename ShardedOptimizer<Ops>::T* ShardedOptimizer<Ops>::params(int u) const {
-  const Unit& unit = layout_.units()[size_t(u)];
-  if (!rules_.optimizer_sharded) return store_.get<T>(StateId::params) + unit.offset;
-  if (rules_.full_params) return store_.get<T>(StateId::params) + unit.offset + part_.unit_shard_begin(u);
-  return store_.get<T>(StateId::param_shard) + part_.unit_shard_flat(u);
-}
-
-template <class Ops>
-typename ShardedOptimizer<Ops>::T* ShardedOptimizer<Ops>::grads(int u) const {
-  if (!rules_.optimizer_sharded) return store_.get<T>(StateId::grads) + layout_.units()[size_t(u)].offset;
-  return store_.get<T>(StateId::grad_shard) + part_.unit_shard_flat(u);
-}
-
-template <class Ops>
-typename ShardedOptimizer<Ops>::M* ShardedOptimizer<Ops>::state(StateId id, int u) const {
-  M* base = store_.get<M>(id);
-  if (!base) return nullptr;  // master weights, without mixed precision
-  return base + (rules_.optimizer_sharded ? part_.unit_shard_flat(u) : layout_.units()[size_t(u)].offset);
+void ShardedOptimizer<Ops>::set_tracer(Tracer* t) {
+  tr_ = t;
+  if (host_) host_->set_tracer(t);
 }
 
 template <class Ops>
 void ShardedOptimizer<Ops>::init_master() {
-  if (host_) return host_init_master();
+  if (host_) return host_->init_master();
   if constexpr (kMixed) {
     for (int u = 0; u < layout_.num_units(); ++u) {
       const size_t n = rules_.optimizer_sharded ? part_.unit_shard_numel(u) : layout_.units()[size_t(u)].padded;
-      Ops::widen(state(StateId::master, u), staged_in(u), n);
+      Ops::widen(state(StateId::master, u), params_on_device(u), n);
     }
   }
 }
 
-// The AdamW on the device with the parameter shard off it (params_staged_): unit u's shard is
+// The AdamW on the device with the parameter shard off it (params_off_device_): unit u's shard is
 // copied into the first gathered-unit slot, which fits any unit and is free between passes, on the
-// compute stream (kernels read device memory only); staged_out() copies it back after its update.
+// compute stream (kernels read device memory only); params_back() copies it back after its update.
 //   offload.params "cpu":  from and to the pinned shard itself.
 //   offload.params "nvme": through slot 0's pinned read buffer (param_io, free between passes): the
 //                          whole blocks around the shard are read from the swap file, and written
 //                          back once the stream has copied the updated shard into them. Synchronous,
 //                          unit after unit (blocks shared by neighbouring units stay consistent).
 template <class Ops>
-typename ShardedOptimizer<Ops>::T* ShardedOptimizer<Ops>::staged_in(int u) {
-  if (!params_staged_) return params(u);
+typename ShardedOptimizer<Ops>::T* ShardedOptimizer<Ops>::params_on_device(int u) {
+  if (!params_off_device_) return params(u);
 #if ZT_HAVE_CUDA
   if constexpr (Ops::tier == Tier::device) {
     T* slot = store_.get<T>(StateId::gathered_units);  // (unit shard) of slot 0
@@ -205,10 +123,10 @@ typename ShardedOptimizer<Ops>::T* ShardedOptimizer<Ops>::staged_in(int u) {
 }
 
 template <class Ops>
-void ShardedOptimizer<Ops>::staged_out(int u) {
+void ShardedOptimizer<Ops>::params_back(int u) {
 #if ZT_HAVE_CUDA
   if constexpr (Ops::tier == Tier::device) {
-    if (!params_staged_) return;
+    if (!params_off_device_) return;
     const T* slot = store_.get<T>(StateId::gathered_units);
     const size_t bytes = part_.unit_shard_numel(u) * sizeof(T);
     if (!param_file_) {
@@ -253,7 +171,7 @@ double ShardedOptimizer<Ops>::grad_norm(const std::vector<double>* unit_ss) {
   if (!rules_.full_params) {
     // Stage 3: unit by unit, so that a gradient shard on disk, summed as each unit's shard is
     // completed (GradReducer), gives the same norm bit for bit as one in memory.
-    ZT_ASSERT(unit_ss || at_grad_ < 0);
+    ZT_ASSERT(unit_ss || at_.grad < 0);
     for (int u = 0; u < layout_.num_units(); ++u)
       ss += unit_ss ? (*unit_ss)[size_t(u)] : Ops::sum_squares(grads(u), part_.unit_shard_numel(u));
   } else {
@@ -277,22 +195,22 @@ void ShardedOptimizer<Ops>::step_flat(size_t lo, size_t hi, size_t base, M* cons
       if (i >= 0) return reinterpret_cast<decltype(mem)>(bufs[i] + at);
       return mem ? mem + k : nullptr;
     };
-    adamw_unit_range<Ops>(layout_, u, part_.unit_shard_begin(u) + k, b - a, pick(at_param_, params(u)),
-                          pick(at_master_, state(StateId::master, u)), pick(at_grad_, grads(u)),
-                          pick(at_m_, state(StateId::adam_m, u)), pick(at_v_, state(StateId::adam_v, u)), optim_, lr,
+    adamw_unit_range<Ops>(layout_, u, part_.unit_shard_begin(u) + k, b - a, pick(at_.param, params(u)),
+                          pick(at_.master, state(StateId::master, u)), pick(at_.grad, grads(u)),
+                          pick(at_.m, state(StateId::adam_m, u)), pick(at_.v, state(StateId::adam_v, u)), optim_, lr,
                           grad_scale, steps_taken_);
   }
 }
 
 template <class Ops>
 void ShardedOptimizer<Ops>::step(double lr, double grad_scale) {
-  if (worker_) {  // started by start_update: everything is final now
-    ZT_ASSERT(lr == worker_lr_ && grad_scale == 1.0);
-    grads_final_from(0);
-    return join_update();
+  if (update_) {  // started by start_update: everything is final now
+    ZT_ASSERT(lr == update_lr_ && grad_scale == 1.0);
+    const std::unique_ptr<UpdateInBackward> u = std::move(update_);
+    return u->join(tr_);
   }
   ++steps_taken_;
-  if (host_) return host_step(lr, grad_scale);
+  if (host_) return host_->step(lr, grad_scale, steps_taken_);
   if (swap_) {
     swap_->for_each_subgroup([&](size_t begin, size_t n, M* const* bufs) {
       step_flat(begin, begin + n, begin, bufs, lr, grad_scale);
@@ -305,16 +223,16 @@ void ShardedOptimizer<Ops>::step(double lr, double grad_scale) {
   for (int u = 0; u < layout_.num_units(); ++u) {
     const size_t begin = rules_.optimizer_sharded ? part_.unit_shard_begin(u) : 0;
     const size_t n = rules_.optimizer_sharded ? part_.unit_shard_numel(u) : layout_.units()[size_t(u)].padded;
-    adamw_unit_range<Ops>(layout_, u, begin, n, staged_in(u), state(StateId::master, u), grads(u),
+    adamw_unit_range<Ops>(layout_, u, begin, n, params_on_device(u), state(StateId::master, u), grads(u),
                           state(StateId::adam_m, u), state(StateId::adam_v, u), optim_, lr, grad_scale, steps_taken_,
                           clear);
-    staged_out(u);
+    params_back(u);
   }
   grads_cleared_ = clear;
 #if ZT_HAVE_CUDA
   // The host may read the pinned shard next (a checkpoint); the next pass's copies are ordered anyway.
   if constexpr (Ops::tier == Tier::device)
-    if (params_staged_) ZT_CHECK_CUDA(cudaStreamSynchronize(Ops::stream()));
+    if (params_off_device_) ZT_CHECK_CUDA(cudaStreamSynchronize(Ops::stream()));
 #endif
 }
 

@@ -17,8 +17,11 @@
 #include "offload/swap_pipeline.h"
 #include "plan/plan.h"
 #include "runtime/trace.h"
+#include "zero/host_optimizer.h"
 #include "zero/partition.h"
+#include "zero/shard_view.h"
 #include "zero/store.h"
+#include "zero/update_in_backward.h"
 
 namespace zt {
 
@@ -46,41 +49,30 @@ class ShardedOptimizer {
   bool take_grads_cleared() { return std::exchange(grads_cleared_, false); }
   int steps_taken() const { return steps_taken_; }
   void set_steps_taken(int t) { steps_taken_ = t; }
-  // The swap pipeline when the state is offloaded, else nullptr.
-  const offload::SwapPipeline* swap() const { return swap_.get(); }
 
-  // The step inside backward (offload.overlap_update, docs/offload.md): at stage 3 on the CPU
-  // backend with the state in swap files and optim.grad_clip 0 (no norm to wait for), the update
-  // runs on a worker thread while backward still runs: start_update() at the start of the step
-  // walks the shard's sub-groups from its end, each read once grads_final_from() has said its
-  // gradient is final (backward finishes the shard from its end: the last blocks first, the
-  // embedding last); step() then says all of it is and waits for the walk.
-  bool updates_in_backward() const { return in_backward_; }
+  // The step inside backward (offload.overlap_update, zero/update_in_backward.h): at stage 3 on the
+  // CPU backend with the state in swap files and optim.grad_clip 0, start_update() at the start of
+  // the step starts the walk over the shard's sub-groups; grads_final_from() says how far backward
+  // has made the gradient final; step() then says all of it is and waits for the walk.
+  bool updates_in_backward() const { return updates_in_backward_; }
   void start_update(double lr);
   // The gradient shard is final, and on disk where it lives there, for flat elements [from, end).
   void grads_final_from(size_t from);
-  ~ShardedOptimizer();
 
-  // The CUDA backend's AdamW on the host, overlapped with backward (zero/host_optimizer.cpp; only
-  // with offload.optimizer "cpu": the "nvme" pipeline streams the whole shard after backward).
-  bool host_overlaps() const { return host_ && !swap_; }
-  // Units whose gradient shard is final on the device (the reducer, last micro-step): their
-  // shards start for the host now. Embedding units are left for step() (the deferred lookup
-  // part of their gradient comes at the end of backward).
-  void host_units_final(const std::vector<int>& units);
-  // The update's arguments, known before backward ends (optim.grad_clip 0: no norm to wait for):
-  // the CPU updates each unit as soon as its shard has arrived. step() must then get the same.
-  void host_update_args(double lr, double grad_scale);
-  // Called at each unit of backward: hands arrived units to the CPU, sends updated ones back.
-  void host_progress();
+  // The CUDA backend's AdamW on the host (zero/host_optimizer.h), nullptr otherwise. The engine
+  // feeds it the units whose gradient shards are final while backward runs (when it overlaps()).
+  HostOptimizer<Ops>* host() { return host_.get(); }
+  bool host_overlaps() const { return host_ && host_->overlaps(); }
+  // The update's arguments, known before backward ends (optim.grad_clip 0): for the host AdamW.
+  void host_update_args(double lr, double grad_scale) { host_->update_args(lr, grad_scale, steps_taken_ + 1); }
   // run.trace: the CPU updates on their own track (Tracer::kHostOptimizer).
-  void set_tracer(Tracer* t) { tr_ = t; }
+  void set_tracer(Tracer* t);
 
  private:
   // The owned slice of unit u in each buffer (stage 0: the whole unit).
-  T* params(int u) const;
-  T* grads(int u) const;
-  M* state(StateId id, int u) const;
+  T* params(int u) const { return shard_.params(u); }
+  T* grads(int u) const { return shard_.grads(u); }
+  M* state(StateId id, int u) const { return shard_.state(id, u); }
   // AdamW on elements [lo, hi) of the flat shard, whose state for [base, ...) is in bufs.
   void step_flat(size_t lo, size_t hi, size_t base, M* const* bufs, double lr, double grad_scale);
 
@@ -90,26 +82,22 @@ class ShardedOptimizer {
   Comm& comm_;
   OptimSection optim_;
   StageRules rules_;
+  ShardView<Ops> shard_;
   int steps_taken_ = 0;
   bool grads_cleared_ = false;
   std::unique_ptr<offload::SwapPipeline> swap_;
-  // Index in the pipeline's buffers of each swapped state, -1 where the state is in memory.
-  int at_m_ = -1, at_v_ = -1, at_master_ = -1, at_param_ = -1, at_grad_ = -1;
+  SwapSlots at_;
 
-  // The CUDA backend with offload.optimizer "cpu" / "nvme" (zero/host_optimizer.cpp): the CPU AdamW
-  // updates host copies of my shard (StateId::host_params / host_grads), streamed per unit on a
-  // copy stream of its own. With offload.params "cpu" (stage 3) the shards are in pinned memory
-  // already (shards_on_host_): the CPU AdamW updates them in place, nothing crosses the bus here.
-  bool host_ = false;
-  bool shards_on_host_ = false;
+  // The CUDA backend with offload.optimizer "cpu" / "nvme": the whole update is the host AdamW's.
+  std::unique_ptr<HostOptimizer<Ops>> host_;
   // offload.params "cpu" / "nvme" with the AdamW on the device: the parameter shard is pinned host
   // memory or a swap file, each unit's part staged through a device slot for its update
-  // (staged_in / staged_out).
-  bool params_staged_ = false;
-  T* staged_in(int u);
-  void staged_out(int u);
+  // (params_on_device / params_back).
+  bool params_off_device_ = false;
+  T* params_on_device(int u);
+  void params_back(int u);
   // offload.params "nvme" with the AdamW on the device: the parameter shard's swap file, which
-  // staged_in / staged_out read and write unit by unit (nullptr otherwise).
+  // params_on_device / params_back read and write unit by unit (nullptr otherwise).
   offload::SwapFile* param_file_ = nullptr;
   struct ParamBlocks {
     T* blocks;     // the read buffer
@@ -119,22 +107,11 @@ class ShardedOptimizer {
   };
   ParamBlocks param_blocks(int u) const;
   const T* read_param_blocks(int u);
-  T* host_params() const;  // the shards the CPU AdamW reads and writes
-  T* host_grads() const;
-  struct HostCopies;                    // the copy stream, per-unit events, the CPU worker
-  std::shared_ptr<HostCopies> copies_;  // shared_ptr: HostCopies is complete only there
-  HostCopies& host_copies();
-  void host_init_master();
-  void host_step(double lr, double grad_scale);
-  void host_update_unit(int u, double lr, double grad_scale, int t);  // the CPU AdamW of one unit
-  void host_send(const std::vector<int>& units);  // their shards to the host, on the copy stream
   Tracer* tr_ = nullptr;
 
-  bool in_backward_ = false;
-  struct UpdateWorker;  // the thread, the gradient's final edge, its error
-  std::unique_ptr<UpdateWorker> worker_;
-  double worker_lr_ = 0;
-  void join_update();
+  bool updates_in_backward_ = false;
+  std::unique_ptr<UpdateInBackward> update_;  // this step's, between start_update and step
+  double update_lr_ = 0;
 };
 
 }  // namespace zt

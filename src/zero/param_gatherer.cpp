@@ -6,29 +6,9 @@
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
 #endif
-#include "zero/comm_ptr.h"
+#include "comm/comm_ptr.h"
 
 namespace zt {
-
-template <class Ops>
-struct ParamGatherer<Ops>::CopyStream {
-#if ZT_HAVE_CUDA
-  cudaStream_t stream = nullptr;
-  cudaEvent_t mark = nullptr;       // the compute stream's progress when a copy is queued
-  std::vector<cudaEvent_t> ready;   // per slot: its shard is on the device
-  explicit CopyStream(size_t slots) : ready(slots) {
-    ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    ZT_CHECK_CUDA(cudaEventCreateWithFlags(&mark, cudaEventDisableTiming));
-    for (cudaEvent_t& e : ready) ZT_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  }
-  ~CopyStream() {
-    (void)cudaStreamSynchronize(stream);
-    for (cudaEvent_t e : ready) (void)cudaEventDestroy(e);
-    (void)cudaEventDestroy(mark);
-    (void)cudaStreamDestroy(stream);
-  }
-#endif
-};
 
 template <class Ops>
 ParamGatherer<Ops>::ParamGatherer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm)
@@ -42,79 +22,10 @@ ParamGatherer<Ops>::ParamGatherer(GPT<Ops>& model, const Partition& part, StateS
     base += g.numel;
     slots_.push_back(g);
   }
-  std::vector<typename offload::ShardSource<T>::Range> units;
-  for (int u = 0; u < layout_.num_units(); ++u) units.push_back({part.unit_shard_flat(u), part.unit_shard_numel(u)});
-  if (offload::SwapFile* file = store.file(StateId::param_shard)) {
-    std::vector<T*> reads;  // one read buffer per slot
-    for (size_t i = 0; i < slots_.size(); ++i) reads.push_back(store.get<T>(StateId::param_io) + param_io_offset(part, i));
-    shards_ = offload::ShardSource<T>(file, std::move(units), std::move(reads), store.swap().queue_depth);
-    read_to_device_ = Ops::tier == Tier::device;  // the CUDA backend: a read goes on to the device
-  } else if (store.info(StateId::param_shard).tier == Tier::pinned) {
-    use_copy_stream();
-  } else {
-    shards_ = offload::ShardSource<T>(store.get<T>(StateId::param_shard), std::move(units));
-  }
-#if ZT_HAVE_CUDA
-  if (read_to_device_) copies_ = std::make_shared<CopyStream>(slots_.size());
-#endif
-  launch_ = [this](int slot, const T* shard) {
-    launch_gather(slot, read_to_device_ ? to_device(slot, slots_[size_t(slot)].unit, shard) : shard);
-  };
-}
-
-// offload.params "nvme" on the CUDA backend: unit u's shard, read into slot i's pinned read buffer,
-// is copied on the copy stream into the slot's upload buffer (a world of one: the slot itself),
-// after what the compute stream has queued (the buffer's previous contents may still be read);
-// the compute stream is ordered after the copy. The read buffer is not read into again before
-// this copy is done (start()).
-template <class Ops>
-const typename ParamGatherer<Ops>::T* ParamGatherer<Ops>::to_device(int i, int u, const T* shard) {
-#if ZT_HAVE_CUDA
-  if constexpr (Ops::tier == Tier::device) {
-    CopyStream& cs = *copies_;
-    T* upload = store_.get<T>(StateId::param_upload);
-    T* dst = upload ? upload + param_upload_offset(part_, size_t(i)) : slots_[size_t(i)].buf;
-    ZT_CHECK_CUDA(cudaEventRecord(cs.mark, Ops::stream()));
-    ZT_CHECK_CUDA(cudaStreamWaitEvent(cs.stream, cs.mark, 0));
-    ZT_CHECK_CUDA(cudaMemcpyAsync(dst, shard, part_.unit_shard_numel(u) * sizeof(T), cudaMemcpyHostToDevice, cs.stream));
-    ZT_CHECK_CUDA(cudaEventRecord(cs.ready[size_t(i)], cs.stream));
-    ZT_CHECK_CUDA(cudaStreamWaitEvent(Ops::stream(), cs.ready[size_t(i)], 0));
-    return dst;
-  }
-#endif
-  (void)i, (void)u;
-  ZT_ASSERT(false);  // only the CUDA backend copies a read on to the device
-  return shard;
-}
-
-template <class Ops>
-void ParamGatherer<Ops>::use_copy_stream() {
-#if ZT_HAVE_CUDA
-  if constexpr (Ops::tier == Tier::device) {
-    copies_ = std::make_shared<CopyStream>(slots_.size());
-    typename offload::ShardSource<T>::Copier c;
-    c.queue = [this](int u, int i) -> const T* {
-      CopyStream& cs = *copies_;
-      const T* src = store_.get<T>(StateId::param_shard) + part_.unit_shard_flat(u);
-      const size_t bytes = part_.unit_shard_numel(u) * sizeof(T);
-      // A world of one has no all-gather: the shard is the unit, copied into its slot itself.
-      T* upload = store_.get<T>(StateId::param_upload);
-      T* dst = upload ? upload + param_upload_offset(part_, size_t(i)) : slots_[size_t(i)].buf;
-      // The buffer's previous contents may still be read by what the compute stream has queued: an
-      // all-gather it waits for, or (a world of one) the kernels of the slot's previous unit, whose
-      // last use was queued before its release, hence before this copy.
-      ZT_CHECK_CUDA(cudaEventRecord(cs.mark, Ops::stream()));
-      ZT_CHECK_CUDA(cudaStreamWaitEvent(cs.stream, cs.mark, 0));
-      ZT_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cs.stream));
-      ZT_CHECK_CUDA(cudaEventRecord(cs.ready[size_t(i)], cs.stream));
-      return dst;
-    };
-    c.wait = [this](int i) { ZT_CHECK_CUDA(cudaStreamWaitEvent(Ops::stream(), copies_->ready[size_t(i)], 0)); };
-    shards_ = offload::ShardSource<T>(std::move(c), slots_.size());
-    return;
-  }
-#endif
-  ZT_ASSERT(false);  // only the CUDA backend keeps the shard in pinned memory
+  std::vector<T*> bufs;
+  for (const GatherSlot& g : slots_) bufs.push_back(g.buf);
+  shards_ = std::make_unique<ParamShardSource<Ops>>(layout_, part, store, std::move(bufs),
+                                                    [this](int slot, const T* shard) { launch_gather(slot, shard); });
 }
 
 template <class Ops>
@@ -172,11 +83,7 @@ void ParamGatherer<Ops>::start(int pos, GatherSlot& s) {
   s.unit = u;
   s.first = s.last = pos;
   while (s.last + 1 < int(sched_.size()) && sched_[size_t(s.last + 1)] == u) ++s.last;
-#if ZT_HAVE_CUDA
-  // The read buffer's previous shard must have left for the device before the read overwrites it.
-  if (read_to_device_) ZT_CHECK_CUDA(cudaEventSynchronize(copies_->ready[size_t(&s - slots_.data())]));
-#endif
-  shards_.request(u, int(&s - slots_.data()), launch_);  // in memory: the all-gather starts now
+  shards_->request(u, int(&s - slots_.data()));  // in memory: the all-gather starts now
   int alive = 0;
   for (const GatherSlot& g : slots_) alive += g.unit >= 0;
   max_alive_ = std::max(max_alive_, alive);
@@ -211,7 +118,7 @@ void ParamGatherer<Ops>::use(int u) {
     it = slots_.begin() + (g - slots_.data());
   }
   prefetch();  // start the next gathers before blocking on this one
-  shards_.deliver(int(it - slots_.begin()), launch_);
+  shards_->deliver(int(it - slots_.begin()));
   // Read by the unit's kernels only: the compute stream waits (NCCL), the host goes on enqueuing;
   // release() waits on the host where the pass next blocks.
   if (part_.config().overlap) {
@@ -226,7 +133,7 @@ void ParamGatherer<Ops>::use(int u) {
 
 template <class Ops>
 void ParamGatherer<Ops>::release(int u) {
-  shards_.deliver(-1, launch_);
+  shards_->deliver(-1);
   for (GatherSlot& g : slots_) {
     if (g.unit == u && g.first <= pos_ && pos_ <= g.last) {
       if (pos_ == g.last) {
@@ -291,8 +198,7 @@ const typename ParamGatherer<Ops>::T* ParamGatherer<Ops>::whole_unit(int u) {
     return store_.get<T>(StateId::params) + layout_.units()[size_t(u)].offset;
   }
   ZT_ASSERT(slots_[0].unit < 0);  // between passes every slot is free
-  const T* shard = shards_.now(u, 0);
-  CommHandle h = gather(u, read_to_device_ ? to_device(0, u, shard) : shard, slots_[0].buf);
+  CommHandle h = gather(u, shards_->now(u, 0), slots_[0].buf);
   comm_.wait(h);
   return slots_[0].buf;
 }

@@ -22,30 +22,20 @@
 //               block-sized chunks every slot fits the largest unit; a one-unit embedding fits only
 //               slot 0. A unit takes the smallest free slot it fits; at most gather_slots() are
 //               alive at once.
-//   offload     with offload.params "nvme" (docs/design.md §3.6) start() asks the shard source
-//               (offload/shard_source.h) for the unit's shard where it would have started the
-//               all-gather; the source delivers it, and the all-gather starts, at a later hook
-//               (use / release): a read overlaps one unit's compute, and with prefetch_units >= 2
-//               the all-gather another's. With offload.params "cpu" on the CUDA backend the shard is
-//               in pinned host memory: start() queues its copy, on a copy stream, into the slot's
-//               device upload buffer (StateId::param_upload; not the slot itself, which the kernels
-//               of the unit before may still read); the all-gather starts from there at delivery,
-//               the compute stream ordered after the copy: the copy overlaps one unit's compute, as
-//               a read does. A world of one has no all-gather to feed: the shard is copied into its
-//               slot itself, on the same copy stream (no upload buffers). With "nvme" on the CUDA
-//               backend both: the shard is read into a pinned read buffer, and at delivery copied
-//               on to the device the same way (to_device) before its all-gather starts.
+//   offload     where the shard is (memory, pinned host memory, a swap file) and how it reaches the
+//               device is zero/param_shard_source.h's: start() asks it for the unit's shard where it
+//               would have started the all-gather, and the all-gather starts when it is delivered,
+//               at a later hook (use / release) where it is read or copied (docs/design.md §3.6).
 //   any stage   whole_unit(): unit by unit, whole, for streaming the weights out (stage 3
 //               gathers each into a slot: no rank ever holds the whole model).
 #pragma once
 #include <memory>
 #include <vector>
 
-#include "offload/shard_source.h"
-
 #include "comm/comm.h"
 #include "model/gpt.h"
 #include "runtime/trace.h"
+#include "zero/param_shard_source.h"
 #include "zero/partition.h"
 #include "zero/store.h"
 
@@ -84,7 +74,6 @@ class ParamGatherer {
     CommHandle h;
   };
   void start(int pos, GatherSlot& s);
-  void use_copy_stream();  // offload.params "cpu": the shard source copies from pinned memory
   void launch_gather(int slot, const T* shard);  // the shard source's delivery: start the all-gather
   GatherSlot* free_slot_for(int u);  // smallest free slot that fits u; nullptr if none
   void prefetch();
@@ -107,12 +96,7 @@ class ParamGatherer {
   int pending_ = 0;
   int max_alive_ = 0;
   Tracer* tr_ = nullptr;
-  offload::ShardSource<T> shards_;  // stage 3: my parameter shard, read buffer i for slot i
-  typename offload::ShardSource<T>::Deliver launch_;  // launch_gather
-  struct CopyStream;  // offload.params "cpu" / "nvme" (CUDA): the host-to-device copies of the shards
-  std::shared_ptr<CopyStream> copies_;
-  bool read_to_device_ = false;  // offload.params "nvme" on the CUDA backend: each read goes on to the device
-  const T* to_device(int slot, int u, const T* shard);
+  std::unique_ptr<ParamShardSource<Ops>> shards_;  // stage 3: my parameter shard, for slot i
 };
 
 }  // namespace zt

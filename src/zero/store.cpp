@@ -25,7 +25,7 @@ const char* state_name(StateId id) {
     case StateId::swap_buffers: return "optimizer swap buffers";
     case StateId::lookup_exchange: return "embedding lookup exchange";
     case StateId::param_io: return "parameter and gradient read buffers";
-    case StateId::host_staging: return "collective host staging";
+    case StateId::host_mirrors: return "collective host staging";
     case StateId::host_params: return "host parameter shard";
     case StateId::host_grads: return "host gradient shard";
     case StateId::param_upload: return "parameter shard upload buffers";
@@ -89,7 +89,7 @@ size_t param_io_numel(const Partition& part, bool grads_on_disk) {
   const size_t grad = std::max(part.staging_slot_numel(), part.embedding_staging_numel()) / N;
   return param_io_offset(part, part.gather_slots()) + param_read_numel(grad, part.config().elem_bytes);
 }
-std::vector<StateId> host_staged(int stage) {
+std::vector<StateId> host_mirrored(int stage) {
   switch (stage) {
     case 0: return {StateId::grads};
     case 1: return {StateId::params, StateId::grads, StateId::grad_shard};
@@ -97,6 +97,21 @@ std::vector<StateId> host_staged(int stage) {
     default: return {StateId::param_shard, StateId::param_upload, StateId::embedding_staging, StateId::bucket_staging, StateId::rs_receive,
                      StateId::gathered_units};
   }
+}
+std::vector<MirroredRegion> host_mirror_regions(const StateStore& store, DType elem, int stage) {
+  std::vector<MirroredRegion> regions;
+  float* host = store.get<float>(StateId::host_mirrors);
+  if (!host) return regions;  // a world of one: device-to-device copies, no mirror
+  for (StateId id : host_mirrored(stage)) {
+    // offload.params "cpu" / "nvme": the shard itself is not a collective's (its upload buffers are)
+    if (!store.has(id) || store.info(id).tier == Tier::pinned || store.info(id).tier == Tier::nvme) continue;
+    const StateBuffer& b = store.info(id);
+    ZT_ASSERT(b.dtype == elem && b.tier == Tier::device);
+    regions.push_back({store.raw(id), b.numel, host});
+    host += b.numel;
+  }
+  ZT_ASSERT(host == store.get<float>(StateId::host_mirrors) + store.info(StateId::host_mirrors).numel);
+  return regions;
 }
 
 namespace {
@@ -134,14 +149,14 @@ void add_host_optimizer(std::vector<StateBuffer>& out, const Partition& part, co
 
 // CUDA backend, several ranks: the MPI comm sees host memory only, so every buffer a collective
 // touches gets a pinned fp32 mirror (bf16 is widened there and summed in fp32), carved in
-// host_staged() order from one allocation. A world of one sends nothing and needs none; NCCL needs none.
-void add_host_staging(std::vector<StateBuffer>& out, const Partition& part, const StateTypes& ty) {
-  if (ty.tier != Tier::device || !ty.host_staged_comm || part.config().world == 1) return;
+// host_mirrored() order from one allocation. A world of one sends nothing and needs none; NCCL needs none.
+void add_host_mirrors(std::vector<StateBuffer>& out, const Partition& part, const StateTypes& ty) {
+  if (ty.tier != Tier::device || !ty.host_mirror_comm || part.config().world == 1) return;
   size_t n = 0;
-  for (StateId id : host_staged(part.config().stage))
+  for (StateId id : host_mirrored(part.config().stage))
     for (const StateBuffer& b : out)
       if (b.id == id && b.tier == Tier::device) n = checked_add(n, b.numel, "model: collective host staging (elements)");
-  out.push_back({StateId::host_staging, Category::comm, DType::f32, Tier::pinned, n, false, {}});
+  out.push_back({StateId::host_mirrors, Category::comm, DType::f32, Tier::pinned, n, false, {}});
   checked_mul(n, size_t(4), "model: bytes of the collective host staging");
 }
 }  // namespace
@@ -205,7 +220,7 @@ std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Parti
   }
   add_host_shards(out, part, ty);
   add_host_optimizer(out, part, ty);
-  add_host_staging(out, part, ty);
+  add_host_mirrors(out, part, ty);
   return out;
 }
 

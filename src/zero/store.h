@@ -24,9 +24,9 @@
 //                                            (each in whole I/O blocks): offload.params nvme (no
 //                                            gradient part with the CUDA backend's AdamW on the device,
 //                                            whose gradient shard stays on the device)
-//   host_staging       0-3    sum of the buffers collectives touch (fp32)   CUDA backend, world > 1, MPI:
+//   host_mirrors       0-3    sum of the buffers collectives touch (fp32)   CUDA backend, world > 1, MPI:
 //                                            pinned host mirrors the MPI comm reads and writes
-//                                            (zero/staged_comm.h; host_staged() says which buffers)
+//                                            (comm/host_mirror_comm.h; host_mirrored() says which buffers)
 //   host_params,       1-3    Ψ/N            CUDA backend with offload.optimizer cpu / nvme: pinned host
 //   host_grads                               copies of my parameter and gradient shard, which the CPU
 //                                            AdamW reads and writes (the moments and master weights are
@@ -51,6 +51,7 @@
 #include <memory>
 #include <vector>
 
+#include "comm/host_mirror_comm.h"
 #include "model/layout.h"
 #include "offload/swap_file.h"
 #include "runtime/error.h"
@@ -62,7 +63,7 @@ namespace zt {
 enum class StateId : int {
   params = 0, grads, param_shard, grad_shard, adam_m, adam_v, master,
   embedding_staging, bucket_staging, rs_receive, gathered_units, swap_buffers, lookup_exchange, param_io,
-  host_staging, host_params, host_grads, param_upload, count
+  host_mirrors, host_params, host_grads, param_upload, count
 };
 constexpr size_t kNumStateIds = size_t(StateId::count);
 const char* state_name(StateId id);  // for tables and messages: "AdamW first moment", ...
@@ -101,9 +102,9 @@ struct StateTypes {
   // offload.params "cpu" on the CUDA backend (stage 3): my parameter shard lives in pinned host
   // memory (zero/param_gatherer.h), and with host_optimizer my gradient shard too (zero/grad_reducer.h).
   bool host_shards = false;
-  // The CUDA backend's collectives are host-staged over MPI (zero/staged_comm.h, host_staging below);
+  // The CUDA backend's collectives are over MPI through host mirrors (comm/host_mirror_comm.h, host_mirrors below);
   // false: NCCL on the device buffers, no host copies (comm.backend "nccl").
-  bool host_staged_comm = true;
+  bool host_mirror_comm = true;
 };
 
 // The types of an op table (Ops::T, Ops::M, Ops::tier): 2-byte elements are bf16.
@@ -129,12 +130,17 @@ size_t param_io_offset(const Partition& part, size_t i);
 // offload.params "cpu" (CUDA): where param_upload's part for gathered slot i starts (i ==
 // gather_slots(): its size).
 size_t param_upload_offset(const Partition& part, size_t i);
-// The device buffers whose collectives go through host memory on the CUDA backend (zero/staged_comm.h),
-// in the order host_staging mirrors them (those of them in pinned memory need no mirror): stage 0 all-reduces gradients; stage 1 reduce-scatters
+// The device buffers whose collectives go through host mirrors on the CUDA backend over MPI
+// (comm/host_mirror_comm.h), in the order host_mirrors mirrors them (those of them in pinned memory
+// need no mirror): stage 0 all-reduces gradients; stage 1 reduce-scatters
 // them into the gradient shard and all-gathers parameters; stage 2 reduce-scatters staging slots
 // into rs_receive and all-gathers parameters; stage 3 gathers the parameter shard (or its upload
 // buffers) into slots.
-std::vector<StateId> host_staged(int stage);
+std::vector<StateId> host_mirrored(int stage);
+class StateStore;
+// Those buffers of `store` (elements of type elem), each with its part of host_mirrors: what a
+// HostMirrorComm is given. None for a world of one (no host_mirrors).
+std::vector<MirroredRegion> host_mirror_regions(const StateStore& store, DType elem, int stage);
 
 // Owns the buffers of one rank's list (zero-filled, tracked); Tier::nvme buffers are swap files in
 // swap.dir (created here, removed with the store).
@@ -158,7 +164,7 @@ class StateStore {
   const std::vector<StateBuffer>& list() const { return list_; }
   // The swap file of a Tier::nvme buffer, nullptr otherwise.
   offload::SwapFile* file(StateId id) const { return files_[size_t(id)].get(); }
-  const offload::SwapSpec& swap() const { return swap_; }
+  const offload::SwapSpec& swap_spec() const { return swap_; }
 
  private:
   std::vector<StateBuffer> list_;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CUDA backend's multi-rank paths under the CUDA emulator (test/emu): collectives on device
-# buffers host-staged through the MPI comm (src/zero/staged_comm.h). Several ranks share the one
+# buffers host-staged through the MPI comm (src/comm/host_mirror_comm.h). Several ranks share the one
 # emulated device, as they would share one GPU. EMULATED: this is not a GPU run.
 #   fp32: `mpirun -np 2` (and -np 3 at stages 1 and 3) of zt_train_emu at zero.stage 0-3 against
 #         zt_train_emu at N = 1 with the same global batch (grad_accum x N): every step's loss within
@@ -8,7 +8,7 @@
 #   bf16: -np 2, stages 0-3, against the single-rank bf16 run: within 2e-2 relative (the bf16 bound
 #         of test/gpu/model_gpu_test.cpp's TenTrainingSteps; reductions are summed in fp32, one rounding).
 #   memory: the pinned "comm" tier each multi-rank run tracked equals the bytes of the buffers its
-#         collectives touch, fp32 mirrors (the store's host_staging, 4 bytes per element); and
+#         collectives touch, fp32 mirrors (the store's host_mirrors, 4 bytes per element); and
 #         `train estimate --set device=cuda` equals every run's tracked peak, tier by tier.
 # usage: multirank_emu.sh path/to/train path/to/zt_train_emu path/to/mpiexec
 set -euo pipefail

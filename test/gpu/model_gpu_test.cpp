@@ -31,7 +31,7 @@
 #include "train/schedule.h"
 #include "zero/engine.h"
 #include "zero/partition.h"
-#include "zero/staged_comm.h"
+#include "comm/host_mirror_comm.h"
 #include "zero/store.h"
 
 namespace zt {
@@ -204,11 +204,12 @@ std::vector<double> train_10(Comm& comm) {
   ZeroConfig zc;
   const Partition part(model.layout(), zc);
   StateStore store(list_model_state(model.layout(), part, state_types_of<Ops>()), mem);
-  // The CUDA backend's engine talks to the comm through host staging (zero/staged_comm.h), as the trainer builds it.
+  // The CUDA backend's engine talks to the comm through host mirrors (comm/host_mirror_comm.h), as the trainer builds it.
   std::unique_ptr<Comm> staged;
   Comm* engine_comm = &comm;
   if constexpr (Ops::tier == Tier::device) {
-    staged = std::make_unique<StagedComm>(comm, store, state_types_of<Ops>().param, zc.stage);
+    const DType elem = state_types_of<Ops>().param;
+    staged = std::make_unique<HostMirrorComm>(comm, host_mirror_regions(store, elem, zc.stage), int(dtype_bytes(elem)));
     engine_comm = staged.get();
   }
   ZeroEngine<Ops> engine(model, part, store, *engine_comm, o);

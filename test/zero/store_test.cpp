@@ -39,8 +39,8 @@ TEST(StateStore, EachStageListsItsBuffersOnce) {
     size_t staged = 0, mirror = 0;
     for (const StateBuffer& b : mixed) {
       if (b.id == S::master) master = true;
-      for (StateId id : host_staged(stage)) staged += b.id == id ? b.numel : 0;
-      if (b.id == S::host_staging) {  // the CUDA backend's pinned fp32 mirrors of what collectives touch
+      for (StateId id : host_mirrored(stage)) staged += b.id == id ? b.numel : 0;
+      if (b.id == S::host_mirrors) {  // the CUDA backend's pinned fp32 mirrors of what collectives touch
         EXPECT_EQ(b.tier, Tier::pinned);
         EXPECT_EQ(b.dtype, DType::f32);
         mirror = b.numel;
@@ -56,7 +56,7 @@ TEST(StateStore, EachStageListsItsBuffersOnce) {
     one.world = 1, one.rank = 0;
     const ParamLayout layout1(cfg, zero_pad_multiple(1));
     for (const StateBuffer& b : list_model_state(layout1, Partition(layout1, one), StateTypes{DType::bf16, DType::f32, Tier::device}))
-      EXPECT_NE(b.id, S::host_staging);
+      EXPECT_NE(b.id, S::host_mirrors);
     // The CUDA backend's AdamW on the host (offload.optimizer "cpu"): moments and master pinned, plus
     // pinned host copies of my parameter and gradient shard.
     if (stage == 0) continue;

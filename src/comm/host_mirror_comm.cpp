@@ -1,8 +1,9 @@
-#include "zero/staged_comm.h"
+#include "comm/host_mirror_comm.h"
 
 #if ZT_HAVE_CUDA
 #include <algorithm>
 #include <functional>
+#include <utility>
 
 #include "runtime/cuda_context.h"
 #include "runtime/trace.h"
@@ -11,7 +12,7 @@ namespace zt {
 
 // One collective between issue() and finish(). Host ranges are the mirror elements it uses (send
 // and receive), so that two collectives in flight never share mirror memory.
-struct StagedComm::Op {
+struct HostMirrorComm::Op {
   std::function<CommHandle()> start;   // the inner collective, on the mirrors
   std::function<void()> widen, narrow;  // host work before start / after completion (bf16 reductions)
   void* h2d_dst = nullptr;              // result back to the device
@@ -42,24 +43,14 @@ void narrow_in_place(float* f, size_t n) {
 }
 }  // namespace
 
-StagedComm::StagedComm(Comm& inner, const StateStore& store, DType elem, int stage)
-    : inner_(inner), elem_(elem), es_(dtype_bytes(elem)) {
+HostMirrorComm::HostMirrorComm(Comm& inner, std::vector<MirroredRegion> regions, int elem_bytes)
+    : inner_(inner), es_(size_t(elem_bytes)), regions_(std::move(regions)) {
+  ZT_ASSERT(es_ == 2 || es_ == 4);
   if (inner_.world() == 1) return;  // device-to-device copies, no mirror
-  float* host = store.get<float>(StateId::host_staging);
-  ZT_ASSERT(host);
-  for (StateId id : host_staged(stage)) {
-    // offload.params "cpu" / "nvme": the shard itself is not a collective's (its upload buffers are)
-    if (!store.has(id) || store.info(id).tier == Tier::pinned || store.info(id).tier == Tier::nvme) continue;
-    const StateBuffer& b = store.info(id);
-    ZT_ASSERT(b.dtype == elem && b.tier == Tier::device);
-    regions_.push_back({static_cast<const char*>(store.raw(id)), b.numel, host});
-    host += b.numel;
-  }
-  ZT_ASSERT(host == store.get<float>(StateId::host_staging) + store.info(StateId::host_staging).numel);
   ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
 }
 
-StagedComm::~StagedComm() {
+HostMirrorComm::~HostMirrorComm() {
   // Nothing is left in flight on a normal exit; after an error the process is going down anyway.
   for (auto& [id, op] : ops_)
     if (op->staged) (void)cudaEventDestroy(op->staged);
@@ -69,18 +60,19 @@ StagedComm::~StagedComm() {
   }
 }
 
-float* StagedComm::mirror(const void* dev, size_t n) const {
+float* HostMirrorComm::mirror(const void* dev, size_t n) const {
   const char* p = static_cast<const char*>(dev);
-  for (const Region& r : regions_) {
-    if (p < r.dev || p >= r.dev + r.numel * es_) continue;
-    const size_t k = size_t(p - r.dev) / es_;
-    ZT_ASSERT(size_t(p - r.dev) % es_ == 0 && k + n <= r.numel);
+  for (const MirroredRegion& r : regions_) {
+    const char* dev = static_cast<const char*>(r.device);
+    if (p < dev || p >= dev + r.numel * es_) continue;
+    const size_t k = size_t(p - dev) / es_;
+    ZT_ASSERT(size_t(p - dev) % es_ == 0 && k + n <= r.numel);
     return r.host + k;
   }
-  fail_at(__FILE__, __LINE__, "internal error: StagedComm: a collective on a device buffer that has no host mirror");
+  fail_at(__FILE__, __LINE__, "internal error: HostMirrorComm: a collective on a device buffer that has no host mirror");
 }
 
-void StagedComm::start_ready(uint64_t upto) {
+void HostMirrorComm::start_ready(uint64_t upto) {
   for (auto& [id, op] : ops_) {
     if (op->started) continue;
     if (id <= upto) {
@@ -107,7 +99,7 @@ void StagedComm::start_ready(uint64_t upto) {
   }
 }
 
-void StagedComm::finish(uint64_t id) {
+void HostMirrorComm::finish(uint64_t id) {
   auto it = ops_.find(id);
   Op& op = *it->second;
   if (op.narrow) op.narrow();
@@ -126,14 +118,14 @@ void StagedComm::finish(uint64_t id) {
   ops_.erase(it);
 }
 
-void StagedComm::wait(CommHandle h) {
+void HostMirrorComm::wait(CommHandle h) {
   if (!h.valid() || !ops_.count(h.seq)) return;
   start_ready(h.seq);
   inner_.wait(ops_.at(h.seq)->inner);
   finish(h.seq);
 }
 
-bool StagedComm::test(CommHandle h) {
+bool HostMirrorComm::test(CommHandle h) {
   start_ready(0);
   inner_.test(CommHandle{});
   if (!h.valid() || !ops_.count(h.seq)) return true;
@@ -143,20 +135,22 @@ bool StagedComm::test(CommHandle h) {
   return true;
 }
 
-CommHandle StagedComm::broadcast(void* buf, size_t bytes, int root) {
-  for (const Region& r : regions_)
-    ZT_ASSERT(!(static_cast<const char*>(buf) >= r.dev && static_cast<const char*>(buf) < r.dev + r.numel * es_));
+CommHandle HostMirrorComm::broadcast(void* buf, size_t bytes, int root) {
+  for (const MirroredRegion& r : regions_) {
+    const char* dev = static_cast<const char*>(r.device);
+    ZT_ASSERT(!(static_cast<const char*>(buf) >= dev && static_cast<const char*>(buf) < dev + r.numel * es_));
+  }
   return inner_.broadcast(buf, bytes, root);
 }
 
 // ---- the three collectives: mirrors, copies, and what runs on the host around them -------------
 
-CommHandle StagedComm::local() {
+CommHandle HostMirrorComm::local() {
   if (tr_) tr_->take_tags();
   return {};
 }
 
-CommHandle StagedComm::submit(std::unique_ptr<Op> op, const std::vector<Copy>& d2h) {
+CommHandle HostMirrorComm::submit(std::unique_ptr<Op> op, const std::vector<Copy>& d2h) {
   if (tr_) op->tags = tr_->take_tags();  // before waiting for an earlier collective starts that one
   // A collective still using any of these mirror elements (the same unit gathered twice in flight)
   // finishes first: a mirror range belongs to one collective at a time.
@@ -187,21 +181,21 @@ CommHandle StagedComm::submit(std::unique_ptr<Op> op, const std::vector<Copy>& d
   return CommHandle{id};
 }
 
-CommHandle StagedComm::all_reduce(float* buf, size_t n) {
+CommHandle HostMirrorComm::all_reduce(float* buf, size_t n) {
   if (world() == 1 || n == 0) return local();
   auto op = std::make_unique<Op>();
   float* h = mirror(buf, n);
   op->host = {{h, h + n}};
   op->h2d_dst = buf, op->h2d_src = h, op->h2d_bytes = n * es_;
   op->start = [this, h, n] { return inner_.all_reduce(h, n); };
-  if (elem_ == DType::f32) return submit(std::move(op), {{h, buf, 4 * n}});
+  if (es_ == 4) return submit(std::move(op), {{h, buf, 4 * n}});
   // bf16: the values land in the upper half of the fp32 range, are widened there and summed in fp32.
   op->widen = [h, n] { widen_in_place(h, n); };
   op->narrow = [h, n] { narrow_in_place(h, n); };
   return submit(std::move(op), {{reinterpret_cast<bf16*>(h) + n, buf, 2 * n}});
 }
 
-CommHandle StagedComm::reduce_scatter(const float* send, float* recv, size_t recv_n) {
+CommHandle HostMirrorComm::reduce_scatter(const float* send, float* recv, size_t recv_n) {
   const size_t N = size_t(world()), n = recv_n;
   if (N == 1 || n == 0) {
     if (n && send != recv) ZT_CHECK_CUDA(cudaMemcpyAsync(recv, send, n * es_, cudaMemcpyDeviceToDevice, compute()));
@@ -214,13 +208,13 @@ CommHandle StagedComm::reduce_scatter(const float* send, float* recv, size_t rec
   op->host = {{hs, hs + N * n}, {hr, hr + n}};
   op->h2d_dst = recv, op->h2d_src = hr, op->h2d_bytes = n * es_;
   op->start = [this, hs, hr, n] { return inner_.reduce_scatter(hs, hr, n); };
-  if (elem_ == DType::f32) return submit(std::move(op), {{hs, send, 4 * N * n}});
+  if (es_ == 4) return submit(std::move(op), {{hs, send, 4 * N * n}});
   op->widen = [hs, N, n] { widen_in_place(hs, N * n); };
   op->narrow = [hr, n] { narrow_in_place(hr, n); };
   return submit(std::move(op), {{reinterpret_cast<bf16*>(hs) + N * n, send, 2 * N * n}});
 }
 
-CommHandle StagedComm::all_gather(const float* send, float* recv, size_t send_n) {
+CommHandle HostMirrorComm::all_gather(const float* send, float* recv, size_t send_n) {
   const size_t N = size_t(world()), n = send_n, r = size_t(rank());
   const char* s = reinterpret_cast<const char*>(send);
   char* d = reinterpret_cast<char*>(recv);
@@ -232,9 +226,9 @@ CommHandle StagedComm::all_gather(const float* send, float* recv, size_t send_n)
   // A copy, not arithmetic: bf16 moves as it is, two elements per float, packed at the start of
   // each mirror range. A shard is a multiple of 128 / gcd(N, 128) elements (units are padded to
   // lcm(N, 128)): even below 128 ranks.
-  ZT_REQUIRE(elem_ == DType::f32 || n % 2 == 0,
+  ZT_REQUIRE(es_ == 4 || n % 2 == 0,
              "bf16 all-gather of an odd shard (" << n << " elements): use fewer than 128 ranks or fp32");
-  const size_t w = elem_ == DType::f32 ? n : n / 2;  // floats per rank on the wire
+  const size_t w = es_ == 4 ? n : n / 2;  // floats per rank on the wire
   auto op = std::make_unique<Op>();
   float* hr = mirror(recv, N * n);
   float* hs = in_place ? hr + r * w : mirror(send, n);

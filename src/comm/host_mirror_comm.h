@@ -1,8 +1,9 @@
-// Collectives on device buffers through the MPI comm, host-staged (docs/design.md §3.4 "Device
-// buffers over MPI"; docs/gpu.md): the CUDA backend's multi-rank path. The engine hands device pointers to a
-// StagedComm; it copies each operand to its pinned host mirror (StateId::host_staging, one fp32
-// mirror per buffer host_staged() lists, zero/store.h), runs the MPI collective there, and copies the
-// result back, ordered against the compute stream with events:
+// Collectives on device buffers through the MPI comm, by pinned host mirrors (docs/design.md §3.4
+// "Device buffers over MPI"; docs/gpu.md): the CUDA backend's multi-rank path. A Comm decorator: the
+// caller hands device pointers to a HostMirrorComm; it copies each operand to the fp32 host mirror of
+// the device region it lies in (the regions and their mirrors are the caller's: the ZeRO engine's
+// are listed by zero/store.h, host_mirror_regions), runs the inner comm's collective there, and
+// copies the result back, ordered against the compute stream with events:
 //
 //   compute stream  ... grads of bucket k written ─ record e0 ─────────────── wait e2 ─> reads result
 //   copy stream                          wait e0 ─ D2H(send) ─ record e1          H2D(recv) ─ record e2
@@ -20,25 +21,37 @@
 // compute stream and needs no mirror. Host-side bookkeeping (scalar all-reduces, barriers) passes
 // through to the inner comm unchanged.
 #pragma once
-#if ZT_HAVE_CUDA
-#include <cstdint>
-#include <map>
-#include <memory>
+#include <cstddef>
 #include <vector>
-
-#include "comm/comm.h"
-#include "runtime/cuda_check.h"
-#include "zero/store.h"
 
 namespace zt {
 
-class StagedComm final : public Comm {
+// A device buffer that collectives may be given, and its pinned host mirror.
+struct MirroredRegion {
+  const void* device;
+  size_t numel;  // elements of the comm's device type
+  float* host;   // numel fp32 elements, page-locked
+};
+
+}  // namespace zt
+
+#if ZT_HAVE_CUDA
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <memory>
+
+#include "comm/comm.h"
+#include "runtime/cuda_check.h"
+
+namespace zt {
+
+class HostMirrorComm final : public Comm {
  public:
-  // `store` holds the device buffers (and host_staging when world > 1); `elem` is the engine's
-  // parameter / gradient type: every pointer this comm is given points into one of the store's
-  // host_staged() buffers of that type.
-  StagedComm(Comm& inner, const StateStore& store, DType elem, int stage);
-  ~StagedComm() override;
+  // elem_bytes: the device buffers' element, 2 (bf16) or 4 (fp32); every device pointer this comm is
+  // given points into one of `regions` (none for a world of one, which copies device to device).
+  HostMirrorComm(Comm& inner, std::vector<MirroredRegion> regions, int elem_bytes);
+  ~HostMirrorComm() override;
   int device_elem_bytes() const override { return int(es_); }
 
   int rank() const override { return inner_.rank(); }
@@ -67,30 +80,27 @@ class StagedComm final : public Comm {
     tr_ = t;
     inner_.set_tracer(t);
   }
-  [[noreturn]] void abort_all(int code) override { inner_.abort_all(code); }
+  [[noreturn]] void abort_all(int code) override {
+    inner_.abort_all(code);
+    std::abort();  // unreachable: inner_ never returns either, but the compiler cannot see through the override
+  }
 
  private:
-  struct Region {        // one host_staged() buffer and its mirror
-    const char* dev;     // device buffer
-    size_t numel;
-    float* host;         // numel fp32 elements in host_staging
-  };
   struct Op;
   struct Copy {  // one device-to-host copy
     void* dst;
     const void* src;
     size_t bytes;
   };
-  float* mirror(const void* dev, size_t n) const;  // host_staging element of device element `dev`
+  float* mirror(const void* dev, size_t n) const;  // the mirror's element of device element `dev`
   CommHandle submit(std::unique_ptr<Op> op, const std::vector<Copy>& d2h);
   CommHandle local();  // nothing to send (a world of one, no elements): drops the issuer's tags
   void start_ready(uint64_t upto);  // start queued ops in order; block on the copies of ops <= upto
   void finish(uint64_t id);         // narrow, copy back, order the compute stream after it
 
   Comm& inner_;
-  DType elem_;
   size_t es_;  // bytes per element: 2 (bf16) or 4
-  std::vector<Region> regions_;
+  std::vector<MirroredRegion> regions_;
   cudaStream_t copy_ = nullptr;
   std::map<uint64_t, std::unique_ptr<Op>> ops_;  // issued, not finished; by id (= issue order)
   uint64_t next_id_ = 1;
