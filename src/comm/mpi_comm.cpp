@@ -582,6 +582,9 @@ class MpiComm final : public Comm {
       issue(seq, "MPI_Issend", [=](MPI_Request* r) { return MPI_Issend(buf, count, MPI_BYTE, peer, tag, c, r); });
     else
       issue(seq, "MPI_Irecv", [=](MPI_Request* r) { return MPI_Irecv(buf, count, MPI_BYTE, peer, tag, c, r); });
+    // Posted at once, past comm.inflight: a send waits for its recv, so sends held back behind other
+    // sends on both sides of a ring would wait for recvs that never start.
+    if (thread_) thread_->promote(pending_.back().job);
     return {seq};
   }
 
