@@ -120,13 +120,15 @@ set_tests_properties(hang_ends_collective PROPERTIES LABELS comm RUN_SERIAL TRUE
 # hang_ends_p2p: a send nobody receives ends a 3-rank job with the diagnosis naming op, peer and group.
 add_executable(zt_test_comm_groups ${CMAKE_SOURCE_DIR}/test/comm/groups_test.cpp)
 target_link_libraries(zt_test_comm_groups PRIVATE zt GTest::gtest)
-foreach(np 2 3 4)
-  add_test(NAME comm_groups_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:zt_test_comm_groups>)
-  set_tests_properties(comm_groups_np${np} PROPERTIES LABELS comm RUN_SERIAL TRUE TIMEOUT 120 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+foreach(variant np2 np3 np4 np4_no_thread)
+  string(REGEX MATCH "[0-9]+" np ${variant})
+  set(env "${ZT_MPI_TEST_ENV}")
+  if(variant MATCHES no_thread)
+    list(APPEND env ZT_COMM_THREAD=0)
+  endif()
+  add_test(NAME comm_groups_${variant} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:zt_test_comm_groups>)
+  set_tests_properties(comm_groups_${variant} PROPERTIES LABELS comm RUN_SERIAL TRUE TIMEOUT 120 ENVIRONMENT "${env}")
 endforeach()
-add_test(NAME comm_groups_np4_no_thread COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 4 $<TARGET_FILE:zt_test_comm_groups>)
-set_tests_properties(comm_groups_np4_no_thread PROPERTIES LABELS comm RUN_SERIAL TRUE TIMEOUT 120
-                     ENVIRONMENT "${ZT_MPI_TEST_ENV};ZT_COMM_THREAD=0")
 add_executable(zt_p2p_hang_probe ${CMAKE_SOURCE_DIR}/test/comm/p2p_hang_probe.cpp)
 target_link_libraries(zt_p2p_hang_probe PRIVATE zt)
 add_test(NAME hang_ends_p2p COMMAND bash ${CMAKE_SOURCE_DIR}/test/comm/p2p_hang_probe.sh $<TARGET_FILE:zt_p2p_hang_probe>
