@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Missing-recv test: runs p2p_hang_probe (a send nobody receives, in the group "ring") on 3 ranks
 # under `timeout 30`.   test/comm/p2p_hang_probe.sh PATH/TO/zt_p2p_hang_probe [MPIEXEC]
-# Passes when the job ends by itself, non-zero, within timeout_s + 10 s, the sender's diagnosis
+# Passes when the job ends by itself, non-zero, within timeout_s + 20 s, the sender's diagnosis
 # naming the op, the peer (group and world rank) and the group, the others' naming the group's barrier.
 set -u
 probe=${1:?usage: p2p_hang_probe.sh PATH/TO/zt_p2p_hang_probe [MPIEXEC]}
@@ -23,7 +23,8 @@ expect() {  # grep mode (F fixed, E regex), pattern, what is wrong without it
 }
 [ "$rc" -ne 0 ] || problems+=("the job exited 0; a missing recv must end it with an error")
 case $rc in 124 | 137) problems+=("the job hung until 'timeout 30' killed it (exit $rc)") ;; esac
-[ "$took" -le $((probe_timeout_s + 10)) ] || problems+=("took $took s, expected at most $((probe_timeout_s + 10)) s")
+# The bound includes start-up: the group's 256 duplicate communicators take seconds on a loaded machine.
+[ "$took" -le $((probe_timeout_s + 20)) ] || problems+=("took $took s, expected at most $((probe_timeout_s + 20)) s")
 expect F 'rank 2 (rank 0 of group "ring"): send #1 to rank 2 (rank 0 of the world) in group "ring" (4000 bytes, step 0) did not complete within 3 s' \
   "the sender (world rank 2) does not name the send, its peer and the group"
 expect F 'probably did not post the matching recv' "the diagnosis does not say what is missing"
