@@ -124,6 +124,25 @@ target_link_libraries(zt_hang_probe PRIVATE zt)
 add_test(NAME hang_ends_collective COMMAND bash ${CMAKE_SOURCE_DIR}/test/comm/hang_probe.sh $<TARGET_FILE:zt_hang_probe>
                                            ${MPIEXEC_EXECUTABLE})
 set_tests_properties(hang_ends_collective PROPERTIES LABELS comm RUN_SERIAL TRUE TIMEOUT 60 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+# comm_groups_np*: Comm::split (rows and columns, odd worlds, key order), send/recv rings, two groups'
+# collectives at once, per-group trace lanes (test/comm/groups_test.cpp); _no_thread without the comm thread.
+# hang_ends_p2p: a send nobody receives ends a 3-rank job with the diagnosis naming op, peer and group.
+add_executable(zt_test_comm_groups ${CMAKE_SOURCE_DIR}/test/comm/groups_test.cpp)
+target_link_libraries(zt_test_comm_groups PRIVATE zt GTest::gtest)
+foreach(variant np2 np3 np4 np4_no_thread)
+  string(REGEX MATCH "[0-9]+" np ${variant})
+  set(env "${ZT_MPI_TEST_ENV}")
+  if(variant MATCHES no_thread)
+    list(APPEND env ZT_COMM_THREAD=0)
+  endif()
+  add_test(NAME comm_groups_${variant} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:zt_test_comm_groups>)
+  set_tests_properties(comm_groups_${variant} PROPERTIES LABELS comm RUN_SERIAL TRUE TIMEOUT 120 ENVIRONMENT "${env}")
+endforeach()
+add_executable(zt_p2p_hang_probe ${CMAKE_SOURCE_DIR}/test/comm/p2p_hang_probe.cpp)
+target_link_libraries(zt_p2p_hang_probe PRIVATE zt)
+add_test(NAME hang_ends_p2p COMMAND bash ${CMAKE_SOURCE_DIR}/test/comm/p2p_hang_probe.sh $<TARGET_FILE:zt_p2p_hang_probe>
+                                    ${MPIEXEC_EXECUTABLE})
+set_tests_properties(hang_ends_p2p PROPERTIES LABELS comm RUN_SERIAL TRUE TIMEOUT 60 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 add_test(NAME hang_ends_training
          COMMAND bash ${CMAKE_SOURCE_DIR}/test/comm/hang_train.sh $<TARGET_FILE:train> ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
@@ -404,6 +423,16 @@ if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
                    ${MPIEXEC_EXECUTABLE}
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(emulated.nccl_cuda PROPERTIES LABELS emu TIMEOUT 900 RUN_SERIAL TRUE
+                       ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  # Groups and point to point on the NCCL comm: ncclCommSplit into rows, a row all-reduce and send/recv
+  # rings of device buffers, 4 emulated ranks (test/emu/nccl_groups_emu.cpp).
+  add_executable(zt_nccl_groups_emu ${CMAKE_SOURCE_DIR}/test/emu/nccl_groups_emu.cpp)
+  target_compile_options(zt_nccl_groups_emu PRIVATE -include ${CMAKE_SOURCE_DIR}/test/emu/cuda_emu.h)
+  target_include_directories(zt_nccl_groups_emu BEFORE PRIVATE ${CMAKE_SOURCE_DIR}/test/emu)
+  target_link_libraries(zt_nccl_groups_emu PRIVATE zt_emu)
+  add_test(NAME emulated.nccl_groups
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np 4 -x ZT_EMU_DEVICES=4 $<TARGET_FILE:zt_nccl_groups_emu>)
+  set_tests_properties(emulated.nccl_groups PROPERTIES LABELS emu TIMEOUT 120 RUN_SERIAL TRUE
                        ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   # One rank on NCCL against the same run on MPI, fp32 and bf16: bit for bit (test/emu/nccl_world1_emu.sh;
   # scripts/device/run.sh runs it on a GPU).

@@ -82,8 +82,8 @@ void CollLog::note_wait(uint64_t seq) {
   g_wait_active.store(0, std::memory_order_release);
   const CollRecord* r = find(seq);
   if (r)
-    std::snprintf(g_wait_what, sizeof g_wait_what, "collective %s #%llu (%zu bytes, step %lld)", coll_op_name(r->op),
-                  (unsigned long long)seq, r->bytes, (long long)r->step);
+    std::snprintf(g_wait_what, sizeof g_wait_what, "%s (%zu bytes, step %lld)", what(*r).c_str(), r->bytes,
+                  (long long)r->step);
   else
     std::snprintf(g_wait_what, sizeof g_wait_what, "collective #%llu", (unsigned long long)seq);
   g_wait_t0_ns.store(mono_ns(), std::memory_order_relaxed);
@@ -101,6 +101,8 @@ const char* coll_op_name(CollOp op) {
     case CollOp::barrier: return "barrier";
     case CollOp::scalar_all_reduce: return "scalar_all_reduce";
     case CollOp::scalar_all_gather: return "scalar_all_gather";
+    case CollOp::send: return "send";
+    case CollOp::recv: return "recv";
   }
   return "?";
 }
@@ -122,11 +124,13 @@ uint64_t model_bytes_all_gather(uint64_t send_n, int world, uint64_t elem_bytes)
 uint64_t model_bytes_broadcast(uint64_t bytes, int world, bool is_root) {
   return (world <= 1 || !is_root) ? 0 : bytes;
 }
+uint64_t model_bytes_p2p(uint64_t bytes, CollOp op) { return op == CollOp::send ? bytes : 0; }
 
-CollLog::CollLog(int rank, int world, const CommOptions& opts)
-    : rank_(rank), world_(world), opts_(opts), t0_(std::chrono::steady_clock::now()), records_(kLogRecords) {
+CollLog::CollLog(int rank, int world, const CommOptions& opts, std::string name, std::vector<int> global_ranks)
+    : rank_(rank), world_(world), opts_(opts), name_(std::move(name)), global_ranks_(std::move(global_ranks)),
+      t0_(std::chrono::steady_clock::now()), records_(kLogRecords) {
   t0_us_ = std::chrono::duration<double, std::micro>(t0_.time_since_epoch()).count();
-  if (world > 1) install_term_note(rank);
+  if (world > 1) install_term_note(global_rank(rank));
 }
 
 double CollLog::now() const {
@@ -150,7 +154,7 @@ uint64_t CollLog::start(CollOp op, uint64_t bytes, bool skipped) {
   r.bytes = bytes;
   r.step = step_;
   r.t_start = now();
-  if (tracer_) tracer_->started(seq);
+  if (tracer_) tracer_->started(lanes_, seq);
   if (skipped) {
     r.state = CollState::skipped;
     r.t_end = r.t_start;
@@ -166,6 +170,12 @@ uint64_t CollLog::start(CollOp op, uint64_t bytes, bool skipped) {
   return seq;
 }
 
+uint64_t CollLog::start_p2p(CollOp op, uint64_t bytes, int peer) {
+  const uint64_t seq = start(op, bytes);
+  records_[seq % kLogRecords].peer = peer;
+  return seq;
+}
+
 void CollLog::finish(uint64_t seq) { finish(seq, now()); }
 
 void CollLog::finish(uint64_t seq, double t_end) {
@@ -174,7 +184,8 @@ void CollLog::finish(uint64_t seq, double t_end) {
   r.state = CollState::done;
   r.t_end = std::max(t_end, r.t_start);
   if (tracer_)
-    tracer_->collective(coll_op_name(r.op), seq, r.bytes, r.step, t0_us_ + r.t_start * 1e6, t0_us_ + r.t_end * 1e6);
+    tracer_->collective(lanes_, coll_op_name(r.op), seq, r.bytes, r.step, t0_us_ + r.t_start * 1e6,
+                        t0_us_ + r.t_end * 1e6, r.peer);
 }
 
 double CollLog::since(std::chrono::steady_clock::time_point tp) const {
@@ -218,7 +229,9 @@ std::string CollLog::dump(size_t n) const {
   char buf[160];
   for (size_t i = from; i < recs.size(); ++i) {
     const CollRecord& r = recs[i];
-    os << "  #" << r.seq << " " << coll_op_name(r.op) << " " << format_bytes(double(r.bytes)) << " step " << r.step << " ";
+    os << "  #" << r.seq << " " << coll_op_name(r.op) << " " << format_bytes(double(r.bytes));
+    if (r.peer >= 0) os << (r.op == CollOp::send ? " to rank " : " from rank ") << r.peer;
+    os << " step " << r.step << " ";
     switch (r.state) {
       case CollState::done:
         std::snprintf(buf, sizeof buf, "done %.3f s -> %.3f s", r.t_start, r.t_end);
@@ -237,19 +250,41 @@ std::string CollLog::dump(size_t n) const {
   return os.str();
 }
 
+// The world's collectives read as they always did ("collective all_reduce #3"): scripts and tests
+// match that text; other groups and point to point add what tells them apart.
+std::string CollLog::what(const CollRecord& r) const {
+  std::ostringstream os;
+  const bool p2p = r.peer >= 0;
+  if (!p2p) os << "collective ";
+  os << coll_op_name(r.op) << " #" << r.seq;
+  if (p2p) {
+    os << (r.op == CollOp::send ? " to rank " : " from rank ") << r.peer;
+    if (!global_ranks_.empty()) os << " (rank " << global_rank(r.peer) << " of the world)";
+  }
+  if (p2p || name_ != "world") os << " in group \"" << name_ << "\"";
+  return os.str();
+}
+
 std::string CollLog::timeout_headline(uint64_t seq) const {
   const CollRecord* r = find(seq);
   std::ostringstream os;
-  os << "collective ";
-  if (r) os << coll_op_name(r->op) << " #" << seq << " (" << r->bytes << " bytes, step " << r->step << ")";
-  else os << "#" << seq;
-  os << " did not complete within " << opts_.timeout_s
-     << " s \xe2\x80\x94 another rank is probably stuck or skipped it";
+  if (r) os << what(*r) << " (" << r->bytes << " bytes, step " << r->step << ")";
+  else os << "collective #" << seq;
+  os << " did not complete within " << opts_.timeout_s << " s \xe2\x80\x94 ";
+  if (r && r->peer >= 0)
+    os << "rank " << r->peer << " of the group probably did not post the matching "
+       << (r->op == CollOp::send ? "recv" : "send") << ", or is stuck";
+  else
+    os << "another rank is probably stuck or skipped it";
   return os.str();
 }
 
 std::string CollLog::timeout_report(uint64_t seq, size_t dump_n) const {
-  return "rank " + std::to_string(rank_) + ": " + timeout_headline(seq) + "; last collectives on this rank:\n" + dump(dump_n);
+  std::string who = "rank " + std::to_string(global_rank(rank_));
+  if (name_ != "world") who += " (rank " + std::to_string(rank_) + " of group \"" + name_ + "\")";
+  const std::string log = name_ == "world" ? "last collectives on this rank:\n"
+                                           : "last collectives of group \"" + name_ + "\" on this rank:\n";
+  return who + ": " + timeout_headline(seq) + "; " + log + dump(dump_n);
 }
 
 }  // namespace zt

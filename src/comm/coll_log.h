@@ -21,6 +21,7 @@ uint64_t model_bytes_all_reduce(uint64_t n, int world, uint64_t elem_bytes = 4);
 uint64_t model_bytes_reduce_scatter(uint64_t recv_n, int world, uint64_t elem_bytes = 4);
 uint64_t model_bytes_all_gather(uint64_t send_n, int world, uint64_t elem_bytes = 4);
 uint64_t model_bytes_broadcast(uint64_t bytes, int world, bool is_root);
+uint64_t model_bytes_p2p(uint64_t bytes, CollOp op);  // send: bytes, recv: 0
 
 bool coll_op_is_control(CollOp op);
 
@@ -28,13 +29,19 @@ class CollLog {
  public:
   static constexpr size_t kLogRecords = 256;
 
-  CollLog(int rank, int world, const CommOptions& opts);
+  // `name`: the group's ("world" or split's); global_ranks[r]: the world rank of group rank r
+  // (empty: the group is the world), for diagnostics.
+  CollLog(int rank, int world, const CommOptions& opts, std::string name = "world", std::vector<int> global_ranks = {});
 
   double now() const;  // seconds since creation
   double since(std::chrono::steady_clock::time_point tp) const;  // tp in seconds since creation
 
   // run.trace: every finished collective becomes a comm event, every wait a wait event (null: off).
-  void set_tracer(Tracer* t) { tracer_ = t; }
+  void set_tracer(Tracer* t) {
+    tracer_ = t;
+    lanes_ = t ? t->lane_group(name_) : 0;
+  }
+  Tracer* tracer() const { return tracer_; }
 
   // Fault injection: true exactly once, for the first model-state collective of fault_skip_step on
   // fault_skip_rank. Call before start().
@@ -43,6 +50,7 @@ class CollLog {
   // New record (pending, or skipped when `skipped`), counted in the step stats unless skipped.
   // Returns its sequence number (1, 2, ...).
   uint64_t start(CollOp op, uint64_t bytes, bool skipped = false);
+  uint64_t start_p2p(CollOp op, uint64_t bytes, int peer);  // send / recv with rank `peer` of the group
   void finish(uint64_t seq);          // done at now(); no-op if the record left the log
   void finish(uint64_t seq, double t_end);  // done at t_end (seconds since creation), e.g. measured
                                             // by a communication thread
@@ -102,10 +110,18 @@ class CollLog {
   int rank() const { return rank_; }
   int world() const { return world_; }
   const CommOptions& options() const { return opts_; }
+  const std::string& name() const { return name_; }
+  int global_rank(int group_rank) const {
+    return global_ranks_.empty() ? group_rank : global_ranks_[size_t(group_rank)];
+  }
 
  private:
+  std::string what(const CollRecord& r) const;  // "collective all_reduce #3", "send #4 to rank 1", + the group
   int rank_, world_;
   CommOptions opts_;
+  std::string name_;
+  std::vector<int> global_ranks_;
+  int lanes_ = 0;  // the tracer's lane group of this comm
   std::chrono::steady_clock::time_point t0_;
   std::vector<CollRecord> records_;
   uint64_t next_seq_ = 1;

@@ -13,6 +13,7 @@
 //   reduce_scatter(recv_n)     (N-1) * 4 recv_n      (the full buffer is N * recv_n)
 //   all_gather(send_n)         (N-1) * 4 send_n
 //   broadcast(bytes)           bytes on the root, 0 elsewhere
+//   send(bytes)                bytes (the sender counts the message)   recv(bytes)   0
 // Model-state traffic (gradients, parameters) is counted in `bytes`; small control messages
 // (scalar all-reduces for loss and gradient norm, barriers) are counted apart in `control_bytes`.
 // Integer arithmetic, rounded down: all_reduce is (2*(N-1)*4n)/N, exact whenever N divides n
@@ -39,6 +40,25 @@
 // of the skipper's next collective completing with the others' #s, with wrong data or, for
 // different sizes, MPI_ERR_TRUNCATE and heap corruption inside Open MPI's libnbc). NCCL has a
 // single communicator (they are expensive): there, a skip shifts the matching by one.
+//
+// Groups (docs/design.md §3.4 "Groups and point-to-point"): make_mpi_comm gives the world, named
+// "world"; split(color, key, name) gives a sub-communicator of the ranks that passed the same color,
+// ordered by key (ties by parent rank). It is collective over the parent: every rank of the parent
+// must call split, the same splits in the same order (MPI_Comm_split / ncclCommSplit match them by
+// order). A group is a Comm of its own: rank() and world() within the group, its own sequence
+// numbers, collective log, duplicate-communicator pool, trace lanes ("comm <name>") and step stats,
+// the parent's options (timeout etc.; fault injection off) and its name in every diagnostic;
+// global_rank() is the rank in the world, for messages. The caller of split owns the group.
+//
+// Point to point: send/recv move bytes (host buffers on MPI, device buffers on NCCL and the
+// host-staged comm) to/from a rank of the group, non-blocking like the collectives (CommHandle,
+// test/wait, the comm thread, the timeout). The n-th send from A to B matches the n-th recv on B
+// from A (sizes must agree), whatever the order in which other messages are issued or waited for.
+// A send completes only when its recv has been posted (MPI_Issend; NCCL's ncclSend likewise), so a
+// missing recv is a timeout on the sender naming the op, the peer and the group, as a skipped
+// collective is. Sends and receives are logged (CollOp send / recv, with the peer) and counted with
+// the model-state traffic (bytes, collectives); they take sequence numbers of the log but do not
+// shift the collectives' matching (each backend matches collectives by their own order).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -54,8 +74,9 @@ class Tracer;  // runtime/trace.h
 
 // scalar_all_reduce / scalar_all_gather / barrier are control traffic (all_reduce_sum,
 // all_gather_u64, barrier); the first four are model-state traffic.
+// send / recv: point to point (CollRecord::peer).
 enum class CollOp : uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, barrier, scalar_all_reduce,
-                              scalar_all_gather };
+                              scalar_all_gather, send, recv };
 const char* coll_op_name(CollOp op);
 
 enum class CollState : uint8_t { pending, done, skipped };
@@ -69,6 +90,7 @@ struct CollRecord {
   double t_end = -1;       // -1 while pending
   CollState state = CollState::pending;
   bool timed_out = false;  // a wait() on it gave up (CommTimeout)
+  int peer = -1;           // send / recv: the other rank (in the group), else -1
 };
 
 // Handle to one in-flight collective. Default-constructed = nothing to wait for.
@@ -134,6 +156,16 @@ class Comm {
   virtual int world() const = 0;
   virtual int local_rank() const = 0;   // rank among the processes on this host
   virtual int local_world() const = 0;
+  virtual const std::string& name() const = 0;  // "world", or the name given to split
+  virtual int global_rank() const = 0;          // this process's rank in the world (for messages)
+
+  // A sub-communicator of the ranks with the same color (>= 0), ordered by key: see "Groups" above.
+  // Collective over this comm (blocking, no timeout): every rank calls it, in the same order.
+  virtual std::unique_ptr<Comm> split(int color, int key, const std::string& name) = 0;
+
+  // Point to point (see above): `bytes` bytes to / from rank `peer` of this group (not this rank).
+  virtual CommHandle send(const void* buf, size_t bytes, int peer) = 0;
+  virtual CommHandle recv(void* buf, size_t bytes, int peer) = 0;
 
   // Sums of floats. Host pointers for MPI, device pointers for NCCL and the host-staged comm.
   virtual CommHandle all_reduce(float* buf, size_t n) = 0;                            // in place

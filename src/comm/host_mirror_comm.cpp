@@ -239,5 +239,44 @@ CommHandle HostMirrorComm::all_gather(const float* send, float* recv, size_t sen
   return submit(std::move(op), {{hs, send, n * es_}});
 }
 
+// ---- groups and point to point ------------------------------------------------------------------
+
+StagedComm::StagedComm(std::unique_ptr<Comm> inner, const StagedComm& parent)
+    : inner_(*inner), elem_(parent.elem_), es_(parent.es_), regions_(parent.regions_) {
+  owned_inner_ = std::move(inner);
+  if (inner_.world() > 1) ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
+}
+
+std::unique_ptr<Comm> StagedComm::split(int color, int key, const std::string& name) {
+  std::unique_ptr<StagedComm> group(new StagedComm(inner_.split(color, key, name), *this));
+  group->tr_ = tr_;  // the inner group has the tracer already (its parent's)
+  return group;
+}
+
+float* StagedComm::p2p_buffer(size_t bytes, uint64_t id) {
+  for (auto it = p2p_bufs_.begin(); it != p2p_bufs_.end();)  // those of finished ops go
+    it = ops_.count(it->first) ? std::next(it) : p2p_bufs_.erase(it);
+  void* p = nullptr;
+  ZT_CHECK_CUDA(cudaMallocHost(&p, std::max<size_t>(bytes, 4)));
+  p2p_bufs_[id] = std::shared_ptr<void>(p, [](void* q) { (void)cudaFreeHost(q); });
+  return static_cast<float*>(p);
+}
+
+CommHandle StagedComm::send(const void* buf, size_t bytes, int peer) {
+  float* h = bytes ? p2p_buffer(bytes, next_id_) : nullptr;  // submit gives the op id next_id_
+  auto op = std::make_unique<Op>();
+  op->start = [this, h, bytes, peer] { return inner_.send(h, bytes, peer); };
+  if (!bytes) return submit(std::move(op), {});
+  return submit(std::move(op), {{h, buf, bytes}});
+}
+
+CommHandle StagedComm::recv(void* buf, size_t bytes, int peer) {
+  float* h = bytes ? p2p_buffer(bytes, next_id_) : nullptr;
+  auto op = std::make_unique<Op>();
+  op->h2d_dst = buf, op->h2d_src = h, op->h2d_bytes = bytes;
+  op->start = [this, h, bytes, peer] { return inner_.recv(h, bytes, peer); };
+  return submit(std::move(op), {});
+}
+
 }  // namespace zt
 #endif

@@ -105,6 +105,23 @@ class HostMirrorComm final : public Comm {
   std::map<uint64_t, std::unique_ptr<Op>> ops_;  // issued, not finished; by id (= issue order)
   uint64_t next_id_ = 1;
   Tracer* tr_ = nullptr;
+
+  // ---- groups and point to point (comm/comm.h "Groups", "Point to point") ----------------------
+  // A group is a StagedComm over the inner comm's split, with this one's mirrors (a buffer in flight
+  // in two groups at once would share its mirror: the engine never does that). send / recv move
+  // device bytes through a pinned host buffer of their own, copied like a collective's operand.
+ public:
+  const std::string& name() const override { return inner_.name(); }
+  int global_rank() const override { return inner_.global_rank(); }
+  std::unique_ptr<Comm> split(int color, int key, const std::string& name) override;
+  CommHandle send(const void* buf, size_t bytes, int peer) override;
+  CommHandle recv(void* buf, size_t bytes, int peer) override;
+
+ private:
+  StagedComm(std::unique_ptr<Comm> inner, const StagedComm& parent);
+  float* p2p_buffer(size_t bytes, uint64_t id);  // pinned, kept until op `id` has finished
+  std::unique_ptr<Comm> owned_inner_;             // a group's: inner_ is its split of the parent's inner comm
+  std::map<uint64_t, std::shared_ptr<void>> p2p_bufs_;  // by the op using it
 };
 
 }  // namespace zt

@@ -26,8 +26,10 @@
 // MPI is initialised with MPI_THREAD_MULTIPLE for it (falls back to the caller's thread when the
 // library provides less).
 //
-// Collectives run on a duplicate of MPI_COMM_WORLD, so nothing else in the process can match
-// them by accident. Errors come back as codes (MPI_ERRORS_RETURN) and become zt::Error.
+// Collectives run on a duplicate of MPI_COMM_WORLD (a group made by split: of its MPI_Comm_split
+// result), so nothing else in the process can match them by accident. Sends and receives
+// (MPI_Issend / MPI_Irecv, tagged by their order per peer) run on another duplicate, split on a
+// third (comm.h "Groups", "Point to point"). Errors come back as codes (MPI_ERRORS_RETURN) and become zt::Error.
 // Construction (MPI_Comm_dup, MPI_Comm_split_type) is blocking and has no timeout.
 #include "comm/mpi_check.h"  // first: includes <mpi.h> without the C++ bindings
 
@@ -193,11 +195,40 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 // flight: measured 14 for 12 layers). Creating 256 duplicates costs ~0.1 s at start-up (4 ranks).
 constexpr int kChannels = 256;
 constexpr double kAbortGraceS = 5;  // abort_all's watchdog
+// Point to point: the n-th message from A to B carries tag n % kP2pTags (MPI guarantees tags up to
+// 32767), so sends and receives match by their order per peer even when the comm thread starts
+// them out of order (a wait promotes its message ahead of the queue).
+constexpr uint64_t kP2pTags = 32768;
+
+MPI_Comm dup_world(bool thread) {
+  ensure_mpi(thread);
+  MPI_Comm c = MPI_COMM_NULL;
+  ZT_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+  ZT_CHECK_MPI(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+  return c;
+}
+
+// The world rank of each rank of `c` (for diagnostics).
+std::vector<int> world_ranks(MPI_Comm c, int n) {
+  MPI_Group g = MPI_GROUP_NULL, w = MPI_GROUP_NULL;
+  ZT_CHECK_MPI(MPI_Comm_group(c, &g));
+  ZT_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &w));
+  std::vector<int> in(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) in[size_t(r)] = r;
+  ZT_CHECK_MPI(MPI_Group_translate_ranks(g, n, in.data(), w, out.data()));
+  MPI_Group_free(&g);
+  MPI_Group_free(&w);
+  return out;
+}
 
 class MpiComm final : public Comm {
  public:
-  explicit MpiComm(const CommOptions& opts) : comm_(dup_world(opts.thread)), rank_(comm_rank(comm_)), world_(comm_size(comm_)),
-                                              log_(rank_, world_, opts), collectives_(opts.collectives) {
+  // `comm`: the group's communicator (owned from here on, MPI_ERRORS_RETURN set), `name` "world" for
+  // MPI_COMM_WORLD's duplicate.
+  MpiComm(const CommOptions& opts, MPI_Comm comm, const std::string& name)
+      : comm_(comm), rank_(comm_rank(comm_)), world_(comm_size(comm_)),
+        log_(rank_, world_, opts, name, name == "world" ? std::vector<int>{} : world_ranks(comm_, world_)),
+        collectives_(opts.collectives), global_rank_(comm_rank(MPI_COMM_WORLD)) {
     channels_.push_back(comm_);
     if (world_ > 1) {
       for (int k = 1; k < kChannels; ++k) {
@@ -211,6 +242,10 @@ class MpiComm final : public Comm {
     ZT_CHECK_MPI(MPI_Comm_rank(node, &local_rank_));
     ZT_CHECK_MPI(MPI_Comm_size(node, &local_world_));
     ZT_CHECK_MPI(MPI_Comm_free(&node));
+    ZT_CHECK_MPI(MPI_Comm_dup(comm_, &p2p_));
+    ZT_CHECK_MPI(MPI_Comm_dup(comm_, &split_));
+    sent_.assign(size_t(world_), 0);
+    received_.assign(size_t(world_), 0);
     gather_u64_.resize(world_);
     if (world_ > 1 && g_thread_multiple && opts.thread) {
       thread_ = CommThread::launch(unsigned(opts.poll_us), unsigned(opts.inflight));
@@ -234,12 +269,37 @@ class MpiComm final : public Comm {
       return;
     }
     for (MPI_Comm& c : channels_) MPI_Comm_free(&c);  // no throw from a destructor; errors are harmless
+    MPI_Comm_free(&p2p_);
+    MPI_Comm_free(&split_);
   }
 
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   int local_rank() const override { return local_rank_; }
   int local_world() const override { return local_world_; }
+  const std::string& name() const override { return log_.name(); }
+  int global_rank() const override { return global_rank_; }
+
+  // MPI_Comm_split on a duplicate of its own, so that it never meets a collective in flight on a
+  // channel. The group starts with no tracer of its own: it shares this comm's (its own lanes).
+  std::unique_ptr<Comm> split(int color, int key, const std::string& name) override {
+    ZT_REQUIRE(color >= 0, "split(" << color << ", " << key << ", \"" << name << "\"): the color must be >= 0");
+    ZT_REQUIRE(!name.empty() && name != "world", "split: a group needs a name of its own (not \"\" or \"world\")");
+    MPI_Comm c = MPI_COMM_NULL;
+    ZT_CHECK_MPI(MPI_Comm_split(split_, color, key, &c));
+    ZT_CHECK_MPI(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+    CommOptions opts = log_.options();
+    opts.fault_skip_rank = -1;  // fault injection names world ranks and steps: the world's only
+    opts.fault_skip_step = -1;
+    auto group = std::make_unique<MpiComm>(opts, c, name);
+    group->set_tracer(log_.tracer());
+    return group;
+  }
+
+  CommHandle send(const void* buf, size_t bytes, int peer) override {
+    return p2p(CollOp::send, const_cast<void*>(buf), bytes, peer);  // MPI_Issend only reads it
+  }
+  CommHandle recv(void* buf, size_t bytes, int peer) override { return p2p(CollOp::recv, buf, bytes, peer); }
 
   CommHandle all_reduce(float* buf, size_t n) override {
     const int count = mpi_count(n, "all_reduce");
@@ -490,13 +550,6 @@ class MpiComm final : public Comm {
                    pending_.end());
   }
 
-  static MPI_Comm dup_world(bool thread) {
-    ensure_mpi(thread);
-    MPI_Comm c = MPI_COMM_NULL;
-    ZT_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &c));
-    ZT_CHECK_MPI(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
-    return c;
-  }
   static int comm_rank(MPI_Comm c) {
     int r = 0;
     ZT_CHECK_MPI(MPI_Comm_rank(c, &r));
@@ -508,7 +561,32 @@ class MpiComm final : public Comm {
     return n;
   }
 
-  MPI_Comm channel(uint64_t seq) const { return channels_[seq % channels_.size()]; }
+  // Collective #seq's channel, by its order among the collectives (sends and receives, which not
+  // every rank of the group issues alike, do not count: see comm.h "Point to point").
+  MPI_Comm channel(uint64_t seq) const { return channels_[(seq - p2p_ops_) % channels_.size()]; }
+
+  // A send or receive on the point-to-point communicator, tagged by its order per peer (kP2pTags).
+  // A send is synchronous (MPI_Issend): it completes once the recv is posted, so a missing recv
+  // times out on the sender instead of the message sitting in MPI's buffers.
+  CommHandle p2p(CollOp op, void* buf, size_t bytes, int peer) {
+    const int count = mpi_count(bytes, coll_op_name(op));
+    ZT_REQUIRE(peer >= 0 && peer < world_ && peer != rank_,
+               coll_op_name(op) << ": peer " << peer << " is not another rank of group \"" << name() << "\" ("
+                                << world_ << " ranks; this is rank " << rank_ << ")");
+    ++p2p_ops_;
+    const uint64_t seq = log_.start_p2p(op, model_bytes_p2p(bytes, op), peer);
+    uint64_t& nth = (op == CollOp::send ? sent_ : received_)[size_t(peer)];
+    const int tag = int(nth++ % kP2pTags);
+    const MPI_Comm c = p2p_;
+    if (op == CollOp::send)
+      issue(seq, "MPI_Issend", [=](MPI_Request* r) { return MPI_Issend(buf, count, MPI_BYTE, peer, tag, c, r); });
+    else
+      issue(seq, "MPI_Irecv", [=](MPI_Request* r) { return MPI_Irecv(buf, count, MPI_BYTE, peer, tag, c, r); });
+    // Posted at once, past comm.inflight: a send waits for its recv, so sends held back behind other
+    // sends on both sides of a ring would wait for recvs that never start.
+    if (thread_) thread_->promote(pending_.back().job);
+    return {seq};
+  }
 
   CommHandle finished(uint64_t seq) {
     log_.finish(seq);
@@ -571,7 +649,11 @@ class MpiComm final : public Comm {
   }
 
   MPI_Comm comm_;                   // channels_[0]
-  std::vector<MPI_Comm> channels_;  // collective #seq runs on channels_[seq % size]
+  std::vector<MPI_Comm> channels_;  // collective #seq runs on channels_[(seq - p2p_ops_) % size]
+  MPI_Comm p2p_ = MPI_COMM_NULL;    // sends and receives
+  MPI_Comm split_ = MPI_COMM_NULL;  // split()'s MPI_Comm_split
+  uint64_t p2p_ops_ = 0;            // sends and receives logged so far
+  std::vector<uint64_t> sent_, received_;  // messages to / from each peer so far (their tags)
   int rank_, world_;
   int local_rank_ = 0, local_world_ = 1;
   CollLog log_;
@@ -581,6 +663,7 @@ class MpiComm final : public Comm {
   std::vector<MPI_Status> statuses_;
   std::vector<uint64_t> gather_u64_;
   CommCollectives collectives_;  // how the thread runs large float collectives
+  int global_rank_;              // in MPI_COMM_WORLD
   std::shared_ptr<CommThread> thread_;  // null: collectives are started and progressed on the caller's thread
 };
 
@@ -592,7 +675,8 @@ std::unique_ptr<Comm> make_mpi_comm(const CommOptions& opts) {
              "comm: inflight " << opts.inflight << " / poll_us " << opts.poll_us << " out of range (0-"
                                << kMaxCommInflight << " / 0-" << kMaxCommPollUs << ")");
   g_exit_timeout_s = std::max(g_exit_timeout_s, 2 * opts.timeout_s + 5);
-  return std::make_unique<MpiComm>(opts);
+  const MPI_Comm world = dup_world(opts.thread);
+  return std::make_unique<MpiComm>(opts, world, "world");
 }
 
 }  // namespace zt

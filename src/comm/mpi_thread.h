@@ -14,8 +14,12 @@
 // all-gathers of stages 1-2 are all issued after the optimizer step, forward needs them one by
 // one). A collective that someone waits for starts at once, ahead of the queue (promote): the
 // small ones forward blocks on (the lookup exchange, scalar reductions) do not queue behind bulk
-// transfers, and on the wire cross behind at most one segment (ring.h) of each bulk ring in flight. No deadlock: each collective has a communicator of its own (mpi_comm.cpp), and on
-// every rank the earliest incomplete collective is started (all before it in the queue are done).
+// transfers, and on the wire cross behind at most one segment (ring.h) of each bulk ring in flight.
+// No deadlock: each collective has a communicator of its own (mpi_comm.cpp), and on every rank the
+// earliest incomplete collective is started (all before it in the queue are done). Sends and
+// receives (Comm::send / recv) are promoted as they are issued: posted at once, outside the limit
+// (a synchronous send waits for its recv; held back, a ring's sends would wait for receives queued
+// behind them).
 #pragma once
 #include "comm/mpi_check.h"  // first: includes <mpi.h> without the C++ bindings
 #include "comm/ring.h"

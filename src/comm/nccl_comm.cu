@@ -37,6 +37,13 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   return a_bytes && b_bytes && pa < pb + b_bytes && pb < pa + a_bytes;
 }
 
+// The world rank of each rank of the group `boot` (for diagnostics); collective over it.
+std::vector<int> world_ranks(Comm& boot) {
+  std::vector<int> out;
+  for (uint64_t g : boot.all_gather_u64(uint64_t(boot.global_rank()))) out.push_back(int(g));
+  return out;
+}
+
 class NcclComm final : public Comm {
  public:
   NcclComm(const CommOptions& opts, Comm& boot, cudaStream_t compute_stream, bool bf16)
@@ -55,6 +62,18 @@ class NcclComm final : public Comm {
     if (rank_ == 0) ZT_CHECK_NCCL(ncclGetUniqueId(&id));
     boot_.wait(boot_.broadcast(&id, sizeof id, 0));
     ZT_CHECK_NCCL(ncclCommInitRank(&comm_, world_, id, rank_));
+    ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    ZT_CHECK_CUDA(cudaEventCreateWithFlags(&input_ready_, cudaEventDisableTiming));
+  }
+
+  // A group (split): `comm` split from the parent's by ncclCommSplit, `boot` the parent's bootstrap
+  // split alike (owned: the group's control traffic and broadcasts).
+  NcclComm(const CommOptions& opts, std::unique_ptr<Comm> boot, ncclComm_t comm, int device, cudaStream_t compute_stream,
+           ncclDataType_t type, size_t es)
+      : boot_owned_(std::move(boot)), boot_(*boot_owned_), rank_(boot_.rank()), world_(boot_.world()),
+        device_(device), log_(rank_, world_, opts, boot_.name(), world_ranks(boot_)), comm_(comm),
+        compute_stream_(compute_stream), type_(type), es_(es) {
+    ZT_CHECK_CUDA(cudaSetDevice(device_));
     ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ZT_CHECK_CUDA(cudaEventCreateWithFlags(&input_ready_, cudaEventDisableTiming));
   }
@@ -84,9 +103,38 @@ class NcclComm final : public Comm {
   int local_rank() const override { return boot_.local_rank(); }
   int local_world() const override { return boot_.local_world(); }
   int device_elem_bytes() const override { return int(es_); }
+  const std::string& name() const override { return log_.name(); }
+  int global_rank() const override { return boot_.global_rank(); }
+
+  // ncclCommSplit, collective over this comm like the bootstrap's split beside it (same order on
+  // every rank). The group's bootstrap traces nothing: its lanes would be the group's.
+  std::unique_ptr<Comm> split(int color, int key, const std::string& name) override {
+    check_usable();
+    flush_p2p();
+    std::unique_ptr<Comm> boot = boot_.split(color, key, name);  // checks color and name
+    boot->set_tracer(nullptr);
+    ZT_CHECK_CUDA(cudaSetDevice(device_));
+    ncclComm_t c = nullptr;
+    ZT_CHECK_NCCL(ncclCommSplit(comm_, color, key, &c, nullptr));
+    CommOptions opts = log_.options();
+    opts.fault_skip_rank = -1;  // as the MPI backend: fault injection is the world's
+    opts.fault_skip_step = -1;
+    auto group = std::make_unique<NcclComm>(opts, std::move(boot), c, device_, compute_stream_, type_, es_);
+    group->set_tracer(log_.tracer());
+    return group;
+  }
+
+  // Device bytes. Queued, and launched together at the next wait, test, order_compute_after or
+  // collective as one NCCL group (flush_p2p): NCCL's send and receive kernels block their stream
+  // until the peer's half runs, so a ring's send and recv on one stream must be launched together.
+  CommHandle send(const void* buf, size_t bytes, int peer) override {
+    return p2p(CollOp::send, const_cast<void*>(buf), bytes, peer);
+  }
+  CommHandle recv(void* buf, size_t bytes, int peer) override { return p2p(CollOp::recv, buf, bytes, peer); }
 
   CommHandle all_reduce(float* buf, size_t n) override {
     check_usable();
+    flush_p2p();
     const uint64_t bytes = model_bytes_all_reduce(n, world_, es_);
     if (log_.take_fault(CollOp::all_reduce)) return {log_.start(CollOp::all_reduce, bytes, true)};
     const uint64_t seq = log_.start(CollOp::all_reduce, bytes);
@@ -98,6 +146,7 @@ class NcclComm final : public Comm {
 
   CommHandle reduce_scatter(const float* send, float* recv, size_t recv_n) override {
     check_usable();
+    flush_p2p();
     const bool in_place = elem(recv) == elem(send) + size_t(rank_) * recv_n * es_;
     ZT_REQUIRE(in_place || !overlaps(send, es_ * recv_n * world_, recv, es_ * recv_n),
                "reduce_scatter: send and recv overlap (only recv == send + rank*recv_n is allowed in place)");
@@ -112,6 +161,7 @@ class NcclComm final : public Comm {
 
   CommHandle all_gather(const float* send, float* recv, size_t send_n) override {
     check_usable();
+    flush_p2p();
     const bool in_place = elem(send) == elem(recv) + size_t(rank_) * send_n * es_;
     ZT_REQUIRE(in_place || !overlaps(send, es_ * send_n, recv, es_ * send_n * world_),
                "all_gather: send and recv overlap (only send == recv + rank*send_n is allowed in place)");
@@ -136,12 +186,14 @@ class NcclComm final : public Comm {
   }
 
   bool test(CommHandle h) override {
+    flush_p2p();
     progress();
     return !h.valid() || !is_pending(h.seq);
   }
 
   // The compute stream waits on the collective's event; the host goes on (see Comm).
   void order_compute_after(CommHandle h) override {
+    flush_p2p();
     progress();
     const auto p = std::find_if(pending_.begin(), pending_.end(), [&](const Pending& q) { return q.seq == h.seq; });
     if (p == pending_.end()) return;  // complete already
@@ -151,6 +203,7 @@ class NcclComm final : public Comm {
   }
 
   void wait(CommHandle h) override {
+    flush_p2p();
     if (!h.valid() || !is_pending(h.seq)) return;
     log_.wait_polling([&] { progress(); }, [&] { return !is_pending(h.seq); }, [&] { timeout(h.seq); }, 20);
   }
@@ -203,6 +256,37 @@ class NcclComm final : public Comm {
     uint64_t seq;
     cudaEvent_t done;
   };
+  struct P2p {  // a send or recv issued, not yet launched
+    CollOp op;
+    void* buf;
+    size_t bytes;
+    int peer;
+    uint64_t seq;
+  };
+
+  CommHandle p2p(CollOp op, void* buf, size_t bytes, int peer) {
+    check_usable();
+    ZT_REQUIRE(peer >= 0 && peer < world_ && peer != rank_,
+               coll_op_name(op) << ": peer " << peer << " is not another rank of group \"" << name() << "\" ("
+                                << world_ << " ranks; this is rank " << rank_ << ")");
+    const uint64_t seq = log_.start_p2p(op, model_bytes_p2p(bytes, op), peer);
+    if (bytes == 0) return finished(seq);
+    p2p_queue_.push_back({op, buf, bytes, peer, seq});
+    return {seq};
+  }
+
+  void flush_p2p() {
+    if (p2p_queue_.empty()) return;
+    before_launch();
+    ZT_CHECK_NCCL(ncclGroupStart());
+    for (const P2p& p : p2p_queue_) {
+      if (p.op == CollOp::send) ZT_CHECK_NCCL(ncclSend(p.buf, p.bytes, ncclUint8, p.peer, comm_, stream_));
+      else ZT_CHECK_NCCL(ncclRecv(p.buf, p.bytes, ncclUint8, p.peer, comm_, stream_));
+    }
+    ZT_CHECK_NCCL(ncclGroupEnd());
+    for (const P2p& p : p2p_queue_) after_launch(p.seq);  // one event each, all after the whole group
+    p2p_queue_.clear();
+  }
 
   void check_usable() const {
     ZT_REQUIRE(!aborted_, "the NCCL communicator was aborted after a collective timed out; "
@@ -289,6 +373,7 @@ class NcclComm final : public Comm {
     throw CommTimeout(log_.timeout_headline(seq));
   }
 
+  std::unique_ptr<Comm> boot_owned_;  // a group's bootstrap (split of the parent's); null for the world
   Comm& boot_;
   int rank_, world_;
   int device_ = 0;
@@ -302,6 +387,7 @@ class NcclComm final : public Comm {
   bool aborted_ = false;
   std::vector<Pending> pending_;
   std::vector<cudaEvent_t> free_events_;
+  std::vector<P2p> p2p_queue_;  // sends and receives until flush_p2p
 };
 
 }  // namespace

@@ -24,6 +24,12 @@
 //   comm stream                                   wait e ─ ncclReduceScatter(bucket k) ─ done ┘
 //
 // (docs/design.md §3.4 "Device buffers over NCCL" has the stage-3 all-gathers too).
+//
+// Groups: split() is ncclCommSplit beside the bootstrap's own split (the group's control traffic);
+// the group owns that bootstrap. send/recv (device bytes, ncclSend/ncclRecv) are queued and launched
+// together, as one ncclGroupStart/End, at the next wait, test, order_compute_after or collective:
+// NCCL's point-to-point kernels hold their stream until the peer's half runs, so both halves of a
+// ring step must be in one launch. Issue both before waiting for either (comm.h "Point to point").
 #pragma once
 #include <memory>
 

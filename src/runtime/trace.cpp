@@ -49,7 +49,7 @@ Tracer::Tracer(const std::string& file, int rank) : path_(file), rank_(rank) {
   track_name(kCopy, "copy");
   track_name(kOps, "ops");
   track_name(kComm, "comm");
-  lanes_.resize(1);
+  groups_.push_back({"world", kComm, std::vector<Lane>(1)});
 }
 
 Tracer::~Tracer() {
@@ -106,24 +106,36 @@ void Tracer::tag_next(const char* key, long value) {
   t += "\":" + std::to_string(value);
 }
 
-void Tracer::collective(const char* op, uint64_t seq, uint64_t bytes, int64_t step, double ts_us, double end_us) {
+int Tracer::lane_group(const std::string& name) {
+  for (size_t g = 0; g < groups_.size(); ++g)
+    if (groups_[g].name == name) return int(g);
+  const int tid = 1000 + 100 * (int(groups_.size()) - 1);  // the first group after the world: 1000
+  groups_.push_back({name, tid, std::vector<Lane>(1)});
+  track_name(tid, "comm " + name);
+  return int(groups_.size() - 1);
+}
+
+void Tracer::collective(int group, const char* op, uint64_t seq, uint64_t bytes, int64_t step, double ts_us,
+                        double end_us, int peer) {
   if (!f_) return;
   if (end_us < ts_us) end_us = ts_us;
+  LaneGroup& lg = groups_[size_t(group)];
   size_t k = 0;
-  while (k < lanes_.size() && ts_us < lanes_[k].end) ++k;
-  if (k == lanes_.size()) {
-    lanes_.push_back({});
-    track_name(kComm + int(k), "comm." + std::to_string(k));
+  while (k < lg.lanes.size() && ts_us < lg.lanes[k].end) ++k;
+  if (k == lg.lanes.size()) {
+    lg.lanes.push_back({});
+    track_name(lg.first_tid + int(k), (group == 0 ? std::string("comm") : "comm " + lg.name) + "." + std::to_string(k));
   }
-  lanes_[k] = {ts_us, end_us};
+  lg.lanes[k] = {ts_us, end_us};
   std::string args = "\"seq\":" + std::to_string(seq) + ",\"bytes\":" + std::to_string(bytes) +
                      ",\"step\":" + std::to_string(step);
-  auto it = tags_.find(seq);
+  if (peer >= 0) args += ",\"peer\":" + std::to_string(peer);
+  auto it = tags_.find(tag_key(group, seq));
   if (it != tags_.end()) {
     args += "," + it->second;
     tags_.erase(it);
   }
-  complete(op, kComm + int(k), ts_us, end_us - ts_us, args);
+  complete(op, lg.first_tid + int(k), ts_us, end_us - ts_us, args);
 }
 
 void Tracer::flush(bool force) {

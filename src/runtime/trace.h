@@ -20,6 +20,9 @@
 //   tid 10 + k   comm, comm.k  collectives from start to completion (args: seq, bytes, step and the
 //                           engine's tag: bucket, unit); in-flight collectives overlap, so each takes
 //                           the first lane whose previous event it does not cross
+//   tid 1000 + 100 g + k    comm <name>, comm <name>.k: the same for the g-th other group (from 0) of this
+//                           rank (Comm::split: "comm dp", "comm row 1"), sends and receives with
+//                           their peer in the args
 //
 // Cost when off: the owners hold a null Tracer* and test it. When on: one snprintf per event into
 // a buffer, written out in 1 MiB pieces. Single-threaded: every call comes from the rank's main
@@ -57,8 +60,13 @@ class Tracer {
   void complete(const std::string& name, int tid, double ts_us, double dur_us, const std::string& args = "");
   void instant(const std::string& name, int tid, double ts_us, const std::string& args = "");
 
-  // A collective that completed: name = op, on the first comm lane it does not cross.
-  void collective(const char* op, uint64_t seq, uint64_t bytes, int64_t step, double ts_us, double end_us);
+  // The lanes of the group `name` ("world": the comm lanes above), made on first use; the id is for
+  // collective() and started().
+  int lane_group(const std::string& name);
+  // A collective (or a send / recv: peer >= 0) of lane group `group` that completed: name = op, on
+  // the group's first lane it does not cross.
+  void collective(int group, const char* op, uint64_t seq, uint64_t bytes, int64_t step, double ts_us, double end_us,
+                  int peer = -1);
   // A key/value (e.g. "bucket", 3) for the args of the next collective started: call before
   // starting it; the Comm calls started(seq) as it starts one, which binds the tags to that seq.
   void tag_next(const char* key, long value);
@@ -70,9 +78,9 @@ class Tracer {
     return t;
   }
   void put_tags(std::string tags) { next_tags_ = std::move(tags); }
-  void started(uint64_t seq) {
+  void started(int group, uint64_t seq) {
     if (next_tags_.empty()) return;
-    tags_[seq].swap(next_tags_);
+    tags_[tag_key(group, seq)].swap(next_tags_);
     next_tags_.clear();
   }
 
@@ -94,10 +102,16 @@ class Tracer {
   bool first_ = true;
   int write_errno_ = 0;  // the first failed write's errno
   uint64_t events_ = 0;
+  static uint64_t tag_key(int group, uint64_t seq) { return uint64_t(group) << 48 ^ seq; }
   struct Lane {
     double start = 0, end = 0;
   };
-  std::vector<Lane> lanes_;
+  struct LaneGroup {
+    std::string name;  // "world" or the group's
+    int first_tid;     // lane k is first_tid + k
+    std::vector<Lane> lanes;
+  };
+  std::vector<LaneGroup> groups_;  // [0]: the world
   std::string next_tags_;
   std::unordered_map<uint64_t, std::string> tags_;
 };

@@ -23,6 +23,13 @@
 // Only ncclSum, ncclFloat32 and ncclBfloat16 reduce (what nccl_comm.cu uses); gathers move bytes
 // of any type; nothing else of NCCL is emulated (nccl_comm.cu broadcasts host bytes over MPI).
 // ncclCommAbort ends the deferred collectives unfinished.
+//
+// Groups and point to point (comm.h "Groups", "Point to point"): ncclCommSplit is MPI_Comm_split of
+// the communicator (NCCL_SPLIT_NOCOLOR: no communicator). ncclSend / ncclRecv run on a duplicate of
+// it, the n-th message to / from a peer tagged n: a send copies the bytes out and completes at once
+// (eager, unlike NCCL, whose send waits for the recv: a missing recv hangs the receiver only here);
+// a recv is deferred work of its stream that completes when the message has arrived. So
+// ncclGroupStart / ncclGroupEnd have nothing to fuse and only count their nesting.
 #include <mpi.h>
 #include <nccl.h>
 #include <unistd.h>
@@ -49,6 +56,14 @@ struct Comm {
   bool aborted = false;
   uint64_t broken_from = 0;      // ZT_EMU_NCCL_ASYNC_ERROR: the first broken collective (1-based), 0 none
   bool broken() const { return broken_from && issued >= broken_from; }
+  MPI_Comm p2p = MPI_COMM_NULL;  // nranks > 1: sends and receives
+  std::vector<uint64_t> sent{}, received{};  // messages to / from each peer so far (their tags)
+  void join(MPI_Comm c) {  // c: this rank's MPI communicator of the group
+    mpi = c;
+    MPI_Comm_dup(c, &p2p);
+    sent.assign(size_t(nranks), 0);
+    received.assign(size_t(nranks), 0);
+  }
 };
 size_t type_bytes(ncclDataType_t t) {
   switch (t) {
@@ -239,10 +254,12 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
     // Every process of MPI_COMM_WORLD takes part (nccl_comm.cu joins all ranks at once), grouped by id.
     uint32_t color = 2166136261u;
     for (char ch : std::string(id.internal, strnlen(id.internal, sizeof id.internal))) color = (color ^ uint8_t(ch)) * 16777619u;
-    MPI_Comm_split(MPI_COMM_WORLD, int(color & 0x7fffffff), rank, &c->mpi);
+    MPI_Comm m = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, int(color & 0x7fffffff), rank, &m);
     int size = 0;
-    MPI_Comm_size(c->mpi, &size);
+    MPI_Comm_size(m, &size);
     if (size != nranks) fatal("emulated NCCL: %d processes joined a communicator of %d ranks", size, nranks);
+    c->join(m);
   }
   *comm = reinterpret_cast<ncclComm_t>(c);
   return ncclSuccess;
@@ -253,6 +270,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (c && c->mpi != MPI_COMM_NULL) {
     while (!g_sends.empty()) progress_sends();  // every peer received them (their collectives completed)
     MPI_Comm_free(&c->mpi);
+    MPI_Comm_free(&c->p2p);
   }
   delete c;
   return ncclSuccess;
@@ -316,6 +334,87 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
       [recv, b](std::vector<std::vector<char>>& parts) {
         for (size_t r = 0; r < parts.size(); ++r) std::memcpy(static_cast<char*>(recv) + r * b, parts[r].data(), b);
       });
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t*) {
+  Comm* c = reinterpret_cast<Comm*>(comm);
+  if (!c || c->aborted) return ncclInvalidArgument;
+  *newcomm = nullptr;
+  if (c->nranks == 1) {
+    if (color != NCCL_SPLIT_NOCOLOR) *newcomm = reinterpret_cast<ncclComm_t>(new Comm{1, 0});
+    return ncclSuccess;
+  }
+  MPI_Comm m = MPI_COMM_NULL;
+  MPI_Comm_split(c->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &m);
+  if (m == MPI_COMM_NULL) return ncclSuccess;
+  Comm* g = new Comm{};
+  MPI_Comm_size(m, &g->nranks);
+  MPI_Comm_rank(m, &g->rank);
+  if (g->nranks > 1) g->join(m);
+  else MPI_Comm_free(&m);
+  *newcomm = reinterpret_cast<ncclComm_t>(g);
+  return ncclSuccess;
+}
+
+namespace {
+int g_group_depth = 0;
+}
+ncclResult_t ncclGroupStart() {
+  ++g_group_depth;
+  return ncclSuccess;
+}
+ncclResult_t ncclGroupEnd() {
+  return g_group_depth-- > 0 ? ncclSuccess : ncclInvalidUsage;
+}
+
+ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t stream) {
+  Comm* c = usable(comm, stream);
+  if (!c || peer < 0 || peer >= c->nranks || peer == c->rank || !type_bytes(t)) return ncclInvalidArgument;
+  const size_t b = count * type_bytes(t);
+  auto snd = std::make_unique<Send>();
+  {
+    OpScope scope(stream, "ncclSend (emulated NCCL, rank " + std::to_string(c->rank) + " to " + std::to_string(peer) +
+                              ", " + std::to_string(b) + " bytes)",
+                  {{send, b, false, Where::device, "sendbuff"}}, /*collective=*/true);
+    snd->data = bytes_of(send, b);
+  }
+  const int tag = int(c->sent[size_t(peer)]++ % 32768);
+  MPI_Isend(snd->data.data(), mpi_count(b), MPI_BYTE, peer, tag, c->p2p, &snd->req);
+  g_sends.push_back(std::move(snd));
+  return ncclSuccess;
+}
+
+ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t stream) {
+  Comm* c = usable(comm, stream);
+  if (!c || peer < 0 || peer >= c->nranks || peer == c->rank || !type_bytes(t)) return ncclInvalidArgument;
+  const size_t b = count * type_bytes(t);
+  {
+    OpScope scope(stream, "ncclRecv (emulated NCCL, rank " + std::to_string(c->rank) + " from " +
+                              std::to_string(peer) + ", " + std::to_string(b) + " bytes)",
+                  {{recv, b, true, Where::device, "recvbuff"}}, /*collective=*/true);
+  }
+  const int tag = int(c->received[size_t(peer)]++ % 32768);
+  defer(stream, [c, recv, b, peer, tag](bool block) {
+    for (;;) {
+      if (c->aborted) return true;
+      progress_sends();
+      int flag = 0, bytes = 0;
+      MPI_Message msg;
+      MPI_Status st;
+      MPI_Improbe(peer, tag, c->p2p, &flag, &msg, &st);
+      if (flag) {
+        MPI_Get_count(&st, MPI_BYTE, &bytes);
+        std::vector<char> data(static_cast<size_t>(bytes));
+        MPI_Mrecv(data.data(), bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+        if (size_t(bytes) != b) fatal("emulated NCCL: ncclRecv of %zu bytes from rank %d got %d", b, peer, bytes);
+        with_device_memory(recv, [&] { std::memcpy(recv, data.data(), b); });
+        return true;
+      }
+      if (!block) return false;
+      usleep(50);
+    }
+  });
+  return ncclSuccess;
 }
 
 }  // extern "C"
