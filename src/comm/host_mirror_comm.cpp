@@ -241,19 +241,19 @@ CommHandle HostMirrorComm::all_gather(const float* send, float* recv, size_t sen
 
 // ---- groups and point to point ------------------------------------------------------------------
 
-StagedComm::StagedComm(std::unique_ptr<Comm> inner, const StagedComm& parent)
-    : inner_(*inner), elem_(parent.elem_), es_(parent.es_), regions_(parent.regions_) {
+HostMirrorComm::HostMirrorComm(std::unique_ptr<Comm> inner, const HostMirrorComm& parent)
+    : inner_(*inner), es_(parent.es_), regions_(parent.regions_) {
   owned_inner_ = std::move(inner);
   if (inner_.world() > 1) ZT_CHECK_CUDA(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
 }
 
-std::unique_ptr<Comm> StagedComm::split(int color, int key, const std::string& name) {
-  std::unique_ptr<StagedComm> group(new StagedComm(inner_.split(color, key, name), *this));
+std::unique_ptr<Comm> HostMirrorComm::split(int color, int key, const std::string& name) {
+  std::unique_ptr<HostMirrorComm> group(new HostMirrorComm(inner_.split(color, key, name), *this));
   group->tr_ = tr_;  // the inner group has the tracer already (its parent's)
   return group;
 }
 
-float* StagedComm::p2p_buffer(size_t bytes, uint64_t id) {
+float* HostMirrorComm::p2p_buffer(size_t bytes, uint64_t id) {
   for (auto it = p2p_bufs_.begin(); it != p2p_bufs_.end();)  // those of finished ops go
     it = ops_.count(it->first) ? std::next(it) : p2p_bufs_.erase(it);
   void* p = nullptr;
@@ -262,7 +262,7 @@ float* StagedComm::p2p_buffer(size_t bytes, uint64_t id) {
   return static_cast<float*>(p);
 }
 
-CommHandle StagedComm::send(const void* buf, size_t bytes, int peer) {
+CommHandle HostMirrorComm::send(const void* buf, size_t bytes, int peer) {
   float* h = bytes ? p2p_buffer(bytes, next_id_) : nullptr;  // submit gives the op id next_id_
   auto op = std::make_unique<Op>();
   op->start = [this, h, bytes, peer] { return inner_.send(h, bytes, peer); };
@@ -270,7 +270,7 @@ CommHandle StagedComm::send(const void* buf, size_t bytes, int peer) {
   return submit(std::move(op), {{h, buf, bytes}});
 }
 
-CommHandle StagedComm::recv(void* buf, size_t bytes, int peer) {
+CommHandle HostMirrorComm::recv(void* buf, size_t bytes, int peer) {
   float* h = bytes ? p2p_buffer(bytes, next_id_) : nullptr;
   auto op = std::make_unique<Op>();
   op->h2d_dst = buf, op->h2d_src = h, op->h2d_bytes = bytes;

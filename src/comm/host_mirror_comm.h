@@ -107,7 +107,7 @@ class HostMirrorComm final : public Comm {
   Tracer* tr_ = nullptr;
 
   // ---- groups and point to point (comm/comm.h "Groups", "Point to point") ----------------------
-  // A group is a StagedComm over the inner comm's split, with this one's mirrors (a buffer in flight
+  // A group is a HostMirrorComm over the inner comm's split, with this one's mirrors (a buffer in flight
   // in two groups at once would share its mirror: the engine never does that). send / recv move
   // device bytes through a pinned host buffer of their own, copied like a collective's operand.
  public:
@@ -118,7 +118,7 @@ class HostMirrorComm final : public Comm {
   CommHandle recv(void* buf, size_t bytes, int peer) override;
 
  private:
-  StagedComm(std::unique_ptr<Comm> inner, const StagedComm& parent);
+  HostMirrorComm(std::unique_ptr<Comm> inner, const HostMirrorComm& parent);
   float* p2p_buffer(size_t bytes, uint64_t id);  // pinned, kept until op `id` has finished
   std::unique_ptr<Comm> owned_inner_;             // a group's: inner_ is its split of the parent's inner comm
   std::map<uint64_t, std::shared_ptr<void>> p2p_bufs_;  // by the op using it
