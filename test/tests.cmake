@@ -125,9 +125,9 @@ add_test(NAME hang_ends_collective COMMAND bash ${CMAKE_SOURCE_DIR}/test/comm/ha
                                            ${MPIEXEC_EXECUTABLE})
 set_tests_properties(hang_ends_collective PROPERTIES LABELS comm RUN_SERIAL TRUE TIMEOUT 60 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 # comm_groups_np*: Comm::split (rows and columns, odd worlds, key order), send/recv rings, two groups'
-# collectives at once, per-group trace lanes (test/comm/groups_test.cpp); _no_thread without the comm thread.
+# collectives at once, per-group trace lanes (test/comm/groups_mpi_test.cpp); _no_thread without the comm thread.
 # hang_ends_p2p: a send nobody receives ends a 3-rank job with the diagnosis naming op, peer and group.
-add_executable(zt_test_comm_groups ${CMAKE_SOURCE_DIR}/test/comm/groups_test.cpp)
+add_executable(zt_test_comm_groups ${CMAKE_SOURCE_DIR}/test/comm/groups_mpi_test.cpp)
 target_link_libraries(zt_test_comm_groups PRIVATE zt GTest::gtest)
 foreach(variant np2 np3 np4 np4_no_thread)
   string(REGEX MATCH "[0-9]+" np ${variant})
