@@ -1,5 +1,9 @@
 #include "train/engine_assembly.h"
 
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 #include "backend/ops_cpu.h"
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
@@ -24,7 +28,7 @@ namespace {
 
 template <class Ops>
 EngineParts<Ops> assemble_engine(const Plan& plan, const EngineSettings& es, Comm& comm, MemoryTracker& mem,
-                                 const offload::SwapSpec& swap) {
+                                 const offload::SwapSpec& swap, DataLoader& train) {
   EngineParts<Ops> p;
   const int B = es.micro_batch, Tn = es.seq_len;
   [[maybe_unused]] const int stage = plan.zero.stage;
@@ -47,17 +51,25 @@ EngineParts<Ops> assemble_engine(const Plan& plan, const EngineSettings& es, Com
     p.comm = p.device_comm.get();
   }
 #endif
-  p.engine = std::make_unique<ZeroEngine<Ops>>(*p.model, *p.partition, *p.store, *p.comm, plan.optim);
+  // Micro-step 0's tokens of a step, for the lookup from the shards to be prepared a step ahead.
+  StepTokens next{B, Tn, [&train, accum = plan.batch.grad_accum, targets = std::vector<int>(size_t(B) * size_t(Tn))](
+                             int64_t step, int* tokens) mutable {
+                    train.train_batch(step, 0, accum, tokens, targets.data());
+                  }};
+  p.engine = std::make_unique<ZeroEngine<Ops>>(*p.model, *p.partition, *p.store, *p.comm, plan.optim, std::move(next));
   return p;
 }
 
 template EngineParts<CpuOps<float>> assemble_engine<CpuOps<float>>(const Plan&, const EngineSettings&, Comm&,
-                                                                  MemoryTracker&, const offload::SwapSpec&);
+                                                                  MemoryTracker&, const offload::SwapSpec&,
+                                                                  DataLoader&);
 #if ZT_HAVE_CUDA
 template EngineParts<CudaOps<float>> assemble_engine<CudaOps<float>>(const Plan&, const EngineSettings&, Comm&,
-                                                                    MemoryTracker&, const offload::SwapSpec&);
+                                                                    MemoryTracker&, const offload::SwapSpec&,
+                                                                    DataLoader&);
 template EngineParts<CudaOps<bf16>> assemble_engine<CudaOps<bf16>>(const Plan&, const EngineSettings&, Comm&,
-                                                                  MemoryTracker&, const offload::SwapSpec&);
+                                                                  MemoryTracker&, const offload::SwapSpec&,
+                                                                  DataLoader&);
 #endif
 
 }  // namespace zt

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "comm/comm.h"
+#include "data/loader.h"
 #include "model/gpt.h"
 #include "offload/swap_file.h"
 #include "plan/plan.h"
@@ -31,9 +32,11 @@ struct EngineParts {
 };
 
 // As engine_settings `es` sizes them (what `train estimate` counts), on `mem`; `swap`: the NVMe
-// offload spec (train/offload_setup.h), referred to by the store for the run's lifetime.
+// offload spec (train/offload_setup.h), referred to by the store for the run's lifetime. `train`:
+// the training data, from which the engine reads a step's first tokens ahead (StepTokens,
+// zero/embedding_exchange.h); it outlives the engine.
 template <class Ops>
 EngineParts<Ops> assemble_engine(const Plan& plan, const EngineSettings& es, Comm& comm, MemoryTracker& mem,
-                                 const offload::SwapSpec& swap);
+                                 const offload::SwapSpec& swap, DataLoader& train);
 
 }  // namespace zt

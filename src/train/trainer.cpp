@@ -60,16 +60,6 @@ class Trainer {
     const int first = int(state_.step);
     if (root_ && !resume_.from.empty() && first >= run.steps)
       std::printf("nothing to do: checkpoint is at step %d = run.steps\n", first);
-    // Stages 1-2 with overlap: each step's lookup is prepared ahead of the parameter all-gathers by
-    // the step before (ZeroEngine::prepare_lookup), the first one here; the last step prepares one
-    // that no forward uses, so that every step sends the same bytes.
-    std::vector<int> next_inputs(inputs.size()), next_targets(inputs.size());
-    auto prepare_lookup = [&](int step) {
-      if (!engine_->lookup_preparable()) return false;  // no batch loaded for nothing
-      data_.train->train_batch(step, 0, accum, next_inputs.data(), next_targets.data());
-      return engine_->prepare_lookup(next_inputs.data(), B, Tn);
-    };
-    if (state_.step < stop && prepare_lookup(int(state_.step))) engine_->params_ready();  // before begin_step's count
     for (int step = int(state_.step); step < stop; ++step) {
       const auto t0 = Clock::now();
       const double trace_t0 = tracer_ ? Tracer::now_us() : 0;
@@ -101,7 +91,6 @@ class Trainer {
       ZT_REQUIRE(std::isfinite(loss) && std::isfinite(norm),
                  "training diverged at step " << step << ": loss " << loss << ", grad norm " << norm
                                               << " (lower optim.lr, or raise optim.warmup_steps)");
-      prepare_lookup(step + 1);
       engine_->optimizer_step(lr, clip_scale(norm, plan_.optim.grad_clip));
       dev_use_.sample();
       if (tracer_)
@@ -182,7 +171,7 @@ class Trainer {
     const ckpt::Continuation cont = ckpt::share_start(comm_, plan_.checkpoint, outputs_.checkpoint);
     run_id_ = cont.run_id;
 
-    parts_ = assemble_engine<Ops>(plan_, es, comm_, mem_, swap_);
+    parts_ = assemble_engine<Ops>(plan_, es, comm_, mem_, swap_, *data_.train);
     model_ = parts_.model.get();
     engine_ = parts_.engine.get();
     engine_comm_ = parts_.comm;

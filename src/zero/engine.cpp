@@ -8,6 +8,7 @@
 #include <future>
 #include <memory>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "backend/ops_cpu.h"
@@ -20,10 +21,11 @@ namespace zt {
 
 template <class Ops>
 ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& shard_group,
-                            const OptimSection& optim)
+                            const OptimSection& optim, StepTokens step_tokens)
     : model_(model), part_(part), store_(store), group_(shard_group), rules_(part.rules()),
-      lookup_(model, part, store, shard_group), reducer_(model, part, store, shard_group, lookup_),
-      gatherer_(model, part, store, shard_group), optimizer_(model.layout(), part, store, shard_group, optim) {
+      reducer_(model, part, store, shard_group), gatherer_(model, part, store, shard_group),
+      optimizer_(model.layout(), part, store, shard_group, optim),
+      lookup_(make_embedding_exchange(*this, model, part, store, shard_group, reducer_, std::move(step_tokens))) {
   // The partition's rank and world are this rank's place in the group (not necessarily the world:
   // nothing here needs a global identity; swap files are named by SwapSpec::rank, given apart).
   ZT_ASSERT(shard_group.world() == part.config().world && shard_group.rank() == part.config().rank);
@@ -38,7 +40,7 @@ ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& 
     model_.set_unit_params(u, params ? params + off : nullptr);
     model_.set_unit_grads(u, grads ? grads + off : nullptr);
   }
-  model_.set_hooks(this);
+  model_.set_hooks(&hooks());
   // offload.optimizer "cpu" on the CUDA backend: a unit's shards go to the CPU AdamW as soon as its
   // gradient shard is final (zero/host_optimizer.cpp).
   if (optimizer_.host_overlaps())
@@ -89,16 +91,18 @@ void ZeroEngine<Ops>::set_tracer(Tracer* t) {
   reducer_.set_tracer(t);
   optimizer_.set_tracer(t);
   gatherer_.set_tracer(t);
-  lookup_.set_tracer(t);
+  if (lookup_) lookup_->set_tracer(t);
   if constexpr (Ops::tier == Tier::host) Ops::tracer = t;  // the CPU backend's ops track (ops_cpu.h)
-  traced_.reset(t ? new TracedHooks(*this, *t, micro_) : nullptr);
-  model_.set_hooks(traced_ ? static_cast<UnitHooks*>(traced_.get()) : this);
+  traced_.reset(t ? new TracedHooks(hooks(), *t, micro_) : nullptr);
+  model_.set_hooks(traced_ ? static_cast<UnitHooks*>(traced_.get()) : &hooks());
 }
 
 // ---- the step: gradients complete, norm, update, parameters back --------------------------------
 
 template <class Ops>
 void ZeroEngine<Ops>::begin_step(int64_t step) {
+  // The first step's lookup, prepared and completed before the step's count starts.
+  if (lookup_ && lookup_->begin_step(step)) params_ready();
   group_.begin_step(step);
   reducer_.begin_step(optimizer_.take_grads_cleared());
 }
@@ -106,7 +110,7 @@ void ZeroEngine<Ops>::begin_step(int64_t step) {
 template <class Ops>
 void ZeroEngine<Ops>::begin_pass(int micro, bool with_backward) {
   micro_ = micro;
-  lookup_.begin_pass(micro, with_backward);
+  if (lookup_) lookup_->begin_pass(micro, with_backward);
   reducer_.begin_pass(micro);
   gatherer_.begin_pass(with_backward);
 }
@@ -132,6 +136,7 @@ double ZeroEngine<Ops>::grad_norm() {
 // every all-gather, and the forward's first unit would wait for the whole embedding to cross.
 template <class Ops>
 void ZeroEngine<Ops>::optimizer_step(double lr, double grad_scale) {
+  if (lookup_) lookup_->before_update();  // the next step's lookup: its token ids cross now
   {
     TraceSpan s(tr_, "adamw", Tracer::kOptimizer);
     const auto t0 = std::chrono::steady_clock::now();
@@ -141,7 +146,7 @@ void ZeroEngine<Ops>::optimizer_step(double lr, double grad_scale) {
   }
   // With overlap only started here (waited in the next forward).
   TraceSpan s(rules_.gather_params ? tr_ : nullptr, "parameter all-gather", Tracer::kOptimizer);
-  lookup_.after_update();  // a prepared lookup's rows, from the updated shard
+  if (lookup_) lookup_->after_update();  // a prepared lookup's rows, from the updated shard
   gatherer_.after_optimizer_step();
 }
 
@@ -158,9 +163,8 @@ void ZeroEngine<Ops>::gather_or_progress(int u) {
 }
 
 template <class Ops>
-void ZeroEngine<Ops>::before_forward(int u) {
-  if (u == 0 && lookup_.forward_lookup()) group_.test(CommHandle{});  // the lookup from the shards
-  else gather_or_progress(u);
+void ZeroEngine<Ops>::before_forward(int u) {  // the lookup from the shards: the exchange's before_forward(0)
+  gather_or_progress(u);
 }
 
 template <class Ops>
@@ -205,11 +209,6 @@ template <class Ops>
 void ZeroEngine<Ops>::publish_final() {
   if (final_.advance([this](uint64_t writes) { return reducer_.shard_written(writes); }))
     optimizer_.grads_final_from(final_.edge());
-}
-
-template <class Ops>
-void ZeroEngine<Ops>::embedding_lookup_deferred() {
-  reducer_.lookup_deferred();
 }
 
 template <class Ops>

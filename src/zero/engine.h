@@ -8,7 +8,9 @@
 //   zero/optimizer.h       AdamW over the store's owned slices (where a shard is updated)
 //
 // beside them the strategies that change how a step is carried out, not what it computes:
-// zero/embedding_exchange.h (the lookup's rows and gradients between ranks, stages 0-2),
+// zero/embedding_exchange.h (the lookup's rows and gradients between ranks, stages 0-2, CPU
+// backend: a decorator over these hooks, which prepares each step's lookup in optimizer_step from
+// the next step's tokens, StepTokens given at assembly),
 // zero/param_shard_source.h and zero/grad_shard_sink.h (where stage 3's shards live: memory,
 // pinned host memory or NVMe), zero/host_optimizer.h (the CUDA backend's AdamW on the host),
 // zero/update_in_backward.h (the swapped update on a worker thread during backward),
@@ -70,8 +72,10 @@ class ZeroEngine : public UnitHooks {
   // engine points its units at the store's buffers (or, at stage 3, at gathered slots).
   // shard_group: the ranks the model state is sharded over (the data-parallel group; the world
   // today), whose rank and size are the partition's.
+  // step_tokens: micro-step 0's tokens of a training step, for the lookup from the shards to be
+  // prepared a step ahead (zero/embedding_exchange.h; the training loader, train/engine_assembly.cpp).
   ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& shard_group,
-             const OptimSection& optim);
+             const OptimSection& optim, StepTokens step_tokens = {});
   ~ZeroEngine() override;
 
   // Random GPT-2 init or an llm.c file. Each rank writes only what it keeps: every rank the same
@@ -93,20 +97,16 @@ class ZeroEngine : public UnitHooks {
   // Stages 1-2 with overlap: the parameter all-gather it starts runs under the next forward
   // (each unit waited before its first use); params_ready() waits for all of it, before anything
   // else reads the parameters (checkpoint, captured state, end of run; save_llmc waits itself).
+  // With the lookup from the shards it first prepares the next step's lookup (its tokens from
+  // step_tokens), ahead of the parameter all-gathers (zero/embedding_exchange.h).
   void optimizer_step(double lr, double grad_scale);
   // Seconds the last optimizer_step spent in the update itself (AdamW, with offload its swap
   // pipeline), apart from what follows it (the parameter all-gather): the planner's engine runs.
   double last_update_s() const { return last_update_s_; }
   void params_ready() {
     gatherer_.wait_all();
-    lookup_.wait();
+    if (lookup_) lookup_->wait();
   }
-  // Stages 1-2 with the lookup from shards: called before optimizer_step with the next training
-  // forward's tokens (micro-step 0 of the next step, host memory, B*Tn), it starts that lookup
-  // ahead of the parameter all-gathers (zero/embedding_exchange.h). False (nothing done) where the
-  // lookup is not from shards or overlap is off.
-  bool prepare_lookup(const int* tokens, int B, int Tn) { return lookup_.prepare(tokens, B, Tn); }
-  bool lookup_preparable() const { return lookup_.preparable(); }
   ShardedOptimizer<Ops>& optimizer() { return optimizer_; }
 
   // run.trace (docs/traces.md): forward / backward per unit on the compute track, the
@@ -124,7 +124,6 @@ class ZeroEngine : public UnitHooks {
   void after_backward(int u) override;
   void before_grads(int u) override;
   void grads_ready(int u) override;
-  void embedding_lookup_deferred() override;
 
  private:
   GPT<Ops>& model_;
@@ -132,10 +131,12 @@ class ZeroEngine : public UnitHooks {
   StateStore& store_;
   Comm& group_;  // the shard group
   StageRules rules_;
-  EmbeddingExchange<Ops> lookup_;
   GradReducer<Ops> reducer_;
   ParamGatherer<Ops> gatherer_;
   ShardedOptimizer<Ops> optimizer_;
+  // The lookup exchange over these hooks (nullptr where Partition::lookup_numel() is 0).
+  std::unique_ptr<EmbeddingLookup> lookup_;
+  UnitHooks& hooks() { return lookup_ ? static_cast<UnitHooks&>(*lookup_) : *this; }
   void gather_or_progress(int u);
   // The optimizer step inside backward (zero/update_in_backward.h): the buckets whose gradient
   // shard is final, handed to the optimizer as one edge (publish_final, at the hooks).

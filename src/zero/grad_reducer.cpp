@@ -1,6 +1,7 @@
 #include "zero/grad_reducer.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "backend/ops_cpu.h"
 #if ZT_HAVE_CUDA
@@ -11,10 +12,8 @@
 namespace zt {
 
 template <class Ops>
-GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm,
-                              EmbeddingExchange<Ops>& lookup)
-    : model_(model), layout_(model.layout()), part_(part), store_(store), comm_(comm), rules_(part.rules()),
-      lookup_(lookup) {
+GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm)
+    : model_(model), layout_(model.layout()), part_(part), store_(store), comm_(comm), rules_(part.rules()) {
   if (!rules_.staged_grads) return;
   // Carve the staging and receive buffers into slots: bucket slots first, the embedding's last.
   const size_t slot = part.staging_slot_numel(), N = size_t(part.config().world);
@@ -158,29 +157,29 @@ void GradReducer<Ops>::complete_arrived() {
 }
 
 template <class Ops>
-void GradReducer<Ops>::lookup_deferred() {
-  lookup_.gather_gradient();
+void GradReducer<Ops>::add_to_reduced_embedding(EmbeddingAdd add) {
   if (rules_.full_grads) {  // stages 0-1: added once the embedding's reduction is done (finish)
-    lookup_pending_ = true;
+    lookup_add_ = std::move(add);
     return;
   }
   // Stage 2: the embedding's reduce-scatter (started at the top of backward) into my shard first.
   complete(s0_);
-  lookup_.add_gradient(store_.get<T>(StateId::grad_shard) + part_.unit_shard_flat(0), part_.unit_shard_begin(0),
-                       part_.unit_shard_begin(0) + part_.unit_shard_numel(0));
+  add(store_.get<T>(StateId::grad_shard) + part_.unit_shard_flat(0), part_.unit_shard_begin(0),
+      part_.unit_shard_begin(0) + part_.unit_shard_numel(0));
 }
 
 template <class Ops>
 void GradReducer<Ops>::finish() {
   if (!rules_.staged_grads) {
     comm_.wait_all(inflight_);
-    if (lookup_pending_) {
-      lookup_pending_ = false;
+    if (lookup_add_) {
+      const EmbeddingAdd add = std::move(lookup_add_);
+      lookup_add_ = nullptr;
       if (!rules_.optimizer_sharded)
-        lookup_.add_gradient(store_.get<T>(StateId::grads) + layout_.units()[0].offset, 0, part_.unit_padded(0));
+        add(store_.get<T>(StateId::grads) + layout_.units()[0].offset, 0, part_.unit_padded(0));
       else
-        lookup_.add_gradient(store_.get<T>(StateId::grad_shard) + part_.unit_shard_flat(0), part_.unit_shard_begin(0),
-                             part_.unit_shard_begin(0) + part_.unit_shard_numel(0));
+        add(store_.get<T>(StateId::grad_shard) + part_.unit_shard_flat(0), part_.unit_shard_begin(0),
+            part_.unit_shard_begin(0) + part_.unit_shard_numel(0));
     }
     return;
   }

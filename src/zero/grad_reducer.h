@@ -17,9 +17,9 @@
 // overlapped one; Partition makes every unit its own bucket there.
 //
 // Deferred lookup (Partition::lookup_numel() > 0, zero/embedding_exchange.h): the embedding's
-// LM-head gradient is reduced as a bucket while the blocks' backward runs; lookup_deferred() has
-// the exchange gather every rank's lookup gradient and adds it where the embedding's reduction
-// completes (stage 2: into my shard at once; stages 0-1: in finish()).
+// LM-head gradient is reduced as a bucket while the blocks' backward runs; the exchange, having
+// gathered every rank's lookup gradient, hands add_to_reduced_embedding() what to add where the
+// embedding's reduction completes (stage 2: into my shard at once; stages 0-1: in finish()).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -29,7 +29,6 @@
 #include "comm/comm.h"
 #include "model/gpt.h"
 #include "runtime/trace.h"
-#include "zero/embedding_exchange.h"
 #include "zero/grad_shard_sink.h"
 #include "zero/partition.h"
 #include "zero/store.h"
@@ -41,7 +40,7 @@ class GradReducer {
  public:
   using T = typename Ops::T;
 
-  GradReducer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm, EmbeddingExchange<Ops>& lookup);
+  GradReducer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm);
 
   // Zero the gradients this stage accumulates into (full ones: unless the optimizer's last step
   // left them zero, ShardedOptimizer::take_grads_cleared).
@@ -56,7 +55,10 @@ class GradReducer {
   void before_grads(int u);           // stages 2-3: the unit's gradients go to a staging slot
   void grads_ready(int u);            // fires the bucket whose last unit u is
   void finish();                      // every gradient collective done, shards complete
-  void lookup_deferred();             // the model's UnitHooks::embedding_lookup_deferred
+  // add(dst, lo, hi) adds to the reduced embedding gradient, dst holding the embedding unit's
+  // elements [lo, hi) (all of it, or my shard), once its reduction is complete.
+  using EmbeddingAdd = std::function<void(T* dst, size_t lo, size_t hi)>;
+  void add_to_reduced_embedding(EmbeddingAdd add);
   // Per-unit sums of squares of the completed gradient shard when it is on disk, else nullptr.
   const std::vector<double>* unit_sum_squares() const { return shard_ ? shard_->unit_sum_squares() : nullptr; }
   void set_tracer(Tracer* t) { tr_ = t; }  // tags each collective with its bucket and unit
@@ -97,8 +99,7 @@ class GradReducer {
   int micro_ = 0;
   std::vector<CommHandle> inflight_;  // stages 0-1
   std::vector<CommHandle> ordered_;   // stages 2-3: completed for the compute stream, not yet waited on the host
-  EmbeddingExchange<Ops>& lookup_;
-  bool lookup_pending_ = false;       // stages 0-1: gathered, to add in finish()
+  EmbeddingAdd lookup_add_;            // stages 0-1: to add in finish()
 
   std::vector<StagingSlot> slots_;
   StagingSlot s0_;  // a one-unit embedding's own (buf nullptr when the embedding is split)

@@ -120,6 +120,10 @@ StateTypes state_types_of() {
 std::vector<StateBuffer> list_model_state(const ParamLayout& layout, const Partition& part, const StateTypes& types,
                                           const offload::SwapSpec& swap = {});
 
+// The CUDA backend's moves to pinned host memory (offload.params / offload.optimizer "cpu") and
+// the collectives' host mirrors, applied last by list_model_state (zero/store_tiers.cpp).
+void move_to_host_tiers(std::vector<StateBuffer>& out, const Partition& part, const StateTypes& types);
+
 // offload.params "nvme": elements (of elem_bytes) of one read buffer that holds any unit shard of
 // `shard_numel` elements at any flat offset (whole blocks around it), and of all of param_io.
 size_t param_read_numel(size_t shard_numel, size_t elem_bytes);

@@ -12,7 +12,7 @@
 #   stage 0  all_reduce      (DDP: the first gradient bucket, in backward)
 #   stage 1  reduce_scatter  (the first gradient bucket, in backward: the parameter all-gathers
 #                             and the prepared row lookup of step 2 were issued after step 1's
-#                             optimizer step, ZeroEngine::prepare_lookup, docs/design.md §3.4)
+#                             optimizer step, EmbeddingExchange::prepare, docs/design.md §3.4)
 #   stage 2  reduce_scatter  (the same)
 #   stage 3  all_gather      (the embedding's parameters, gathered before the forward)
 # The waiting ranks 0 and 2 must time out in that op at step 2, both in the same collective (one
