@@ -28,6 +28,7 @@
 #include "runtime/support.h"
 #include "train/backend_choice.h"
 #include "train/same_plan.h"
+#include "train/startup_checks.h"
 #include "train/trainer.h"
 #include "zero/estimate.h"
 
@@ -106,7 +107,8 @@ zt::CommOptions comm_options(zt::Plan& plan, std::vector<std::string>& notes) {
 // The forms ./train takes. CLI11's generated line ("[OPTIONS] [plan] [SUBCOMMAND]") suggested
 // ./train PLAN estimate, which is not one of them.
 const char* const kTrainForm = "./train PLAN.json [--set KEY=VALUE ...]";
-const char* const kEstimateForm = "./train estimate PLAN.json [--world N] [--json] [--set KEY=VALUE ...]";
+const char* const kEstimateForm =
+    "./train estimate PLAN.json [--world N] [--ranks-per-host K] [--json] [--set KEY=VALUE ...]";
 const char* const kExportForm = "./train export CHECKPOINT --format hdf5|llmc --out FILE";
 const char* const kPlanForm =
     "[mpirun -np N] ./train plan BASE.json --world N --out BEST.json [--global-batch G] [--validate K|all] "
@@ -151,6 +153,9 @@ int run(int argc, char** argv) {
   bool as_json = false;
   est->add_option("plan", est_plan, "plan file");
   est->add_option("--world", world_text, "number of ranks, 1-65536 (default 1)")->type_name("N");
+  std::string per_host_text = "0";  // 0: not given (zero.shard_group "host" then needs it)
+  est->add_option("--ranks-per-host", per_host_text, "ranks on each host, for zero.shard_group \"host\"")
+      ->type_name("K");
   est->add_option("--set", overrides, "override a plan field")->type_name("KEY=VALUE");
   est->add_flag("--json", as_json, "print JSON instead of a table");
   CLI::App* exp = app.add_subcommand("export", "a checkpoint's fp32 weights as one file, one tensor at a time");
@@ -217,7 +222,8 @@ int run(int argc, char** argv) {
     const std::string backend = zt::planned_backend(plan, world);
     zt::record_backend(plan, backend);
     zt::record_comm_backend(plan, zt::planned_comm_backend(plan, backend, world));
-    const zt::Estimate e = zt::estimate_plan(plan, world);
+    const int per_host = per_host_text == "0" ? 0 : zt::parse_world(per_host_text);
+    const zt::Estimate e = zt::estimate_plan(plan, world, per_host);
     if (as_json)
       std::printf("%s\n", zt::estimate_json(e).dump(2).c_str());
     else
@@ -290,6 +296,7 @@ int run(int argc, char** argv) {
   const std::string backend = zt::choose_backend(plan, g_comm->world());
   zt::record_backend(plan, backend);
   zt::record_comm_backend(plan, zt::choose_comm_backend(plan, backend, *g_comm));
+  zt::record_shard_group(plan, zt::agreed_mesh(plan, *g_comm).shard);
   if (g_comm->rank() == 0) {
     for (const std::string& w : plan.warnings) std::fprintf(stderr, "warning: plan: %s\n", w.c_str());
     for (const std::string& n : env_notes) std::printf("%s\n", n.c_str());

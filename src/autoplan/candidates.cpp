@@ -117,7 +117,7 @@ std::vector<Candidate> size_candidates(const PlanRequest& req, const PlanInputs&
       c.fits = c.fits && c.device <= device_avail;
     }
     c.shape = step_shape(p, est, world);
-    const EngineSettings es = engine_settings<CpuOps<float>>(p, world, 0);
+    const EngineSettings es = engine_settings<CpuOps<float>>(p, DataMesh::of(p, world, 0, 0));
     c.embedding_rows = es.embedding_rows;
     c.swap = swap_spec_of(p.offload, comm.rank(), direct);
     if (ch.params_offloaded) {

@@ -67,7 +67,7 @@ nlohmann::json Prediction::to_json() const {
 
 // docs/autoplan.md, "The cost model": the shape's terms.
 StepShape step_shape(const Plan& plan, const Estimate& est, int world) {
-  const EngineSettings s = engine_settings<CpuOps<float>>(plan, world, 0);
+  const EngineSettings s = engine_settings<CpuOps<float>>(plan, DataMesh::of(plan, world, 0, 0));
   const ParamLayout layout = s.layout();
   const Partition part(layout, s.zero);
   StepShape sh;

@@ -34,17 +34,21 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// A buffer that holds every tensor whole is the same on every rank (list_model_state gives whole
-// tensors only to replicated buffers): rank r saves elements [n r/N, n (r+1)/N) of each tensor.
-// A sharded buffer is saved as held.
-std::vector<TensorRange> my_share(const std::vector<TensorRange>& holds, const ParamLayout& layout, int rank, int world) {
+// What rank r saves of a buffer, so that every element is saved exactly once. A buffer that holds
+// every tensor whole is the same on every rank (list_model_state gives whole tensors only to
+// replicated buffers): rank r saves elements [n r/N, n (r+1)/N) of each tensor. A sharded buffer is
+// the same on the world / S shard groups of hybrid sharding (zero/data_mesh.h): copy c = r / S
+// saves the c-th share of each range it holds; with one group, all of them.
+std::vector<TensorRange> my_share(const std::vector<TensorRange>& holds, const ParamLayout& layout, const Meta& m) {
   bool whole = holds.size() == layout.tensors().size();
   for (const TensorRange& r : holds) whole = whole && r.offset == 0 && r.count == layout.tensors()[size_t(r.tensor)].numel;
-  if (!whole || world == 1) return holds;
+  const int64_t group = m.shard_group > 0 ? m.shard_group : m.world;
+  const size_t copies = size_t(whole ? m.world : m.world / group), copy = size_t(whole ? m.rank : m.rank / group);
+  if (copies == 1) return holds;
   std::vector<TensorRange> out;
   for (const TensorRange& r : holds) {
-    const size_t n = r.count, lo = n * size_t(rank) / size_t(world), hi = n * size_t(rank + 1) / size_t(world);
-    if (lo < hi) out.push_back({r.tensor, lo, hi - lo, r.at + lo});
+    const size_t n = r.count, lo = n * copy / copies, hi = n * (copy + 1) / copies;
+    if (lo < hi) out.push_back({r.tensor, r.offset + lo, hi - lo, r.at + lo});
   }
   return out;
 }
@@ -59,7 +63,7 @@ uint64_t write_rank_file(const std::string& path, const Meta& meta, const ParamL
   std::vector<std::vector<TensorRange>> shares;
   size_t total = 0;  // bytes
   for (const Buffer& b : buffers) {
-    shares.push_back(my_share(b.holds, layout, int(meta.rank), int(meta.world)));
+    shares.push_back(my_share(b.holds, layout, meta));
     for (const TensorRange& r : shares.back()) total += r.count * dtype_bytes(b.dtype);
   }
   const bool die = fault_kill_in_save(int(meta.rank), meta.step);

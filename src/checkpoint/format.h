@@ -58,6 +58,9 @@ struct Meta {
   uint64_t seed = 0;
   int64_t next_sequence = 0;
   int64_t world = 1, rank = 0, stage = 0;
+  // Ranks per shard group (hybrid sharding, zero/data_mesh.h): world / shard_group groups saved the
+  // same shards, each a share of them. Absent from older checkpoints: one group (0 = the world).
+  int64_t shard_group = 0;
   uint64_t plan_hash = 0;
   GPTConfig model;
   std::string param_dtype = "f32";  // "f32" | "bf16"

@@ -18,6 +18,7 @@ void write_meta(hid_t f, const Meta& m) {
   h5::write_attr(f, "world", m.world);
   h5::write_attr(f, "rank", m.rank);
   h5::write_attr(f, "zero_stage", m.stage);
+  h5::write_attr(f, "shard_group", m.shard_group > 0 ? m.shard_group : m.world);
   h5::write_attr(f, "plan_hash", m.plan_hash);
   h5::write_attr(f, "model_shape", std::vector<int64_t>{m.model.L, m.model.NH, m.model.C, m.model.maxT, m.model.V});
   h5::write_attr(f, "param_dtype", m.param_dtype);
@@ -34,6 +35,8 @@ std::string read_meta(hid_t f, Meta& m) {
   if (!h5::read_attr(f, "world", m.world)) return "world";
   if (!h5::read_attr(f, "rank", m.rank)) return "rank";
   if (!h5::read_attr(f, "zero_stage", m.stage)) return "zero_stage";
+  if (!h5::read_attr(f, "shard_group", m.shard_group)) m.shard_group = m.world;  // before hybrid sharding
+  if (m.shard_group < 1 || m.shard_group > m.world || m.world % m.shard_group != 0) return "shard_group";
   if (!h5::read_attr(f, "plan_hash", m.plan_hash)) return "plan_hash";
   std::vector<int64_t> s;
   if (!h5::read_attr(f, "model_shape", s) || s.size() != 5) return "model_shape";

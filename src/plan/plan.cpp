@@ -261,6 +261,12 @@ void record_backend(Plan& plan, const std::string& backend) {
   plan.resolved["precision"]["compute"] = plan.precision.compute;
 }
 
+void record_shard_group(Plan& plan, int ranks) {
+  if (plan.zero.shard_group != "host") return;
+  plan.zero.shard_group = std::to_string(ranks);
+  plan.resolved["zero"]["shard_group"] = plan.zero.shard_group;
+}
+
 void record_comm_backend(Plan& plan, const std::string& comm_backend) {
   ZT_ASSERT(comm_backend == "nccl" || comm_backend == "mpi");
   plan.comm.backend = comm_backend;
@@ -352,6 +358,16 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
   p.zero.bucket_mb = get_positive(r, "zero.bucket_mb");
   p.zero.overlap_comm = get_bool(r, "zero.overlap_comm");
   p.zero.prefetch_units = get_int(r, "zero.prefetch_units", 0);
+  {
+    // "world", "host", or a number of ranks written as a string ("2"): whether it divides the world
+    // is known only at launch (zero/data_mesh.h).
+    const std::string g = get_str(r, "zero.shard_group");
+    const bool digits = !g.empty() && g.size() <= 6 && g.find_first_not_of("0123456789") == std::string::npos;
+    if (!(g == "world" || g == "host" || (digits && std::stol(g) >= 1)))
+      bad("zero.shard_group", "must be \"world\", \"host\" or a number of ranks >= 1 such as \"2\", got " +
+                                  shown(json(g)));
+    p.zero.shard_group = digits ? std::to_string(std::stol(g)) : g;
+  }
 
   p.comm.backend = get_choice(r, "comm.backend", {"auto", "nccl", "mpi"});
   p.comm.timeout_s = get_positive(r, "comm.timeout_s");

@@ -54,6 +54,10 @@ struct ZeroSection {
   double bucket_mb = 0;
   bool overlap_comm = true;
   int prefetch_units = 1;
+  // The ranks the model state is sharded over (docs/design.md §3.12, zero/data_mesh.h): "world", "host"
+  // (the ranks of one host) or a number of consecutive ranks ("2"); the groups so formed replicate
+  // each other's shards (hybrid sharding).
+  std::string shard_group = "world";
 };
 
 struct CommSection {
@@ -161,6 +165,8 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files);
 void record_backend(Plan& plan, const std::string& backend);
 // Writes the comm backend that runs ("nccl" or "mpi") into plan.comm.backend and plan.resolved.
 void record_comm_backend(Plan& plan, const std::string& comm_backend);
+// zero.shard_group "host" as the number of ranks it is at launch (zero/data_mesh.h); others stay.
+void record_shard_group(Plan& plan, int ranks);
 
 // `s` cut to at most `max` bytes (on a UTF-8 boundary) with "..." appended when cut: error
 // messages quote values, keys and overrides, which may be megabytes long. What cannot be seen

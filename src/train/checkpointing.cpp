@@ -9,6 +9,7 @@
 #include "runtime/error.h"
 #include "runtime/output_path.h"
 #include "train/stop_signal.h"
+#include "zero/data_mesh.h"
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
 #endif
@@ -61,8 +62,11 @@ void report_start(const std::string& moved, const std::string& note, const Resum
   if (!moved.empty()) std::printf("%s\n", moved.c_str());
   if (!note.empty()) std::printf("%s\n", note.c_str());
   if (resume.from.empty()) return;
-  std::printf("%s (saved at world %lld, zero.stage %lld; resuming at step %lld)\n", resume.loaded.summary("loaded").c_str(),
-              (long long)resume.meta.world, (long long)resume.meta.stage, (long long)step);
+  const std::string groups = resume.meta.shard_group > 0 && resume.meta.shard_group < resume.meta.world
+                                 ? ", zero.shard_group " + std::to_string(resume.meta.shard_group)
+                                 : "";
+  std::printf("%s (saved at world %lld, zero.stage %lld%s; resuming at step %lld)\n", resume.loaded.summary("loaded").c_str(),
+              (long long)resume.meta.world, (long long)resume.meta.stage, groups.c_str(), (long long)step);
   for (const std::string& w : ckpt::changed_plan_fields(resume.meta.plan, plan))
     std::fprintf(stderr, "warning: checkpoint.resume: %s (the checkpoint's plan -> this plan)\n", w.c_str());
 }
@@ -78,6 +82,7 @@ void save_checkpoint(Comm& comm, const Plan& plan, const TrainState& state, cons
   m.world = comm.world();
   m.rank = comm.rank();
   m.stage = plan.zero.stage;
+  m.shard_group = DataMesh::of(plan, comm.world(), comm.rank(), 0).shard;  // "host" is a number by now
   m.plan_hash = plan_hash(plan.resolved.dump());
   m.model = cfg;
   m.param_dtype = sizeof(typename Ops::T) == 2 ? "bf16" : "f32";

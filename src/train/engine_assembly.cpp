@@ -56,7 +56,18 @@ EngineParts<Ops> assemble_engine(const Plan& plan, const EngineSettings& es, Com
                              int64_t step, int* tokens) mutable {
                     train.train_batch(step, 0, accum, tokens, targets.data());
                   }};
-  p.engine = std::make_unique<ZeroEngine<Ops>>(*p.model, *p.partition, *p.store, *p.comm, plan.optim, std::move(next));
+  // The data mesh (zero/data_mesh.h): shard groups of consecutive ranks, replicated across. Every
+  // rank makes both splits, in this order (Comm::split is collective).
+  p.shard_comm = p.comm;
+  if (es.zero.replicas > 1) {
+    const int rank = p.comm->rank(), S = es.zero.world;
+    p.shard_group = p.comm->split(rank / S, rank, "shard");
+    p.replicate_group = p.comm->split(rank % S, rank, "replicate");
+    p.shard_comm = p.shard_group.get();
+    p.replica_comm = p.replicate_group.get();
+  }
+  p.engine = std::make_unique<ZeroEngine<Ops>>(*p.model, *p.partition, *p.store, *p.shard_comm, plan.optim,
+                                               std::move(next), p.replica_comm);
   return p;
 }
 

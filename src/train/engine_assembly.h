@@ -28,7 +28,30 @@ struct EngineParts {
   // comm: device_comm, or the run's comm itself on the CPU backend.
   std::unique_ptr<Comm> device_comm;
   Comm* comm = nullptr;
+  // Hybrid sharding (zero/data_mesh.h): the shard group and the replicate group, split from `comm`
+  // once; without replicas shard_comm is `comm` itself and replica_comm nullptr.
+  std::unique_ptr<Comm> shard_group, replicate_group;
+  Comm* shard_comm = nullptr;
+  Comm* replica_comm = nullptr;
   std::unique_ptr<ZeroEngine<Ops>> engine;
+
+  // This rank's traffic in the step over every comm the engine uses (the world's, if it is not the
+  // shard group, carries only the trainer's scalars).
+  CommStepStats step_stats() const {
+    CommStepStats s = comm->step_stats();
+    for (const Comm* c : {shard_comm, replica_comm}) {
+      if (!c || c == comm) continue;
+      const CommStepStats& g = c->step_stats();
+      s.bytes += g.bytes, s.control_bytes += g.control_bytes, s.collectives += g.collectives;
+      s.control_collectives += g.control_collectives, s.wait_s += g.wait_s, s.host_waits += g.host_waits;
+    }
+    return s;
+  }
+  void set_tracer(Tracer* t) {  // a lane per group (docs/traces.md)
+    comm->set_tracer(t);
+    for (Comm* c : {shard_comm, replica_comm})
+      if (c && c != comm) c->set_tracer(t);
+  }
 };
 
 // As engine_settings `es` sizes them (what `train estimate` counts), on `mem`; `swap`: the NVMe

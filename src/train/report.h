@@ -75,6 +75,8 @@ struct RunTotals {
   uint64_t bytes_per_step = 0;  // the last step's bytes sent by this rank
   int max_gathered_units = 0;
   nlohmann::json device_memory;
+  // Hybrid sharding (zero/data_mesh.h): bytes_per_step within the shard group and across replicas.
+  uint64_t bytes_shard_group = 0, bytes_replicas = 0;
 };
 // Collective, the run's last words: rank 0 (the one with a `log`) prints the "done" line and the
 // memory table and logs the summary, with every rank's VmHWM (tracked + untracked, for tests that

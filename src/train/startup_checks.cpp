@@ -35,6 +35,35 @@ Startup check_startup(const Plan& plan, Comm& comm, int V, uint64_t final_weight
   return s;
 }
 
+DataMesh agreed_mesh(const Plan& plan, Comm& comm) {
+  const int world = comm.world(), rank = comm.rank();
+  std::string why;
+  if (plan.zero.shard_group == "host" && world > 1) {
+    // Every rank looks at every rank's place on its host (the same verdict everywhere, before any
+    // rank could refuse on its own: a host of another size must not leave the others waiting).
+    const std::vector<uint64_t> all = comm.all_gather_u64((uint64_t(comm.local_world()) << 32) | uint64_t(comm.local_rank()));
+    const uint64_t size = all[0] >> 32;
+    for (int r = 0; r < world && why.empty(); ++r) {
+      const uint64_t lw = all[size_t(r)] >> 32, lr = all[size_t(r)] & 0xffffffffu;
+      if (lw != size || lr != uint64_t(r) % size)
+        why = "zero.shard_group \"host\": rank " + std::to_string(r) + " is rank " + std::to_string(lr) + " of " +
+              std::to_string(lw) + " on its host, rank 0 one of " + std::to_string(size) +
+              ": \"host\" needs the same number of ranks on every host, numbered host by host (mpirun -H a:K,b:K "
+              "or --map-by ppr:K:node); or give the group size as a number";
+    }
+  }
+  DataMesh mesh;
+  if (why.empty()) {
+    try {
+      mesh = DataMesh::of(plan, world, rank, comm.local_world());
+    } catch (const Error& e) {
+      why = e.what();
+    }
+  }
+  agree_or_throw(comm, why, "refused the plan");
+  return mesh;
+}
+
 DataLoaders open_data(const Plan& plan, int rank, int world) {
   const int B = plan.batch.micro_batch, Tn = plan.model.seq_len, accum = plan.batch.grad_accum;
   // Shard errors name the file; the prefix names the plan field that pointed at it.

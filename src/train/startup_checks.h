@@ -13,6 +13,7 @@
 #include "offload/swap_file.h"
 #include "plan/plan.h"
 #include "train/outputs.h"
+#include "zero/data_mesh.h"
 
 namespace zt {
 
@@ -36,6 +37,10 @@ struct Startup {
 // rank 0 alone does them. V: model.vocab_size; final_weights_bytes: the llm.c file run.final_weights
 // will take; host_backend: the CPU backend.
 Startup check_startup(const Plan& plan, Comm& comm, int V, uint64_t final_weights_bytes, bool host_backend);
+
+// The data mesh of zero.shard_group (zero/data_mesh.h), one verdict for all ranks (AgreedError):
+// "host" needs every host to run the same number of ranks, numbered host by host.
+DataMesh agreed_mesh(const Plan& plan, Comm& comm);
 
 // The loaders of data.train and data.val for this rank, refusing data too small for one step or
 // one evaluation: a short train file would repeat sequences within a step (several ranks reading

@@ -37,7 +37,7 @@ class Trainer {
 
   Trainer(const Plan& plan, Comm& comm, const RunControl& ctl) : plan_(plan), comm_(comm), ctl_(ctl), root_(comm.rank() == 0) {}
   ~Trainer() {
-    if (tracer_) engine_comm_->set_tracer(nullptr);  // comm_ outlives the trainer
+    if (tracer_ && parts_.comm) parts_.set_tracer(nullptr);  // comm_ outlives the trainer; the tracer goes first
   }
 
   TrainResult run() {
@@ -96,13 +96,17 @@ class Trainer {
       if (tracer_)
         tracer_->complete("step " + std::to_string(step), Tracer::kStep, trace_t0, Tracer::now_us() - trace_t0,
                           "\"step\":" + std::to_string(step) + ",\"loss\":" + std::to_string(loss));
-      const CommStepStats cs = engine_comm_->step_stats();
+      const CommStepStats cs = parts_.step_stats();
       const double ms = seconds_since(t0) * 1e3;
       train_seconds += ms / 1e3;
       res.add_step(step, loss, ms, first_micro_ms, backward_ms, gradients_ms, engine_->last_update_s() * 1e3);
       state_.step = step + 1;
       state_.next_sequence = int64_t(state_.step) * B * accum * world;
       bytes_per_step_ = cs.bytes;
+      if (parts_.replica_comm) {  // hybrid sharding: the two groups' shares of it
+        bytes_shard_group_ = parts_.shard_comm->step_stats().bytes;
+        bytes_replicas_ = parts_.replica_comm->step_stats().bytes;
+      }
       if (root_)
         report_step(*log_, plan_, {step, loss, lr, norm, ms, tokens_per_step, cs, gradients_ms, res.update_ms.back(),
                                    train_seconds}, decorate_);
@@ -137,7 +141,7 @@ class Trainer {
     // the training it describes is done and must not be lost with it.
     std::string trace_error;
     if (tracer_) {
-      engine_comm_->set_tracer(nullptr);
+      parts_.set_tracer(nullptr);
       engine_->set_tracer(nullptr);
       trace_error = close_trace(*tracer_, root_);
     }
@@ -146,7 +150,8 @@ class Trainer {
       capture_buffers<Ops>(*parts_.store, *ctl_.end);
     }
     const RunTotals totals{Ops::name, comm_.world(), first, seconds_since(t_start), train_seconds, tokens_per_step,
-                           bytes_per_step_, engine_->max_gathered_alive(), dev_use_.to_json()};
+                           bytes_per_step_, engine_->max_gathered_alive(), dev_use_.to_json(),
+                           bytes_shard_group_, bytes_replicas_};
     end_run(comm_, log_.get(), plan_, res, totals, mem_, *parts_.partition, tracer_ != nullptr, trace_error,
             outputs_.log);
     return res;
@@ -156,7 +161,7 @@ class Trainer {
     const int world = comm_.world();
     if constexpr (Ops::tier == Tier::device) dev_use_.start();
     const int threads = use_rank_threads(plan_, comm_);
-    const EngineSettings es = engine_settings<Ops>(plan_, world, comm_.rank());  // as `train estimate` sizes it
+    const EngineSettings es = engine_settings<Ops>(plan_, DataMesh::of(plan_, world, comm_.rank(), 0));  // as `train estimate` sizes it
     cfg_ = es.model;
 
     // Everything that can refuse the plan (train/startup_checks.h). One verdict for all ranks
@@ -185,7 +190,7 @@ class Trainer {
     if (!outputs_.trace.empty()) {
       if (world > 1) comm_.barrier();
       tracer_ = std::make_unique<Tracer>(outputs_.trace, comm_.rank());
-      engine_comm_->set_tracer(tracer_.get());
+      parts_.set_tracer(tracer_.get());
       engine_->set_tracer(tracer_.get());
     }
     total_load(comm_, resume_);
@@ -212,6 +217,7 @@ class Trainer {
   Comm* engine_comm_ = nullptr;        // parts_.comm: comm_, or the CUDA backend's NCCL / host-mirror comm over it
   std::unique_ptr<Tracer> tracer_;     // run.trace; null = off
   uint64_t bytes_per_step_ = 0;
+  uint64_t bytes_shard_group_ = 0, bytes_replicas_ = 0;  // hybrid sharding: bytes_per_step_ by group
   std::unique_ptr<MetricsLog> log_;
   RunOutputs outputs_;  // rank 0: all; the others: their trace
   offload::SwapSpec swap_;  // offload.optimizer / offload.params "nvme" (train/offload_setup.h); disabled otherwise

@@ -21,9 +21,9 @@ namespace zt {
 
 template <class Ops>
 ZeroEngine<Ops>::ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& shard_group,
-                            const OptimSection& optim, StepTokens step_tokens)
-    : model_(model), part_(part), store_(store), group_(shard_group), rules_(part.rules()),
-      reducer_(model, part, store, shard_group), gatherer_(model, part, store, shard_group),
+                            const OptimSection& optim, StepTokens step_tokens, Comm* replicas)
+    : model_(model), part_(part), store_(store), group_(shard_group), replicas_(replicas), rules_(part.rules()),
+      reducer_(model, part, store, shard_group, replicas), gatherer_(model, part, store, shard_group),
       optimizer_(model.layout(), part, store, shard_group, optim),
       lookup_(make_embedding_exchange(*this, model, part, store, shard_group, reducer_, std::move(step_tokens))) {
   // The partition's rank and world are this rank's place in the group (not necessarily the world:
@@ -104,6 +104,7 @@ void ZeroEngine<Ops>::begin_step(int64_t step) {
   // The first step's lookup, prepared and completed before the step's count starts.
   if (lookup_ && lookup_->begin_step(step)) params_ready();
   group_.begin_step(step);
+  if (replicas_) replicas_->begin_step(step);
   reducer_.begin_step(optimizer_.take_grads_cleared());
 }
 

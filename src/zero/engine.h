@@ -70,12 +70,14 @@ class ZeroEngine : public UnitHooks {
 
   // The model is built without parameters or gradients of its own (GPT(..., false, false)): the
   // engine points its units at the store's buffers (or, at stage 3, at gathered slots).
-  // shard_group: the ranks the model state is sharded over (the data-parallel group; the world
-  // today), whose rank and size are the partition's.
+  // shard_group: the ranks the model state is sharded over (the world, or with hybrid sharding a
+  // shard group), whose rank and size are the partition's.
   // step_tokens: micro-step 0's tokens of a training step, for the lookup from the shards to be
   // prepared a step ahead (zero/embedding_exchange.h; the training loader, train/engine_assembly.cpp).
+  // replicas: the replicate group of hybrid sharding (zero/data_mesh.h; nullptr: one shard group),
+  // over which the reducer sums each gradient shard once per step.
   ZeroEngine(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& shard_group,
-             const OptimSection& optim, StepTokens step_tokens = {});
+             const OptimSection& optim, StepTokens step_tokens = {}, Comm* replicas = nullptr);
   ~ZeroEngine() override;
 
   // Random GPT-2 init or an llm.c file. Each rank writes only what it keeps: every rank the same
@@ -130,6 +132,7 @@ class ZeroEngine : public UnitHooks {
   const Partition& part_;
   StateStore& store_;
   Comm& group_;  // the shard group
+  Comm* replicas_;  // the replicate group, or nullptr
   StageRules rules_;
   GradReducer<Ops> reducer_;
   ParamGatherer<Ops> gatherer_;

@@ -6,6 +6,7 @@
 
 #include "model/gpt.h"
 #include "plan/plan.h"
+#include "zero/data_mesh.h"
 #include "zero/partition.h"
 #include "zero/store.h"
 
@@ -24,9 +25,11 @@ struct EngineSettings {
   ParamLayout layout() const { return ParamLayout(model, pad_multiple, embedding_rows); }
 };
 
-// For rank `rank` of `world` on the backend of op table Ops.
+// For rank mesh.rank of the mesh on the backend of op table Ops. The partition is the shard group's:
+// its world and rank are the group's size and this rank's place in it (zero/data_mesh.h).
 template <class Ops>
-EngineSettings engine_settings(const Plan& plan, int world, int rank) {
+EngineSettings engine_settings(const Plan& plan, const DataMesh& mesh) {
+  const int world = mesh.shard;
   const ModelSection& m = plan.model;
   EngineSettings s;
   s.model = GPTConfig::make(m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size);
@@ -39,7 +42,8 @@ EngineSettings engine_settings(const Plan& plan, int world, int rank) {
   ZeroConfig& zc = s.zero;
   zc.stage = plan.zero.stage;
   zc.world = world;
-  zc.rank = rank;
+  zc.rank = mesh.shard_rank();
+  zc.replicas = mesh.replicas;
   zc.overlap = plan.zero.overlap_comm;
   zc.bucket_mb = plan.zero.bucket_mb;
   zc.prefetch_units = plan.zero.prefetch_units;

@@ -42,8 +42,9 @@ void estimate_nccl_internal(CommEstimate& c, int world) {
 
 // The plan on the backend of op table Ops: the store's list for its types and tiers, its activations.
 template <class Ops>
-Estimate estimate_for(const Plan& plan, int world) {
-  const EngineSettings s = engine_settings<Ops>(plan, world, 0);  // as the run builds rank 0
+Estimate estimate_for(const Plan& plan, int world, int ranks_per_host) {
+  const DataMesh mesh = DataMesh::of(plan, world, 0, ranks_per_host);
+  const EngineSettings s = engine_settings<Ops>(plan, mesh);  // as the run builds rank 0
   const GPTConfig& cfg = s.model;
   const int B = s.micro_batch, Tn = s.seq_len;
   const ParamLayout layout = s.layout();
@@ -84,6 +85,10 @@ Estimate estimate_for(const Plan& plan, int world) {
   count(Category::activations, "activations and activation gradients", Ops::tier, act);
   e.bytes_per_step = part.bytes_per_step();
   e.bytes_formula = part.bytes_formula();
+  e.shard_group = mesh.shard;
+  e.replicas = mesh.replicas;
+  e.bytes_shard_group = part.bytes_per_step_shard_group();
+  e.bytes_replicas = part.bytes_per_step_replicas();
 
   RecomputeEstimate& r = e.recompute;
   r.policy = plan.recompute.policy;
@@ -102,15 +107,15 @@ Estimate estimate_for(const Plan& plan, int world) {
 
 }  // namespace
 
-Estimate estimate_plan(const Plan& plan, int world) {
+Estimate estimate_plan(const Plan& plan, int world, int ranks_per_host) {
   ZT_REQUIRE(world >= 1 && world <= kMaxWorld, "--world must be between 1 and " << kMaxWorld << ", got " << world);
 #if ZT_HAVE_CUDA
   // device "cuda": the CUDA backend's buffers (precision "auto" is bf16 there, as choose_backend runs it).
   if (plan.device == "cuda")
-    return plan.precision.compute == "fp32" ? estimate_for<CudaOps<float>>(plan, world)
-                                            : estimate_for<CudaOps<bf16>>(plan, world);
+    return plan.precision.compute == "fp32" ? estimate_for<CudaOps<float>>(plan, world, ranks_per_host)
+                                            : estimate_for<CudaOps<bf16>>(plan, world, ranks_per_host);
 #endif
-  return estimate_for<CpuOps<float>>(plan, world);  // the CPU backend: fp32 everywhere, host memory
+  return estimate_for<CpuOps<float>>(plan, world, ranks_per_host);  // the CPU backend: fp32 everywhere, host memory
 }
 
 }  // namespace zt

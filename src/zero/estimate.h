@@ -66,6 +66,11 @@ struct Estimate {
   std::map<Tier, size_t> tier_totals;                    // tiers that hold anything
   uint64_t bytes_per_step = 0;
   std::string bytes_formula;
+  // The data mesh (zero/data_mesh.h): ranks per shard group, shard groups (replicas), and
+  // bytes_per_step within the shard group and across the replicas (which, with the shard group a
+  // host, is all that crosses between hosts).
+  int shard_group = 1, replicas = 1;
+  uint64_t bytes_shard_group = 0, bytes_replicas = 0;
   RecomputeEstimate recompute;
   CommEstimate comm;  // device backends only (backend_tier == Tier::device)
 
@@ -81,8 +86,9 @@ constexpr int kMaxWorld = 65536;
 // The --world argument as written: an integer in [1, kMaxWorld], or one clear error line.
 int parse_world(const std::string& text);
 
-// world in [1, kMaxWorld]. Throws when a size does not fit in 64 bits.
-Estimate estimate_plan(const Plan& plan, int world);
+// world in [1, kMaxWorld]. Throws when a size does not fit in 64 bits. ranks_per_host: for
+// zero.shard_group "host" (0 = not known: "host" is then refused; a run records the number).
+Estimate estimate_plan(const Plan& plan, int world, int ranks_per_host = 0);
 
 // What `train estimate` prints, and with --json: {"memory": {tier: {category: bytes, ..., "total"}},
 // "buffers": [{"category", "name", "tier", "bytes"}], "bytes_per_step", "world", "stage", "recompute",

@@ -62,7 +62,11 @@ nlohmann::json estimate_json(const Estimate& e) {
                                     {"extra_forward_flops_per_micro_step", r.extra_forward_flops},
                                     {"forward_flops_per_micro_step", r.forward_flops}};
   nlohmann::json out = {{"memory", memory}, {"buffers", buffers}, {"bytes_per_step", e.bytes_per_step},
-                        {"world", e.world},   {"stage", e.stage},     {"recompute", recompute}};
+                        {"world", e.world},   {"stage", e.stage},     {"recompute", recompute},
+                        {"shard_group", e.shard_group},
+                        {"replicas", e.replicas},
+                        {"bytes_per_step_shard_group", e.bytes_shard_group},
+                        {"bytes_per_step_replicate_group", e.bytes_replicas}};
   if (e.backend_tier == Tier::device) {
     const CommEstimate& c = e.comm;
     out["comm"] = {{"backend", c.backend},
@@ -80,7 +84,11 @@ std::string estimate_text(const Estimate& e) {
   std::ostringstream os;
   os << "plan " << e.plan_source << ": zero stage " << e.stage << ", world " << e.world << ", "
      << double(e.num_params) / 1e6 << "M parameters (" << e.padded_params << " padded), micro_batch " << e.micro_batch
-     << " x seq_len " << e.seq_len << "\n\n";
+     << " x seq_len " << e.seq_len << "\n";
+  if (e.replicas > 1)
+    os << "hybrid sharding: " << e.replicas << " shard groups of " << e.shard_group
+       << " ranks, each a replica: model state sharded as at world " << e.shard_group << "\n";
+  os << "\n";
   if (e.backend_tier == Tier::device)
     os << "backend " << e.backend_name << " (device \"cuda\"): device memory as the run tracks it; the CUDA context and\n"
           "cuBLASLt's workspace are not counted\n\n";
@@ -129,6 +137,10 @@ std::string estimate_text(const Estimate& e) {
   if (e.backend_tier == Tier::device) os << " (" << e.comm.backend << ")";
   os << ": " << format_bytes(double(e.bytes_per_step)) << " (" << e.bytes_per_step << " bytes)\n  " << e.bytes_formula
      << "\n";
+  if (e.replicas > 1)
+    os << "  within the shard group " << format_bytes(double(e.bytes_shard_group)) << ", across the replicas "
+       << format_bytes(double(e.bytes_replicas))
+       << " (with the shard group a host, only the latter crosses between hosts)\n";
   return os.str();
 }
 

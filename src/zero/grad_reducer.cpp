@@ -12,8 +12,11 @@
 namespace zt {
 
 template <class Ops>
-GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm)
-    : model_(model), layout_(model.layout()), part_(part), store_(store), comm_(comm), rules_(part.rules()) {
+GradReducer<Ops>::GradReducer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm, Comm* replicas)
+    : model_(model), layout_(model.layout()), part_(part), store_(store), comm_(comm), replicas_(replicas),
+      rules_(part.rules()) {
+  ZT_ASSERT((replicas != nullptr) == (part.config().replicas > 1));
+  ZT_ASSERT(!replicas || replicas->world() == part.config().replicas);
   if (!rules_.staged_grads) return;
   // Carve the staging and receive buffers into slots: bucket slots first, the embedding's last.
   const size_t slot = part.staging_slot_numel(), N = size_t(part.config().world);
@@ -79,6 +82,7 @@ void GradReducer<Ops>::grads_ready(int u) {
   const int b = part_.bucket_of(u);
   if (part_.buckets()[size_t(b)].units.back() != u) {  // the bucket is not complete yet
     comm_.test(CommHandle{});  // progress what is in flight
+    if (replicas_) replicas_->test(CommHandle{});
     return;
   }
   const bool last_micro = micro_ == part_.config().grad_accum - 1;
@@ -139,21 +143,46 @@ void GradReducer<Ops>::complete(StagingSlot& s) {
   }
   // My gradient shard += the bucket's reduce-scatter result, wherever the shard lives.
   shard_->add(s.bucket, s.buf, s.recv, s.micro);
-  if (s.micro == part_.config().grad_accum - 1 && on_final_) on_final_(part_.buckets()[size_t(s.bucket)].units);
+  if (s.micro == part_.config().grad_accum - 1) shard_final(s.bucket);
   if (&s != &s0_) s.bucket = -1;
 }
 
 template <class Ops>
+void GradReducer<Ops>::shard_final(int b) {
+  if (!replicas_) {
+    if (on_final_) on_final_(part_.buckets()[size_t(b)].units);
+    return;
+  }
+  // The other replicas' sums of the same shard: the collective follows the add above on the
+  // compute stream (comm.h), and the shard is final when it is done.
+  const auto [off, n] = part_.replica_all_reduces()[size_t(b)];
+  tag(b, -1);
+  replica_sums_.push_back({replicas_->all_reduce(comm_ptr(store_.get<T>(StateId::grad_shard) + off), n), b});
+}
+
+template <class Ops>
+bool GradReducer<Ops>::replicas_arrived(bool wait) {
+  while (!replica_sums_.empty()) {
+    const auto [h, b] = replica_sums_.front();
+    if (wait) replicas_->wait(h);
+    else if (!replicas_->test(h)) return false;
+    replica_sums_.erase(replica_sums_.begin());
+    if (on_final_) on_final_(part_.buckets()[size_t(b)].units);
+  }
+  return true;
+}
+
+template <class Ops>
 void GradReducer<Ops>::complete_arrived() {
-  for (;;) {
+  for (bool arrived = true; arrived;) {
     StagingSlot* oldest = nullptr;
     for (StagingSlot& s : slots_)
       if (s.bucket >= 0 && !s.hs.empty() && (!oldest || s.taken < oldest->taken)) oldest = &s;
-    if (!oldest) return;
-    for (CommHandle h : oldest->hs)
-      if (!comm_.test(h)) return;
-    complete(*oldest);
+    arrived = oldest != nullptr;
+    for (size_t i = 0; arrived && i < oldest->hs.size(); ++i) arrived = comm_.test(oldest->hs[i]);
+    if (arrived) complete(*oldest);
   }
+  if (replicas_) replicas_arrived(false);  // with replicas a shard is final once their sum is done
 }
 
 template <class Ops>
@@ -172,6 +201,11 @@ template <class Ops>
 void GradReducer<Ops>::finish() {
   if (!rules_.staged_grads) {
     comm_.wait_all(inflight_);
+    if (replicas_ && rules_.optimizer_sharded) {  // stage 1: the whole shard at once, now complete
+      const auto [off, n] = part_.replica_all_reduces().front();
+      tag(-1, -1);
+      replicas_->wait(replicas_->all_reduce(comm_ptr(store_.get<T>(StateId::grad_shard) + off), n));
+    }
     if (lookup_add_) {
       const EmbeddingAdd add = std::move(lookup_add_);
       lookup_add_ = nullptr;
@@ -187,6 +221,7 @@ void GradReducer<Ops>::finish() {
   if (s0_.buf) complete(s0_);
   shard_->flush();  // the optimizer reads the gradient shard next
   comm_.wait_all(ordered_);
+  if (replicas_) replicas_arrived(true);
 }
 
 template class GradReducer<CpuOps<float>>;

@@ -16,6 +16,11 @@
 // The naive path (zero.overlap_comm false) waits on each collective where it starts, beside the
 // overlapped one; Partition makes every unit its own bucket there.
 //
+// Replicas (hybrid sharding, zero/data_mesh.h): `comm` is the shard group; on the last micro-step
+// each bucket's part of my gradient shard, once complete, is summed over the replicate group (an
+// all-reduce started at once, so it crosses the slow link while backward goes on; stage 1: the
+// whole shard in finish()). A shard is final, for on_shards_final, when its all-reduce is done.
+//
 // Deferred lookup (Partition::lookup_numel() > 0, zero/embedding_exchange.h): the embedding's
 // LM-head gradient is reduced as a bucket while the blocks' backward runs; the exchange, having
 // gathered every rank's lookup gradient, hands add_to_reduced_embedding() what to add where the
@@ -40,7 +45,8 @@ class GradReducer {
  public:
   using T = typename Ops::T;
 
-  GradReducer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm);
+  // replicas: the replicate group, or nullptr (one shard group).
+  GradReducer(GPT<Ops>& model, const Partition& part, StateStore& store, Comm& comm, Comm* replicas = nullptr);
 
   // Zero the gradients this stage accumulates into (full ones: unless the optimizer's last step
   // left them zero, ShardedOptimizer::take_grads_cleared).
@@ -88,6 +94,8 @@ class GradReducer {
   };
   void launch(int b);
   void complete(StagingSlot& s);
+  void shard_final(int b);          // bucket b's gradient shard is complete on this rank
+  bool replicas_arrived(bool wait);  // hands over the buckets whose replica sum is done; true if none left
   StagingSlot* take_slot();
 
   GPT<Ops>& model_;
@@ -95,6 +103,7 @@ class GradReducer {
   const Partition& part_;
   StateStore& store_;
   Comm& comm_;
+  Comm* replicas_;  // the replicate group (nullptr: one shard group)
   StageRules rules_;
   int micro_ = 0;
   std::vector<CommHandle> inflight_;  // stages 0-1
@@ -109,6 +118,7 @@ class GradReducer {
   std::vector<StagingSlot*> slot_of_bucket_;
   uint64_t slots_taken_ = 0;
   std::unique_ptr<GradShardSink<Ops>> shard_;  // stages 2-3: my gradient shard, wherever it lives
+  std::vector<std::pair<CommHandle, int>> replica_sums_;  // (all-reduce, bucket) in flight, oldest first
   Tracer* tr_ = nullptr;
   std::function<void(const std::vector<int>&)> on_final_;
   void tag(int b, int unit) {  // the next collective's bucket and unit

@@ -19,7 +19,7 @@ int zero_embedding_rows(const GPTConfig& cfg, int stage, int world) {
 }
 
 Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) {
-  ZT_ASSERT(zc.world >= 1 && zc.rank >= 0 && zc.rank < zc.world);
+  ZT_ASSERT(zc.world >= 1 && zc.rank >= 0 && zc.rank < zc.world && zc.replicas >= 1);
   ZT_REQUIRE(layout.pad_multiple() % size_t(zc.world) == 0,
              "layout padded to " << layout.pad_multiple() << " elements cannot be split over " << zc.world << " ranks");
   const int U = layout.num_units();
@@ -32,7 +32,9 @@ Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) 
   total_ = layout.total();
   embedding_units_ = layout.embedding_units();
   const size_t per_rank = checked_mul(zc.micro_tokens, size_t(layout.config().C) + 1, "zero: lookup exchange");
-  if (zc.world > 1 && zc.stage <= 2 && zc.host && embedding_units_ == 1 &&
+  // Off with replicas: the exchange would have to span both groups (the rows are added after the
+  // shard group's reduction, before the replicas'), for a few MB of traffic.
+  if (zc.world > 1 && zc.replicas == 1 && zc.stage <= 2 && zc.host && embedding_units_ == 1 &&
       checked_mul(per_rank, size_t(zc.world), "zero: lookup exchange") <= unit_padded_[0])
     lookup_numel_ = per_rank;
 
@@ -89,6 +91,29 @@ size_t Partition::staging_slot_numel() const {
 }
 
 uint64_t Partition::bytes_per_step() const {
+  return checked_add(bytes_per_step_shard_group(), bytes_per_step_replicas(), "zero: bytes sent per step");
+}
+
+uint64_t Partition::bytes_per_step_replicas() const {
+  // Each all-reduce of n elements over R ranks sends (2 e n) / R bytes, rounded down as the
+  // Comm byte model counts it (comm.h): a shard need not be a multiple of R.
+  const uint64_t R = uint64_t(zc_.replicas), e = zc_.elem_bytes;
+  const std::string what = "zero: bytes sent per step";
+  uint64_t sum = 0;
+  for (const auto& [off, n] : replica_all_reduces())
+    sum = checked_add(sum, checked_mul(checked_mul(2 * (R - 1), e, what), uint64_t(n), what) / R, what);
+  return sum;
+}
+
+std::vector<std::pair<size_t, size_t>> Partition::replica_all_reduces() const {
+  std::vector<std::pair<size_t, size_t>> out;
+  if (zc_.replicas == 1 || zc_.stage == 0) return out;
+  if (zc_.stage == 1) return {{0, shard_total()}};
+  for (const Bucket& b : buckets_) out.push_back({unit_shard_flat(b.units.back()), b.shard_numel});
+  return out;
+}
+
+uint64_t Partition::bytes_per_step_shard_group() const {
   const uint64_t N = uint64_t(zc_.world), e = zc_.elem_bytes, A = uint64_t(zc_.grad_accum);
   const uint64_t psi = total_, again = embedding_gathered_again();
   // Every count below is a multiple of N (units are padded to lcm(N, 128)), so dividing first is
@@ -136,6 +161,9 @@ std::string Partition::bytes_formula() const {
   if (lookup_numel_)  // X = N x lookup_numel
     os << (zc_.stage == 0 ? " + " : zc_.stage == 1 ? " + 2 x " : " + (A+1) x ") << "embedding lookup exchange X(N-1)/N, X = "
        << lookup_exchange_numel();
+  if (zc_.replicas > 1)
+    os << "; across the " << zc_.replicas << " replicas: all-reduce of my shard 2(R-1)/R x Ψ/N = "
+       << bytes_per_step_replicas() / zc_.elem_bytes;
   os << " elements x " << zc_.elem_bytes << " bytes";
   (void)psi; (void)N;
   return os.str();

@@ -54,8 +54,11 @@ struct Bucket {
 
 struct ZeroConfig {
   int stage = 0;
-  int world = 1;
-  int rank = 0;
+  int world = 1;  // the shard group's size (the world unless hybrid sharding: zero/data_mesh.h)
+  int rank = 0;   // this rank's place in the shard group
+  // Shard groups holding the same shards (hybrid sharding, zero/data_mesh.h): after the group's
+  // reduce-scatter each rank's gradient shard is summed over the R replicas, once per step.
+  int replicas = 1;
   bool overlap = true;
   double bucket_mb = 25;
   int prefetch_units = 1;
@@ -124,7 +127,14 @@ class Partition {
   // slices would be larger than the embedding P0, where reducing the embedding whole is cheaper).
   size_t lookup_numel() const { return lookup_numel_; }
   size_t lookup_exchange_numel() const { return lookup_numel_ * size_t(zc_.world); }  // X: all ranks' slices
-  // Bytes this rank sends per optimizer step under the Comm byte model (comm.h).
+  // Bytes this rank sends per optimizer step under the Comm byte model (comm.h): within the shard
+  // group, across the replicas (the shard all-reduce, 2(R-1)/R x Ψ/N, once per step), and both.
+  uint64_t bytes_per_step_shard_group() const;
+  // The shard all-reduces across replicas, as (offset, count) in my flat shard buffers: stage 1 one of
+  // the whole shard once the step's reduce-scatters are done; stages 2-3 one per bucket, started as
+  // the bucket's last micro-step result lands in the shard. Empty without replicas.
+  std::vector<std::pair<size_t, size_t>> replica_all_reduces() const;
+  uint64_t bytes_per_step_replicas() const;
   uint64_t bytes_per_step() const;
   // The same, spelled as a formula with its numbers, for `train estimate`.
   std::string bytes_formula() const;

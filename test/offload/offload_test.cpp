@@ -321,7 +321,7 @@ TEST_F(Offload, UringMovesWhileTheCallerComputesOnlyWhatTheQueueHolds) {
   }
 
   const Plan plan = load_plan(std::string(ZT_SOURCE_DIR) + "/plans/largest_cpu_nvme.json", {}, false);
-  const EngineSettings es = engine_settings<CpuOps<float>>(plan, 1, 0);
+  const EngineSettings es = engine_settings<CpuOps<float>>(plan, DataMesh::of(plan, 1, 0, 0));
   size_t largest = 0;
   for (const Unit& u : es.layout().units()) largest = std::max(largest, u.padded * sizeof(float));
   EXPECT_GE(size_t(plan.offload.queue_depth) * offload::Uring::kMaxIo, largest + offload::kIoAlign)

@@ -1,0 +1,51 @@
+#include "zero/data_mesh.h"
+
+#include <sstream>
+
+#include "runtime/error.h"
+
+namespace zt {
+
+DataMesh DataMesh::of(const Plan& plan, int world, int rank, int ranks_per_host) {
+  const std::string& g = plan.zero.shard_group;
+  DataMesh m;
+  m.world = world;
+  m.rank = rank;
+  int s = world;
+  if (g == "host") {
+    ZT_REQUIRE(ranks_per_host > 0, "zero.shard_group \"host\": the number of ranks per host is not known here "
+                                   "(train estimate: give --ranks-per-host K)");
+    s = ranks_per_host;
+  } else if (g != "world") {
+    s = std::stoi(g);  // digits, checked by the plan
+  }
+  ZT_REQUIRE(s >= 1 && s <= world && world % s == 0,
+             "zero.shard_group: " << (g == "host" ? "\"host\" (" + std::to_string(s) + " ranks per host)" : g)
+                                  << " does not divide the world of " << world
+                                  << " ranks: every shard group needs as many ranks (give a divisor of " << world
+                                  << ", or \"world\")");
+  m.shard = s;
+  m.replicas = world / s;
+  if (m.hybrid()) {
+    ZT_REQUIRE(plan.zero.stage >= 1, "zero.shard_group " << g << " (" << m.replicas << " replicated groups of " << s
+                                                        << ") needs zero.stage 1, 2 or 3: stage 0 shards nothing "
+                                                           "(set zero.shard_group \"world\")");
+    ZT_REQUIRE(plan.offload.params == "none",
+               "zero.shard_group " << g << " with offload.params \"" << plan.offload.params
+                                   << "\" is not supported: the replicas sum their gradient shards in memory "
+                                      "(set offload.params \"none\", or zero.shard_group \"world\")");
+  }
+  return m;
+}
+
+std::string describe_mesh(const DataMesh& m) {
+  std::ostringstream os;
+  if (!m.hybrid())
+    os << "one shard group of " << m.world << (m.world == 1 ? " rank" : " ranks");
+  else
+    os << m.replicas << " shard groups of " << m.shard << (m.shard == 1 ? " rank" : " ranks")
+       << ", each a replica (shard all-reduce across groups)";
+  return os.str();
+}
+
+}  // namespace zt
