@@ -139,7 +139,7 @@ double CollLog::now() const {
 
 bool CollLog::take_fault(CollOp op) {
   if (fault_fired_ || coll_op_is_control(op) || op == CollOp::broadcast) return false;
-  if (opts_.fault_skip_rank < 0 || opts_.fault_skip_rank != rank_) return false;
+  if (opts_.fault_skip_rank < 0 || opts_.fault_skip_rank != global_rank(rank_)) return false;
   if (step_ != opts_.fault_skip_step) return false;
   fault_fired_ = true;
   return true;
@@ -274,8 +274,15 @@ std::string CollLog::timeout_headline(uint64_t seq) const {
   if (r && r->peer >= 0)
     os << "rank " << r->peer << " of the group probably did not post the matching "
        << (r->op == CollOp::send ? "recv" : "send") << ", or is stuck";
-  else
+  else if (name_ == "world")
     os << "another rank is probably stuck or skipped it";
+  else {  // a group: the ranks that may be missing are its other members
+    os << "another rank of the group (world rank";
+    os << (world_ > 2 ? "s " : " ");
+    for (int g = 0, n = 0; g < world_; ++g)
+      if (g != rank_) os << (n++ ? ", " : "") << global_rank(g);
+    os << ") is probably stuck or skipped it";
+  }
   return os.str();
 }
 

@@ -43,8 +43,8 @@ class CollLog {
   }
   Tracer* tracer() const { return tracer_; }
 
-  // Fault injection: true exactly once, for the first model-state collective of fault_skip_step on
-  // fault_skip_rank. Call before start().
+  // Fault injection: true exactly once per comm (the world and each group), for its first
+  // model-state collective of fault_skip_step on world rank fault_skip_rank. Call before start().
   bool take_fault(CollOp op);
 
   // New record (pending, or skipped when `skipped`), counted in the step stats unless skipped.

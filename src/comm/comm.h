@@ -47,7 +47,7 @@
 // must call split, the same splits in the same order (MPI_Comm_split / ncclCommSplit match them by
 // order). A group is a Comm of its own: rank() and world() within the group, its own sequence
 // numbers, collective log, duplicate-communicator pool, trace lanes ("comm <name>") and step stats,
-// the parent's options (timeout etc.; fault injection off) and its name in every diagnostic;
+// the parent's options (timeout etc.; fault injection by world rank) and its name in every diagnostic;
 // global_rank() is the rank in the world, for messages. The caller of split owns the group.
 //
 // Point to point: send/recv move bytes (host buffers on MPI, device buffers on NCCL and the

@@ -288,9 +288,9 @@ class MpiComm final : public Comm {
     MPI_Comm c = MPI_COMM_NULL;
     ZT_CHECK_MPI(MPI_Comm_split(split_, color, key, &c));
     ZT_CHECK_MPI(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
-    CommOptions opts = log_.options();
-    opts.fault_skip_rank = -1;  // fault injection names world ranks and steps: the world's only
-    opts.fault_skip_step = -1;
+    // Fault injection names a world rank (CollLog::take_fault): a group skips its own first
+    // collective of the step there (hybrid sharding's collectives are all in groups).
+    const CommOptions opts = log_.options();
     auto group = std::make_unique<MpiComm>(opts, c, name);
     group->set_tracer(log_.tracer());
     return group;

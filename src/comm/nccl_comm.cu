@@ -117,8 +117,6 @@ class NcclComm final : public Comm {
     ncclComm_t c = nullptr;
     ZT_CHECK_NCCL(ncclCommSplit(comm_, color, key, &c, nullptr));
     CommOptions opts = log_.options();
-    opts.fault_skip_rank = -1;  // as the MPI backend: fault injection is the world's
-    opts.fault_skip_step = -1;
     auto group = std::make_unique<NcclComm>(opts, std::move(boot), c, device_, compute_stream_, type_, es_);
     group->set_tracer(log_.tracer());
     return group;
