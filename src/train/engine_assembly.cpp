@@ -47,7 +47,7 @@ EngineParts<Ops> assemble_engine(const Plan& plan, const EngineSettings& es, Com
       p.device_comm = make_nccl_comm(nccl_options(plan), comm, Ops::stream(), es.types.param == DType::bf16);
     else
       p.device_comm = std::make_unique<HostMirrorComm>(
-          comm, host_mirror_regions(*p.store, es.types.param, stage), int(dtype_bytes(es.types.param)));
+          comm, host_mirror_regions(*p.store, es.types.param, stage, es.zero.replicas > 1), int(dtype_bytes(es.types.param)));
     p.comm = p.device_comm.get();
   }
 #endif

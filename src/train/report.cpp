@@ -8,6 +8,7 @@
 #include "runtime/error.h"
 #include "train/backend_choice.h"
 #include "train/offload_setup.h"
+#include "zero/data_mesh.h"
 #if ZT_HAVE_CUDA
 #include "runtime/cuda_context.h"
 #endif
@@ -48,6 +49,8 @@ void print_banner(const Plan& plan, const Banner& b) {
   std::printf("zero: stage %d, %s, %zu gradient bucket(s)\n", plan.zero.stage,
               plan.zero.overlap_comm ? "overlapped bucketed communication" : "naive blocking per-unit communication",
               b.buckets);
+  const DataMesh mesh = DataMesh::of(plan, world, 0, 0);  // "host" is a number by now (record_shard_group)
+  if (mesh.hybrid()) std::printf("zero: hybrid sharding, %s\n", describe_mesh(mesh).c_str());
   std::printf("comm: %s\n", describe_comm_backend(plan.comm.backend, b.on_device).c_str());
   if (b.swap->enabled()) std::printf("%s\n", describe_offload(*b.swap, plan, world, !b.on_device).c_str());
   std::printf("\nmemory per rank (tracked):\n%s\n", b.mem->table(false).c_str());

@@ -140,11 +140,11 @@ size_t param_upload_offset(const Partition& part, size_t i);
 // them into the gradient shard and all-gathers parameters; stage 2 reduce-scatters staging slots
 // into rs_receive and all-gathers parameters; stage 3 gathers the parameter shard (or its upload
 // buffers) into slots.
-std::vector<StateId> host_mirrored(int stage);
+std::vector<StateId> host_mirrored(int stage, bool replicas = false);
 class StateStore;
 // Those buffers of `store` (elements of type elem), each with its part of host_mirrors: what a
 // HostMirrorComm is given. None for a world of one (no host_mirrors).
-std::vector<MirroredRegion> host_mirror_regions(const StateStore& store, DType elem, int stage);
+std::vector<MirroredRegion> host_mirror_regions(const StateStore& store, DType elem, int stage, bool replicas = false);
 
 // Owns the buffers of one rank's list (zero-filled, tracked); Tier::nvme buffers are swap files in
 // swap.dir (created here, removed with the store).

@@ -8,20 +8,25 @@
 
 namespace zt {
 
-std::vector<StateId> host_mirrored(int stage) {
+std::vector<StateId> host_mirrored(int stage, bool replicas) {
+  std::vector<StateId> ids;
   switch (stage) {
-    case 0: return {StateId::grads};
-    case 1: return {StateId::params, StateId::grads, StateId::grad_shard};
-    case 2: return {StateId::params, StateId::embedding_staging, StateId::bucket_staging, StateId::rs_receive};
-    default: return {StateId::param_shard, StateId::param_upload, StateId::embedding_staging, StateId::bucket_staging, StateId::rs_receive,
-                     StateId::gathered_units};
+    case 0: ids = {StateId::grads}; break;
+    case 1: ids = {StateId::params, StateId::grads, StateId::grad_shard}; break;
+    case 2: ids = {StateId::params, StateId::embedding_staging, StateId::bucket_staging, StateId::rs_receive}; break;
+    default:
+      ids = {StateId::param_shard,    StateId::param_upload, StateId::embedding_staging, StateId::bucket_staging,
+             StateId::rs_receive, StateId::gathered_units};
   }
+  // Hybrid sharding: the gradient shard is summed across the replicas (zero/data_mesh.h).
+  if (replicas && stage >= 2) ids.push_back(StateId::grad_shard);
+  return ids;
 }
-std::vector<MirroredRegion> host_mirror_regions(const StateStore& store, DType elem, int stage) {
+std::vector<MirroredRegion> host_mirror_regions(const StateStore& store, DType elem, int stage, bool replicas) {
   std::vector<MirroredRegion> regions;
   float* host = store.get<float>(StateId::host_mirrors);
   if (!host) return regions;  // a world of one: device-to-device copies, no mirror
-  for (StateId id : host_mirrored(stage)) {
+  for (StateId id : host_mirrored(stage, replicas)) {
     // offload.params "cpu" / "nvme": the shard itself is not a collective's (its upload buffers are)
     if (!store.has(id) || store.info(id).tier == Tier::pinned || store.info(id).tier == Tier::nvme) continue;
     const StateBuffer& b = store.info(id);
@@ -70,9 +75,10 @@ void add_host_optimizer(std::vector<StateBuffer>& out, const Partition& part, co
 // touches gets a pinned fp32 mirror (bf16 is widened there and summed in fp32), carved in
 // host_mirrored() order from one allocation. A world of one sends nothing and needs none; NCCL needs none.
 void add_host_mirrors(std::vector<StateBuffer>& out, const Partition& part, const StateTypes& ty) {
-  if (ty.tier != Tier::device || !ty.host_mirror_comm || part.config().world == 1) return;
+  const bool replicas = part.config().replicas > 1;
+  if (ty.tier != Tier::device || !ty.host_mirror_comm || (part.config().world == 1 && !replicas)) return;
   size_t n = 0;
-  for (StateId id : host_mirrored(part.config().stage))
+  for (StateId id : host_mirrored(part.config().stage, replicas))
     for (const StateBuffer& b : out)
       if (b.id == id && b.tier == Tier::device) n = checked_add(n, b.numel, "model: collective host staging (elements)");
   out.push_back({StateId::host_mirrors, Category::comm, DType::f32, Tier::pinned, n, false, {}});

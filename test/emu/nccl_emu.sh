@@ -7,6 +7,9 @@
 #         (grad_accum x N = 6): every step's loss within 1e-5 relative; and the CPU backend, same bound.
 #         Also -np 2 with overlap off (stages 0-3) and with the shipped bucket size (25 MB, stage 2),
 #         and -np 2 with grad_accum 1 at stages 0-3 against N = 1 with grad_accum 2.
+#   hybrid sharding: -np 4 as 2 shard groups of 2 (zero.shard_group 2: NCCL sub-communicators from
+#         ncclCommSplit, the gradient shards summed across the replicas) at stages 1-3 against N = 1
+#         with grad_accum 4, 1e-5 relative; bytes, memory and estimate as below (4 emulated GPUs).
 #   stream waits: at stage 3 with overlap the compute stream waits on the collectives' events and
 #         the host does not block (comm_host_waits 0 every step; the host-staged path: dozens).
 #   bf16: -np 2 at stages 0-3 and -np 3 at stage 0 against N = 1 bf16, within 2e-2 relative (test/gpu
@@ -73,6 +76,8 @@ bg mpi_b16 2
 bg run f32_n1 1 fp32 0 6
 bg run b16_n1 1 bf16 0 6
 bg run f32_n1_ga2 1 fp32 0 2  # the same global batch as grad_accum 1 at N = 2
+bg run f32_n1_ga4 1 fp32 0 4  # ... as 4 ranks with grad_accum 1
+for s in 1 2 3; do ZT_EMU_DEVICES=4 bg run f32_n4_s${s}_hybrid 4 fp32 $s 1 --set zero.shard_group=2; done
 bg cpu
 join
 
@@ -153,6 +158,16 @@ for s in range(4):
     check(f"f32_n2_s{s}_ga1", "f32_n1_ga2", 1e-5)
 for s in range(4):
     check(f"f32_n2_s{s}_blocking", "f32_n1", 1e-5)
+for s in (1, 2, 3):
+    check(f"f32_n4_s{s}_hybrid", "f32_n1_ga4", 1e-5)
+    sm = summary(f"f32_n4_s{s}_hybrid")
+    good = (sm["shard_group"], sm["replicas"]) == (2, 2) and sm["bytes_replicate_group_per_step"] > 0 and \
+        sm["bytes_replicate_group_per_step"] == sm["bytes_replicate_group_per_step_theory"] and \
+        sm["bytes_shard_group_per_step"] == sm["bytes_shard_group_per_step_theory"]
+    ok &= good
+    print(f"f32_n4_s{s}_hybrid bytes per step: shard group {sm['bytes_shard_group_per_step']}, replicas "
+          f"{sm['bytes_replicate_group_per_step']} (theory {sm['bytes_replicate_group_per_step_theory']}): "
+          f"{'ok' if good else 'FAILED'}")
 # Stage 3 with overlap: gathered units and reduced buckets are waited for by the compute stream
 # (an event), not by the host; the host waits only at a pass's ends, when they are complete.
 for name in ("f32_n2_s3", "f32_n3_s3", "b16_n2_s3", "f32_n2_s3_ga1"):
