@@ -4,7 +4,9 @@
 // each all-reduce (comm.h: (2 e n) / R rounded down, per collective).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../plan/plan_testing.h"
@@ -79,9 +81,12 @@ TEST(DataMesh, ReplicaAllReduceBytes) {
           for (const Bucket& b : part.buckets()) want += 2 * uint64_t(R - 1) * 4 * (b.numel / S) / R;
         EXPECT_EQ(part.bytes_per_step_replicas(), want) << stage << " " << S << " " << R;
         EXPECT_EQ(part.bytes_per_step(), part.bytes_per_step_shard_group() + want);
-        // The all-reduces tile my shard: every element summed across replicas exactly once.
+        // The all-reduces tile my shard: every element summed across replicas exactly once (in
+        // backward's bucket order, so sorted first).
+        std::vector<std::pair<size_t, size_t>> ars = part.replica_all_reduces();
+        std::sort(ars.begin(), ars.end());
         size_t at = 0;
-        for (const auto& [off, n] : part.replica_all_reduces()) {
+        for (const auto& [off, n] : ars) {
           EXPECT_EQ(off, at);
           at += n;
         }
