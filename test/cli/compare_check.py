@@ -52,6 +52,8 @@ def main():
             "estimate_host_bytes": str(est["memory"]["host"]["total"]),
             "peak_rss_bytes": str(summ["peak_rss_bytes"]),
             "bytes_per_step": str(summ["bytes_sent_per_step"]),
+            "groups": "2",  # one shard group of 2 ranks (hybrid sharding would say "SxR")
+            "bytes_across_replicas": str(summ["bytes_replicate_group_per_step"]),
         }
         for k, v in want.items():
             if r[k] != v:
