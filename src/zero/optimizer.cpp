@@ -53,8 +53,11 @@ ShardedOptimizer<Ops>::ShardedOptimizer(const ParamLayout& layout, const Partiti
   if (host) host_ = std::make_unique<HostOptimizer<Ops>>(shard_, optim, shards_on_host, swap_.get(), at_);
   // Stage 3 only: at stages 1-2 the gradient shard is reduced bucket by bucket too, but the
   // parameter all-gather follows the step; the CUDA backend's host AdamW has its own overlap.
+  // Not with hybrid sharding's replicas (zero/data_mesh.h): with the step inside backward their
+  // losses drifted from one rank's by 1e-4 at a varying step (a race not yet found), so the step
+  // follows backward there.
   updates_in_backward_ = swap_ && store.swap_spec().overlap_update && optim.grad_clip <= 0 && !rules_.full_params &&
-                         Ops::tier == Tier::host && !host;
+                         Ops::tier == Tier::host && !host && part.config().replicas == 1;
 }
 
 // ---- the step inside backward (zero/update_in_backward.h) ----------------------------------------
