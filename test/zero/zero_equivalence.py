@@ -215,9 +215,10 @@ def lookup_exchange(n_ranks, stage):
     return x if x <= p0 else 0
 
 
-def theory_bytes(n_ranks, stage, accum, regather=False):
+def theory_bytes(n_ranks, stage, accum, regather=False, exchange=True):
     """regather: a chunked classifier over the split embedding gathers every embedding unit once
-    more per micro-step, for its gradient (docs/design.md §3.11): + Pe."""
+    more per micro-step, for its gradient (docs/design.md §3.11): + Pe. exchange=False: without the
+    embedding's lookup exchange (X = 0: a shard group of a hybrid mesh, test/zero/hybrid_equivalence.py)."""
     if n_ranks == 1:
         return 0
     P, again = psi(n_ranks, stage)
@@ -226,8 +227,8 @@ def theory_bytes(n_ranks, stage, accum, regather=False):
         sizes = stage_unit_sizes(n_ranks, stage)
         again += sum((n + m - 1) // m * m for n in sizes[:len(sizes) - L - 1])
     N, A, e = n_ranks, accum, 4
-    X = lookup_exchange(n_ranks, stage)
-    assert stage == 3 or X == N * 2 * 31 * 36, X  # spelled out: on for this model at stages 0-2
+    X = lookup_exchange(n_ranks, stage) if exchange else 0
+    assert stage == 3 or not exchange or X == N * 2 * 31 * 36, X  # spelled out: on for this model at stages 0-2
     if stage == 0:
         return 2 * (N - 1) * e * P // N + (N - 1) * e * X // N
     if stage == 1:
@@ -406,9 +407,24 @@ def sets_path(sets):
 # ---- checks ---------------------------------------------------------------------------------
 def check(res, ref, n_ranks, stage, accum, overlap):
     """Returns (errors, measures)."""
+    errs, m = check_numerics(res, ref, n_ranks == 1 and stage == 0)
+    want = theory_bytes(n_ranks, stage, accum, regathers(res["estimate"], n_ranks, stage))
+    errs += check_counts(res, m, n_ranks, stage, overlap, want)
+    return errs, m
+
+
+def regathers(est, shard, stage):
+    """Whether stage 3's chunked classifier gathers the split embedding once more (theory_bytes)."""
+    return stage == 3 and est["recompute"]["classifier_chunk_rows"] < B * T and len(stage_unit_sizes(shard, 3)) > L + 2
+
+
+def check_numerics(res, ref, identical=False):
+    """Loss, grad norm and final weights against the reference (tolerances in the module docstring);
+    identical: the reference's own configuration, which must also match it bit for bit. Returns
+    (errors, measures)."""
     errs = []
     m = {}
-    if n_ranks == 1 and stage == 0:
+    if identical:
         # Determinism check: the reference's own configuration must reproduce it exactly.
         for what in ("loss", "grad_norm"):
             a = [r[what] for r in res["steps"]]
@@ -438,11 +454,17 @@ def check(res, ref, n_ranks, stage, accum, overlap):
         errs.append(f"final weights: tensor {tname} max|dw|/max|w_ref| {m['t']:.2e} > {TENSOR_TOL}")
     if m["k"] > KBIAS_ABS:
         errs.append(f"final weights: key bias max|dw| {m['k']:.2e} > {KBIAS_ABS} (absolute)")
+    return errs, m
 
-    # Bytes.
+
+def check_counts(res, m, n_ranks, stage, overlap, want, shard=None):
+    """Bytes per step (summary, the binary's theory, the estimate, every step) == want, tracked
+    memory == the run's estimate, and the shard sizes 4Ψ/N of grads (stages 2-3) and params
+    (stage 3), Ψ padded for and divided by the shard group's size (default: the world). Adds
+    bytes, bytes_ok and mem_ok to m; returns the errors."""
+    errs = []
+    shard = shard or n_ranks
     s, est = res["summary"], res["estimate"]
-    regather = stage == 3 and est["recompute"]["classifier_chunk_rows"] < B * T and len(stage_unit_sizes(n_ranks, 3)) > L + 2
-    want = theory_bytes(n_ranks, stage, accum, regather)
     got = {"summary": s["bytes_sent_per_step"], "binary's theory": s["bytes_sent_per_step_theory"],
            "estimate": est["bytes_per_step"]}
     bad_steps = [r["step"] for r in res["steps"] if r.get("comm_bytes") != want]
@@ -452,7 +474,7 @@ def check(res, ref, n_ranks, stage, accum, overlap):
         errs.append(f"bytes per step: theory {want}, got {got}; steps whose comm_bytes differ: {bad_steps[:5]}")
 
     # Memory.
-    P, _ = psi(n_ranks)
+    P, _ = psi(shard)
     peak = s["peak_memory_bytes"].get("host", {})
     emem = est["memory"].get("host", {})
     keys = sorted(set(peak) | set(emem))
@@ -463,17 +485,17 @@ def check(res, ref, n_ranks, stage, accum, overlap):
     names = [b["name"] for b in est["buffers"]]
     if stage >= 2:
         for where, d in (("tracked", peak), ("estimate", emem)):
-            if d.get("grads") != 4 * P // n_ranks:
+            if d.get("grads") != 4 * P // shard:
                 mem_ok = False
-                errs.append(f"stage {stage}: {where} grads {d.get('grads')} != 4Ψ/N = {4 * P // n_ranks}")
+                errs.append(f"stage {stage}: {where} grads {d.get('grads')} != 4Ψ/N = {4 * P // shard}")
         if "gradients" in names:
             mem_ok = False
             errs.append(f"stage {stage}: estimate lists a full 'gradients' buffer: {names}")
     if stage == 3:
         for where, d in (("tracked", peak), ("estimate", emem)):
-            if d.get("params") != 4 * P // n_ranks:
+            if d.get("params") != 4 * P // shard:
                 mem_ok = False
-                errs.append(f"stage 3: {where} params {d.get('params')} != 4Ψ/N = {4 * P // n_ranks}")
+                errs.append(f"stage 3: {where} params {d.get('params')} != 4Ψ/N = {4 * P // shard}")
         mg = s["max_gathered_units"]
         want_mg = PREFETCH + 1 if overlap else 1
         if mg != want_mg:
@@ -483,7 +505,7 @@ def check(res, ref, n_ranks, stage, accum, overlap):
         if s.get(k) != v:
             errs.append(f"summary {k} = {s.get(k)}, expected {v}")
     m["bytes_ok"], m["mem_ok"] = bytes_ok, mem_ok
-    return errs, m
+    return errs
 
 
 def run_and_check(train, args, n, stage, ov, a, workdir, mb, name, refs, failures):
