@@ -80,11 +80,11 @@ add_test(NAME zero_equivalence
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(zero_equivalence PROPERTIES LABELS zero TIMEOUT 1200 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 # hybrid_equivalence: zero.shard_group (issue 52) on meshes 2x2, 3 per group x 2 and 2 per group x 3
-# x stage 1-3, two of six (bucket, overlap, grad_accum, offload.optimizer) rows per cell in a Latin
-# square (every pair of factor values meets), against single-rank stage 0 (loss, final weights, grad
-# norm, bytes per shard and replicate group vs the contract's formula, tracked memory vs `train estimate`
-# and vs world S's estimate without the lookup exchange); S = W and "host" bit for bit the run without
-# the key; one-line refusals; 21 runs, about 2 minutes on 2 cores.
+# x stage 1-3, one of six (bucket, overlap, grad_accum, offload.optimizer) rows per cell (every pair of
+# factor values meets), against single-rank stage 0 (loss, final weights, grad norm, bytes per shard
+# and replicate group vs the contract's formula, tracked memory vs `train estimate` and vs world S's
+# estimate without the lookup exchange); S = W and "host" bit for bit the run without the key;
+# one-line refusals under mpirun and by `train estimate`; 12 runs + 4 references, 8 steps each.
 add_test(NAME hybrid_equivalence
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/zero/hybrid_equivalence.py --train $<TARGET_FILE:train>
                  --mpirun ${MPIEXEC_EXECUTABLE}

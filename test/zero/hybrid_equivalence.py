@@ -17,21 +17,27 @@ global batch (W = 1, grad_accum = A*W):
     whole percents from step 2 on.
   * bytes sent per optimizer step, per rank, against a formula written here (hybrid_bytes): the
     shard group sends today's stage formula at N = S without the lookup exchange (X = 0;
-    zero_equivalence.theory_bytes), the replicate group one ring all-reduce of the shard,
-    2(R-1)4(Ψ_S/S)/R rounded down (src/comm/comm.h's byte model), Ψ_S the units padded to lcm(S, 128).
-    The summary's total (and every step's comm_bytes, the binary's own theory and `train estimate`'s
-    bytes_per_step) == the sum, and its per-group figures == each term.
+    zero_equivalence.theory_bytes), the replicate group a ring all-reduce of the shard Ψ_S/S,
+    2(R-1)4(Ψ_S/S)/R, Ψ_S the units padded to lcm(S, 128). That all-reduce is one per gradient
+    bucket from stage 2 (stage 1: the whole shard once), each counted rounded down by
+    src/comm/comm.h's byte model, so with R = 3, which divides no shard of S = 2 here, the sum of
+    the pieces is what is exact (1-2 bytes below the single formula, which is also printed); the
+    pieces come from partition.h's bucket rule written out in zero_equivalence.bucket_units and
+    must cover the shard exactly. The summary's total (and every step's comm_bytes, the binary's
+    own theory and `train estimate`'s bytes_per_step) == the sum, and its per-group figures
+    (measured and theory) and the estimate's == each term.
   * tracked peak memory per category == `train estimate --world W --set zero.shard_group=S --json`,
     the shard sizes 4Ψ_S/S (grads from stage 2, params at stage 3), stage 3's max_gathered_units;
     and that estimate == today's estimate at world S (no key) less its embedding lookup exchange
     buffer: the contract's "today's estimate at world S with X = 0", from the binary before the key.
 
-The design is a Latin square, not the product: three meshes (4 ranks as 2 x 2: S = 2, R = 2;
-6 ranks as S = 3, R = 2 and as S = 2, R = 3) x stages 1-3 make nine cells; six rows of (bucket MiB,
-overlap, grad_accum, offload.optimizer) are split into three pairs, and cell (mesh i, stage s) runs
-pair (i + s) mod 3: 18 runs, not 54. Every (mesh, stage) cell runs, every row runs at every mesh
-and at every stage, and the rows hold every pair of values of their four factors (check_design), so
-every pair of factor values meets. The faults this exists for depend on two factors at most (a
+The design covers pairs, not the product: three meshes (4 ranks as 2 x 2: S = 2, R = 2; 6 ranks as
+S = 3, R = 2 and as S = 2, R = 3) x stages 1-3 make nine cells, each running one of six rows of
+(bucket MiB, overlap, grad_accum, offload.optimizer) (CELLS): 9 runs, not 54 (the pairs of a Latin
+square, 18 runs, took twice the time for no pair more). Every (mesh, stage) cell runs, every row
+runs somewhere, the rows hold every pair of values of their four factors, and each mesh's three
+rows and each stage's three rows hold both values of every factor (check_design): every pair of
+factor values meets. The faults this exists for depend on two factors at most (a
 replica sum done per micro-step instead of per step: accumulation x mesh; a replicate group built
 from the wrong ranks: mesh x stage; the NVMe optimizer updating a shard the replicas do not share:
 offload x stage; stage 3's gathers leaving the shard group: stage x mesh), and each run checks
@@ -64,7 +70,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zero_equivalence as zm  # noqa: E402  (the model, runner, tolerances and checks)
 
-zm.STEPS = 10  # run_train and check_counts read it: 10 steps (warm-up 3, then clipping and decay)
+zm.STEPS = 8  # run_train and check_counts read it: 8 steps (warm-up 3, then clipping and decay)
 MESHES = [(4, 2), (6, 3), (6, 2)]  # (W, S): 2 x 2, 3 per group x 2 replicas, 2 per group x 3 replicas
 STAGES = [1, 2, 3]
 A = 2  # the accumulation of the rows with grad_accum > 1
@@ -73,27 +79,32 @@ A = 2  # the accumulation of the rows with grad_accum > 1
 ROWS = [(0.05, True, 1, "none"), (0.05, False, A, "none"),
         (0.05, True, A, "nvme"), (0.05, False, 1, "nvme"),
         (25.0, True, A, "none"), (25.0, False, 1, "nvme")]
-PAIRS = [ROWS[i:i + 2] for i in range(0, len(ROWS), 2)]
+# The row of each cell: CELLS[mesh][stage - 1] (check_design says what it covers).
+CELLS = [[0, 1, 5],   # 2 x 2
+         [1, 3, 4],   # 3 per group x 2
+         [5, 4, 2]]   # 2 per group x 3
 SAME_W, SAME_STAGE, SAME_ROW = 4, 3, (0.05, True, A, "nvme")  # the S = W row
-# Names of the summary's and the estimate's per-group byte figures (src/train/report.cpp).
-SUMMARY_SHARD, SUMMARY_REPLICATE = "bytes_shard_group_per_step", "bytes_replicate_group_per_step"
+# The summary's (src/train/report.cpp) and the estimate's per-group byte figures: measured and the
+# binary's theory; `train estimate --json`'s.
+SUMMARY_GROUPS = [("bytes_shard_group_per_step", "bytes_replicate_group_per_step"),
+                  ("bytes_shard_group_per_step_theory", "bytes_replicate_group_per_step_theory")]
+ESTIMATE_GROUPS = ("bytes_per_step_shard_group", "bytes_per_step_replicate_group")
 LOOKUP_BUFFER = "embedding lookup exchange"  # the estimate's buffer of the X term
 
 
 def design():
-    """The runs, (W, S, stage, bucket, overlap, accum, offload): Latin square over (mesh, stage)."""
-    return [mesh + (stage,) + row for i, mesh in enumerate(MESHES) for stage in STAGES
-            for row in PAIRS[(i + stage) % len(PAIRS)]]
+    """The runs, (W, S, stage, bucket, overlap, accum, offload), one per (mesh, stage) cell."""
+    return [mesh + (stage,) + ROWS[CELLS[i][stage - 1]] for i, mesh in enumerate(MESHES) for stage in STAGES]
 
 
 def check_design():
     runs = design()
-    assert len(PAIRS) == len(MESHES) == len(STAGES) and sorted(r for p in PAIRS for r in p) == sorted(ROWS)
+    assert len(runs) == len(MESHES) * len(STAGES) and {r for c in CELLS for r in c} == set(range(len(ROWS)))
     assert {(w, s, st) for w, s, st, *_ in runs} == {m + (st,) for m in MESHES for st in STAGES}
-    for mesh in MESHES:
-        assert sorted(tuple(r[3:]) for r in runs if r[:2] == mesh) == sorted(ROWS), mesh
-    for st in STAGES:
-        assert sorted(tuple(r[3:]) for r in runs if r[2] == st) == sorted(ROWS), st
+    # Each mesh's runs and each stage's runs hold both values of every row factor.
+    for key in [lambda r, m=m: r[:2] == m for m in MESHES] + [lambda r, st=st: r[2] == st for st in STAGES]:
+        for f in range(3, 7):
+            assert len({r[f] for r in runs if key(r)}) == 2, (f, [r for r in runs if key(r)])
     # Every pair of the rows' factors takes every pair of values.
     for i, j in itertools.combinations(range(4), 2):
         vi, vj = {r[i] for r in ROWS}, {r[j] for r in ROWS}
@@ -107,14 +118,30 @@ def check_design():
     assert any(st == 3 and a > 1 for _, _, st, _, _, a, _ in runs)
 
 
-def hybrid_bytes(W, S, stage, accum, regather=False):
+def replicate_pieces(S, stage, mb, overlap):
+    """The replicate group's all-reduces, in elements of my shard: stage 1 the whole shard at once;
+    stages 2-3 one per gradient bucket (zero_equivalence.bucket_units: the blocks and final norm by
+    bucket_mb, every unit alone with overlap off; then each embedding unit alone)."""
+    m = zm.pad_multiple(S)
+    padded = [(n + m - 1) // m * m for n in zm.stage_unit_sizes(S, stage)]
+    if stage == 1:
+        return [sum(padded) // S]
+    E = len(padded) - zm.L - 1
+    return [sum(padded[u] for u in b) // S for b in zm.bucket_units(padded, mb, E, overlap)] + \
+        [padded[u] // S for u in range(E - 1, -1, -1)]
+
+
+def hybrid_bytes(W, S, stage, mb, overlap, accum, regather=False):
     """(shard group, replicate group) bytes per optimizer step and rank, by the contract: the stage's
     formula over a world of S (lookup exchange on only when R = 1), and a ring all-reduce of the
-    Ψ_S/S shard over the R replicas once per step."""
+    Ψ_S/S shard over the R replicas once per step, in replicate_pieces, each rounded down. Also the
+    contract's single formula 2(R-1)4(Ψ_S/S)/R, for the report."""
     R = W // S
     shard = zm.theory_bytes(S, stage, accum, regather, exchange=(R == 1))
     P = zm.psi(S, stage)[0]
-    return shard, 2 * (R - 1) * 4 * (P // S) // R
+    pieces = replicate_pieces(S, stage, mb, overlap) if R > 1 else []
+    assert not pieces or sum(pieces) == P // S, (S, stage, mb, overlap, pieces, P)
+    return shard, sum(2 * (R - 1) * 4 * n // R for n in pieces), 2 * (R - 1) * 4 * (P // S) // R
 
 
 def plan_extra(S, offload, workdir):
@@ -136,15 +163,17 @@ def check_hybrid(train, res, ref, W, S, stage, mb, overlap, accum, offload, work
     """Returns (errors, measures) of one hybrid run (module docstring)."""
     errs, m = zm.check_numerics(res, ref)
     est, summ = res["estimate"], res["summary"]
-    shard, rep = hybrid_bytes(W, S, stage, accum, zm.regathers(est, S, stage))
+    shard, rep, m["rep_single"] = hybrid_bytes(W, S, stage, mb, overlap, accum, zm.regathers(est, S, stage))
     errs += zm.check_counts(res, m, W, stage, overlap, shard + rep, shard=S)
-    got = (summ.get(SUMMARY_SHARD), summ.get(SUMMARY_REPLICATE))
-    if got != (shard, rep):
-        m["bytes_ok"] = False
-        errs.append(f"summary per group ({SUMMARY_SHARD}, {SUMMARY_REPLICATE}) = {got}, theory {(shard, rep)}")
-    if (est.get("shard_group"), est.get("replicas")) != (S, W // S):
-        errs.append(f"estimate shard_group, replicas = {est.get('shard_group')}, {est.get('replicas')}; "
-                    f"expected {S}, {W // S}")
+    for where, d, keys in [("summary", summ, k) for k in SUMMARY_GROUPS] + [("estimate", est, ESTIMATE_GROUPS)]:
+        got = tuple(d.get(k) for k in keys)
+        if got != (shard, rep):
+            m["bytes_ok"] = False
+            errs.append(f"{where} per group {keys} = {got}, theory {(shard, rep)}")
+    for where, d in (("summary", summ), ("estimate", est)):
+        if (d.get("shard_group"), d.get("replicas")) != (S, W // S):
+            errs.append(f"{where} shard_group, replicas = {d.get('shard_group')}, {d.get('replicas')}; "
+                        f"expected {S}, {W // S}")
     # The estimate at (W, S) is today's estimate at world S, without the lookup exchange when R > 1.
     sets = zm.plan_sets(stage, overlap, accum, workdir, mb, plan_extra(None, offload, workdir))
     base = estimate(train, S, sets)
@@ -188,36 +217,36 @@ REFUSALS = [
 ]
 
 
-def refusals(train, mpirun, work, timeout):
-    """Each refusal under mpirun and by `train estimate`, after the control (a good S accepted)."""
-    errs = []
-    d = os.path.join(work, "refusal_control")
+def refusal(train, mpirun, work, timeout, i, how):
+    """REFUSALS[i] under mpirun or by `train estimate`: (its line of the report, the error or None)."""
+    W, stage, S, extra, says = REFUSALS[i]
+    d = os.path.join(work, f"refusal{i}_{how}")
+    os.makedirs(d)
+    x = dict(extra, **{"zero.shard_group": S})
+    if "offload.params" in x:
+        x["offload.nvme_dir"] = os.path.join(d, "swap")
+    sets = zm.plan_sets(stage, True, 1, d, 0.05, x)
+    name = f"W={W} stage={stage} shard_group={S}" + "".join(f" {k}={v}" for k, v in extra.items())
+    cmd = (zm.launcher(mpirun, W) + [train, "plans/default.json"] if how == "mpirun" else
+           [train, "estimate", "plans/default.json", "--world", str(W)]) + sets
+    p = subprocess.run(cmd, cwd=zm.ROOT, env=zm.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout)
+    lines = [l for l in (p.stdout + p.stderr).splitlines() if l.startswith("error")]
+    ok = (p.returncode != 0 and len(lines) == 1 and "shard_group" in lines[0] and "unknown key" not in lines[0]
+          and all(re.search(s, lines[0]) for s in says) and not os.path.exists(os.path.join(d, "metrics.jsonl")))
+    line = (f"  {'ok ' if ok else 'BAD'} {how:8s} {name}: exit {p.returncode}: "
+            f"{lines[0][:150] if lines else (p.stdout + p.stderr).strip()[-150:]}")
+    return line, None if ok else (f"refusal {name} ({how}): exit {p.returncode}, {len(lines)} error line(s) "
+                                  f"{lines[:2]}; wanted one naming shard_group and {says}, nothing written")
+
+
+def refusal_control(train, work):
+    """A good S is accepted by the same binary: the refusals are of values, not of an unknown key."""
     try:
-        estimate(train, 4, zm.plan_sets(1, True, 1, d, 0.05, {"zero.shard_group": 2}))
+        estimate(train, 4, zm.plan_sets(1, True, 1, os.path.join(work, "control"), 0.05, {"zero.shard_group": 2}))
     except zm.RunFailed as e:
-        errs.append(f"control: zero.shard_group 2 at world 4 stage 1 is not accepted: {e}")
-    for i, (W, stage, S, extra, says) in enumerate(REFUSALS):
-        d = os.path.join(work, f"refusal{i}")
-        os.makedirs(d)
-        x = dict(extra, **{"zero.shard_group": S})
-        if "offload.params" in x:
-            x["offload.nvme_dir"] = os.path.join(d, "swap")
-        sets = zm.plan_sets(stage, True, 1, d, 0.05, x)
-        name = f"W={W} stage={stage} shard_group={S}" + "".join(f" {k}={v}" for k, v in extra.items())
-        for how, cmd in (("mpirun", zm.launcher(mpirun, W) + [train, "plans/default.json"] + sets),
-                         ("estimate", [train, "estimate", "plans/default.json", "--world", str(W)] + sets)):
-            p = subprocess.run(cmd, cwd=zm.ROOT, env=zm.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, timeout=timeout)
-            lines = [l for l in (p.stdout + p.stderr).splitlines() if l.startswith("error")]
-            ok = (p.returncode != 0 and len(lines) == 1 and "shard_group" in lines[0] and "unknown key" not in lines[0]
-                  and all(re.search(s, lines[0]) for s in says)
-                  and not os.path.exists(os.path.join(d, "metrics.jsonl")))
-            print(f"  {'ok ' if ok else 'BAD'} {how:8s} {name}: exit {p.returncode}: "
-                  f"{lines[0][:150] if lines else (p.stdout + p.stderr).strip()[-150:]}", flush=True)
-            if not ok:
-                errs.append(f"refusal {name} ({how}): exit {p.returncode}, {len(lines)} error line(s) "
-                            f"{lines[:2]}; wanted one naming shard_group and {says}, nothing written")
-    return errs
+        return f"control: zero.shard_group 2 at world 4 stage 1 is not accepted: {e}"
+    return None
 
 
 def main():
@@ -242,13 +271,19 @@ def main():
 
     def start(W, S, stage, mb, ov, a, offload, d):
         d = os.path.join(work, d)
+        # "host": `train estimate` is told the ranks per host that mpirun on this one machine gives.
+        more = ["--ranks-per-host", str(W)] if S == "host" else []
         return pool.submit(zm.run_train, train, args.mpirun, W, stage, ov, a, d, args.timeout, mb,
-                           plan_extra(S, offload, d))
+                           plan_extra(S, offload, d), more)
     runs = design()
+    # The refusals first, on their own threads: a refused mpirun job spends seconds ending its ranks,
+    # idle; they overlap the training runs.
+    waiting = concurrent.futures.ThreadPoolExecutor(max_workers=4)
+    refused = [waiting.submit(refusal, train, args.mpirun, work, args.timeout, i, how)
+               for i in range(len(REFUSALS)) for how in ("mpirun", "estimate")]
     goals = sorted({w * a for w, _, _, _, _, a, _ in runs} | {SAME_W * SAME_ROW[2]})
     refs = {g: start(1, None, 0, 0.05, True, g, "none", f"ref_A{g}") for g in goals}
-    mb, ov, a, off = SAME_ROW
-    same = {S: start(SAME_W, S, SAME_STAGE, mb, ov, a, off, f"same_{S}") for S in (None, SAME_W, "host")}
+    same = {S: start(SAME_W, S, SAME_STAGE, *SAME_ROW, f"same_{S}") for S in (None, SAME_W, "host")}
     dirs = [f"W{r[0]}_S{r[1]}_s{r[2]}_b{r[3]}_o{int(r[4])}_A{r[5]}_{r[6]}" for r in runs]
     started = [(r, d, start(*r, d)) for r, d in zip(runs, dirs)]
 
@@ -267,7 +302,8 @@ def main():
               f"{refs[g]['steps'][-1]['loss']:.4f}, {refs[g]['seconds']:.1f} s", flush=True)
 
     hdr = f"{'W':>2} {'S':>2} {'R':>2} {'stage':>5} {'bucket':>6} {'overlap':>7} {'accum':>5} {'offload':>7} " \
-          f"{'loss err':>9} {'norm err':>9} {'w err':>9} {'shard B':>9} {'repl B':>9} {'bytes':>5} {'mem':>4} {'sec':>5}"
+          f"{'loss err':>9} {'norm err':>9} {'w err':>9} {'shard B':>9} {'repl B':>9} {'1-formula':>9} {'bytes':>5} " \
+          f"{'mem':>4} {'sec':>5}"
     print("\n" + hdr + "\n" + "-" * len(hdr), flush=True)
     worst = {"loss": 0.0, "norm": 0.0, "w": 0.0, "t": 0.0, "k": 0.0}
     for (W, S, stage, mb, ov, a, off), d, fut in started:
@@ -287,10 +323,11 @@ def main():
             continue
         for k in worst:
             worst[k] = max(worst[k], m[k])
-        print(f"{row} {m['loss']:9.2e} {m['norm']:9.2e} {m['w']:9.2e} {m['shard']:9d} {m['rep']:9d} "
+        print(f"{row} {m['loss']:9.2e} {m['norm']:9.2e} {m['w']:9.2e} {m['shard']:9d} {m['rep']:9d} {m['rep_single']:9d} "
               f"{'ok' if m['bytes_ok'] else 'BAD':>5} {'ok' if m['mem_ok'] else 'BAD':>4} {res['seconds']:5.1f}",
               flush=True)
 
+    mb, ov, a, off = SAME_ROW
     print(f"\nS = W at W={SAME_W} stage {SAME_STAGE} (bucket {mb}, overlap {'on' if ov else 'off'}, accum {a}, offload {off}):")
     base = result("S=W without the key", same[None])
     if base is not None:
@@ -308,12 +345,20 @@ def main():
         print(f"  {'ok ' if not errs else 'BAD'} shard_group {S}: bit for bit the run without the key", flush=True)
 
     print("\nrefusals:", flush=True)
-    failures += refusals(train, args.mpirun, work, args.timeout)
+    err = refusal_control(train, work)
+    print(f"  {'ok ' if not err else 'BAD'} control: zero.shard_group 2 at world 4 stage 1 accepted by `train estimate`")
+    failures += [err] if err else []
+    for fut in refused:
+        line, err = fut.result()
+        print(line, flush=True)
+        failures += [err] if err else []
 
     total = time.monotonic() - t_all
     print(f"\nworst: loss rel {worst['loss']:.2e} (tol {zm.LOSS_TOL}), grad norm rel {worst['norm']:.2e} "
           f"(tol {zm.NORM_TOL}), weights rel L2 {worst['w']:.2e} (tol {zm.WEIGHT_TOL}), per-tensor "
           f"{worst['t']:.2e} (tol {zm.TENSOR_TOL}), key bias {worst['k']:.2e} (tol {zm.KBIAS_ABS} absolute)")
+    print("(repl B: the replicate group's bytes, one all-reduce per bucket each rounded down; 1-formula: "
+          "2(R-1)4(Ψ_S/S)/R rounded once)")
     print(f"{len(runs)} hybrid runs + 3 S=W runs + {len(refs)} references + {2 * len(REFUSALS)} refusals in "
           f"{total:.0f} s; run directories in {work}" + ("" if args.keep or failures else " (removed)"))
     if not args.keep and not failures:

@@ -148,17 +148,25 @@ def check_bucket_arithmetic():
         m = pad_multiple(n_ranks)
         padded = [(n + m - 1) // m * m for n in unit_sizes()]
         for mb in BUCKETS:
-            limit = int(mb * 1024 * 1024) // 4
-            buckets, cur, size = [], [], 0
-            for u in range(len(padded) - 1, 0, -1):
-                cur.append(u)
-                size += padded[u]
-                if size >= limit:
-                    buckets.append(cur)
-                    cur, size = [], 0
-            if cur:
-                buckets.append(cur)
+            buckets = bucket_units(padded, mb)
             assert buckets == want[mb], (n_ranks, mb, buckets, want[mb])
+
+
+def bucket_units(padded, bucket_mb, first=1, overlap=True):
+    """partition.h's rule for the units after the embedding's (from `first`, the number of embedding
+    units, on; each of those is a bucket of its own): from the final norm down, a bucket closes once
+    it holds at least bucket_mb MiB of padded elements; with overlap off every unit is its own."""
+    limit = int(bucket_mb * 1024 * 1024) // 4
+    buckets, cur, size = [], [], 0
+    for u in range(len(padded) - 1, first - 1, -1):
+        cur.append(u)
+        size += padded[u]
+        if not overlap or size >= limit:
+            buckets.append(cur)
+            cur, size = [], 0
+    if cur:
+        buckets.append(cur)
+    return buckets
 
 
 def design(worlds):
@@ -365,8 +373,10 @@ def launcher(mpirun, n_ranks):
     return [mpirun, "--oversubscribe", "-np", str(n_ranks)]
 
 
-def run_train(train, mpirun, n_ranks, stage, overlap, accum, workdir, timeout_s, bucket_mb=0.05, extra=None):
-    """extra: more plan fields to set ({"recompute.policy": "block"}, test/recompute/recompute_equivalence.py)."""
+def run_train(train, mpirun, n_ranks, stage, overlap, accum, workdir, timeout_s, bucket_mb=0.05, extra=None,
+              estimate_args=()):
+    """extra: more plan fields to set ({"recompute.policy": "block"}, test/recompute/recompute_equivalence.py);
+    estimate_args: more arguments of `train estimate` (--ranks-per-host K, test/zero/hybrid_equivalence.py)."""
     os.makedirs(workdir, exist_ok=True)
     sets = plan_sets(stage, overlap, accum, workdir, bucket_mb, extra)
     cmd = launcher(mpirun, n_ranks) + [train, "plans/default.json"] + sets
@@ -388,7 +398,7 @@ def run_train(train, mpirun, n_ranks, stage, overlap, accum, workdir, timeout_s,
     summ = [r["summary"] for r in rows if "summary" in r]
     if len(steps) != STEPS or len(summ) != 1:
         raise RunFailed(f"metrics log has {len(steps)} step lines and {len(summ)} summary lines")
-    est_cmd = [train, "estimate", "plans/default.json", "--world", str(n_ranks), "--json"] + sets
+    est_cmd = [train, "estimate", "plans/default.json", "--world", str(n_ranks), "--json"] + list(estimate_args) + sets
     pe = subprocess.run(est_cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
     if pe.returncode != 0:
         raise RunFailed(f"estimate failed ({pe.returncode}): {pe.stdout.decode(errors='replace')}")
