@@ -21,9 +21,9 @@ global batch (W = 1, grad_accum = A*W):
     2(R-1)4(Ψ_S/S)/R, Ψ_S the units padded to lcm(S, 128). That all-reduce is one per gradient
     bucket from stage 2 (stage 1: the whole shard once), each counted rounded down by
     src/comm/comm.h's byte model, so with R = 3, which divides no shard of S = 2 here, the sum of
-    the pieces is what is exact (1-2 bytes below the single formula, which is also printed); the
-    pieces come from partition.h's bucket rule written out in zero_equivalence.bucket_units and
-    must cover the shard exactly. The summary's total (and every step's comm_bytes, the binary's
+    the pieces is what is exact (1-2 bytes below the single formula, which is also printed; docs/
+    zero.md's "Hybrid sharding" table states the sum); the pieces come from partition.h's bucket
+    rule written out in zero_equivalence.bucket_units and must cover the shard exactly. The summary's total (and every step's comm_bytes, the binary's
     own theory and `train estimate`'s bytes_per_step) == the sum, and its per-group figures
     (measured and theory) and the estimate's == each term.
   * tracked peak memory per category == `train estimate --world W --set zero.shard_group=S --json`,
