@@ -79,6 +79,17 @@ add_test(NAME zero_equivalence
                  --mpirun ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(zero_equivalence PROPERTIES LABELS zero TIMEOUT 1200 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+# hybrid_equivalence: zero.shard_group (issue 52) on meshes 2x2, 3 per group x 2 and 2 per group x 3
+# x stage 1-3, one of six (bucket, overlap, grad_accum, offload.optimizer) rows per cell (every pair of
+# factor values meets), against single-rank stage 0 (loss, final weights, grad norm, bytes per shard
+# and replicate group vs the contract's formula, tracked memory vs `train estimate` and vs world S's
+# estimate without the lookup exchange); S = W and "host" bit for bit the run without the key;
+# one-line refusals under mpirun and by `train estimate`; 12 runs + 4 references of 8 steps, about 3 minutes.
+add_test(NAME hybrid_equivalence
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/zero/hybrid_equivalence.py --train $<TARGET_FILE:train>
+                 --mpirun ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(hybrid_equivalence PROPERTIES LABELS zero TIMEOUT 600 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 # memory_formulas: per-rank memory of every category against formulas written in the test (stages 0-3,
 # world 1 and 3, estimate and real runs), and rank 0's VmHWM against tracked + init transient +
 # a runtime overhead measured on a small model; about 15 s.
@@ -233,6 +244,15 @@ add_test(NAME checkpoint_signals
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/checkpoint/signals_test.py --train $<TARGET_FILE:train>
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(checkpoint_signals PROPERTIES LABELS checkpoint TIMEOUT 300 RUN_SERIAL TRUE)
+# checkpoint_hybrid: across shard groups (issue 52): a 4-rank stage-3 run with zero.shard_group 2 saves
+# at step 5 of 10; resumed on the same mesh bit for bit, at full ZeRO-3 (S = 4), 1 rank stage 0 and
+# 2 ranks stage 1 S = 1 within 1e-5 of it; a full ZeRO-3 save resumed at 4 ranks stage 2 S = 2
+# (test/checkpoint/hybrid_checkpoint.py; about 40 s on idle cores, 2.5 minutes on busy ones).
+add_test(NAME checkpoint_hybrid
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/checkpoint/hybrid_checkpoint.py --train $<TARGET_FILE:train>
+                 --mpirun ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(checkpoint_hybrid PROPERTIES LABELS checkpoint TIMEOUT 420 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 
 # ---- offload -----------------------------------------------------------------------------------
 # offload_equivalence: offload.optimizer nvme (docs/design.md §3.6) against the same plan in memory,

@@ -148,17 +148,25 @@ def check_bucket_arithmetic():
         m = pad_multiple(n_ranks)
         padded = [(n + m - 1) // m * m for n in unit_sizes()]
         for mb in BUCKETS:
-            limit = int(mb * 1024 * 1024) // 4
-            buckets, cur, size = [], [], 0
-            for u in range(len(padded) - 1, 0, -1):
-                cur.append(u)
-                size += padded[u]
-                if size >= limit:
-                    buckets.append(cur)
-                    cur, size = [], 0
-            if cur:
-                buckets.append(cur)
+            buckets = bucket_units(padded, mb)
             assert buckets == want[mb], (n_ranks, mb, buckets, want[mb])
+
+
+def bucket_units(padded, bucket_mb, first=1, overlap=True):
+    """partition.h's rule for the units after the embedding's (from `first`, the number of embedding
+    units, on; each of those is a bucket of its own): from the final norm down, a bucket closes once
+    it holds at least bucket_mb MiB of padded elements; with overlap off every unit is its own."""
+    limit = int(bucket_mb * 1024 * 1024) // 4
+    buckets, cur, size = [], [], 0
+    for u in range(len(padded) - 1, first - 1, -1):
+        cur.append(u)
+        size += padded[u]
+        if not overlap or size >= limit:
+            buckets.append(cur)
+            cur, size = [], 0
+    if cur:
+        buckets.append(cur)
+    return buckets
 
 
 def design(worlds):
@@ -215,9 +223,10 @@ def lookup_exchange(n_ranks, stage):
     return x if x <= p0 else 0
 
 
-def theory_bytes(n_ranks, stage, accum, regather=False):
+def theory_bytes(n_ranks, stage, accum, regather=False, exchange=True):
     """regather: a chunked classifier over the split embedding gathers every embedding unit once
-    more per micro-step, for its gradient (docs/design.md §3.11): + Pe."""
+    more per micro-step, for its gradient (docs/design.md §3.11): + Pe. exchange=False: without the
+    embedding's lookup exchange (X = 0: a shard group of a hybrid mesh, test/zero/hybrid_equivalence.py)."""
     if n_ranks == 1:
         return 0
     P, again = psi(n_ranks, stage)
@@ -226,8 +235,8 @@ def theory_bytes(n_ranks, stage, accum, regather=False):
         sizes = stage_unit_sizes(n_ranks, stage)
         again += sum((n + m - 1) // m * m for n in sizes[:len(sizes) - L - 1])
     N, A, e = n_ranks, accum, 4
-    X = lookup_exchange(n_ranks, stage)
-    assert stage == 3 or X == N * 2 * 31 * 36, X  # spelled out: on for this model at stages 0-2
+    X = lookup_exchange(n_ranks, stage) if exchange else 0
+    assert stage == 3 or not exchange or X == N * 2 * 31 * 36, X  # spelled out: on for this model at stages 0-2
     if stage == 0:
         return 2 * (N - 1) * e * P // N + (N - 1) * e * X // N
     if stage == 1:
@@ -364,8 +373,10 @@ def launcher(mpirun, n_ranks):
     return [mpirun, "--oversubscribe", "-np", str(n_ranks)]
 
 
-def run_train(train, mpirun, n_ranks, stage, overlap, accum, workdir, timeout_s, bucket_mb=0.05, extra=None):
-    """extra: more plan fields to set ({"recompute.policy": "block"}, test/recompute/recompute_equivalence.py)."""
+def run_train(train, mpirun, n_ranks, stage, overlap, accum, workdir, timeout_s, bucket_mb=0.05, extra=None,
+              estimate_args=()):
+    """extra: more plan fields to set ({"recompute.policy": "block"}, test/recompute/recompute_equivalence.py);
+    estimate_args: more arguments of `train estimate` (--ranks-per-host K, test/zero/hybrid_equivalence.py)."""
     os.makedirs(workdir, exist_ok=True)
     sets = plan_sets(stage, overlap, accum, workdir, bucket_mb, extra)
     cmd = launcher(mpirun, n_ranks) + [train, "plans/default.json"] + sets
@@ -387,7 +398,7 @@ def run_train(train, mpirun, n_ranks, stage, overlap, accum, workdir, timeout_s,
     summ = [r["summary"] for r in rows if "summary" in r]
     if len(steps) != STEPS or len(summ) != 1:
         raise RunFailed(f"metrics log has {len(steps)} step lines and {len(summ)} summary lines")
-    est_cmd = [train, "estimate", "plans/default.json", "--world", str(n_ranks), "--json"] + sets
+    est_cmd = [train, "estimate", "plans/default.json", "--world", str(n_ranks), "--json"] + list(estimate_args) + sets
     pe = subprocess.run(est_cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
     if pe.returncode != 0:
         raise RunFailed(f"estimate failed ({pe.returncode}): {pe.stdout.decode(errors='replace')}")
@@ -406,9 +417,24 @@ def sets_path(sets):
 # ---- checks ---------------------------------------------------------------------------------
 def check(res, ref, n_ranks, stage, accum, overlap):
     """Returns (errors, measures)."""
+    errs, m = check_numerics(res, ref, n_ranks == 1 and stage == 0)
+    want = theory_bytes(n_ranks, stage, accum, regathers(res["estimate"], n_ranks, stage))
+    errs += check_counts(res, m, n_ranks, stage, overlap, want)
+    return errs, m
+
+
+def regathers(est, shard, stage):
+    """Whether stage 3's chunked classifier gathers the split embedding once more (theory_bytes)."""
+    return stage == 3 and est["recompute"]["classifier_chunk_rows"] < B * T and len(stage_unit_sizes(shard, 3)) > L + 2
+
+
+def check_numerics(res, ref, identical=False):
+    """Loss, grad norm and final weights against the reference (tolerances in the module docstring);
+    identical: the reference's own configuration, which must also match it bit for bit. Returns
+    (errors, measures)."""
     errs = []
     m = {}
-    if n_ranks == 1 and stage == 0:
+    if identical:
         # Determinism check: the reference's own configuration must reproduce it exactly.
         for what in ("loss", "grad_norm"):
             a = [r[what] for r in res["steps"]]
@@ -438,11 +464,17 @@ def check(res, ref, n_ranks, stage, accum, overlap):
         errs.append(f"final weights: tensor {tname} max|dw|/max|w_ref| {m['t']:.2e} > {TENSOR_TOL}")
     if m["k"] > KBIAS_ABS:
         errs.append(f"final weights: key bias max|dw| {m['k']:.2e} > {KBIAS_ABS} (absolute)")
+    return errs, m
 
-    # Bytes.
+
+def check_counts(res, m, n_ranks, stage, overlap, want, shard=None):
+    """Bytes per step (summary, the binary's theory, the estimate, every step) == want, tracked
+    memory == the run's estimate, and the shard sizes 4Ψ/N of grads (stages 2-3) and params
+    (stage 3), Ψ padded for and divided by the shard group's size (default: the world). Adds
+    bytes, bytes_ok and mem_ok to m; returns the errors."""
+    errs = []
+    shard = shard or n_ranks
     s, est = res["summary"], res["estimate"]
-    regather = stage == 3 and est["recompute"]["classifier_chunk_rows"] < B * T and len(stage_unit_sizes(n_ranks, 3)) > L + 2
-    want = theory_bytes(n_ranks, stage, accum, regather)
     got = {"summary": s["bytes_sent_per_step"], "binary's theory": s["bytes_sent_per_step_theory"],
            "estimate": est["bytes_per_step"]}
     bad_steps = [r["step"] for r in res["steps"] if r.get("comm_bytes") != want]
@@ -452,7 +484,7 @@ def check(res, ref, n_ranks, stage, accum, overlap):
         errs.append(f"bytes per step: theory {want}, got {got}; steps whose comm_bytes differ: {bad_steps[:5]}")
 
     # Memory.
-    P, _ = psi(n_ranks)
+    P, _ = psi(shard)
     peak = s["peak_memory_bytes"].get("host", {})
     emem = est["memory"].get("host", {})
     keys = sorted(set(peak) | set(emem))
@@ -463,17 +495,17 @@ def check(res, ref, n_ranks, stage, accum, overlap):
     names = [b["name"] for b in est["buffers"]]
     if stage >= 2:
         for where, d in (("tracked", peak), ("estimate", emem)):
-            if d.get("grads") != 4 * P // n_ranks:
+            if d.get("grads") != 4 * P // shard:
                 mem_ok = False
-                errs.append(f"stage {stage}: {where} grads {d.get('grads')} != 4Ψ/N = {4 * P // n_ranks}")
+                errs.append(f"stage {stage}: {where} grads {d.get('grads')} != 4Ψ/N = {4 * P // shard}")
         if "gradients" in names:
             mem_ok = False
             errs.append(f"stage {stage}: estimate lists a full 'gradients' buffer: {names}")
     if stage == 3:
         for where, d in (("tracked", peak), ("estimate", emem)):
-            if d.get("params") != 4 * P // n_ranks:
+            if d.get("params") != 4 * P // shard:
                 mem_ok = False
-                errs.append(f"stage 3: {where} params {d.get('params')} != 4Ψ/N = {4 * P // n_ranks}")
+                errs.append(f"stage 3: {where} params {d.get('params')} != 4Ψ/N = {4 * P // shard}")
         mg = s["max_gathered_units"]
         want_mg = PREFETCH + 1 if overlap else 1
         if mg != want_mg:
@@ -483,7 +515,7 @@ def check(res, ref, n_ranks, stage, accum, overlap):
         if s.get(k) != v:
             errs.append(f"summary {k} = {s.get(k)}, expected {v}")
     m["bytes_ok"], m["mem_ok"] = bytes_ok, mem_ok
-    return errs, m
+    return errs
 
 
 def run_and_check(train, args, n, stage, ov, a, workdir, mb, name, refs, failures):
