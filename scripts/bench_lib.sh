@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # sourced: TRAIN_SETS, LAUNCH, WHERE, L.. are for the caller
 # Shared pieces of the training benchmarks that run ranks under mpirun, on this machine or across
 # namespace hosts (scripts/cluster). Sourced, not run: scripts/bench_comm.sh, scripts/bench_hybrid.sh.
 #
