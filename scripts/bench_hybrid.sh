@@ -5,8 +5,8 @@
 # measures; the numbers: docs/zero.md / docs/multihost.md).
 #
 #   scripts/bench_hybrid.sh [--model ovl|deep|mh|small|gpt2-124m|tiny] [--hosts H] [--per-host P]
-#                           [--rate RATE] [--steps K] [--warmup W] [--stages "1 2"] [--train PATH]
-#                           [--set KEY=VALUE]...
+#                           [--rate RATE] [--steps K] [--warmup W] [--repeat R] [--stages "1 2"]
+#                           [--train PATH] [--set KEY=VALUE]...
 #
 # H namespace hosts (default 2, scripts/cluster, root) with P ranks each (default 2), mapped by slot
 # (ranks 0..P-1 on host 0, ...), Open MPI's TCP transport between hosts and shared memory within
@@ -14,6 +14,11 @@
 # cluster is named $ZT_CLUSTER (default ztb$$) and removed at exit whatever ends the script.
 # Model: --model (default ovl; the list: scripts/bench_lib.sh); tiny checks the script in seconds.
 # --set KEY=VALUE: a plan key for every run, repeatable. BENCH_KEEP=DIR keeps the runs' logs there.
+# --repeat R (default 1): R rounds of the long runs, every configuration once per round, in the
+# order below (the short runs once, in the first round): on a shared machine the load moves
+# between runs, and rounds spread it over the configurations instead of giving each one a
+# stretch of its own. Step times are the median over all rounds' timed steps, bytes per step
+# the mean over rounds and hosts.
 #
 # Configurations, one after the other in this order:
 #   ddp         stage 0 (zero.shard_group "world": every rank one ring over all W = H*P ranks)
@@ -30,8 +35,8 @@
 #                   Start-up and shut-down traffic (Open MPI's wire-up, the plan agreement,
 #                   the initial broadcasts, the final evaluation's reduction) is removed by
 #                   running each configuration twice: W steps, then W+K steps, the same otherwise;
-#                   per host (TX(long) - TX(short)) / K, the mean over the hosts (each host's in
-#                   the details below the table). It counts what the kernel sent: Ethernet, IP and
+#                   per host (TX(long) - TX(short)) / K, the mean over the hosts and rounds (each
+#                   host's and round's in the details below the table). It counts what the kernel sent: Ethernet, IP and
 #                   TCP headers, ACKs for the other direction and Open MPI's own headers included,
 #                   so measured/expected sits a few percent above 1.
 #   expected        what one host's egress carries per step by the program's byte model
@@ -54,19 +59,21 @@
 #   program         the same figure from the run's own counters (metrics JSONL summary, rank 0):
 #                   bytes_sent_per_step for shard group world, P x the replicate-group bytes for host
 #   vs zero3/ddp    veth MiB/step over the zero3 / ddp row's
-#   step ms         median wall time of the long run's timed steps (rank 0's metrics JSONL, the
-#                   first W steps dropped)
+#   step ms         median wall time of the long runs' timed steps (rank 0's metrics JSONL, the
+#                   first W steps of each run dropped)
 #   states MiB      model states per rank (params + grads + optimizer), tracked (rank 0's summary,
 #                   peak) / `train estimate`
-#   load            the 1-minute load average at the start and at the end of the long run
+#   load            the lowest and highest 1-minute load average at the starts and ends of the
+#                   long runs
 # The issue's aim, printed under the table: zero3-host's veth bytes <= 0.5x zero3's and <= 0.75x
 # ddp's, and its step time below both.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=scripts/bench_lib.sh
 . scripts/bench_lib.sh
-MODEL=ovl; HOSTS=2; PER_HOST=2; RATE=1gbit; STEPS=4; WARM=2; STAGES=; TRAIN=./train; SETS=()
-usage="usage: $0 [--model NAME] [--hosts H] [--per-host P] [--rate RATE] [--steps K] [--warmup W] [--stages \"1 2\"] [--train PATH] [--set KEY=VALUE]..."
+MODEL=ovl; HOSTS=2; PER_HOST=2; RATE=1gbit; STEPS=4; WARM=2; REPEAT=1; STAGES=; TRAIN=./train; SETS=()
+usage="usage: $0 [--model NAME] [--hosts H] [--per-host P] [--rate RATE] [--steps K] [--warmup W] [--repeat R] [--stages \"1 2\"] [--train PATH] [--set KEY=VALUE]..."
 while [ $# -gt 0 ]; do
   case $1 in
     --model) MODEL=$2; shift 2 ;;
@@ -75,13 +82,14 @@ while [ $# -gt 0 ]; do
     --rate) RATE=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --warmup) WARM=$2; shift 2 ;;
+    --repeat) REPEAT=$2; shift 2 ;;
     --stages) STAGES=$2; shift 2 ;;
     --train) TRAIN=$2; shift 2 ;;
     --set) SETS+=(--set "$2"); shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
-for v in HOSTS PER_HOST STEPS WARM; do
+for v in HOSTS PER_HOST STEPS WARM REPEAT; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench_hybrid: --$(tr 'A-Z_' 'a-z-' <<<"$v") must be a positive integer, got '${!v}'" >&2; exit 2; }
 done
 [ "$HOSTS" -ge 2 ] || { echo "bench_hybrid: --hosts must be at least 2 (nothing crosses a link otherwise)" >&2; exit 2; }
@@ -118,37 +126,42 @@ bench_cluster "${ZT_CLUSTER:-ztb$$}" "$HOSTS" "$PER_HOST" "$RATE"
 mapfile -t HOSTNAMES < <(scripts/cluster hosts)
 tx() { local h; for h in "${HOSTNAMES[@]}"; do echo "$h $(ip netns exec "$h" cat /sys/class/net/eth0/statistics/tx_bytes)"; done; }
 
-echo "bench_hybrid: $MODEL (L=$L NH=$NH C=$C T=$T B=$B), $WHERE, per configuration $WARM and $((WARM + STEPS)) steps ${SETS[*]}" >&2
-for cfg in "${CONFIGS[@]}"; do
-  read -r name stage group <<<"$cfg"
-  [ ! -e "$out/$name.refused" ] || continue
-  g=(); [ "$group" = world ] || g=(--set zero.shard_group="$group")
-  for len in short long; do
-    steps=$WARM; [ $len = short ] || steps=$((WARM + STEPS))
-    run=$name.$len
-    echo "== $name: stage $stage, shard group $group, $steps steps" >&2
-    t0=$(date +%s)
-    cut -d' ' -f1 /proc/loadavg >"$out/$run.load"
-    tx >"$out/$run.tx0"
-    if ! "${LAUNCH[@]}" "$TRAIN" plans/default.json "${SETS[@]}" "${TRAIN_SETS[@]}" --set run.steps="$steps" \
-        --set zero.stage="$stage" "${g[@]}" --set run.log="$out/$run/metrics.jsonl" >"$out/$run.log" 2>&1; then
-      if [ "$group" != world ] && grep -q 'shard_group' "$out/$run.log"; then  # the binary refused the key
-        grep -m1 'shard_group' "$out/$run.log" >"$out/$name.refused"
-        echo "   refused: $(cat "$out/$name.refused")" >&2
-        break
+echo "bench_hybrid: $MODEL (L=$L NH=$NH C=$C T=$T B=$B), $WHERE, per configuration $WARM and $REPEAT x $((WARM + STEPS)) steps ${SETS[*]}" >&2
+for round in $(seq 1 "$REPEAT"); do
+  for cfg in "${CONFIGS[@]}"; do
+    read -r name stage group <<<"$cfg"
+    [ ! -e "$out/$name.refused" ] || continue
+    g=(); [ "$group" = world ] || g=(--set zero.shard_group="$group")
+    lens=("long$round"); [ "$round" != 1 ] || lens=(short long1)
+    for len in "${lens[@]}"; do
+      steps=$WARM; [ "$len" = short ] || steps=$((WARM + STEPS))
+      run=$name.$len
+      echo "== $name: stage $stage, shard group $group, $steps steps (round $round)" >&2
+      t0=$(date +%s)
+      cut -d' ' -f1 /proc/loadavg >"$out/$run.load"
+      tx >"$out/$run.tx0"
+      if ! "${LAUNCH[@]}" "$TRAIN" plans/default.json "${SETS[@]}" "${TRAIN_SETS[@]}" --set run.steps="$steps" \
+          --set zero.stage="$stage" "${g[@]}" --set run.log="$out/$run/metrics.jsonl" >"$out/$run.log" 2>&1; then
+        if [ "$group" != world ] && grep -q 'shard_group' "$out/$run.log"; then  # the binary refused the key
+          grep -m1 'shard_group' "$out/$run.log" >"$out/$name.refused"
+          echo "   refused: $(cat "$out/$name.refused")" >&2
+          break
+        fi
+        tail -30 "$out/$run.log" >&2; exit 1
       fi
-      tail -30 "$out/$run.log" >&2; exit 1
-    fi
-    tx >"$out/$run.tx1"
-    cut -d' ' -f1 /proc/loadavg >>"$out/$run.load"
-    echo "   $(($(date +%s) - t0)) s, load average $(paste -sd' ' "$out/$run.load" | sed 's/ / -> /')" >&2
+      tx >"$out/$run.tx1"
+      cut -d' ' -f1 /proc/loadavg >>"$out/$run.load"
+      echo "   $(($(date +%s) - t0)) s, load average $(paste -sd' ' "$out/$run.load" | sed 's/ / -> /')" >&2
+    done
   done
 done
 
-/usr/bin/python3 - "$out" "$WARM" "$STEPS" "$PER_HOST" "$MODEL" "$WHERE" "$TRAIN" "${CONFIGS[@]}" <<'PY'
+/usr/bin/python3 - "$out" "$WARM" "$STEPS" "$PER_HOST" "$REPEAT" "$MODEL" "$WHERE" "$TRAIN" "${CONFIGS[@]}" <<'PY'
 import json, os, statistics, sys
-out, warm, k, per_host, model, where, train = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:8]
-configs = [c.split() for c in sys.argv[8:]]
+out, warm, k, per_host, repeat = sys.argv[1], *(int(x) for x in sys.argv[2:6])
+model, where, train = sys.argv[6:9]
+configs = [c.split() for c in sys.argv[9:]]
+longs = [f"long{r}" for r in range(1, repeat + 1)]
 MiB = 2**20
 def states(mem):
     return sum(mem[c] for c in ("params", "grads", "optimizer"))
@@ -165,25 +178,26 @@ for name, stage, group in configs:
         refused[name] = open(f"{out}/{name}.refused").read().strip()
         continue
     est = json.load(open(f"{out}/{name}.estimate.json"))
-    lines = [json.loads(l) for l in open(f"{out}/{name}.long/metrics.jsonl")]
-    summary = next(l["summary"] for l in lines if "summary" in l)
-    steps = [l for l in lines if "ms" in l][warm:]
-    per_host_mib = {}
-    for h, t1 in tx(f"{name}.long", 1).items():
-        long_b, short_b = t1 - tx(f"{name}.long", 0)[h], tx(f"{name}.short", 1)[h] - tx(f"{name}.short", 0)[h]
-        per_host_mib[h] = (long_b - short_b) / k / MiB
-        details.append(f"  {name:<11} {h}: TX {short_b / MiB:9.1f} MiB in {warm} steps, {long_b / MiB:9.1f} MiB in {warm + k}"
-                       f" -> {per_host_mib[h]:8.2f} MiB/step")
+    steps, per_step, load = [], [], []
+    for run in longs:
+        lines = [json.loads(l) for l in open(f"{out}/{name}.{run}/metrics.jsonl")]
+        summary = next(l["summary"] for l in lines if "summary" in l)
+        steps += [l for l in lines if "ms" in l][warm:]
+        load += [float(x) for x in open(f"{out}/{name}.{run}.load").read().split()]
+        for h, t1 in tx(f"{name}.{run}", 1).items():
+            long_b, short_b = t1 - tx(f"{name}.{run}", 0)[h], tx(f"{name}.short", 1)[h] - tx(f"{name}.short", 0)[h]
+            per_step.append((long_b - short_b) / k / MiB)
+            details.append(f"  {name:<11} {h}: TX {short_b / MiB:9.1f} MiB in {warm} steps, {long_b / MiB:9.1f} MiB in {warm + k}"
+                           f" ({run}) -> {per_step[-1]:8.2f} MiB/step")
     if group == "world":
         expected, program = est["bytes_per_step"], summary["bytes_sent_per_step"]
     else:
         expected, program = per_host * est[replicate_key(est)], per_host * summary[replicate_key(summary)]
-    load = open(f"{out}/{name}.long.load").read().split()
-    rows[name] = dict(veth=statistics.mean(per_host_mib.values()), expected=expected / MiB, program=program / MiB,
+    rows[name] = dict(veth=statistics.mean(per_step), expected=expected / MiB, program=program / MiB,
                       ms=statistics.median(s["ms"] for s in steps), tracked=states(summary["peak_memory_bytes"]["host"]) / MiB,
-                      est_states=states(est["memory"]["host"]) / MiB, load="-".join(load))
+                      est_states=states(est["memory"]["host"]) / MiB, load=f"{min(load):.1f}-{max(load):.1f}")
 print(f"\nhybrid sharding benchmark: {model}, {where}; bytes per step = (TX({warm + k} steps) - TX({warm} steps)) / {k}"
-      f" per host, mean over hosts; step ms = median of {k} timed steps after {warm}; {train}\n")
+      f" per host, mean over hosts and {repeat} round(s); step ms = median of {repeat} x {k} timed steps after {warm}; {train}\n")
 hdr = (f"{'config':<11} {'veth MiB/step':>13} {'expected':>9} {'program':>8} {'veth/exp':>8} {'vs zero3':>8} {'vs ddp':>7}"
        f" {'step ms':>8} {'states MiB tracked/est':>22} {'load':>9}")
 print(hdr)
@@ -197,7 +211,7 @@ for name, _, _ in configs:
     print(f"{name:<11} {r['veth']:13.2f} {r['expected']:9.2f} {r['program']:8.2f} {r['veth'] / r['expected']:8.3f}"
           f" {ratio(name, 'zero3'):>8} {ratio(name, 'ddp'):>7} {r['ms']:8.0f}"
           f" {r['tracked']:11.2f}/{r['est_states']:<10.2f} {r['load']:>9}")
-print("\nper host (the long run minus the short one, over the", k, "steps between them):")
+print(f"\nper host (each long run minus the short one, over the {k} steps between them):")
 print("\n".join(details))
 h = rows.get("zero3-host")
 if h and "zero3" in rows and "ddp" in rows:
