@@ -3,7 +3,7 @@
 # each, every stage with overlap_comm on and off. A benchmark, not a test: it prints a table
 # (the numbers: docs/multihost.md; every benchmark: docs/benchmarks.md).
 #
-#   scripts/bench_comm.sh [--model gpt2-124m|small|mh|ovl|deep] [--steps N] [--warmup N] [--np N] [--train PATH]
+#   scripts/bench_comm.sh [--model gpt2-124m|small|mh|ovl|deep|tiny] [--steps N] [--warmup N] [--np N] [--train PATH]
 #                         [--hosts H --rate RATE] [--repeat R] [--trace] [--stages "0 1 2 3"]
 #                         [--set KEY=VALUE]...
 #
@@ -27,21 +27,14 @@
 # per timed step: where the communication that is not hidden comes from.
 # --repeat R runs every configuration R times (on and off alternating) and takes the medians over
 # all their timed steps: on a shared machine one slow run then moves the table less.
-# Models: gpt2-124m = L12 H12 C768 at seq_len 64, micro_batch 1 (default; ~2.4 GB per rank);
-#         small     = L4 H4 C256 at seq_len 64, micro_batch 2;
-#         mh        = L6 H6 C384 at seq_len 64, micro_batch 2 (~30M parameters: 120 MB sent per
-#                     step at stages 0-1 with 2 ranks; issue 14's model);
-#         ovl       = the same model at seq_len 128, micro_batch 8 (the multi-host default): 8x
-#                     the tokens, so compute is a few times the 1 Gbit/s link's ~2 s per step
-#                     (compute grows with B*T, bytes with the parameters): something to hide.
-#         deep      = ovl with twice the layers (L12 H6 C384, ~41M parameters): the blocks are about
-#                     half the bytes and most of the compute (the head's share of forward halves).
+# Models (--model): scripts/bench_lib.sh, which holds what this script shares with bench_hybrid.sh.
 # Ranks share the machine's cores: on a 2-core machine each rank has one core, and the MPI
 # progress of a non-blocking collective competes with compute (Open MPI progresses only inside
 # MPI calls, see src/zero/engine.h).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
+. scripts/bench_lib.sh
 MODEL=; STEPS=8; WARM=2; NP=2; TRAIN=./train; MPIEXEC=${MPIEXEC:-mpirun}; HOSTS=0; RATE=1gbit; REPEAT=1; TRACE=0; STAGES="0 1 2 3"; SETS=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -56,37 +49,20 @@ while [ $# -gt 0 ]; do
     --trace) TRACE=1; shift ;;
     --stages) STAGES=$2; shift 2 ;;
     --set) SETS+=(--set "$2"); shift 2 ;;
-    *) echo "usage: $0 [--model gpt2-124m|small|mh|ovl|deep] [--steps N] [--warmup N] [--np N] [--train PATH] [--hosts H --rate RATE] [--repeat R] [--trace] [--stages \"0 1 2 3\"] [--set KEY=VALUE]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [--model gpt2-124m|small|mh|ovl|deep|tiny] [--steps N] [--warmup N] [--np N] [--train PATH] [--hosts H --rate RATE] [--repeat R] [--trace] [--stages \"0 1 2 3\"] [--set KEY=VALUE]..." >&2; exit 2 ;;
   esac
 done
 [ -n "$MODEL" ] || { [ "$HOSTS" -gt 0 ] && MODEL=ovl || MODEL=gpt2-124m; }
-case $MODEL in
-  mh) L=6 NH=6 C=384 T=64 B=2 ;;
-  ovl) L=6 NH=6 C=384 T=128 B=8 ;;
-  deep) L=12 NH=6 C=384 T=128 B=8 ;;
-  gpt2-124m) L=12 NH=12 C=768 T=64 B=1 ;;
-  small) L=4 NH=4 C=256 T=64 B=2 ;;
-  *) echo "bench_comm: unknown --model $MODEL (gpt2-124m, small, mh, ovl or deep)" >&2; exit 2 ;;
-esac
+bench_model "$MODEL" || exit 2
+bench_train_sets
 PY=/usr/bin/python3
 [ -x "$TRAIN" ] || { echo "bench_comm: $TRAIN missing; build first (make)" >&2; exit 1; }
-if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-export OMP_NUM_THREADS=1
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT  # BENCH_KEEP=DIR: the runs' logs, metrics and traces are copied there
-keep() { [ -z "${BENCH_KEEP:-}" ] || cp -r "$out/." "$BENCH_KEEP/"; rm -rf "$out"; }
-trap keep EXIT
+bench_env
+bench_outdir  # BENCH_KEEP=DIR: the runs' logs, metrics and traces are copied there
 LAUNCH=("$MPIEXEC" --oversubscribe -np "$NP")
 WHERE="$NP ranks x 1 thread"
 if [ "$HOSTS" -gt 0 ]; then
-  export ZT_CLUSTER=ztb$$
-  NP=$HOSTS
-  trap 'scripts/cluster down; keep' EXIT
-  trap 'exit 130' INT TERM  # through the EXIT trap: the namespaces go whatever ends the run
-  scripts/cluster up "$HOSTS" >/dev/null
-  [ "$RATE" = off ] || scripts/cluster shape "$RATE"
-  hl=$(scripts/cluster hosts | sed 's/$/:1/' | paste -sd,)
-  LAUNCH=(scripts/cluster mpirun --oversubscribe -np "$NP" -H "$hl")
-  WHERE="$HOSTS hosts x 1 rank x 1 thread, TCP, link $RATE (tc tbf)"
+  bench_cluster ztb$$ "$HOSTS" 1 "$RATE"
 fi
 
 echo "bench_comm: $MODEL (L=$L NH=$NH C=$C T=$T B=$B), $WHERE, $STEPS timed steps after $WARM warm-up, x$REPEAT ${SETS[*]}" >&2
@@ -98,10 +74,7 @@ for stage in $STAGES; do
       t0=$(date +%s)
       tr=(); [ "$TRACE" = 1 ] && [ "$ov" = true ] && tr=(--set run.trace="$out/$name/trace.json")
       "${LAUNCH[@]}" "$TRAIN" plans/default.json "${tr[@]}" "${SETS[@]}" \
-        --set model.n_layer=$L --set model.n_head=$NH --set model.n_embd=$C --set model.seq_len=$T \
-        --set batch.micro_batch=$B --set batch.grad_accum=1 --set run.steps=$((STEPS + WARM)) \
-        --set 'data.train=data/sample/train_*.bin' --set data.val=data/sample/val.bin --set data.tokenizer= \
-        --set run.eval_every=0 --set run.eval_batches=1 --set run.sample_every=0 --set run.threads=1 \
+        "${TRAIN_SETS[@]}" --set run.steps=$((STEPS + WARM)) \
         --set zero.stage=$stage --set zero.overlap_comm=$ov --set run.log="$out/$name/metrics.jsonl" \
         > "$out/$name.log" 2>&1 || { tail -30 "$out/$name.log" >&2; exit 1; }
       echo "   $(( $(date +%s) - t0 )) s" >&2
