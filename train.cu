@@ -222,7 +222,15 @@ int run(int argc, char** argv) {
     const std::string backend = zt::planned_backend(plan, world);
     zt::record_backend(plan, backend);
     zt::record_comm_backend(plan, zt::planned_comm_backend(plan, backend, world));
-    const int per_host = per_host_text == "0" ? 0 : zt::parse_world(per_host_text);
+    int per_host = 0;
+    if (per_host_text != "0") {
+      try {
+        per_host = zt::parse_world(per_host_text);
+      } catch (const zt::Error&) {  // its message names --world
+        throw zt::Error("--ranks-per-host must be an integer between 1 and " + std::to_string(zt::kMaxWorld) +
+                        ", got \"" + zt::clip(per_host_text, 30) + "\"");
+      }
+    }
     const zt::Estimate e = zt::estimate_plan(plan, world, per_host);
     if (as_json)
       std::printf("%s\n", zt::estimate_json(e).dump(2).c_str());
