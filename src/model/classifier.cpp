@@ -17,6 +17,9 @@
 // Hooks are called as model/gpt.h's UnitHooks describes; each unit's columns of the logits are
 // computed between before_forward(e) / after_forward(e) or before_backward(e) / after_backward(e).
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backend/ops_cpu.h"
@@ -44,11 +47,14 @@ double GPT<Ops>::classifier_forward(const int* targets, int N, bool write_dlogit
         const VocabRows r = layout_.vocab_rows(e);
         hooks_->before_forward(e);
         Ops::matmul_forward(acts_.logits + r.row0, acts_.lnf + size_t(logits_row0_) * size_t(C), wte_rows(e), nullptr,
-                            N - logits_row0_, C, r.rows, cfg_.Vp);
+                            N - logits_row0_, C, r.rows, cfg_.vocab());
         hooks_->after_forward(e);
       }
       if (!targets) return 0.0;
-      Ops::softmax_xent(acts_.logits, acts_.losses, targets, dloss, N, cfg_.V, cfg_.Vp, write_dlogits);
+      if (cfg_.tp > 1)
+        vocab_parallel_xent(targets, N, write_dlogits, dloss);
+      else
+        Ops::softmax_xent(acts_.logits, acts_.losses, targets, dloss, N, cfg_.V, cfg_.Vp, write_dlogits);
       break;
     case Head::chunks: {
       // With the gradient on, each chunk's gradients are taken here, while its logits exist:
@@ -58,7 +64,7 @@ double GPT<Ops>::classifier_forward(const int* targets, int N, bool write_dlogit
         hooks_->before_grads(0);
         Ops::zero(gs_.dC, size_t(N) * size_t(C));
       }
-      const int Vp = cfg_.Vp;
+      const int Vp = cfg_.vocab();
       for (int c0 = 0; c0 < N; c0 += P) {
         const int n = std::min(P, N - c0);
         const T* lnf = acts_.lnf + size_t(c0) * size_t(C);
@@ -79,8 +85,8 @@ double GPT<Ops>::classifier_forward(const int* targets, int N, bool write_dlogit
         for (int c0 = 0; c0 < N; c0 += P) {
           const int n = std::min(P, N - c0);
           Ops::matmul_forward(acts_.logits, acts_.lnf + size_t(c0) * size_t(C), wte_rows(e), nullptr, n, C, r.rows,
-                              cfg_.Vp);
-          Ops::xent_chunk_partial(acts_.logits, cfg_.Vp, n, r.row0, r.rows, cfg_.V, targets + c0, acts_.lse + c0,
+                              cfg_.vocab());
+          Ops::xent_chunk_partial(acts_.logits, cfg_.vocab(), n, r.row0, r.rows, cfg_.V, targets + c0, acts_.lse + c0,
                                   acts_.lse_sum + c0, acts_.losses + c0, e == 0);
         }
         hooks_->after_forward(e);
@@ -113,9 +119,10 @@ void GPT<Ops>::classifier_backward() {
         const VocabRows r = layout_.vocab_rows(e);
         hooks_->before_backward(e);
         Ops::matmul_backward(gs_.dC, nullptr, nullptr, acts_.logits + r.row0, acts_.lnf, wte_rows(e), N, C, r.rows,
-                             scratch, cfg_.Vp);
+                             scratch, cfg_.vocab());
         hooks_->after_backward(e);
       }
+      tensor_sum(gs_.dC, size_t(N) * size_t(C));  // each tensor rank's vocabulary rows' part of dlnf
       break;
     case Head::chunks:
       // Both gradients were taken in forward. The hooks still mark the head's place in backward
@@ -147,7 +154,7 @@ void GPT<Ops>::embedding_grads(bool with_lookup) {
     if (h == Head::whole) {
       hooks_->before_grads(e);
       Ops::matmul_backward(nullptr, wte_grad_rows(e), nullptr, acts_.logits + r.row0, acts_.lnf, nullptr, N, C, r.rows,
-                           scratch, cfg_.Vp);
+                           scratch, cfg_.vocab());
     } else if (h == Head::regather) {
       hooks_->before_backward(e);  // the unit's parameters again: its logits are recomputed
       hooks_->before_grads(e);
@@ -156,7 +163,7 @@ void GPT<Ops>::embedding_grads(bool with_lookup) {
     // (Chunks: before_grads(0) and the LM-head part came with the input gradient.)
     if (with_lookup)
       Ops::encoder_backward(wte_grad_rows(e), e == layout_.wpe_unit() ? grad(ParamId::wpe) : nullptr, gs_.dresidual,
-                            acts_.inputs, B, Tn, C, r.row0, r.rows, scratch);
+                            acts_.inputs, B, Tn, C, cfg_.vocab_row0() + r.row0, r.rows, scratch);
     if (h == Head::regather) hooks_->after_backward(e);
     hooks_->grads_ready(e);
   }
@@ -165,11 +172,48 @@ void GPT<Ops>::embedding_grads(bool with_lookup) {
 template <class Ops>
 void GPT<Ops>::classifier_chunk_grad(int e, int c0, int n, T* dlnf, T* dwte, void* scratch) {
   const VocabRows r = layout_.vocab_rows(e);
-  const int C = cfg_.C, Vp = cfg_.Vp;
+  const int C = cfg_.C, Vp = cfg_.vocab();
   const T* lnf = acts_.lnf + size_t(c0) * size_t(C);
   Ops::matmul_forward(acts_.logits, lnf, wte_rows(e), nullptr, n, C, r.rows, Vp);
   Ops::xent_chunk_grad(acts_.logits, Vp, n, r.row0, r.rows, cfg_.V, acts_.targets + c0, acts_.lse + c0, last_dloss_);
   Ops::matmul_backward(dlnf, dwte, nullptr, acts_.logits, lnf, dlnf ? wte_rows(e) : nullptr, n, C, r.rows, scratch, Vp);
+}
+
+// Vocabulary-parallel cross-entropy (model/tensor_parallel.h): this rank's logits are columns
+// [vocab_row0, + vocab()) of every row. Each rank folds its columns into a max and a sum of exp per
+// row (xent_chunk_partial, as a split embedding's chunks are folded), the tp pairs are gathered and
+// folded in rank order (the same bits on every rank), the target's logit is summed (one rank holds
+// it), and the loss and this rank's dlogits follow from the log-sum-exp. The logits never move.
+template <class Ops>
+void GPT<Ops>::vocab_parallel_xent(const int* targets, int N, bool write_dlogits, S dloss) {
+  if constexpr (!std::is_same_v<T, float> || !std::is_same_v<S, float> || Ops::tier != Tier::host) {
+    ZT_REQUIRE(false, "model: tensor parallelism runs on the CPU backend's fp32 only");
+  } else {
+    ZT_ASSERT(tensor_group_ != nullptr);
+    const int Vl = cfg_.vocab(), tp = cfg_.tp, r0 = cfg_.vocab_row0();
+    const size_t n = size_t(N);
+    std::fill(acts_.losses, acts_.losses + n, 0.0f);  // the target's logit, where this rank holds it
+    Ops::xent_chunk_partial(acts_.logits, Vl, N, r0, Vl, cfg_.V, targets, acts_.lse, acts_.lse_sum, acts_.losses, true);
+    std::vector<float> mine(2 * n), all(2 * n * size_t(tp));
+    std::copy(acts_.lse, acts_.lse + n, mine.begin());
+    std::copy(acts_.lse_sum, acts_.lse_sum + n, mine.begin() + std::ptrdiff_t(n));
+    tensor_group_->all_gather(mine.data(), all.data(), 2 * n);
+    for (size_t i = 0; i < n; ++i) {
+      double m = -std::numeric_limits<double>::infinity(), sum = 0.0;
+      for (int q = 0; q < tp; ++q) {
+        const double mq = all[size_t(q) * 2 * n + i], sq = all[size_t(q) * 2 * n + n + i];
+        if (sq == 0.0) continue;  // a rank with no real vocabulary column
+        const double M = std::max(m, mq);
+        sum = sum * std::exp(m - M) + sq * std::exp(mq - M);
+        m = M;
+      }
+      acts_.lse[i] = float(m);
+      acts_.lse_sum[i] = float(sum);
+    }
+    tensor_group_->all_reduce(acts_.losses, n);
+    Ops::xent_chunk_finish(acts_.losses, acts_.lse, acts_.lse_sum, acts_.losses, N);
+    if (write_dlogits) Ops::xent_chunk_grad(acts_.logits, Vl, N, r0, Vl, cfg_.V, targets, acts_.lse, dloss);
+  }
 }
 
 // The members defined here, for the backends gpt.cpp instantiates the class with.
@@ -178,6 +222,7 @@ void GPT<Ops>::classifier_chunk_grad(int e, int c0, int n, T* dlnf, T* dwte, voi
   template double GPT<O>::classifier_forward(const int*, int, bool, GPT<O>::S);        \
   template void GPT<O>::classifier_backward();                                         \
   template void GPT<O>::embedding_grads(bool);                                         \
+  template void GPT<O>::vocab_parallel_xent(const int*, int, bool, GPT<O>::S);         \
   template void GPT<O>::classifier_chunk_grad(int, int, int, GPT<O>::T*, GPT<O>::T*, void*);
 ZT_GPT_CLASSIFIER_MEMBERS(CpuOps<float>)
 ZT_GPT_CLASSIFIER_MEMBERS(CpuOps<double>)

@@ -1,8 +1,13 @@
 // GPT-2 dimensions. Names follow llm.c: L layers, NH heads, C channels, maxT positions,
 // V real vocabulary, Vp vocabulary padded to a multiple of 128 (so the LM-head matmul and its
 // kernels see aligned rows; the loss only ever looks at the first V columns).
+//
+// With tensor parallelism (tp ranks, docs/design.md §3.13, model/tensor_parallel.h) the dimensions
+// stay the model's; the helpers below give this rank's part of each split matrix, and Vp is padded
+// to a multiple of lcm(128, tp) so that every rank holds the same number of vocabulary rows.
 #pragma once
 #include <cstddef>
+#include <numeric>
 
 namespace zt {
 
@@ -13,9 +18,28 @@ struct GPTConfig {
   int maxT = 0;  // positions in wpe
   int V = 0;     // real vocabulary
   int Vp = 0;    // padded vocabulary
+  int tp = 1;       // tensor-parallel ranks the matrices are split over
+  int tp_rank = 0;  // this rank's place among them
 
-  static int pad_vocab(int V) { return (V + 127) / 128 * 128; }
+  int heads() const { return NH / tp; }          // attention heads here
+  int attn_C() const { return C / tp; }          // their channels: qkv is (B, T, 3 attn_C)
+  int mlp_C() const { return 4 * C / tp; }       // the MLP's hidden units here
+  int vocab() const { return Vp / tp; }          // rows of wte here (padded)
+  int vocab_row0() const { return tp_rank * vocab(); }  // the first of them in the whole vocabulary
+
+  static int pad_vocab(int V, int tp = 1) {
+    const int m = std::lcm(128, tp);
+    return (V + m - 1) / m * m;
+  }
   static GPTConfig make(int L, int NH, int C, int maxT, int V) { return {L, NH, C, maxT, V, pad_vocab(V)}; }
+  // The same model as rank `rank` of `tp` tensor-parallel ranks holds it.
+  GPTConfig split(int tp_size, int rank) const {
+    GPTConfig c = *this;
+    c.tp = tp_size;
+    c.tp_rank = rank;
+    c.Vp = pad_vocab(V, tp_size);
+    return c;
+  }
 };
 
 }  // namespace zt

@@ -85,16 +85,17 @@ constexpr size_t kMinAutoRows = 256;
 size_t classifier_rows_for(const GPTConfig& cfg, int B, int Tn, const Recompute& rc, size_t t_bytes, size_t s_bytes) {
   const size_t BT = product({size_t(B), size_t(Tn)});
   if (rc.classifier_chunk > 0) return std::min(BT, size_t(rc.classifier_chunk));
-  if (rc.classifier_chunk == 0) return BT;
+  // Tensor parallelism: the vocabulary-parallel loss takes whole logits (each rank's columns).
+  if (rc.classifier_chunk == 0 || cfg.tp > 1) return BT;
   size_t per_token = 0;
   for (int f = 0; f < kBlockFields; ++f)
     per_token += block_field_width(cfg, f) * (block_field_is_stat(f) ? s_bytes : t_bytes);
-  const size_t rows = product({BT, per_token}) / product({size_t(cfg.Vp), t_bytes});
+  const size_t rows = product({BT, per_token}) / product({size_t(cfg.vocab()), t_bytes});
   return std::clamp<size_t>(rows, std::min(BT, kMinAutoRows), BT);
 }
 template <class T, class S>
 std::vector<FieldSize> activation_sizes(const GPTConfig& cfg, int B, int Tn, const Recompute& rc) {
-  const size_t L = size_t(cfg.L), C = size_t(cfg.C), Vp = size_t(cfg.Vp);
+  const size_t L = size_t(cfg.L), C = size_t(cfg.C), Vp = size_t(cfg.vocab());
   const size_t BT = product({size_t(B), size_t(Tn)});
   const size_t BTC = product({BT, C}), LBTC = product({L, BT, C});
   const Elem i = Elem::token, t = Elem::t, s = Elem::s;
@@ -106,15 +107,16 @@ std::vector<FieldSize> activation_sizes(const GPTConfig& cfg, int B, int Tn, con
   // Logits: one classifier chunk's rows (all B*T without chunks).
   const size_t rows = classifier_rows_for(cfg, B, Tn, rc, sizeof(T), sizeof(S));
   // With chunks, the log-sum-exp and the running sum of exp per position (a split embedding's
-  // vocabulary chunks are folded in one after the other; unused with one unit, kept for one layout).
-  const size_t lse = rows < BT ? BT : 0;
+  // vocabulary chunks are folded in one after the other; unused with one unit, kept for one layout);
+  // the same two for the vocabulary-parallel loss (tensor parallelism).
+  const size_t lse = rows < BT || cfg.tp > 1 ? BT : 0;
   sizes.insert(sizes.end(), {{LBTC, t}, {BTC, t}, {BT, s}, {BT, s}, {product({rows, Vp}), t}, {BT, s}, {lse, s}, {lse, s}});
   return sizes;
 }
 std::vector<FieldSize> grad_scratch_sizes(const GPTConfig& cfg, int B, int Tn) {
-  const size_t BTC = product({size_t(B), size_t(Tn), size_t(cfg.C)});
-  return {{BTC, Elem::t}, {BTC, Elem::t}, {product({BTC, 4}), Elem::t}, {product({BTC, 4}), Elem::t},
-          {product({BTC, 3}), Elem::t}};
+  const size_t BT = product({size_t(B), size_t(Tn)}), BTC = product({BT, size_t(cfg.C)});
+  const size_t BTH = product({BT, size_t(cfg.mlp_C())}), BT3A = product({BT, 3, size_t(cfg.attn_C())});
+  return {{BTC, Elem::t}, {BTC, Elem::t}, {BTH, Elem::t}, {BTH, Elem::t}, {BT3A, Elem::t}};
 }
 // Each field starts on a 64-byte boundary so kernels get aligned rows (and 128-bit loads).
 size_t aligned_bytes(size_t bytes) { return checked_round_up(bytes, MemoryTracker::kAlign, kActivationSize); }
@@ -162,6 +164,8 @@ GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pa
   ZT_ASSERT(rc.every >= 1);
   cls_rows_ = int(classifier_rows_for(cfg, B, Tn, rc, sizeof(T), sizeof(S)));
   ZT_REQUIRE(cfg.C % cfg.NH == 0, "model: n_embd " << cfg.C << " is not divisible by n_head " << cfg.NH);
+  ZT_REQUIRE(cfg.NH % cfg.tp == 0 && cfg.Vp % cfg.tp == 0 && cfg.tp_rank >= 0 && cfg.tp_rank < cfg.tp,
+             "model: n_head " << cfg.NH << " is not divisible by mesh.tensor " << cfg.tp);
   ZT_REQUIRE(Tn <= cfg.maxT, "model: sequence length " << Tn << " exceeds the position table (" << cfg.maxT << ")");
 
   const size_t flat_bytes = checked_mul(layout_.total(), sizeof(T), "model: parameter bytes (parameter count x element size)");
@@ -226,9 +230,19 @@ void GPT<Ops>::download(M* dst, const T* src, size_t n) {
 template <class Ops>
 std::vector<float> GPT<Ops>::logits_row(int row) const {
   ZT_ASSERT(row >= logits_row0_ && row < B_ * T_);
-  std::vector<M> m(size_t(cfg_.V));
-  download(m.data(), acts_.logits + size_t(row - logits_row0_) * size_t(cfg_.Vp), m.size());
-  return std::vector<float>(m.begin(), m.end());
+  const int Vl = cfg_.vocab();
+  std::vector<M> m(size_t(Vl) * size_t(cfg_.tp));
+  download(m.data(), acts_.logits + size_t(row - logits_row0_) * size_t(Vl), size_t(Vl));
+  if (cfg_.tp > 1) {  // every tensor rank's columns, in rank order: the whole padded row
+    if constexpr (std::is_same_v<M, float>) {
+      ZT_ASSERT(tensor_group_ != nullptr);
+      const std::vector<M> mine(m.begin(), m.begin() + Vl);
+      tensor_group_->all_gather(mine.data(), m.data(), size_t(Vl));
+    } else {
+      ZT_REQUIRE(false, "model: tensor parallelism runs on the CPU backend's fp32 only");
+    }
+  }
+  return std::vector<float>(m.begin(), m.begin() + cfg_.V);
 }
 
 template <class Ops>
@@ -240,11 +254,12 @@ void GPT<Ops>::init_gpt2_values(uint64_t seed, int k, size_t offset, size_t coun
   const bool is_gain = s.id == ParamId::ln1w || s.id == ParamId::ln2w || s.id == ParamId::lnfw;
   double std_dev = 0.02;
   if (s.id == ParamId::attprojw || s.id == ParamId::fcprojw) std_dev *= residual_scale;
-  size_t n = s.numel;
-  if (s.id == ParamId::wte) n = size_t(cfg_.V) * size_t(cfg_.C);  // padding rows stay zero
+  // Padding rows of wte stay zero (indices below are of the whole tensor).
+  const size_t n = s.id == ParamId::wte ? size_t(cfg_.V) * size_t(cfg_.C) : SIZE_MAX;
+  // A tensor rank's element gets the value of the element it is of the whole tensor.
 #pragma omp parallel for schedule(static)
   for (size_t j = 0; j < count; ++j) {
-    const size_t i = offset + j;
+    const size_t i = global_index(s, cfg_, offset + j);
     double v = 0.0;
     if (is_weight) v = i < n ? std_dev * normal_at(seed, uint64_t(k), i) : 0.0;
     else if (is_gain) v = 1.0;
@@ -299,6 +314,10 @@ template <class Ops>
 void GPT<Ops>::lookup_forward(int B, int Tn) {
   // The unit holding wpe first: encoded = wpe[t], then += each chunk's wte rows (with one unit,
   // wte + wpe in one pass: the same sum, so splitting changes no bit of it).
+  // Tensor parallelism: each rank adds the rows of its vocabulary and rank 0 the positions; the
+  // sum over the group is the embedding (model/tensor_parallel.h).
+  const size_t nC = size_t(B) * size_t(Tn) * size_t(cfg_.C);
+  if (cfg_.tp_rank > 0) Ops::zero(acts_.encoded, nC);
   for (int e = layout_.embedding_units() - 1; e >= 0; --e) {
     const VocabRows r = layout_.vocab_rows(e);
     hooks_->before_forward(e);
@@ -307,9 +326,22 @@ void GPT<Ops>::lookup_forward(int B, int Tn) {
       hooks_->after_forward(e);
       continue;
     }
-    Ops::encoder_forward(acts_.encoded, acts_.inputs, wte_rows(e), e == layout_.wpe_unit() ? param(ParamId::wpe) : nullptr,
-                         B, Tn, cfg_.C, r.row0, r.rows);
+    const bool positions = e == layout_.wpe_unit() && cfg_.tp_rank == 0;
+    Ops::encoder_forward(acts_.encoded, acts_.inputs, wte_rows(e), positions ? param(ParamId::wpe) : nullptr, B, Tn,
+                         cfg_.C, cfg_.vocab_row0() + r.row0, r.rows);
     hooks_->after_forward(e);
+  }
+  tensor_sum(acts_.encoded, nC);
+}
+
+template <class Ops>
+void GPT<Ops>::tensor_sum(T* buf, size_t n) {
+  if (cfg_.tp == 1) return;
+  if constexpr (std::is_same_v<T, float> && Ops::tier == Tier::host) {
+    ZT_ASSERT(tensor_group_ != nullptr);
+    tensor_group_->all_reduce(buf, n);
+  } else {
+    ZT_REQUIRE(false, "model: tensor parallelism runs on the CPU backend's fp32 only");
   }
 }
 

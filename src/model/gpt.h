@@ -14,6 +14,7 @@
 #include "model/config.h"
 #include "model/layout.h"
 #include "model/recompute.h"
+#include "model/tensor_parallel.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
 
@@ -102,6 +103,9 @@ class GPT {
   void set_unit_params(int u, T* p) { unit_param_[size_t(u)] = p; }
   void set_unit_grads(int u, T* g) { unit_grad_[size_t(u)] = g; }
   void set_hooks(UnitHooks* h) { hooks_ = h ? h : &no_hooks_; }
+  // The tensor group this rank's split matrices are completed over (config().tp > 1 needs one;
+  // model/tensor_parallel.h). Not owned.
+  void set_tensor_group(TensorGroupOps* g) { tensor_group_ = g; }
   // See UnitHooks: the next backward() writes the embedding's LM-head gradient first and leaves
   // the lookup part to embedding_lookup_deferred(). One embedding unit only.
   void set_defer_lookup_grads(bool d) {
@@ -224,6 +228,15 @@ class GPT {
     T* dqkv;        // (B, T, 3C)
   };
 
+  // Tensor parallelism (model/tensor_parallel.h): the sum over the tensor group of n values that
+  // each rank holds a part of, in place (nothing with tp = 1); a row-parallel projection's bias,
+  // added by tensor rank 0 only (nullptr on the others).
+  void tensor_sum(T* buf, size_t n);
+  T* proj_bias(ParamId id, int l) { return cfg_.tp_rank == 0 ? param(id, l) : nullptr; }
+  // The vocabulary-parallel loss of the whole logits (N, vocab()): each row's max, sum of exp and
+  // target logit combined over the tensor group; dlogits written over them with write_dlogits.
+  void vocab_parallel_xent(const int* targets, int N, bool write_dlogits, S dloss);
+
   // Where layer l's activations are under the recompute policy: its kept slices or the scratch.
   BlockActs block_acts(int l) const;
   // The lookup, unit by unit: encoded = wpe[t] + wte[token] (after lookup_given(): nothing).
@@ -272,6 +285,7 @@ class GPT {
   GradScratch gs_{};
   UnitHooks no_hooks_;
   UnitHooks* hooks_ = &no_hooks_;
+  TensorGroupOps* tensor_group_ = nullptr;
 };
 
 }  // namespace zt

@@ -2,6 +2,11 @@
 // recompute policy is model/recompute.cpp (docs/design.md §3.11); where each activation lives
 // (kept per layer or in one layer's scratch) is GPT::block_acts; the code here only reads and
 // writes through BlockActs.
+//
+// With tensor parallelism (model/tensor_parallel.h) the same code runs on this rank's A = C/tp
+// attention channels (heads()/NH heads) and H = 4C/tp hidden units: the two projections' outputs are
+// partial sums, completed by tensor_sum (forward), and so are the input gradients of c_attn and c_fc
+// (backward). Their biases are added by tensor rank 0 only (proj_bias), before the sum.
 #include "model/gpt.h"
 
 #include "backend/ops_cpu.h"
@@ -13,11 +18,12 @@ namespace zt {
 
 template <class Ops>
 void GPT<Ops>::block_forward(int l, const T* x, int B, int Tn) {
-  const int C = cfg_.C, N = B * Tn;
+  const int C = cfg_.C, H = cfg_.mlp_C(), N = B * Tn;
   const BlockActs a = block_acts(l);
   T* residual3 = acts_.residual3 + size_t(l) * size_t(B_) * size_t(T_) * size_t(C);
   block_forward_inner(l, a, x, B, Tn);
-  Ops::matmul_forward(a.fcproj, a.fch_gelu, param(ParamId::fcprojw, l), param(ParamId::fcprojb, l), N, 4 * C, C);
+  Ops::matmul_forward(a.fcproj, a.fch_gelu, param(ParamId::fcprojw, l), proj_bias(ParamId::fcprojb, l), N, H, C);
+  tensor_sum(a.fcproj, size_t(N) * size_t(C));
   Ops::residual_forward(residual3, a.residual2, a.fcproj, size_t(N) * size_t(C));
 }
 
@@ -25,22 +31,23 @@ void GPT<Ops>::block_forward(int l, const T* x, int B, int Tn) {
 // are forward's only, so a recomputed block does not rerun them.
 template <class Ops>
 void GPT<Ops>::block_forward_inner(int l, const BlockActs& a, const T* x, int B, int Tn) {
-  const int C = cfg_.C, NH = cfg_.NH, N = B * Tn;
+  const int C = cfg_.C, A = cfg_.attn_C(), H = cfg_.mlp_C(), NH = cfg_.heads(), N = B * Tn;
   Ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, param(ParamId::ln1w, l), param(ParamId::ln1b, l), N, C);
-  Ops::matmul_forward(a.qkv, a.ln1, param(ParamId::qkvw, l), param(ParamId::qkvb, l), N, C, 3 * C);
-  Ops::attention_forward(a.atty, a.att_lse, a.qkv, B, Tn, C, NH);
-  Ops::matmul_forward(a.attproj, a.atty, param(ParamId::attprojw, l), param(ParamId::attprojb, l), N, C, C);
+  Ops::matmul_forward(a.qkv, a.ln1, param(ParamId::qkvw, l), param(ParamId::qkvb, l), N, C, 3 * A);
+  Ops::attention_forward(a.atty, a.att_lse, a.qkv, B, Tn, A, NH);
+  Ops::matmul_forward(a.attproj, a.atty, param(ParamId::attprojw, l), proj_bias(ParamId::attprojb, l), N, A, C);
+  tensor_sum(a.attproj, size_t(N) * size_t(C));
   // residual2 = x + attproj, ln2 = layernorm(residual2): fused on CUDA (one pass over the rows).
   Ops::residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.attproj, param(ParamId::ln2w, l),
                                   param(ParamId::ln2b, l), N, C);
   if (rc_.policy == Recompute::Policy::selective) {
     // Unfused, so the GELU backward recomputes from fch is the one forward used, bit for bit, on
     // every backend (CUDA's fused epilogue may round differently from the standalone kernel).
-    Ops::matmul_forward(a.fch, a.ln2, param(ParamId::fcw, l), param(ParamId::fcb, l), N, C, 4 * C);
-    Ops::gelu_forward(a.fch_gelu, a.fch, size_t(N) * size_t(4 * C));
+    Ops::matmul_forward(a.fch, a.ln2, param(ParamId::fcw, l), param(ParamId::fcb, l), N, C, H);
+    Ops::gelu_forward(a.fch_gelu, a.fch, size_t(N) * size_t(H));
   } else {
     // fch = ln2 @ fcw^T + fcb, fch_gelu = gelu(fch): fused into the matmul's epilogue on CUDA.
-    Ops::matmul_gelu_forward(a.fch_gelu, a.fch, a.ln2, param(ParamId::fcw, l), param(ParamId::fcb, l), N, C, 4 * C);
+    Ops::matmul_gelu_forward(a.fch_gelu, a.fch, a.ln2, param(ParamId::fcw, l), param(ParamId::fcb, l), N, C, H);
   }
 }
 
@@ -48,7 +55,7 @@ template <class Ops>
 void GPT<Ops>::block_backward(int l, const BlockActs& a, const T* x, int B, int Tn) {
   // On entry gs_.dresidual = dL/d residual3; on exit dL/dx. The residual adds pass the gradient
   // through unchanged, so the stream is accumulated in place by the two layernorm backwards.
-  const int C = cfg_.C, NH = cfg_.NH, N = B * Tn;
+  const int C = cfg_.C, A = cfg_.attn_C(), H = cfg_.mlp_C(), NH = cfg_.heads(), N = B * Tn;
 
   void* scratch = scratch_.data();
   // Each input gradient below is written over its buffer (Dinp::overwrite, and the GELU and attention
@@ -58,18 +65,20 @@ void GPT<Ops>::block_backward(int l, const BlockActs& a, const T* x, int B, int 
   // dfch = gelu'(fch) * (dresidual @ fcprojw): the GELU's backward rides in the projection's epilogue
   // on CUDA, so dfch_gelu (N, 4C) never goes through memory.
   Ops::matmul_backward_through_gelu(gs_.d4C_b, grad(ParamId::fcprojw, l), grad(ParamId::fcprojb, l), gs_.dresidual,
-                                    a.fch_gelu, a.fch, param(ParamId::fcprojw, l), N, 4 * C, C, scratch);
+                                    a.fch_gelu, a.fch, param(ParamId::fcprojw, l), N, H, C, scratch);
   Ops::matmul_backward(gs_.dC, grad(ParamId::fcw, l), grad(ParamId::fcb, l), gs_.d4C_b, a.ln2, param(ParamId::fcw, l), N,
-                       C, 4 * C, scratch, -1, Dinp::overwrite);
+                       C, H, scratch, -1, Dinp::overwrite);
+  tensor_sum(gs_.dC, size_t(N) * size_t(C));
   Ops::layernorm_backward(gs_.dresidual, grad(ParamId::ln2w, l), grad(ParamId::ln2b, l), gs_.dC, a.residual2,
                           param(ParamId::ln2w, l), a.ln2_mean, a.ln2_rstd, N, C, scratch);
 
   // Attention: residual2 = x + c_proj(attn(c_attn(ln_1(x))))
   Ops::matmul_backward(gs_.dC, grad(ParamId::attprojw, l), grad(ParamId::attprojb, l), gs_.dresidual, a.atty,
-                       param(ParamId::attprojw, l), N, C, C, scratch, -1, Dinp::overwrite);
-  Ops::attention_backward(gs_.dqkv, gs_.dC, a.qkv, a.atty, a.att_lse, B, Tn, C, NH, scratch);
+                       param(ParamId::attprojw, l), N, A, C, scratch, -1, Dinp::overwrite);
+  Ops::attention_backward(gs_.dqkv, gs_.dC, a.qkv, a.atty, a.att_lse, B, Tn, A, NH, scratch);
   Ops::matmul_backward(gs_.dC, grad(ParamId::qkvw, l), grad(ParamId::qkvb, l), gs_.dqkv, a.ln1, param(ParamId::qkvw, l),
-                       N, C, 3 * C, scratch, -1, Dinp::overwrite);
+                       N, C, 3 * A, scratch, -1, Dinp::overwrite);
+  tensor_sum(gs_.dC, size_t(N) * size_t(C));
   Ops::layernorm_backward(gs_.dresidual, grad(ParamId::ln1w, l), grad(ParamId::ln1b, l), gs_.dC, x,
                           param(ParamId::ln1w, l), a.ln1_mean, a.ln1_rstd, N, C, scratch);
 }

@@ -33,9 +33,10 @@ size_t chunk_row_multiple(const GPTConfig& cfg, size_t pad) { return pad / std::
 
 int ParamLayout::block_sized_rows(const GPTConfig& cfg, size_t pad) {
   const size_t C = size_t(cfg.C), q = chunk_row_multiple(cfg, pad);
-  const size_t block = (12 * C * C + 13 * C + pad - 1) / pad * pad;
+  const size_t A = size_t(cfg.attn_C()), H = size_t(cfg.mlp_C());  // 12 C^2 + 13 C with tp = 1
+  const size_t block = (C * (4 * A + 2 * H) + 3 * A + H + 6 * C + pad - 1) / pad * pad;
   const size_t rows = std::max(q, block / C / q * q);
-  return rows >= size_t(cfg.Vp) ? 0 : int(rows);
+  return rows >= size_t(cfg.vocab()) ? 0 : int(rows);
 }
 
 UnitPiece ParamLayout::piece(int u, int k) const {
@@ -78,14 +79,16 @@ ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple, int embeddin
   // Embedding chunks: wte is added whole to chunk 0, then its rows are moved on to the next
   // chunks (each of which lists it too), so the tensor stays contiguous across the units.
   ZT_ASSERT(embedding_rows >= 0 && size_t(embedding_rows) % chunk_row_multiple(cfg, pad_) == 0);
-  const size_t rows = embedding_rows > 0 ? std::min(size_t(embedding_rows), size_t(cfg.Vp)) : size_t(cfg.Vp);
-  const int E = int((size_t(cfg.Vp) + rows - 1) / rows);
+  // This tensor rank's rows of the vocabulary (all of them without tensor parallelism).
+  const int Vl = cfg.vocab();
+  const size_t rows = embedding_rows > 0 ? std::min(size_t(embedding_rows), size_t(Vl)) : size_t(Vl);
+  const int E = int((size_t(Vl) + rows - 1) / rows);
   for (int e = 0; e < E; ++e) {
-    const int row0 = int(size_t(e) * rows), n = e == E - 1 ? cfg.Vp - row0 : int(rows);
+    const int row0 = int(size_t(e) * rows), n = e == E - 1 ? Vl - row0 : int(rows);
     vocab_rows_.push_back({row0, n});
     begin_unit(E == 1 ? "embedding" : "embedding." + std::to_string(e));
     if (e == 0) {
-      add(ParamId::wte, -1, {cfg.Vp, C}, true, "wte.weight");
+      add(ParamId::wte, -1, {Vl, C}, true, "wte.weight");
       units_.back().numel = size_t(n) * size_t(C);
     } else {
       TensorSlot& wte = tensors_[size_t(tensor_index(ParamId::wte))];
@@ -97,6 +100,9 @@ ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple, int embeddin
     end_unit();
     ZT_ASSERT(e == E - 1 || units_.back().padded == units_.back().numel);  // wte stays contiguous
   }
+ // Split matrices as this tensor rank holds them (model/tensor_parallel.h): A = its attention
+  // channels (heads x head size), H = its hidden units.
+  const int A = cfg.attn_C(), H = cfg.mlp_C();
   for (int l = 0; l < L; ++l) {
     begin_unit("block." + std::to_string(l));
     const std::string p = "h." + std::to_string(l) + ".";
@@ -105,15 +111,15 @@ ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple, int embeddin
     };
     blk(ParamId::ln1w, {C});
     blk(ParamId::ln1b, {C});
-    blk(ParamId::qkvw, {3 * C, C});
-    blk(ParamId::qkvb, {3 * C});
-    blk(ParamId::attprojw, {C, C});
+    blk(ParamId::qkvw, {3 * A, C});
+    blk(ParamId::qkvb, {3 * A});
+    blk(ParamId::attprojw, {C, A});
     blk(ParamId::attprojb, {C});
     blk(ParamId::ln2w, {C});
     blk(ParamId::ln2b, {C});
-    blk(ParamId::fcw, {4 * C, C});
-    blk(ParamId::fcb, {4 * C});
-    blk(ParamId::fcprojw, {C, 4 * C});
+    blk(ParamId::fcw, {H, C});
+    blk(ParamId::fcb, {H});
+    blk(ParamId::fcprojw, {C, H});
     blk(ParamId::fcprojb, {C});
     end_unit();
   }

@@ -21,8 +21,9 @@ constexpr bool kSelectiveDrops[kBlockFields] = {true,  false, false, false, fals
 }  // namespace
 
 size_t block_field_width(const GPTConfig& cfg, int f) {
-  const size_t C = size_t(cfg.C);
-  const size_t w[kBlockFields] = {C, 1, 1, 3 * C, C, size_t(cfg.NH), C, C, C, 1, 1, 4 * C, 4 * C, C};
+  // A, H: this tensor rank's attention channels and hidden units (C and 4C without tensor parallelism).
+  const size_t C = size_t(cfg.C), A = size_t(cfg.attn_C()), H = size_t(cfg.mlp_C());
+  const size_t w[kBlockFields] = {C, 1, 1, 3 * A, A, size_t(cfg.heads()), C, C, C, 1, 1, H, H, C};
   return w[f];
 }
 
@@ -61,23 +62,24 @@ void GPT<Ops>::block_recompute(int l, const BlockActs& a, const T* x, int B, int
   Ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, param(ParamId::ln1w, l), param(ParamId::ln1b, l), N, C);
   Ops::residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.attproj, param(ParamId::ln2w, l),
                                   param(ParamId::ln2b, l), N, C);
-  Ops::gelu_forward(a.fch_gelu, a.fch, size_t(N) * size_t(4 * C));
+  Ops::gelu_forward(a.fch_gelu, a.fch, size_t(N) * size_t(cfg_.mlp_C()));
 }
 
 namespace {
 // 2 FLOPs per multiply-add. Causal attention: row t of each head scores t + 1 keys (q k^T) and
-// sums as many values, so B * C * Tn * (Tn + 1) multiply-adds over the heads.
+// sums as many values, so B * C * Tn * (Tn + 1) multiply-adds over the heads. Per rank: with
+// tensor parallelism its A = C/tp attention channels and H = 4C/tp hidden units.
 double block_inner_flops(const GPTConfig& cfg, int B, int Tn) {
-  const double N = double(B) * Tn, C = cfg.C;
-  return 2 * N * (3 * C * C + C * C + 4 * C * C) + 2 * double(B) * C * Tn * (double(Tn) + 1);
+  const double N = double(B) * Tn, C = cfg.C, A = cfg.attn_C(), H = cfg.mlp_C();
+  return 2 * N * (3 * A * C + A * C + H * C) + 2 * double(B) * A * Tn * (double(Tn) + 1);
 }
 }  // namespace
 
 template <class Ops>
 double GPT<Ops>::forward_flops(const GPTConfig& cfg, int B, int Tn) {
   const double N = double(B) * Tn, C = cfg.C;
-  const double block = block_inner_flops(cfg, B, Tn) + 2 * N * 4 * C * C;  // + fcproj
-  return cfg.L * block + 2 * N * C * cfg.Vp;                                // + LM head
+  const double block = block_inner_flops(cfg, B, Tn) + 2 * N * cfg.mlp_C() * C;  // + fcproj
+  return cfg.L * block + 2 * N * C * cfg.vocab();                                 // + LM head
 }
 
 template <class Ops>

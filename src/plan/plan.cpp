@@ -197,6 +197,26 @@ void check_combinations(const Plan& p) {
     bad("checkpoint.dir", "must be set when checkpoint.every > 0 (got \"\")");
   if (p.checkpoint.resume == "auto" && p.checkpoint.dir.empty())
     bad("checkpoint.dir", "must be set when checkpoint.resume is \"auto\" (got \"\")");
+  // Tensor parallelism (docs/design.md §3.13) runs on the CPU backend's fp32, with what is listed
+  // there; the rest is refused here in one line rather than run wrong.
+  if (p.mesh.tensor > 1) {
+    const std::string t = "mesh.tensor " + std::to_string(p.mesh.tensor);
+    auto refuse = [&](const std::string& key, const std::string& what) {
+      bad(key, what + " with " + t + " is not built yet (tensor parallelism runs on the CPU backend: set mesh.tensor 1)");
+    };
+    if (p.device == "cuda") refuse("device", "\"cuda\"");
+    if (p.precision.compute == "bf16") refuse("precision.compute", "\"bf16\"");
+    if (!p.checkpoint.dir.empty()) refuse("checkpoint.dir", "checkpoints");
+    if (p.checkpoint.resume != "none") refuse("checkpoint.resume", "resuming");
+    if (p.offload.optimizer != "none") refuse("offload.optimizer", shown(json(p.offload.optimizer)));
+    if (p.offload.params != "none") refuse("offload.params", shown(json(p.offload.params)));
+    if (p.recompute.classifier_chunk > 0)
+      bad("recompute.classifier_chunk", "with " + t +
+                                            " the vocabulary-parallel loss takes whole logits (each rank's columns): "
+                                            "set -1 or 0");
+    if (!p.model.init.empty()) refuse("model.init", "an llm.c initial model");
+    if (!p.run.final_weights.empty()) refuse("run.final_weights", "llm.c final weights");
+  }
 }
 
 // Data paths: relative paths are relative to the current working directory (where `train` is
@@ -368,6 +388,11 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
                                   shown(json(g)));
     p.zero.shard_group = digits ? std::to_string(std::stol(g)) : g;
   }
+
+  p.mesh.tensor = static_cast<int>(get_i64(r, "mesh.tensor", 1, 1024));
+  if (p.model.n_head % p.mesh.tensor != 0)
+    bad("mesh.tensor", std::to_string(p.mesh.tensor) + " does not divide model.n_head " + std::to_string(p.model.n_head) +
+                           ": every tensor rank holds n_head / mesh.tensor whole heads");
 
   p.comm.backend = get_choice(r, "comm.backend", {"auto", "nccl", "mpi"});
   p.comm.timeout_s = get_positive(r, "comm.timeout_s");

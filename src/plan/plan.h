@@ -60,6 +60,12 @@ struct ZeroSection {
   std::string shard_group = "world";
 };
 
+// The ranks' mesh (docs/design.md §3.13): `tensor` adjacent ranks split every block's matrices and
+// the vocabulary (tensor parallelism, model/tensor_parallel.h); the data axis (zero.*) is the rest.
+struct MeshSection {
+  int tensor = 1;
+};
+
 struct CommSection {
   // "auto" | "nccl" | "mpi" (train/backend_choice.h): NCCL on device buffers, one GPU per rank; or MPI
   // (host buffers; the CUDA backend host-stages them, comm/host_mirror_comm.h). Written back as the one that runs.
@@ -124,6 +130,7 @@ struct Plan {
   OptimSection optim;
   PrecisionSection precision;
   ZeroSection zero;
+  MeshSection mesh;
   CommSection comm;
   RecomputeSection recompute;
   OffloadSection offload;

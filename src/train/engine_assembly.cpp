@@ -56,18 +56,30 @@ EngineParts<Ops> assemble_engine(const Plan& plan, const EngineSettings& es, Com
                              int64_t step, int* tokens) mutable {
                     train.train_batch(step, 0, accum, tokens, targets.data());
                   }};
-  // The data mesh (zero/data_mesh.h): shard groups of consecutive ranks, replicated across. Every
-  // rank makes both splits, in this order (Comm::split is collective).
-  p.shard_comm = p.comm;
+  // The mesh (zero/data_mesh.h), innermost first: tensor groups of T adjacent ranks, the data axis
+  // across them; on the data axis, shard groups of consecutive ranks, replicated across. Every rank
+  // makes every split, in this order (Comm::split is collective).
+  p.data_comm = p.comm;
+  if (const int T = es.zero.tensor; T > 1) {
+    const int rank = p.comm->rank();
+    p.tensor_group = p.comm->split(rank / T, rank, "tensor");
+    p.data_group = p.comm->split(rank % T, rank, "data");
+    p.tensor_comm = p.tensor_group.get();
+    p.data_comm = p.data_group.get();
+    p.tensor_ops = std::make_unique<CommTensorGroup>(*p.tensor_comm);
+    p.model->set_tensor_group(p.tensor_ops.get());
+  }
+  p.shard_comm = p.data_comm;
   if (es.zero.replicas > 1) {
-    const int rank = p.comm->rank(), S = es.zero.world;
-    p.shard_group = p.comm->split(rank / S, rank, "shard");
-    p.replicate_group = p.comm->split(rank % S, rank, "replicate");
+    const int rank = p.data_comm->rank(), S = es.zero.world;
+    p.shard_group = p.data_comm->split(rank / S, rank, "shard");
+    p.replicate_group = p.data_comm->split(rank % S, rank, "replicate");
     p.shard_comm = p.shard_group.get();
     p.replica_comm = p.replicate_group.get();
   }
   p.engine = std::make_unique<ZeroEngine<Ops>>(*p.model, *p.partition, *p.store, *p.shard_comm, plan.optim,
                                                std::move(next), p.replica_comm);
+  if (p.tensor_comm) p.engine->set_tensor_group(p.tensor_comm);
   return p;
 }
 

@@ -10,6 +10,7 @@
 #include "offload/swap_file.h"
 #include "plan/plan.h"
 #include "runtime/memory.h"
+#include "tensor/tensor_group.h"
 #include "zero/engine.h"
 #include "zero/engine_settings.h"
 #include "zero/partition.h"
@@ -28,8 +29,15 @@ struct EngineParts {
   // comm: device_comm, or the run's comm itself on the CPU backend.
   std::unique_ptr<Comm> device_comm;
   Comm* comm = nullptr;
-  // Hybrid sharding (zero/data_mesh.h): the shard group and the replicate group, split from `comm`
-  // once; without replicas shard_comm is `comm` itself and replica_comm nullptr.
+  // Tensor parallelism (mesh.tensor > 1, zero/data_mesh.h): the tensor group and the data axis,
+  // split from `comm` once; the model completes its split products over tensor_ops. Without, the
+  // data axis is `comm` itself and tensor_comm nullptr.
+  std::unique_ptr<Comm> tensor_group, data_group;
+  Comm* tensor_comm = nullptr;
+  Comm* data_comm = nullptr;
+  std::unique_ptr<CommTensorGroup> tensor_ops;
+  // Hybrid sharding (zero/data_mesh.h): the shard group and the replicate group, split from
+  // `data_comm` once; without replicas shard_comm is `comm` itself and replica_comm nullptr.
   std::unique_ptr<Comm> shard_group, replicate_group;
   Comm* shard_comm = nullptr;
   Comm* replica_comm = nullptr;
@@ -39,7 +47,7 @@ struct EngineParts {
   // shard group, carries only the trainer's scalars).
   CommStepStats step_stats() const {
     CommStepStats s = comm->step_stats();
-    for (const Comm* c : {shard_comm, replica_comm}) {
+    for (const Comm* c : {tensor_comm, data_comm == shard_comm ? nullptr : data_comm, shard_comm, replica_comm}) {
       if (!c || c == comm) continue;
       const CommStepStats& g = c->step_stats();
       s.bytes += g.bytes, s.control_bytes += g.control_bytes, s.collectives += g.collectives;
@@ -49,7 +57,7 @@ struct EngineParts {
   }
   void set_tracer(Tracer* t) {  // a lane per group (docs/traces.md)
     comm->set_tracer(t);
-    for (Comm* c : {shard_comm, replica_comm})
+    for (Comm* c : {tensor_comm, data_comm == shard_comm ? nullptr : data_comm, shard_comm, replica_comm})
       if (c && c != comm) c->set_tracer(t);
   }
 };

@@ -46,7 +46,9 @@ class Trainer {
     res.steps = int(state_.step);
     const RunSection& run = plan_.run;
     const int B = plan_.batch.micro_batch, Tn = plan_.model.seq_len, accum = plan_.batch.grad_accum;
-    const double tokens_per_step = double(B) * Tn * accum * comm_.world();
+    // The ranks that read distinct batches: the data axis (a tensor group reads one, zero/data_mesh.h).
+    const int batches = comm_.world() / plan_.mesh.tensor;
+    const double tokens_per_step = double(B) * Tn * accum * batches;
     std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
     // SIGTERM / SIGINT / SIGUSR1 end the run cleanly (stop_signal.h) when there is somewhere to save to;
     // without, SIGUSR1 is ignored with a warning.
@@ -74,7 +76,7 @@ class Trainer {
         check_tokens(inputs, targets, cfg_.V);
         // Every rank's gradient is scaled by 1 / (tokens in the global batch), so the sum the
         // collectives compute is the global mean gradient.
-        const S dloss = S(1.0 / (double(B) * Tn * accum * world));
+        const S dloss = S(1.0 / (double(B) * Tn * accum * batches));
         engine_->begin_pass(micro, true);
         loss += model_->forward(inputs.data(), targets.data(), B, Tn, true, dloss) / accum;
         model_->backward();
@@ -101,7 +103,7 @@ class Trainer {
       train_seconds += ms / 1e3;
       res.add_step(step, loss, ms, first_micro_ms, backward_ms, gradients_ms, engine_->last_update_s() * 1e3);
       state_.step = step + 1;
-      state_.next_sequence = int64_t(state_.step) * B * accum * world;
+      state_.next_sequence = int64_t(state_.step) * B * accum * batches;
       bytes_per_step_ = cs.bytes;
       if (parts_.replica_comm) {  // hybrid sharding: the two groups' shares of it
         bytes_shard_group_ = parts_.shard_comm->step_stats().bytes;

@@ -8,20 +8,29 @@ namespace zt {
 
 DataMesh DataMesh::of(const Plan& plan, int world, int rank, int ranks_per_host) {
   const std::string& g = plan.zero.shard_group;
+  const int T = plan.mesh.tensor;
+  ZT_REQUIRE(T >= 1 && world % T == 0, "mesh.tensor " << T << " does not divide the world of " << world
+                                                       << " ranks: the data axis is world / mesh.tensor ranks (run "
+                                                       << "a multiple of " << T << " ranks, or set mesh.tensor 1)");
   DataMesh m;
-  m.world = world;
-  m.rank = rank;
+  m.tensor = T;
+  m.tensor_rank = rank % T;
+  m.world = world / T;
+  m.rank = rank / T;
+  world = m.world;
   int s = world;
   if (g == "host") {
     ZT_REQUIRE(ranks_per_host > 0, "zero.shard_group \"host\": the number of ranks per host is not known here "
                                    "(train estimate: give --ranks-per-host K)");
-    s = ranks_per_host;
+    ZT_REQUIRE(ranks_per_host % T == 0, "zero.shard_group \"host\": " << ranks_per_host << " ranks per host hold no "
+                                                                       << "whole tensor groups of mesh.tensor " << T);
+    s = ranks_per_host / T;
   } else if (g != "world") {
     s = std::stoi(g);  // digits, checked by the plan
   }
   ZT_REQUIRE(s >= 1 && s <= world && world % s == 0,
              "zero.shard_group: " << (g == "host" ? "\"host\" (" + std::to_string(s) + " ranks per host)" : g)
-                                  << " does not divide the world of " << world
+                                  << (T > 1 ? " does not divide the data axis of " : " does not divide the world of ") << world
                                   << " ranks: every shard group needs as many ranks (give a divisor of " << world
                                   << ", or \"world\")");
   m.shard = s;

@@ -11,6 +11,13 @@
 //                                          replicate     {0,2} {1,3}   (rank % S)
 //
 // S = W (zero.shard_group "world", the default) is plain ZeRO: one group, no replicas.
+//
+// With tensor parallelism (mesh.tensor = T > 1, docs/design.md §3.13) the mesh has one more axis,
+// innermost: T adjacent ranks split every block (a tensor group, rank % T), and the data axis above
+// is the W / T ranks with the same place in their tensor group (rank / T along it); each is a data
+// mesh of its own, over the tensor rank's part of the model.
+//
+//   world 4, T = 2:   tensor groups {0,1} {2,3}   data axes {0,2} {1,3}
 #pragma once
 #include <string>
 
@@ -19,8 +26,10 @@
 namespace zt {
 
 struct DataMesh {
-  int world = 1;
-  int rank = 0;
+  int world = 1;     // ranks along the data axis (the world / tensor)
+  int rank = 0;      // this rank's place along it
+  int tensor = 1;       // T: ranks per tensor group
+  int tensor_rank = 0;  // place in it
   int shard = 1;     // S: ranks per shard group
   int replicas = 1;  // R = world / S: shard groups, each a full copy of the model state
 
@@ -28,7 +37,7 @@ struct DataMesh {
   int replica() const { return rank / shard; }     // which copy (place in the replicate group)
   bool hybrid() const { return replicas > 1; }
 
-  // From the plan's zero.shard_group for rank `rank` of `world`. ranks_per_host: the launcher's local
+  // From the plan's mesh.tensor and zero.shard_group for rank `rank` of `world`. ranks_per_host: the launcher's local
   // world, which "host" needs (0 = unknown, as for `train estimate` without --ranks-per-host).
   // Refuses, in one line, a group size that does not divide the world and what hybrid sharding does
   // not run (stage 0: nothing is sharded; offload.params: the shard all-reduce needs the gradient
@@ -36,7 +45,8 @@ struct DataMesh {
   static DataMesh of(const Plan& plan, int world, int rank, int ranks_per_host);
 };
 
-// "2 shard groups of 2 ranks (replicated)", "one shard group of 4 ranks": for banners and estimates.
+// "2 shard groups of 2 ranks (replicated)", "one shard group of 4 ranks": for banners and estimates
+// (the data axis; describe_tensor: the tensor axis).
 std::string describe_mesh(const DataMesh& m);
 
 }  // namespace zt

@@ -92,6 +92,8 @@ class ZeroEngine : public UnitHooks {
   // After the last micro-step's backward: completes all gradient communication.
   void finish_gradients();
   double grad_norm();
+  // Tensor parallelism: the gradient norm also sums over this group (ShardedOptimizer). Not owned.
+  void set_tensor_group(Comm* tensor) { optimizer_.set_tensor_group(tensor); }
   // Without gradient clipping (optim.grad_clip 0) the update's arguments are known at the start of
   // the step (scale 1): the CPU AdamW of offload.optimizer "cpu" then runs beside backward.
   // optimizer_step must get the same lr. A no-op elsewhere.

@@ -32,7 +32,8 @@ EngineSettings engine_settings(const Plan& plan, const DataMesh& mesh) {
   const int world = mesh.shard;
   const ModelSection& m = plan.model;
   EngineSettings s;
-  s.model = GPTConfig::make(m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size);
+  // This tensor rank's part of the model (model/tensor_parallel.h); the whole model without.
+  s.model = GPTConfig::make(m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size).split(mesh.tensor, mesh.tensor_rank);
   s.micro_batch = plan.batch.micro_batch;
   s.seq_len = m.seq_len;
   s.recompute = Recompute::from(plan.recompute.policy, plan.recompute.every, plan.recompute.classifier_chunk);
@@ -44,6 +45,7 @@ EngineSettings engine_settings(const Plan& plan, const DataMesh& mesh) {
   zc.world = world;
   zc.rank = mesh.shard_rank();
   zc.replicas = mesh.replicas;
+  zc.tensor = mesh.tensor;
   zc.overlap = plan.zero.overlap_comm;
   zc.bucket_mb = plan.zero.bucket_mb;
   zc.prefetch_units = plan.zero.prefetch_units;

@@ -7,6 +7,7 @@
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
 #endif
+#include "model/tensor_parallel.h"
 #include "zero/adamw_shard.h"
 
 namespace zt {
@@ -165,6 +166,10 @@ const typename ShardedOptimizer<Ops>::T* ShardedOptimizer<Ops>::read_param_block
 
 template <class Ops>
 double ShardedOptimizer<Ops>::grad_norm(const std::vector<double>* unit_ss) {
+  if (tensor_) {
+    ZT_ASSERT(!unit_ss);  // tensor parallelism keeps the gradient shard in memory (plan.cpp)
+    return tensor_grad_norm();
+  }
   double ss = 0.0;
   if (!rules_.optimizer_sharded) {
     // Every rank holds the same all-reduced gradients.
@@ -181,6 +186,29 @@ double ShardedOptimizer<Ops>::grad_norm(const std::vector<double>* unit_ss) {
     ss = Ops::sum_squares(store_.get<T>(StateId::grad_shard), part_.shard_total());
   }
   comm_.all_reduce_sum(&ss, 1);
+  return std::sqrt(ss);
+}
+
+// Each tensor's part of my slice of each unit, its squares counted by whether the tensor is split
+// over the tensor group (every rank's part counts) or replicated (the same gradient on every tensor
+// rank: counted on tensor rank 0 only), then summed over the shard group and the tensor group.
+template <class Ops>
+double ShardedOptimizer<Ops>::tensor_grad_norm() {
+  double split = 0.0, replicated = 0.0;
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    const size_t lo = rules_.optimizer_sharded ? part_.unit_shard_begin(u) : 0;
+    const size_t hi = lo + (rules_.optimizer_sharded ? part_.unit_shard_numel(u) : layout_.units()[size_t(u)].padded);
+    for (int k : layout_.units()[size_t(u)].tensors) {
+      const UnitPiece p = layout_.piece(u, k);
+      const size_t a = std::max(lo, p.at), b = std::min(hi, p.at + p.count);
+      if (a >= b) continue;
+      const double ss = Ops::sum_squares(grads(u) + (a - lo), b - a);
+      (split_over_tensor(layout_.tensors()[size_t(k)].id) ? split : replicated) += ss;
+    }
+  }
+  double ss = split + (tensor_->rank() == 0 ? replicated : 0.0);
+  if (rules_.optimizer_sharded) comm_.all_reduce_sum(&ss, 1);
+  tensor_->all_reduce_sum(&ss, 1);
   return std::sqrt(ss);
 }
 

@@ -42,6 +42,9 @@ class ShardedOptimizer {
   // unit by unit, in unit order; unit_ss, when given, holds those per-unit sums already (the
   // gradient shard is in a swap file, and the reducer summed each unit as it completed it).
   double grad_norm(const std::vector<double>* unit_ss = nullptr);
+  // Tensor parallelism (docs/design.md §3.13): the norm also sums over this group, each split
+  // tensor's squares from every tensor rank and each replicated one's once. Not owned.
+  void set_tensor_group(Comm* tensor) { tensor_ = tensor; }
   // One AdamW step on the owned slices; `steps_taken` (AdamW's t) counts from the TrainState.
   void step(double lr, double grad_scale);
   // Whether the last step() left the gradients it read zero (stage 0, in memory: AdamW clears them
@@ -75,9 +78,11 @@ class ShardedOptimizer {
   M* state(StateId id, int u) const { return shard_.state(id, u); }
   // AdamW on elements [lo, hi) of the flat shard, whose state for [base, ...) is in bufs.
   void step_flat(size_t lo, size_t hi, size_t base, M* const* bufs, double lr, double grad_scale);
+  double tensor_grad_norm();
 
   const ParamLayout& layout_;
   const Partition& part_;
+  Comm* tensor_ = nullptr;
   StateStore& store_;
   Comm& comm_;
   OptimSection optim_;

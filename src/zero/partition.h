@@ -59,6 +59,9 @@ struct ZeroConfig {
   // Shard groups holding the same shards (hybrid sharding, zero/data_mesh.h): after the group's
   // reduce-scatter each rank's gradient shard is summed over the R replicas, once per step.
   int replicas = 1;
+  // Tensor-parallel ranks each holding a part of every unit (docs/design.md §3.13): the partition is
+  // of this rank's part; the embedding's lookup exchange is off with more than one.
+  int tensor = 1;
   bool overlap = true;
   double bucket_mb = 25;
   int prefetch_units = 1;

@@ -1,0 +1,41 @@
+#include "model/tensor_parallel.h"
+
+#include "runtime/error.h"
+
+namespace zt {
+
+TensorSplit tensor_split(ParamId id) {
+  switch (id) {
+    case ParamId::wte: return TensorSplit::vocab_rows;
+    case ParamId::qkvw:
+    case ParamId::qkvb: return TensorSplit::head_rows;
+    case ParamId::fcw:
+    case ParamId::fcb: return TensorSplit::rows;
+    case ParamId::attprojw:
+    case ParamId::fcprojw: return TensorSplit::input_cols;
+    default: return TensorSplit::replicated;
+  }
+}
+
+size_t global_index(const TensorSlot& s, const GPTConfig& cfg, size_t i) {
+  ZT_ASSERT(i < s.numel);
+  if (cfg.tp == 1) return i;
+  const size_t cols = s.shape.size() == 2 ? size_t(s.shape[1]) : 1;  // local columns (in)
+  const size_t row = i / cols, col = i % cols;
+  switch (tensor_split(s.id)) {
+    case TensorSplit::replicated: return i;
+    case TensorSplit::vocab_rows:  // rows [vocab_row0, + Vp/tp)
+    case TensorSplit::rows:        // rows [r 4C/tp, + 4C/tp)
+      return size_t(cfg.tp_rank) * s.numel + i;
+    case TensorSplit::head_rows: {  // rows [r C/tp, + C/tp) of each of Q, K, V
+      const size_t per = size_t(cfg.attn_C());
+      const size_t grow = (row / per) * size_t(cfg.C) + size_t(cfg.tp_rank) * per + row % per;
+      return grow * cols + col;
+    }
+    case TensorSplit::input_cols:  // columns [r in/tp, + in/tp) of every row
+      return row * cols * size_t(cfg.tp) + size_t(cfg.tp_rank) * cols + col;
+  }
+  return i;
+}
+
+}  // namespace zt

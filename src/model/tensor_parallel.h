@@ -1,0 +1,54 @@
+// Tensor parallelism (Megatron-LM, Shoeybi et al. 2019; docs/design.md §3.13): how one GPT-2
+// block's matrices split over the tp ranks of a tensor group, and what the model needs of that group.
+//
+// A split rule per tensor, with the shapes it produces on a rank (global shape -> local shape;
+// weights are stored (out, in), so "column-parallel" cuts the output rows and "row-parallel" the
+// input columns):
+//
+//   tensor           rule         global (out, in)   on a rank             communication
+//   wte              vocab rows   (Vp, C)            (Vp/tp, C)            lookup: all-reduce (B,T,C);
+//                                                                          head: max, sum exp, target
+//                                                                          logit reduced over tp
+//   wpe, ln_1, ln_2, replicated   as is              as is                 none: same inputs, same
+//   ln_f, the two                                                          gradients on every rank
+//   projection biases
+//   c_attn w, b      head rows    (3C, C), (3C)      (3 C/tp, C), (3 C/tp) none forward; backward's
+//                                                   rows [r C/tp, (r+1) C/tp)  dln_1 all-reduced
+//                                                   of each of Q, K and V (its NH/tp heads)
+//   attn c_proj w    input cols   (C, C)             (C, C/tp)             forward's output all-reduced
+//   c_fc w, b        rows         (4C, C), (4C)      (4C/tp, C), (4C/tp)   backward's dln_2 all-reduced
+//   mlp c_proj w     input cols   (C, 4C)            (C, 4C/tp)            forward's output all-reduced
+//
+// So a block costs two all-reduces of (B, T, C) forward and two backward; the bias of a row-parallel
+// projection is added once (by tensor rank 0, before the all-reduce) and its gradient, the sum of
+// the same output gradient, comes out the same on every rank. The vocabulary is padded to a multiple
+// of lcm(128, tp) (GPTConfig::split): padded rows hold zeros, sit past V and never enter a softmax.
+#pragma once
+#include <cstddef>
+
+#include "model/config.h"
+#include "model/layout.h"
+
+namespace zt {
+
+enum class TensorSplit { replicated, vocab_rows, head_rows, rows, input_cols };
+
+// The rule of the tables above for a parameter tensor.
+TensorSplit tensor_split(ParamId id);
+// Whether a tensor's gradient is this rank's alone (split) or the same on every tensor rank (its
+// square counts once in the gradient norm).
+inline bool split_over_tensor(ParamId id) { return tensor_split(id) != TensorSplit::replicated; }
+
+// Element i of tensor `s` as laid out on rank cfg.tp_rank (its local shape) -> its index in the whole
+// tensor (the shape it has with tp = 1, vocabulary rows as padded for cfg.tp).
+size_t global_index(const TensorSlot& s, const GPTConfig& cfg, size_t i);
+
+// What the model needs of its tensor group: blocking collectives over activations, float only
+// (the CPU backend's fp32; docs/design.md §3.13). Implemented over a Comm in src/tensor/.
+struct TensorGroupOps {
+  virtual ~TensorGroupOps() = default;
+  virtual void all_reduce(float* buf, size_t n) = 0;                        // sum, in place
+  virtual void all_gather(const float* send, float* recv, size_t send_n) = 0;  // recv: tp * send_n, rank order
+};
+
+}  // namespace zt
