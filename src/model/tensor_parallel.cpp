@@ -38,4 +38,14 @@ size_t global_index(const TensorSlot& s, const GPTConfig& cfg, size_t i) {
   return i;
 }
 
+uint64_t tensor_bytes_per_micro_step(const GPTConfig& cfg, int B, int Tn, const Recompute& rc) {
+  const uint64_t T = uint64_t(cfg.tp);
+  if (T == 1) return 0;
+  const uint64_t N = uint64_t(B) * uint64_t(Tn), NC = N * uint64_t(cfg.C);
+  auto all_reduce = [&](uint64_t n) { return 2 * (T - 1) * 4 * n / T; };
+  const uint64_t L = uint64_t(cfg.L), recomputed = uint64_t(rc.blocks_recomputed_before(cfg.L));
+  const uint64_t sums = 1 + 2 * L + 1 + 2 * L + recomputed;  // lookup, blocks; dlnf, blocks; recompute
+  return sums * all_reduce(NC) + (T - 1) * 4 * 2 * N + all_reduce(N);
+}
+
 }  // namespace zt

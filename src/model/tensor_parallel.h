@@ -25,9 +25,11 @@
 // of lcm(128, tp) (GPTConfig::split): padded rows hold zeros, sit past V and never enter a softmax.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "model/config.h"
 #include "model/layout.h"
+#include "model/recompute.h"
 
 namespace zt {
 
@@ -42,6 +44,16 @@ inline bool split_over_tensor(ParamId id) { return tensor_split(id) != TensorSpl
 // Element i of tensor `s` as laid out on rank cfg.tp_rank (its local shape) -> its index in the whole
 // tensor (the shape it has with tp = 1, vocabulary rows as padded for cfg.tp).
 size_t global_index(const TensorSlot& s, const GPTConfig& cfg, size_t i);
+
+// Bytes this rank sends on the tensor group in one micro-step's forward and backward at (B, Tn),
+// under comm/comm.h's ring byte model (each all-reduce of n floats 2(tp-1)4n/tp rounded down, each
+// all-gather (tp-1)4n), n = B Tn C unless said:
+//   forward   the lookup's sum, two per block; the loss: an all-gather of 2 B Tn (each row's max and
+//             sum of exp) and an all-reduce of B Tn (the target logits)
+//   backward  dlnf from the head's vocabulary columns, two per block
+//   recompute one per recomputed block (its attention projection; recompute.policy "block")
+// 0 with tp = 1. docs/tensor.md has the table.
+uint64_t tensor_bytes_per_micro_step(const GPTConfig& cfg, int B, int Tn, const Recompute& rc);
 
 // What the model needs of its tensor group: blocking collectives over activations, float only
 // (the CPU backend's fp32; docs/design.md §3.13). Implemented over a Comm in src/tensor/.

@@ -77,6 +77,10 @@ struct RunTotals {
   nlohmann::json device_memory;
   // Hybrid sharding (zero/data_mesh.h): bytes_per_step within the shard group and across replicas.
   uint64_t bytes_shard_group = 0, bytes_replicas = 0;
+  // Tensor parallelism (model/tensor_parallel.h): ranks per tensor group, bytes_per_step's share on
+  // the tensor group, and the model's formula for it (tensor_bytes_per_micro_step x grad_accum).
+  int tensor = 1;
+  uint64_t bytes_tensor = 0, bytes_tensor_theory = 0;
 };
 // Collective, the run's last words: rank 0 (the one with a `log`) prints the "done" line and the
 // memory table and logs the summary, with every rank's VmHWM (tracked + untracked, for tests that

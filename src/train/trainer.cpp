@@ -68,6 +68,7 @@ class Trainer {
       const double lr = lr_at(step, plan_.optim.lr, plan_.optim.warmup_steps, run.steps, plan_.optim.schedule,
                               plan_.optim.min_lr_ratio);
       engine_->begin_step(step);
+      if (parts_.tensor_comm) parts_.tensor_comm->begin_step(step);  // the engine's groups are the data axis's
       if (plan_.optim.grad_clip <= 0.0) engine_->update_args_known(lr);  // clip_scale is then 1
       double loss = 0.0;
       double first_micro_ms = 0;
@@ -105,10 +106,10 @@ class Trainer {
       state_.step = step + 1;
       state_.next_sequence = int64_t(state_.step) * B * accum * batches;
       bytes_per_step_ = cs.bytes;
-      if (parts_.replica_comm) {  // hybrid sharding: the two groups' shares of it
+      if (parts_.replica_comm || parts_.tensor_comm)  // the shard group's share of it
         bytes_shard_group_ = parts_.shard_comm->step_stats().bytes;
-        bytes_replicas_ = parts_.replica_comm->step_stats().bytes;
-      }
+      if (parts_.replica_comm) bytes_replicas_ = parts_.replica_comm->step_stats().bytes;  // hybrid sharding
+      if (parts_.tensor_comm) bytes_tensor_ = parts_.tensor_comm->step_stats().bytes;    // tensor parallelism
       if (root_)
         report_step(*log_, plan_, {step, loss, lr, norm, ms, tokens_per_step, cs, gradients_ms, res.update_ms.back(),
                                    train_seconds}, decorate_);
@@ -153,7 +154,10 @@ class Trainer {
     }
     const RunTotals totals{Ops::name, comm_.world(), first, seconds_since(t_start), train_seconds, tokens_per_step,
                            bytes_per_step_, engine_->max_gathered_alive(), dev_use_.to_json(),
-                           bytes_shard_group_, bytes_replicas_};
+                           bytes_shard_group_, bytes_replicas_, plan_.mesh.tensor, bytes_tensor_,
+                           uint64_t(plan_.batch.grad_accum) * tensor_bytes_per_micro_step(cfg_, plan_.batch.micro_batch,
+                                                                                          plan_.model.seq_len,
+                                                                                          model_->recompute())};
     end_run(comm_, log_.get(), plan_, res, totals, mem_, *parts_.partition, tracer_ != nullptr, trace_error,
             outputs_.log);
     return res;
@@ -220,6 +224,7 @@ class Trainer {
   std::unique_ptr<Tracer> tracer_;     // run.trace; null = off
   uint64_t bytes_per_step_ = 0;
   uint64_t bytes_shard_group_ = 0, bytes_replicas_ = 0;  // hybrid sharding: bytes_per_step_ by group
+  uint64_t bytes_tensor_ = 0;                             // tensor parallelism: the tensor group's share
   std::unique_ptr<MetricsLog> log_;
   RunOutputs outputs_;  // rank 0: all; the others: their trace
   offload::SwapSpec swap_;  // offload.optimizer / offload.params "nvme" (train/offload_setup.h); disabled otherwise

@@ -89,13 +89,17 @@ Estimate estimate_for(const Plan& plan, int world, int ranks_per_host) {
   e.replicas = mesh.replicas;
   e.bytes_shard_group = part.bytes_per_step_shard_group();
   e.bytes_replicas = part.bytes_per_step_replicas();
+  e.tensor = mesh.tensor;
+  e.data_world = mesh.world;
+  e.bytes_tensor = uint64_t(plan.batch.grad_accum) * tensor_bytes_per_micro_step(cfg, B, Tn, s.recompute);
+  e.bytes_per_step = checked_add(e.bytes_per_step, e.bytes_tensor, "zero: bytes sent per step");
 
   RecomputeEstimate& r = e.recompute;
   r.policy = plan.recompute.policy;
   r.every = plan.recompute.every;
   r.activation_bytes = act;
   r.classifier_rows = GPT<Ops>::classifier_rows(cfg, B, Tn, s.recompute);
-  r.logits_bytes = size_t(r.classifier_rows) * size_t(cfg.Vp) * sizeof(typename Ops::T);
+  r.logits_bytes = size_t(r.classifier_rows) * size_t(cfg.vocab()) * sizeof(typename Ops::T);
   for (const char* p : {"none", "selective", "block"}) {
     r.by_policy[p] = GPT<Ops>::activation_bytes(cfg, B, Tn, Recompute::from(p, 1, s.recompute.classifier_chunk));
     r.by_policy_whole_logits[p] = GPT<Ops>::activation_bytes(cfg, B, Tn, Recompute::from(p, 1, 0));

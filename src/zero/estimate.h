@@ -71,6 +71,10 @@ struct Estimate {
   // host, is all that crosses between hosts).
   int shard_group = 1, replicas = 1;
   uint64_t bytes_shard_group = 0, bytes_replicas = 0;
+  // Tensor parallelism (docs/design.md §3.13): ranks per tensor group, the data axis's size, and the
+  // tensor group's bytes (activations' partial sums, model/tensor_parallel.h), part of bytes_per_step.
+  int tensor = 1, data_world = 1;
+  uint64_t bytes_tensor = 0;
   RecomputeEstimate recompute;
   CommEstimate comm;  // device backends only (backend_tier == Tier::device)
 

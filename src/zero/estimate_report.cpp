@@ -66,7 +66,10 @@ nlohmann::json estimate_json(const Estimate& e) {
                         {"shard_group", e.shard_group},
                         {"replicas", e.replicas},
                         {"bytes_per_step_shard_group", e.bytes_shard_group},
-                        {"bytes_per_step_replicate_group", e.bytes_replicas}};
+                        {"bytes_per_step_replicate_group", e.bytes_replicas},
+                        {"tensor", e.tensor},
+                        {"data_world", e.data_world},
+                        {"bytes_per_step_tensor_group", e.bytes_tensor}};
   if (e.backend_tier == Tier::device) {
     const CommEstimate& c = e.comm;
     out["comm"] = {{"backend", c.backend},
@@ -85,6 +88,10 @@ std::string estimate_text(const Estimate& e) {
   os << "plan " << e.plan_source << ": zero stage " << e.stage << ", world " << e.world << ", "
      << double(e.num_params) / 1e6 << "M parameters (" << e.padded_params << " padded), micro_batch " << e.micro_batch
      << " x seq_len " << e.seq_len << "\n";
+  if (e.tensor > 1)
+    os << "tensor parallelism: " << e.world / e.tensor << " tensor groups of " << e.tensor
+       << " ranks (each rank holds 1/" << e.tensor << " of every block's matrices and of the vocabulary: the numbers "
+       << "below are tensor rank 0's); the data axis: " << e.data_world << (e.data_world == 1 ? " rank\n" : " ranks\n");
   if (e.replicas > 1)
     os << "hybrid sharding: " << e.replicas << " shard groups of " << e.shard_group
        << " ranks, each a replica: model state sharded as at world " << e.shard_group << "\n";
@@ -141,6 +148,11 @@ std::string estimate_text(const Estimate& e) {
     os << "  within the shard group " << format_bytes(double(e.bytes_shard_group)) << ", across the replicas "
        << format_bytes(double(e.bytes_replicas))
        << " (with the shard group a host, only the latter crosses between hosts)\n";
+  if (e.tensor > 1)
+    os << "  on the tensor group " << format_bytes(double(e.bytes_tensor)) << " (activations: " << e.tensor
+       << " ranks all-reduce (micro_batch, seq_len, n_embd) 4 n_layer + 2 times per micro-step, docs/tensor.md), on the "
+          "data axis "
+       << format_bytes(double(e.bytes_per_step - e.bytes_tensor)) << "\n";
   return os.str();
 }
 
