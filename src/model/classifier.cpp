@@ -103,7 +103,7 @@ double GPT<Ops>::classifier_forward(const int* targets, int N, bool write_dlogit
 }
 
 template <class Ops>
-void GPT<Ops>::classifier_backward() {
+const typename GPT<Ops>::T* GPT<Ops>::classifier_backward() {
   // Whole: dlnf = sum over units of dlogits[:, rows] @ W_rows; the weight gradient waits for the
   // end, where it needs no parameters (UnitHooks). Chunks: each chunk's logits recomputed with the
   // parameters gathered here, turned into dlogits by the same op as forward, both gradients taken
@@ -122,7 +122,13 @@ void GPT<Ops>::classifier_backward() {
                              scratch, cfg_.vocab());
         hooks_->after_backward(e);
       }
-      tensor_sum(gs_.dC, size_t(N) * size_t(C));  // each tensor rank's vocabulary rows' part of dlnf
+      // Each tensor rank's vocabulary rows' part of dlnf, summed (sequence parallelism: each rank
+      // keeps the sum at its positions).
+      if (cfg_.sp) {
+        tensor_scatter(gs_.dC, gs_.dchunk, cfg_.sp_rows(size_t(N)) * size_t(C));
+        return gs_.dchunk;
+      }
+      tensor_sum(gs_.dC, size_t(N) * size_t(C));
       break;
     case Head::chunks:
       // Both gradients were taken in forward. The hooks still mark the head's place in backward
@@ -139,6 +145,7 @@ void GPT<Ops>::classifier_backward() {
       }
       break;
   }
+  return gs_.dC;
 }
 
 template <class Ops>
@@ -162,7 +169,8 @@ void GPT<Ops>::embedding_grads(bool with_lookup) {
     }
     // (Chunks: before_grads(0) and the LM-head part came with the input gradient.)
     if (with_lookup)
-      Ops::encoder_backward(wte_grad_rows(e), e == layout_.wpe_unit() ? grad(ParamId::wpe) : nullptr, gs_.dresidual,
+      Ops::encoder_backward(wte_grad_rows(e), e == layout_.wpe_unit() ? grad(ParamId::wpe) : nullptr,
+                            cfg_.sp ? acts_.gathered : gs_.dresidual,
                             acts_.inputs, B, Tn, C, cfg_.vocab_row0() + r.row0, r.rows, scratch);
     if (h == Head::regather) hooks_->after_backward(e);
     hooks_->grads_ready(e);
@@ -220,7 +228,7 @@ void GPT<Ops>::vocab_parallel_xent(const int* targets, int N, bool write_dlogits
 #define ZT_GPT_CLASSIFIER_MEMBERS(O)                                                   \
   template typename GPT<O>::Head GPT<O>::head(int, bool) const;                        \
   template double GPT<O>::classifier_forward(const int*, int, bool, GPT<O>::S);        \
-  template void GPT<O>::classifier_backward();                                         \
+  template const GPT<O>::T* GPT<O>::classifier_backward();                             \
   template void GPT<O>::embedding_grads(bool);                                         \
   template void GPT<O>::vocab_parallel_xent(const int*, int, bool, GPT<O>::S);         \
   template void GPT<O>::classifier_chunk_grad(int, int, int, GPT<O>::T*, GPT<O>::T*, void*);

@@ -20,12 +20,16 @@ struct GPTConfig {
   int Vp = 0;    // padded vocabulary
   int tp = 1;       // tensor-parallel ranks the matrices are split over
   int tp_rank = 0;  // this rank's place among them
+  bool sp = false;  // sequence parallelism: the LayerNorm / residual regions hold 1/tp of the positions
 
   int heads() const { return NH / tp; }          // attention heads here
   int attn_C() const { return C / tp; }          // their channels: qkv is (B, T, 3 attn_C)
   int mlp_C() const { return 4 * C / tp; }       // the MLP's hidden units here
   int vocab() const { return Vp / tp; }          // rows of wte here (padded)
   int vocab_row0() const { return tp_rank * vocab(); }  // the first of them in the whole vocabulary
+  // Positions of N (= B x T) that the LayerNorm / residual regions hold here: N / tp under sequence
+  // parallelism (rows [tp_rank N/tp, + N/tp) of the flattened (B, T)), else all of them.
+  size_t sp_rows(size_t N) const { return sp ? N / size_t(tp) : N; }
 
   static int pad_vocab(int V, int tp = 1) {
     const int m = std::lcm(128, tp);
@@ -33,10 +37,11 @@ struct GPTConfig {
   }
   static GPTConfig make(int L, int NH, int C, int maxT, int V) { return {L, NH, C, maxT, V, pad_vocab(V)}; }
   // The same model as rank `rank` of `tp` tensor-parallel ranks holds it.
-  GPTConfig split(int tp_size, int rank) const {
+  GPTConfig split(int tp_size, int rank, bool sequence_parallel = false) const {
     GPTConfig c = *this;
     c.tp = tp_size;
     c.tp_rank = rank;
+    c.sp = sequence_parallel && tp_size > 1;
     c.Vp = pad_vocab(V, tp_size);
     return c;
   }

@@ -97,26 +97,32 @@ template <class T, class S>
 std::vector<FieldSize> activation_sizes(const GPTConfig& cfg, int B, int Tn, const Recompute& rc) {
   const size_t L = size_t(cfg.L), C = size_t(cfg.C), Vp = size_t(cfg.vocab());
   const size_t BT = product({size_t(B), size_t(Tn)});
-  const size_t BTC = product({BT, C}), LBTC = product({L, BT, C});
+  // Under sequence parallelism the residual stream (encoded, residual3) holds BT / tp positions.
+  const size_t BTC = product({BT, C}), R = cfg.sp_rows(BT), RC = product({R, C}), LRC = product({L, R, C});
   const Elem i = Elem::token, t = Elem::t, s = Elem::s;
-  std::vector<FieldSize> sizes = {{BT, i}, {BT, i}, {BTC, t}};
+  std::vector<FieldSize> sizes = {{BT, i}, {BT, i}, {RC, t}};
+  auto field = [&](int f) { return product({block_field_rows(cfg, f, BT), block_field_width(cfg, f)}); };
   for (int f = 0; f < kBlockFields; ++f)
-    sizes.push_back({product({size_t(kept_layers(rc, cfg.L, f)), BT, block_field_width(cfg, f)}), block_field_kind(f)});
+    sizes.push_back({product({size_t(kept_layers(rc, cfg.L, f)), field(f)}), block_field_kind(f)});
   for (int f = 0; f < kBlockFields; ++f)
-    sizes.push_back({kept_layers(rc, cfg.L, f) < cfg.L ? product({BT, block_field_width(cfg, f)}) : 0, block_field_kind(f)});
+    sizes.push_back({kept_layers(rc, cfg.L, f) < cfg.L ? field(f) : 0, block_field_kind(f)});
   // Logits: one classifier chunk's rows (all B*T without chunks).
   const size_t rows = classifier_rows_for(cfg, B, Tn, rc, sizeof(T), sizeof(S));
   // With chunks, the log-sum-exp and the running sum of exp per position (a split embedding's
   // vocabulary chunks are folded in one after the other; unused with one unit, kept for one layout);
   // the same two for the vocabulary-parallel loss (tensor parallelism).
   const size_t lse = rows < BT || cfg.tp > 1 ? BT : 0;
-  sizes.insert(sizes.end(), {{LBTC, t}, {BTC, t}, {BT, s}, {BT, s}, {product({rows, Vp}), t}, {BT, s}, {lse, s}, {lse, s}});
+  sizes.insert(sizes.end(), {{LRC, t}, {BTC, t}, {BT, s}, {BT, s}, {product({rows, Vp}), t}, {BT, s}, {lse, s}, {lse, s}});
+  // Sequence parallelism: one (B, T, C) buffer the sequence region's chunks are gathered into (the
+  // LayerNorm outputs before the column-parallel matmuls, the residual gradient before the row-parallel ones).
+  sizes.push_back({cfg.sp ? BTC : 0, t});
   return sizes;
 }
 std::vector<FieldSize> grad_scratch_sizes(const GPTConfig& cfg, int B, int Tn) {
   const size_t BT = product({size_t(B), size_t(Tn)}), BTC = product({BT, size_t(cfg.C)});
   const size_t BTH = product({BT, size_t(cfg.mlp_C())}), BT3A = product({BT, 3, size_t(cfg.attn_C())});
-  return {{BTC, Elem::t}, {BTC, Elem::t}, {BTH, Elem::t}, {BTH, Elem::t}, {BT3A, Elem::t}};
+  const size_t chunk = cfg.sp ? product({cfg.sp_rows(BT), size_t(cfg.C)}) : 0, ln = cfg.sp ? 2 * size_t(cfg.C) : 0;
+  return {{BTC, Elem::t}, {BTC, Elem::t}, {BTH, Elem::t}, {BTH, Elem::t}, {BT3A, Elem::t}, {chunk, Elem::t}, {ln, Elem::t}};
 }
 // Each field starts on a 64-byte boundary so kernels get aligned rows (and 128-bit loads).
 size_t aligned_bytes(size_t bytes) { return checked_round_up(bytes, MemoryTracker::kAlign, kActivationSize); }
@@ -151,7 +157,7 @@ typename GPT<Ops>::BlockActs GPT<Ops>::block_acts(int l) const {
   const auto out = block_fields(a), k = block_fields(kept), s = block_fields(scratch);
   const size_t BT = size_t(B_) * size_t(T_);
   for (int f = 0; f < kBlockFields; ++f) {
-    const size_t layer = BT * block_field_width(cfg_, f) * elem_bytes<T, S>(block_field_kind(f));
+    const size_t layer = block_field_rows(cfg_, f, BT) * block_field_width(cfg_, f) * elem_bytes<T, S>(block_field_kind(f));
     *out[f] = keeps(rc_, f, l) ? static_cast<char*>(*k[f]) + size_t(kept_index(rc_, l)) * layer : *s[f];
   }
   return a;
@@ -183,9 +189,9 @@ GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pa
   for (void** f : block_fields(acts_.scratch)) act_fields.push_back(f);
   act_fields.insert(act_fields.end(), {(void**)&acts_.residual3, (void**)&acts_.lnf, (void**)&acts_.lnf_mean,
                                        (void**)&acts_.lnf_rstd, (void**)&acts_.logits, (void**)&acts_.losses,
-                                       (void**)&acts_.lse, (void**)&acts_.lse_sum});
+                                       (void**)&acts_.lse, (void**)&acts_.lse_sum, (void**)&acts_.gathered});
   void** grad_fields[] = {(void**)&gs_.dresidual, (void**)&gs_.dC, (void**)&gs_.d4C_a, (void**)&gs_.d4C_b,
-                          (void**)&gs_.dqkv};
+                          (void**)&gs_.dqkv, (void**)&gs_.dchunk, (void**)&gs_.ln_grads};
   auto carve = [&](void** const* fields, const std::vector<FieldSize>& sizes, Allocation& block, const char* name) {
     block = mem.alloc(total_bytes<T, S>(sizes), Ops::tier, Category::activations, name);
     char* p = block.as<char>();
@@ -286,25 +292,45 @@ double GPT<Ops>::forward(const int* host_inputs, const int* host_targets, int B,
   ZT_REQUIRE(B >= 1 && B <= B_ && Tn >= 1 && Tn <= T_,
              "model: batch (" << B << ", " << Tn << ") exceeds the allocated (" << B_ << ", " << T_ << ")");
   ZT_ASSERT(!write_dlogits || host_targets != nullptr);
+  // Sequence parallelism cuts the positions into tp equal parts; a length that does not cut evenly
+  // (sampling: one sequence, any length) is padded at its end, which causal attention keeps from
+  // every earlier position (seq_len itself is a multiple of tp: the plan checks it).
+  std::vector<int> padded;
+  if (cfg_.sp && (B * Tn) % cfg_.tp != 0) {
+    ZT_REQUIRE(B == 1 && !host_targets, "model: sequence parallelism needs micro_batch x seq_len divisible by "
+                                            << cfg_.tp << ", got " << B << " x " << Tn);
+    padded.assign(host_inputs, host_inputs + Tn);
+    Tn = (Tn + cfg_.tp - 1) / cfg_.tp * cfg_.tp;
+    ZT_ASSERT(Tn <= T_);
+    padded.resize(size_t(Tn), padded.back());
+    host_inputs = padded.data();
+  }
   const int C = cfg_.C, L = cfg_.L, N = B * Tn;
   last_B_ = B;
   last_T_ = Tn;
   Ops::h2d(acts_.inputs, host_inputs, size_t(N) * sizeof(int));
   if (host_targets) Ops::h2d(acts_.targets, host_targets, size_t(N) * sizeof(int));
-  const size_t layer_stride = size_t(B_) * size_t(T_) * size_t(C);  // (B, T, C) of one layer
+  const size_t layer_stride = cfg_.sp_rows(size_t(B_) * size_t(T_)) * size_t(C);  // (B, T, C) of one layer
+  const int rows = int(cfg_.sp_rows(size_t(N)));  // the residual stream's positions here
 
   lookup_forward(B, Tn);
 
   const T* x = acts_.encoded;
   for (int l = 0; l < L; ++l) {
     hooks_->before_forward(layout_.block_unit(l));
-    block_forward(l, x, B, Tn);
+    if (cfg_.sp)
+      block_forward_sp(l, x, B, Tn);
+    else
+      block_forward(l, x, B, Tn);
     hooks_->after_forward(layout_.block_unit(l));
     x = acts_.residual3 + size_t(l) * layer_stride;
   }
 
   hooks_->before_forward(layout_.final_unit());
-  Ops::layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, x, param(ParamId::lnfw), param(ParamId::lnfb), N, C);
+  // Sequence parallelism: the final norm over this rank's positions, gathered whole for the head.
+  T* lnf = cfg_.sp ? gs_.dchunk : acts_.lnf;
+  Ops::layernorm_forward(lnf, acts_.lnf_mean, acts_.lnf_rstd, x, param(ParamId::lnfw), param(ParamId::lnfb), rows, C);
+  if (cfg_.sp) tensor_gather(lnf, acts_.lnf, size_t(rows) * size_t(C));
   hooks_->after_forward(layout_.final_unit());
 
   return classifier_forward(host_targets ? acts_.targets : nullptr, N, write_dlogits, dloss);
@@ -316,8 +342,10 @@ void GPT<Ops>::lookup_forward(int B, int Tn) {
   // wte + wpe in one pass: the same sum, so splitting changes no bit of it).
   // Tensor parallelism: each rank adds the rows of its vocabulary and rank 0 the positions; the
   // sum over the group is the embedding (model/tensor_parallel.h).
+  // Under sequence parallelism the sums are reduce-scattered: each rank keeps its positions.
   const size_t nC = size_t(B) * size_t(Tn) * size_t(cfg_.C);
-  if (cfg_.tp_rank > 0) Ops::zero(acts_.encoded, nC);
+  T* out = cfg_.sp ? acts_.gathered : acts_.encoded;
+  if (cfg_.tp_rank > 0) Ops::zero(out, nC);
   for (int e = layout_.embedding_units() - 1; e >= 0; --e) {
     const VocabRows r = layout_.vocab_rows(e);
     hooks_->before_forward(e);
@@ -327,11 +355,51 @@ void GPT<Ops>::lookup_forward(int B, int Tn) {
       continue;
     }
     const bool positions = e == layout_.wpe_unit() && cfg_.tp_rank == 0;
-    Ops::encoder_forward(acts_.encoded, acts_.inputs, wte_rows(e), positions ? param(ParamId::wpe) : nullptr, B, Tn,
-                         cfg_.C, cfg_.vocab_row0() + r.row0, r.rows);
+    Ops::encoder_forward(out, acts_.inputs, wte_rows(e), positions ? param(ParamId::wpe) : nullptr, B, Tn, cfg_.C,
+                         cfg_.vocab_row0() + r.row0, r.rows);
     hooks_->after_forward(e);
   }
-  tensor_sum(acts_.encoded, nC);
+  if (cfg_.sp)
+    tensor_scatter(out, acts_.encoded, nC / size_t(cfg_.tp));
+  else
+    tensor_sum(acts_.encoded, nC);
+}
+
+template <class Ops>
+void GPT<Ops>::tensor_gather(const T* send, T* recv, size_t send_n) {
+  if constexpr (std::is_same_v<T, float> && Ops::tier == Tier::host) {
+    ZT_ASSERT(tensor_group_ != nullptr);
+    tensor_group_->all_gather(send, recv, send_n);
+  } else {
+    ZT_REQUIRE(false, "model: tensor parallelism runs on the CPU backend's fp32 only");
+  }
+}
+
+template <class Ops>
+void GPT<Ops>::tensor_scatter(const T* send, T* recv, size_t recv_n) {
+  if constexpr (std::is_same_v<T, float> && Ops::tier == Tier::host) {
+    ZT_ASSERT(tensor_group_ != nullptr);
+    tensor_group_->reduce_scatter(send, recv, recv_n);
+  } else {
+    ZT_REQUIRE(false, "model: tensor parallelism runs on the CPU backend's fp32 only");
+  }
+}
+
+template <class Ops>
+void GPT<Ops>::layernorm_backward_here(T* dinp, ParamId w, ParamId b, int layer, const T* dout, const T* inp,
+                                       const S* mean, const S* rstd, int rows) {
+  const int C = cfg_.C;
+  if (!cfg_.sp) {
+    Ops::layernorm_backward(dinp, grad(w, layer), grad(b, layer), dout, inp, param(w, layer), mean, rstd, rows, C,
+                            scratch_.data());
+    return;
+  }
+  T* g = gs_.ln_grads;  // (2, C): this rank's positions' part, summed over the group, then added
+  Ops::zero(g, 2 * size_t(C));
+  Ops::layernorm_backward(dinp, g, g + C, dout, inp, param(w, layer), mean, rstd, rows, C, scratch_.data());
+  tensor_sum(g, 2 * size_t(C));
+  Ops::residual_forward(grad(w, layer), grad(w, layer), g, size_t(C));
+  Ops::residual_forward(grad(b, layer), grad(b, layer), g + C, size_t(C));
 }
 
 template <class Ops>
@@ -352,11 +420,11 @@ void GPT<Ops>::backward() {
   const int B = last_B_, Tn = last_T_;
   ZT_REQUIRE(B > 0, "model: backward() without a forward()");
   const int C = cfg_.C, L = cfg_.L, N = B * Tn;
-  void* scratch = scratch_.data();
-  const size_t nC = size_t(N) * size_t(C);
-  const size_t layer_stride = size_t(B_) * size_t(T_) * size_t(C);
+  const int rows = int(cfg_.sp_rows(size_t(N)));  // the residual stream's positions here
+  const size_t nC = size_t(rows) * size_t(C);
+  const size_t layer_stride = cfg_.sp_rows(size_t(B_) * size_t(T_)) * size_t(C);
 
-  classifier_backward();
+  const T* dlnf = classifier_backward();
   // Deferred lookup: the LM-head part of the embedding's gradient now, so that the engine reduces
   // it while the blocks' backward runs (dlogits and lnf are final from here). Whole logits: written
   // here from dlogits; in chunks (one unit): already written by classifier_backward into the same
@@ -368,8 +436,8 @@ void GPT<Ops>::backward() {
   hooks_->before_grads(F);
   Ops::zero(gs_.dresidual, nC);
   const T* x_last = L > 0 ? acts_.residual3 + size_t(L - 1) * layer_stride : acts_.encoded;
-  Ops::layernorm_backward(gs_.dresidual, grad(ParamId::lnfw), grad(ParamId::lnfb), gs_.dC, x_last, param(ParamId::lnfw),
-                          acts_.lnf_mean, acts_.lnf_rstd, N, C, scratch);
+  layernorm_backward_here(gs_.dresidual, ParamId::lnfw, ParamId::lnfb, -1, dlnf, x_last, acts_.lnf_mean, acts_.lnf_rstd,
+                          rows);
   hooks_->after_backward(F);
   hooks_->grads_ready(F);
 
@@ -380,15 +448,23 @@ void GPT<Ops>::backward() {
     const T* x = l == 0 ? acts_.encoded : acts_.residual3 + size_t(l - 1) * layer_stride;
     const BlockActs a = block_acts(l);
     block_recompute(l, a, x, B, Tn);  // after the hook: a sharded unit's parameters are gathered
-    block_backward(l, a, x, B, Tn);
+    if (cfg_.sp)
+      block_backward_sp(l, a, x, B, Tn);
+    else
+      block_backward(l, a, x, B, Tn);
     hooks_->after_backward(u);
     hooks_->grads_ready(u);
   }
 
   // The embedding's gradients last (LM-head and lookup parts together), or with a deferred lookup
   // only its lookup part, which the engine adds (UnitHooks::embedding_lookup_deferred).
-  if (defer_lookup_) hooks_->embedding_lookup_deferred();
-  else embedding_grads(true);
+  if (defer_lookup_) {
+    hooks_->embedding_lookup_deferred();
+  } else {
+    // Sequence parallelism: every rank's vocabulary rows take gradients from every position.
+    if (cfg_.sp) tensor_gather(gs_.dresidual, acts_.gathered, nC);
+    embedding_grads(true);
+  }
 }
 
 template <class Ops>

@@ -218,6 +218,7 @@ class GPT {
     S* losses;      // (B, T)
     S* lse;         // (B, T)   chunked only: log-sum-exp per position (running max in forward)
     S* lse_sum;     // (B, T)   chunked only: running sum of exp across vocabulary chunks
+    T* gathered;    // (B, T, C) sequence parallelism only: a sequence-region field gathered whole
   };
   // Gradient scratch for one layer at a time (backward walks layers in reverse and reuses it).
   struct GradScratch {
@@ -226,12 +227,28 @@ class GPT {
     T* d4C_a;       // (B, T, 4C)  dfch_gelu
     T* d4C_b;       // (B, T, 4C)  dfch
     T* dqkv;        // (B, T, 3C)
+    // Sequence parallelism only (else nullptr):
+    T* dchunk;      // (B T / tp, C) a reduce-scatter's result: this rank's positions of a gradient
+    T* ln_grads;    // (2, C) one LayerNorm's weight and bias gradient from this rank's positions
   };
 
   // Tensor parallelism (model/tensor_parallel.h): the sum over the tensor group of n values that
   // each rank holds a part of, in place (nothing with tp = 1); a row-parallel projection's bias,
   // added by tensor rank 0 only (nullptr on the others).
   void tensor_sum(T* buf, size_t n);
+  // Sequence parallelism's pair: every rank's send_n values, in rank order, into recv; and the sum
+  // over the group of tp x recv_n values, rank r keeping part r.
+  void tensor_gather(const T* send, T* recv, size_t send_n);
+  void tensor_scatter(const T* send, T* recv, size_t recv_n);
+  // A LayerNorm's backward over this rank's rows; under sequence parallelism its weight gradients,
+  // from this rank's positions only, are summed over the group before they are added.
+  void layernorm_backward_here(T* dinp, ParamId w, ParamId b, int layer, const T* dout, const T* inp, const S* mean,
+                               const S* rstd, int rows);
+  // The sequence-parallel block (src/model/gpt_block_sp.cpp): the same math as block_forward_inner /
+  // block_forward / block_backward with the LayerNorm and residual work on this rank's positions.
+  void block_forward_inner_sp(int l, const BlockActs& a, const T* x, int B, int Tn);
+  void block_forward_sp(int l, const T* x, int B, int Tn);
+  void block_backward_sp(int l, const BlockActs& a, const T* x, int B, int Tn);
   T* proj_bias(ParamId id, int l) { return cfg_.tp_rank == 0 ? param(id, l) : nullptr; }
   // The vocabulary-parallel loss of the whole logits (N, vocab()): each row's max, sum of exp and
   // target logit combined over the tensor group; dlogits written over them with write_dlogits.
@@ -258,8 +275,9 @@ class GPT {
   // over the N positions, with dlogits written or kept for backward when write_dlogits.
   double classifier_forward(const int* targets, int N, bool write_dlogits, S dloss);
   // Backward's first part: dlnf into gs_.dC (in chunks over one unit, forward wrote it, and the
-  // head's weight gradient too).
-  void classifier_backward();
+  // head's weight gradient too); returns where it is (sequence parallelism: this rank's positions
+  // of it, in gs_.dchunk).
+  const T* classifier_backward();
   // The embedding's gradients, unit by unit, between before_grads(e) and grads_ready(e): the
   // LM-head part dW_rows += dlogits[:, rows]^T @ lnf (whole logits; regather: recomputed per
   // chunk; chunks: already written by classifier_backward), then (with_lookup) the lookup's rows and wpe.

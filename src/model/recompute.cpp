@@ -27,6 +27,12 @@ size_t block_field_width(const GPTConfig& cfg, int f) {
   return w[f];
 }
 
+size_t block_field_rows(const GPTConfig& cfg, int f, size_t BT) {
+  constexpr bool kSequenceRegion[kBlockFields] = {true,  true, true, false, false, false, true,
+                                                  true,  true, true, true,  false, false, true};
+  return kSequenceRegion[f] ? cfg.sp_rows(BT) : BT;
+}
+
 bool block_field_is_stat(int f) { return kIsStat[f]; }
 
 bool keeps(const Recompute& rc, int f, int l) {
@@ -53,15 +59,18 @@ int kept_layers(const Recompute& rc, int L, int f) {
 template <class Ops>
 void GPT<Ops>::block_recompute(int l, const BlockActs& a, const T* x, int B, int Tn) {
   if (rc_.recomputes_block(l)) {
-    block_forward_inner(l, a, x, B, Tn);
+    if (cfg_.sp)
+      block_forward_inner_sp(l, a, x, B, Tn);
+    else
+      block_forward_inner(l, a, x, B, Tn);
     return;
   }
   if (rc_.policy != Recompute::Policy::selective) return;
-  const int C = cfg_.C, N = B * Tn;
+  const int C = cfg_.C, N = B * Tn, R = int(cfg_.sp_rows(size_t(N)));  // R: the LayerNorms' positions here
   // The LayerNorm ops also write mean and rstd: into the kept statistics, the values they hold.
-  Ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, param(ParamId::ln1w, l), param(ParamId::ln1b, l), N, C);
+  Ops::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, param(ParamId::ln1w, l), param(ParamId::ln1b, l), R, C);
   Ops::residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, x, a.attproj, param(ParamId::ln2w, l),
-                                  param(ParamId::ln2b, l), N, C);
+                                  param(ParamId::ln2b, l), R, C);
   Ops::gelu_forward(a.fch_gelu, a.fch, size_t(N) * size_t(cfg_.mlp_C()));
 }
 

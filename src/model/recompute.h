@@ -50,6 +50,9 @@ constexpr int kBlockFields = 14;
 // Elements per token of field f, and whether it is a statistic (the model's type S: LayerNorm mean
 // and rstd, attention log-sum-exp) rather than a value of the storage type T.
 size_t block_field_width(const GPTConfig& cfg, int f);
+// Positions of BT that field f holds: under sequence parallelism the LayerNorm / residual region's
+// fields (ln1 and its statistics, attproj, residual2, ln2 and its statistics, fcproj) hold BT / tp.
+size_t block_field_rows(const GPTConfig& cfg, int f, size_t BT);
 bool block_field_is_stat(int f);
 
 // Whether layer l keeps field f for backward (fcproj is read by nothing in backward: no policy

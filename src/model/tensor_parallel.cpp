@@ -44,8 +44,18 @@ uint64_t tensor_bytes_per_micro_step(const GPTConfig& cfg, int B, int Tn, const 
   const uint64_t N = uint64_t(B) * uint64_t(Tn), NC = N * uint64_t(cfg.C);
   auto all_reduce = [&](uint64_t n) { return 2 * (T - 1) * 4 * n / T; };
   const uint64_t L = uint64_t(cfg.L), recomputed = uint64_t(rc.blocks_recomputed_before(cfg.L));
-  const uint64_t sums = 1 + 2 * L + 1 + 2 * L + recomputed;  // lookup, blocks; dlnf, blocks; recompute
-  return sums * all_reduce(NC) + (T - 1) * 4 * 2 * N + all_reduce(N);
+  const uint64_t loss = (T - 1) * 4 * 2 * N + all_reduce(N);  // the max / sum-of-exp gather, the target sum
+  if (!cfg.sp) {
+    const uint64_t sums = 1 + 2 * L + 1 + 2 * L + recomputed;  // lookup, blocks; dlnf, blocks; recompute
+    return sums * all_reduce(NC) + loss;
+  }
+  // Sequence parallelism: reduce-scatters and all-gathers of (N / T, C) parts, (T - 1) 4 NC / T each.
+  const uint64_t half = (T - 1) * 4 * (NC / T);
+  // forward: the lookup's RS, 4 per block, the final norm's AG; backward: dlnf's RS, 6 per block,
+  // the embedding's AG of dresidual; recompute: AG, RS, AG per block; the LayerNorms' weight
+  // gradients: an all-reduce of 2C per LayerNorm (2 per block and the final one).
+  const uint64_t parts = 1 + 4 * L + 1 + 1 + 6 * L + 1 + 3 * recomputed;
+  return parts * half + (2 * L + 1) * all_reduce(2 * uint64_t(cfg.C)) + loss;
 }
 
 }  // namespace zt

@@ -52,7 +52,9 @@ size_t global_index(const TensorSlot& s, const GPTConfig& cfg, size_t i);
 //             sum of exp) and an all-reduce of B Tn (the target logits)
 //   backward  dlnf from the head's vocabulary columns, two per block
 //   recompute one per recomputed block (its attention projection; recompute.policy "block")
-// 0 with tp = 1. docs/tensor.md has the table.
+// Sequence parallelism: each all-reduce becomes a reduce-scatter or all-gather of (N/tp, C) parts
+// (half its bytes each), with more of them (model/gpt_block_sp.cpp). 0 with tp = 1. docs/tensor.md
+// has the table.
 uint64_t tensor_bytes_per_micro_step(const GPTConfig& cfg, int B, int Tn, const Recompute& rc);
 
 // What the model needs of its tensor group: blocking collectives over activations, float only
@@ -61,6 +63,7 @@ struct TensorGroupOps {
   virtual ~TensorGroupOps() = default;
   virtual void all_reduce(float* buf, size_t n) = 0;                        // sum, in place
   virtual void all_gather(const float* send, float* recv, size_t send_n) = 0;  // recv: tp * send_n, rank order
+  virtual void reduce_scatter(const float* send, float* recv, size_t recv_n) = 0;  // send: tp * recv_n summed
 };
 
 }  // namespace zt

@@ -393,6 +393,13 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
   if (p.model.n_head % p.mesh.tensor != 0)
     bad("mesh.tensor", std::to_string(p.mesh.tensor) + " does not divide model.n_head " + std::to_string(p.model.n_head) +
                            ": every tensor rank holds n_head / mesh.tensor whole heads");
+  p.mesh.sequence_parallel = get_bool(r, "mesh.sequence_parallel");
+  if (p.mesh.sequence_parallel && p.mesh.tensor == 1)
+    bad("mesh.sequence_parallel", "splits the positions over the tensor group: it needs mesh.tensor > 1");
+  if (p.mesh.sequence_parallel && p.model.seq_len % p.mesh.tensor != 0)
+    bad("mesh.sequence_parallel", "needs model.seq_len " + std::to_string(p.model.seq_len) +
+                                      " divisible by mesh.tensor " + std::to_string(p.mesh.tensor) +
+                                      ": every tensor rank holds seq_len / mesh.tensor positions of each sequence");
 
   p.comm.backend = get_choice(r, "comm.backend", {"auto", "nccl", "mpi"});
   p.comm.timeout_s = get_positive(r, "comm.timeout_s");

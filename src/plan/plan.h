@@ -64,6 +64,9 @@ struct ZeroSection {
 // the vocabulary (tensor parallelism, model/tensor_parallel.h); the data axis (zero.*) is the rest.
 struct MeshSection {
   int tensor = 1;
+  // Sequence parallelism (Korthikanti et al. 2022): the LayerNorm / residual regions split along the
+  // positions across the tensor group (reduce-scatter + all-gather instead of all-reduce).
+  bool sequence_parallel = false;
 };
 
 struct CommSection {

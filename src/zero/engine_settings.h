@@ -33,7 +33,7 @@ EngineSettings engine_settings(const Plan& plan, const DataMesh& mesh) {
   const ModelSection& m = plan.model;
   EngineSettings s;
   // This tensor rank's part of the model (model/tensor_parallel.h); the whole model without.
-  s.model = GPTConfig::make(m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size).split(mesh.tensor, mesh.tensor_rank);
+  s.model = GPTConfig::make(m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size).split(mesh.tensor, mesh.tensor_rank, plan.mesh.sequence_parallel);
   s.micro_batch = plan.batch.micro_batch;
   s.seq_len = m.seq_len;
   s.recompute = Recompute::from(plan.recompute.policy, plan.recompute.every, plan.recompute.classifier_chunk);
