@@ -115,7 +115,7 @@ set_tests_properties(trace_overlap PROPERTIES LABELS zero TIMEOUT 300 RUN_SERIAL
 # grad norm; bytes on the tensor group per step vs the ring formula written in the test, in the
 # summary and `train estimate`; tracked memory vs the estimate); mesh.tensor 1 bit for bit the run
 # without the key; one-line refusals under mpirun and by `train estimate`; 11 runs + 5 references of
-# 10 steps, about 2 minutes on 2 cores.
+# 10 steps, 2-3 minutes on 2 cores.
 add_test(NAME tensor_equivalence
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/tensor/tensor_equivalence.py --train $<TARGET_FILE:train>
                  --mpirun ${MPIEXEC_EXECUTABLE}
