@@ -2,6 +2,7 @@
 #
 # Every test carries a ctest LABEL naming its concept, and lives in test/<concept>/:
 #   zero        partitioning, buckets, stages 0-3 against single-rank training, memory and bytes
+#   tensor      tensor parallelism (mesh.tensor) against single-rank training, its bytes and refusals
 #   comm        the Comm layer: ring collectives, timeouts, comm.* settings, several hosts
 #   checkpoint  sharded checkpoints, resume (in memory and from files), reshard, checkpoint.dir
 #   offload     optimizer and parameter offload (host, NVMe) against the same plan in memory
@@ -106,6 +107,20 @@ add_test(NAME trace_overlap
                  --mpirun ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(trace_overlap PROPERTIES LABELS zero TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+
+# ---- tensor -----------------------------------------------------------------------------------
+# tensor_equivalence: mesh.tensor (issue 53) T = 2 at 2 and 4 ranks (data axis 2 at stages 0-3, one
+# with zero.shard_group 1), T = 3 at 3 ranks (one with vocab 50500, padded to lcm(128, 3)), grad_accum
+# 1/2, recompute selective and block, against single-rank stage 0 with the same global batch (loss,
+# grad norm; bytes on the tensor group per step vs the ring formula written in the test, in the
+# summary and `train estimate`; tracked memory vs the estimate); mesh.tensor 1 bit for bit the run
+# without the key; one-line refusals under mpirun and by `train estimate`; 11 runs + 5 references of
+# 10 steps, 2-3 minutes on 2 cores.
+add_test(NAME tensor_equivalence
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/tensor/tensor_equivalence.py --train $<TARGET_FILE:train>
+                 --mpirun ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(tensor_equivalence PROPERTIES LABELS tensor TIMEOUT 600 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 
 # ---- comm: the Comm layer under mpirun; hangs become errors; several hosts -----------------------
 # comm_collectives_np*: collectives, byte counts, ring buffer at N = 1-4; beside the ring collectives
