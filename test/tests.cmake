@@ -390,6 +390,12 @@ add_test(NAME zero_doc_formulas
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/docs/zero_doc_check.py --train $<TARGET_FILE:train>
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(zero_doc_formulas PROPERTIES LABELS "docs;zero" TIMEOUT 300 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+# tensor_doc_formulas: docs/tensor.md's per-micro-step traffic table (with and without sequence
+# parallelism) against `train estimate --json` for ten shapes of mesh, model and recompute policy.
+add_test(NAME tensor_doc_formulas
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/docs/tensor_doc_check.py --train $<TARGET_FILE:train>
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(tensor_doc_formulas PROPERTIES LABELS "docs;tensor" TIMEOUT 300 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
 # autoplan_check: `train plan` at 2 ranks on a small model: every prediction of its report recomputed
 # from docs/autoplan.md's formulas and rates from the raw probes, memory per candidate against
 # `train estimate`, --validate, the calibration cache, one-line refusals (docs/autoplan.md). No timing

@@ -202,10 +202,10 @@ void check_combinations(const Plan& p) {
   if (p.mesh.tensor > 1) {
     const std::string t = "mesh.tensor " + std::to_string(p.mesh.tensor);
     auto refuse = [&](const std::string& key, const std::string& what) {
-      bad(key, what + " with " + t + " is not built yet (tensor parallelism runs on the CPU backend: set mesh.tensor 1)");
+      bad(key, what + " with " + t + ": not built yet (set mesh.tensor 1)");
     };
-    if (p.device == "cuda") refuse("device", "\"cuda\"");
-    if (p.precision.compute == "bf16") refuse("precision.compute", "\"bf16\"");
+    if (p.device == "cuda") refuse("device", "\"cuda\" (tensor parallelism runs on the CPU backend)");
+    if (p.precision.compute == "bf16") refuse("precision.compute", "\"bf16\" (tensor parallelism runs on the CPU backend's fp32)");
     if (!p.checkpoint.dir.empty()) refuse("checkpoint.dir", "checkpoints");
     if (p.checkpoint.resume != "none") refuse("checkpoint.resume", "resuming");
     if (p.offload.optimizer != "none") refuse("offload.optimizer", shown(json(p.offload.optimizer)));

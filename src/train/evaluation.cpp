@@ -19,7 +19,9 @@ double evaluate(GPT<Ops>& model, ZeroEngine<Ops>& engine, DataLoader& val, Comm&
                 int step, MetricsLog* log) {
   const int B = plan.batch.micro_batch, Tn = plan.model.seq_len;
   const int64_t n = std::min<int64_t>(plan.run.eval_batches, val.num_eval_batches());
-  ZT_REQUIRE(n > 0, "data.val: " << plan.data.val << " holds fewer than " << B * comm.world() << " sequences of "
+  // Every rank of a tensor group evaluates the same batches: the data axis counts them.
+  const int batches = comm.world() / plan.mesh.tensor;
+  ZT_REQUIRE(n > 0, "data.val: " << plan.data.val << " holds fewer than " << B * batches << " sequences of "
                                  << Tn + 1 << " tokens");
   std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
   double sum = 0.0;
@@ -33,7 +35,7 @@ double evaluate(GPT<Ops>& model, ZeroEngine<Ops>& engine, DataLoader& val, Comm&
   const double loss = sum / double(n * comm.world());
   if (log) {
     log->write({{"step", step + 1}, {"val_loss", loss}});
-    std::printf("step %5d | val loss %.4f (%lld batches)\n", step + 1, loss, (long long)(n * comm.world()));
+    std::printf("step %5d | val loss %.4f (%lld batches)\n", step + 1, loss, (long long)(n * batches));
   }
   return loss;
 }

@@ -44,12 +44,21 @@ void print_banner(const Plan& plan, const Banner& b) {
               double(b.layout->num_params()) / 1e6, b.layout->num_units());
   std::printf("data: %zu train tokens (%zu sequences) in %zu file(s), %zu val tokens\n", b.data->train->num_tokens(),
               b.data->train->num_sequences(), b.data->train->files().size(), b.data->val->num_tokens());
-  std::printf("batch: micro_batch %d x seq_len %d x grad_accum %d x world %d = %lld tokens per step\n", B, Tn,
-              plan.batch.grad_accum, world, (long long)B * Tn * plan.batch.grad_accum * world);
+  const DataMesh mesh = DataMesh::of(plan, world, 0, 0);  // "host" is a number by now (record_shard_group)
+  if (mesh.tensor == 1)
+    std::printf("batch: micro_batch %d x seq_len %d x grad_accum %d x world %d = %lld tokens per step\n", B, Tn,
+                plan.batch.grad_accum, world, (long long)B * Tn * plan.batch.grad_accum * world);
+  else  // a tensor group reads one batch: the data axis counts
+    std::printf("batch: micro_batch %d x seq_len %d x grad_accum %d x data axis %d = %lld tokens per step\n", B, Tn,
+                plan.batch.grad_accum, mesh.world, (long long)B * Tn * plan.batch.grad_accum * mesh.world);
   std::printf("zero: stage %d, %s, %zu gradient bucket(s)\n", plan.zero.stage,
               plan.zero.overlap_comm ? "overlapped bucketed communication" : "naive blocking per-unit communication",
               b.buckets);
-  const DataMesh mesh = DataMesh::of(plan, world, 0, 0);  // "host" is a number by now (record_shard_group)
+  if (mesh.tensor > 1)
+    std::printf("mesh: tensor parallelism, %d tensor groups of %d ranks (each holds 1/%d of every block and of the "
+                "vocabulary; parameters above are one rank's)%s\n",
+                world / mesh.tensor, mesh.tensor, mesh.tensor,
+                plan.mesh.sequence_parallel ? ", sequence parallel" : "");
   if (mesh.hybrid()) std::printf("zero: hybrid sharding, %s\n", describe_mesh(mesh).c_str());
   std::printf("comm: %s\n", describe_comm_backend(plan.comm.backend, b.on_device).c_str());
   if (b.swap->enabled()) std::printf("%s\n", describe_offload(*b.swap, plan, world, !b.on_device).c_str());
@@ -106,7 +115,12 @@ void end_run(Comm& comm, MetricsLog* log, const Plan& plan, const TrainResult& r
     std::printf("\n");
   }
   std::printf("\nmemory per rank (tracked, current and peak):\n%s", mem.table(true).c_str());
-  if (t.world > 1)
+  if (t.world > 1 && t.tensor > 1)
+    std::printf("communication: %s sent per rank per step: %s on the tensor group (activations, docs/tensor.md), "
+                "%s on the data axis (%s)\n",
+                format_bytes(double(t.bytes_per_step)).c_str(), format_bytes(double(t.bytes_tensor)).c_str(),
+                format_bytes(double(t.bytes_per_step - t.bytes_tensor)).c_str(), partition.bytes_formula().c_str());
+  else if (t.world > 1)
     std::printf("communication: %s sent per rank per step (%s)\n", format_bytes(double(t.bytes_per_step)).c_str(),
                 partition.bytes_formula().c_str());
   log->write({{"summary",

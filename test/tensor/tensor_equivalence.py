@@ -72,9 +72,10 @@ LOSS_TOL, NORM_TOL = zm.LOSS_TOL, zm.NORM_TOL
 
 class Row:
     def __init__(self, T, W, stage=0, accum=1, overlap=True, policy="none", every=1, vocab=V, n_layer=L,
-                 shard_group=None):
+                 shard_group=None, sp=False, seq=SEQ):
         self.T, self.W, self.stage, self.accum, self.overlap = T, W, stage, accum, overlap
         self.policy, self.every, self.vocab, self.n_layer, self.shard_group = policy, every, vocab, n_layer, shard_group
+        self.sp, self.seq = sp, seq
 
     def name(self):
         s = f"T={self.T} W={self.W} stage={self.stage} accum={self.accum} overlap={'on' if self.overlap else 'off'}"
@@ -85,16 +86,21 @@ class Row:
             s += f" n_layer={self.n_layer}"
         if self.shard_group is not None:
             s += f" shard_group={self.shard_group}"
+        if self.sp:
+            s += " sequence_parallel"
+        if self.seq != SEQ:
+            s += f" seq_len={self.seq}"
         return s
 
     def ref_key(self):
-        """The reference's (grad_accum, vocab, n_layer): one rank, the same global batch."""
-        return (self.accum * self.W // self.T, self.vocab, self.n_layer)
+        """The reference's (grad_accum, vocab, n_layer, seq_len): one rank, the same global batch."""
+        return (self.accum * self.W // self.T, self.vocab, self.n_layer, self.seq)
 
     def extra(self):
         e = {"mesh.tensor": self.T, "zero.stage": self.stage, "zero.overlap_comm": "true" if self.overlap else "false",
              "recompute.policy": self.policy, "recompute.every": self.every, "model.vocab_size": self.vocab,
-             "model.n_layer": self.n_layer, "batch.grad_accum": self.accum}
+             "model.n_layer": self.n_layer, "batch.grad_accum": self.accum, "model.seq_len": self.seq,
+             "mesh.sequence_parallel": "true" if self.sp else "false"}
         if self.shard_group is not None:
             e["zero.shard_group"] = self.shard_group
         return e
@@ -110,6 +116,11 @@ ROWS = [
     Row(2, 4, stage=3, overlap=False, shard_group="1"),
     Row(3, 3, vocab=50500),
     Row(2, 4, stage=2, accum=2, overlap=False, policy="block", every=2, n_layer=3),
+    # Sequence parallelism: T 2 and 3 (seq_len a multiple of 3), with the data axis at stages 1 and 3.
+    Row(2, 2, sp=True),
+    Row(3, 3, accum=2, sp=True, seq=30),
+    Row(2, 4, stage=1, accum=2, policy="block", sp=True),
+    Row(2, 4, stage=3, overlap=False, policy="selective", sp=True),
 ]
 # mesh.tensor 1 given explicitly == no key: a data-parallel run (W = 2, stage 1).
 SAME = (2, 1, 1)  # (W, stage, accum)
@@ -148,11 +159,19 @@ def tensor_bytes(r):
 
     def ag(n):
         return (T - 1) * 4 * n
-    N = B * SEQ
+    N = B * r.seq
     NC = N * C
     Lr = r.n_layer
-    micro = (1 + 2 * Lr + 1 + 2 * Lr + recomputed(r)) * ar(NC) + ag(2 * N) + ar(N)
-    return r.accum * micro
+    loss = ag(2 * N) + ar(N)  # each row's max and sum of exp gathered, the target logit summed
+    if not r.sp:
+        # all-reduces of (N, C): the lookup, 2 per block forward; dlnf, 2 per block backward; 1 per recomputed block
+        return r.accum * ((1 + 2 * Lr + 1 + 2 * Lr + recomputed(r)) * ar(NC) + loss)
+    # Sequence parallelism: reduce-scatters / all-gathers of (N/T, C) parts, (T-1) 4 NC/T bytes each:
+    # forward the lookup's RS, 4 per block, the final norm's AG; backward dlnf's RS, 6 per block, dresidual's
+    # AG for the embedding; recompute 3 per block; and an all-reduce of 2C per LayerNorm (2L + 1).
+    part = (T - 1) * 4 * (NC // T)
+    parts = 1 + 4 * Lr + 1 + 1 + 6 * Lr + 1 + 3 * recomputed(r)
+    return r.accum * (parts * part + (2 * Lr + 1) * ar(2 * C) + loss)
 
 
 def plan_sets(workdir, extra):
@@ -299,6 +318,8 @@ REFUSALS = [
     (2, 2, {"recompute.classifier_chunk": 16}, [r"mesh\.tensor", r"classifier_chunk"], False),
     (2, 2, {"model.init": "@init.bin"}, [r"mesh\.tensor", r"model\.init"], False),
     (2, 2, {"run.final_weights": "@final.bin"}, [r"mesh\.tensor", r"final_weights"], False),
+    (1, 1, {"mesh.sequence_parallel": "true"}, [r"sequence_parallel", r"mesh\.tensor"], True),
+    (3, 3, {"mesh.sequence_parallel": "true"}, [r"sequence_parallel", r"seq_len", r"\b32\b", r"\b3\b"], True),
 ]
 
 
@@ -367,21 +388,22 @@ def main():
             return None
 
     W0, st0, a0 = SAME
-    keys = sorted({r.ref_key() for r in ROWS} | {(a0 * W0, V, L)})
-    refs = {k: start(1, f"ref_A{k[0]}_V{k[1]}_L{k[2]}", {"batch.grad_accum": k[0], "model.vocab_size": k[1],
-                                                         "model.n_layer": k[2]}) for k in keys}
+    keys = sorted({r.ref_key() for r in ROWS} | {(a0 * W0, V, L, SEQ)})
+    refs = {k: start(1, f"ref_A{k[0]}_V{k[1]}_L{k[2]}_S{k[3]}", {"batch.grad_accum": k[0], "model.vocab_size": k[1],
+                                                                 "model.n_layer": k[2], "model.seq_len": k[3]})
+            for k in keys}
     started = [(r, start(r.W, f"row{i}", r.extra())) for i, r in enumerate(ROWS)]
     same_extra = {"zero.stage": st0, "batch.grad_accum": a0}
     same = {key: start(W0, f"same_{key}", dict(same_extra, **({"mesh.tensor": 1} if key else {})))
             for key in (False, True)}
 
     for k in keys:
-        refs[k] = result(f"reference grad_accum {k[0]} vocab {k[1]} n_layer {k[2]}", refs[k])
+        refs[k] = result(f"reference grad_accum {k[0]} vocab {k[1]} n_layer {k[2]} seq_len {k[3]}", refs[k])
         if refs[k] is None:
             print(f"reference FAILED:\n{failures[-1]}")
             sys.exit(1)
         clipped = sum(1 for x in refs[k]["steps"] if x["grad_norm"] > CLIP)
-        print(f"reference grad_accum {k[0]} vocab {k[1]} n_layer {k[2]}: loss {refs[k]['steps'][0]['loss']:.4f} -> "
+        print(f"reference grad_accum {k[0]} vocab {k[1]} n_layer {k[2]} seq_len {k[3]}: loss {refs[k]['steps'][0]['loss']:.4f} -> "
               f"{refs[k]['steps'][-1]['loss']:.4f}, clipped in {clipped}/{STEPS} steps, Vp {refs[k]['vp']}, "
               f"{refs[k]['seconds']:.1f} s", flush=True)
 
@@ -407,14 +429,28 @@ def main():
             continue
         for k in worst:
             worst[k] = max(worst[k], m[k])
+        sp_note = ""
+        if r.sp:
+            # Sequence parallelism holds the LayerNorm / residual regions' activations at 1/T: this plan's
+            # activations against the same plan without it (both the estimate, which the run's tracked
+            # peak equals: checked above).
+            try:
+                off = estimate(train, r.W, plan_sets(work, dict(r.extra(), **{"mesh.sequence_parallel": "false"})))
+                a_sp, a_off = res["estimate"]["memory"]["host"]["activations"], off["memory"]["host"]["activations"]
+                sp_note = f"  activations {a_sp} B with sequence parallelism, {a_off} B without"
+                if not a_sp < a_off:
+                    failures.append(f"{r.name()}: activations with sequence parallelism {a_sp} B not below {a_off} B")
+                    sp_note += "  FAILED"
+            except (zm.RunFailed, KeyError, ValueError) as e:
+                failures.append(f"{r.name()}: the estimate without sequence parallelism: {e}")
         print(f"{row} {m['vp'] or 0:>6} {m['loss']:9.2e} {m['norm']:9.2e} {m['tbytes']:9d} {m['total']:9d} "
               f"{'ok' if m['bytes_ok'] else 'BAD':>5} {'ok' if m['mem_ok'] else 'BAD':>4} {res['seconds']:5.1f}"
-              + ("" if not errs else "  FAILED"), flush=True)
+              + ("" if not errs else "  FAILED") + sp_note, flush=True)
 
     print(f"\nmesh.tensor 1 explicitly at W={W0} stage {st0} accum {a0}:")
     base, res = result("mesh.tensor 1: run without the key", same[False]), result("mesh.tensor 1", same[True])
     if base is not None and res is not None:
-        errs, m = check_numerics(base, refs[(a0 * W0, V, L)])
+        errs, m = check_numerics(base, refs[(a0 * W0, V, L, SEQ)])
         failures += [f"run without mesh.tensor against the reference: {e}" for e in errs]
         print(f"  {'ok ' if not errs else 'BAD'} without the key against the reference: loss err {m['loss']:.2e}, "
               f"norm err {m['norm']:.2e}", flush=True)
