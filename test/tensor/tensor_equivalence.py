@@ -346,6 +346,43 @@ def refusal(train, mpirun, work, timeout, i, how):
                                   f"{lines[:2]}; wanted one matching {says}; written: {written}")
 
 
+def hang_and_trace(train, mpirun, work, timeout):
+    """A tensor rank that skips a collective is diagnosed on both ranks, naming the group; a traced run has
+    the tensor group's collectives on their own lane ("comm tensor", docs/traces.md)."""
+    errs = []
+    d = os.path.join(work, "hang")
+    os.makedirs(d)
+    sets = plan_sets(d, {"mesh.tensor": 2, "run.steps": 3, "comm.fault_skip_rank": 1, "comm.fault_skip_step": 1,
+                         "comm.timeout_s": 5})
+    t0 = time.monotonic()
+    p = subprocess.run(zm.launcher(mpirun, 2) + [train, "plans/default.json"] + sets, cwd=ROOT, env=zm.env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    secs = time.monotonic() - t0
+    lines = [l for l in p.stdout.splitlines() if l.startswith("error: rank")]
+    named = [l for l in lines if 'in group "tensor"' in l and "did not complete within 5 s" in l]
+    ok = p.returncode != 0 and {l.split(":")[1].strip() for l in named} == {"rank 0", "rank 1"}
+    print(f"  {'ok ' if ok else 'BAD'} a tensor rank skipping a collective at step 1: exit {p.returncode} after {secs:.0f} s, "
+          f"{len(named)} rank(s) name the group: {named[0][:120] if named else p.stdout.strip()[-200:]}", flush=True)
+    if not ok:
+        errs.append(f"hang diagnosis: exit {p.returncode}, lines {lines[:2]}")
+    d = os.path.join(work, "trace")
+    os.makedirs(d)
+    sets = plan_sets(d, {"mesh.tensor": 2, "run.steps": 2, "run.trace": os.path.join(d, "trace.json")})
+    p = subprocess.run(zm.launcher(mpirun, 2) + [train, "plans/default.json"] + sets, cwd=ROOT, env=zm.env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    lanes = set()
+    for f in os.listdir(d):
+        if f.startswith("trace") and f.endswith(".json"):
+            for ev in json.load(open(os.path.join(d, f))).get("traceEvents", []):
+                if ev.get("ph") == "M" and ev.get("name") == "thread_name":
+                    lanes.add(ev.get("args", {}).get("name"))
+    ok = p.returncode == 0 and "comm tensor" in lanes
+    print(f"  {'ok ' if ok else 'BAD'} traced run: lanes {sorted(x for x in lanes if x and x.startswith('comm'))}", flush=True)
+    if not ok:
+        errs.append(f"trace: exit {p.returncode}, lanes {sorted(x for x in lanes if x)}: no \"comm tensor\"")
+    return errs
+
+
 def refusal_control(train, work):
     """The same binary accepts mesh.tensor 2 at world 4 (and reports it), so the refusals are of values."""
     try:
@@ -461,6 +498,9 @@ def main():
         failures += [f"mesh.tensor 1: {e}" for e in errs]
         print(f"  {'ok ' if not errs else 'BAD'} mesh.tensor 1: bit for bit the run without the key "
               f"(losses, grad norms, bytes, memory, estimate)", flush=True)
+
+    print("\ndiagnosis and traces:", flush=True)
+    failures += hang_and_trace(train, args.mpirun, work, args.timeout)
 
     print("\nrefusals:", flush=True)
     err = refusal_control(train, work)
