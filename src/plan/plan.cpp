@@ -208,8 +208,11 @@ void check_combinations(const Plan& p) {
     if (p.precision.compute == "bf16") refuse("precision.compute", "\"bf16\" (tensor parallelism runs on the CPU backend's fp32)");
     if (!p.checkpoint.dir.empty()) refuse("checkpoint.dir", "checkpoints");
     if (p.checkpoint.resume != "none") refuse("checkpoint.resume", "resuming");
-    if (p.offload.optimizer != "none") refuse("offload.optimizer", shown(json(p.offload.optimizer)));
-    if (p.offload.params != "none") refuse("offload.params", shown(json(p.offload.params)));
+    // offload.optimizer "cpu" is the CUDA backend's (refused above with it); "nvme" runs.
+    if (p.offload.params != "none")
+      bad("offload.params", shown(json(p.offload.params)) + " with " + t +
+                                ": not built yet (the tensor group's gradient norm reads the gradient shard in memory; "
+                                "set offload.params \"none\" or mesh.tensor 1)");
     if (p.recompute.classifier_chunk > 0)
       bad("recompute.classifier_chunk", "with " + t +
                                             " the vocabulary-parallel loss takes whole logits (each rank's columns): "

@@ -20,6 +20,8 @@ is the one-rank stage-0 run with the same model and global batch (shared between
         ar(n) = 2(T-1)4n // T,  ag(n) = (T-1)4n,  N = micro_batch * seq_len,  NC = N * n_embd
         per micro-step: (1 + 2L + 1 + 2L + R) ar(NC) + ag(2N) + ar(N)
     (R = blocks recomputed: recompute.policy "block" ceil(L / every), else 0), times grad_accum;
+    with mesh.sequence_parallel: (1 + 4L + 1 + 1 + 6L + 1 + 3R) parts of (T-1)4(NC/T) (reduce-scatters
+    and all-gathers) + (2L + 1) ar(2C) (the LayerNorms' weight gradients) + ag(2N) + ar(N);
     == the summary's bytes_tensor_group_per_step (measured) and _theory, and `train estimate`'s
     bytes_per_step_tensor_group; the summary's bytes_sent_per_step == its theory == the estimate's
     bytes_per_step, and == every step's comm_bytes; and the total is the tensor, shard and
@@ -32,13 +34,18 @@ is the one-rank stage-0 run with the same model and global batch (shared between
 Rows: T = 2 at W = 2 (data 1); T = 3 at W = 3; T = 2 at W = 4 (data 2) at zero.stage 0, 1, 2, 3 with
 0.05 MiB buckets, grad_accum 1 and 2 mixed, recompute.policy "selective" and "block", overlap off in
 some; stage 3 with zero.shard_group "1" (2 replicas of shard groups of 1); T = 3 with vocab 50500;
-n_layer 3 with "block" every 2 (R = 2 of 3 blocks). mesh.tensor 1 given explicitly is the run without
-the key bit for bit (losses, grad norms, per-step bytes, summary bytes and memory).
+n_layer 3 with "block" every 2 (R = 2 of 3 blocks); sequence parallelism at T = 2 and 3 (seq_len 30),
+and at data 2 stages 1 and 3 with "block" and "selective" (its activations, by the estimate, below the
+same plan's without); offload.optimizer "nvme" at stage 1, and at stage 3 without clipping (the update
+inside backward). mesh.tensor 1 given explicitly is the run without the key bit for bit (losses, grad
+norms, per-step bytes, summary bytes and memory). A tensor rank that skips a collective is diagnosed
+on both ranks naming the group "tensor"; a traced run has a "comm tensor" lane.
 
 Refusals (each one invocation; under mpirun, and by `train estimate` for the mesh ones): non-zero
 exit, exactly one line starting with "error" naming the cause, no metrics written: mesh.tensor not
-dividing the world, not dividing n_head, 0 and -1; with mesh.tensor 2: device "cuda",
-precision.compute "bf16", checkpoint.dir, offload.optimizer and offload.params, a classifier chunk,
+dividing the world, not dividing n_head, 0 and -1; mesh.sequence_parallel with mesh.tensor 1 and
+with a seq_len mesh.tensor does not divide; with mesh.tensor 2: device "cuda",
+precision.compute "bf16", checkpoint.dir, offload.params, a classifier chunk,
 model.init, run.final_weights. The control: the same binary accepts mesh.tensor 2 at world 4 (so an
 unknown key cannot pass for a refusal).
 
@@ -72,10 +79,10 @@ LOSS_TOL, NORM_TOL = zm.LOSS_TOL, zm.NORM_TOL
 
 class Row:
     def __init__(self, T, W, stage=0, accum=1, overlap=True, policy="none", every=1, vocab=V, n_layer=L,
-                 shard_group=None, sp=False, seq=SEQ):
+                 shard_group=None, sp=False, seq=SEQ, offload=False, clip=CLIP):
         self.T, self.W, self.stage, self.accum, self.overlap = T, W, stage, accum, overlap
         self.policy, self.every, self.vocab, self.n_layer, self.shard_group = policy, every, vocab, n_layer, shard_group
-        self.sp, self.seq = sp, seq
+        self.sp, self.seq, self.offload, self.clip = sp, seq, offload, clip
 
     def name(self):
         s = f"T={self.T} W={self.W} stage={self.stage} accum={self.accum} overlap={'on' if self.overlap else 'off'}"
@@ -86,6 +93,10 @@ class Row:
             s += f" n_layer={self.n_layer}"
         if self.shard_group is not None:
             s += f" shard_group={self.shard_group}"
+        if self.offload:
+            s += " offload.optimizer=nvme"
+        if self.clip != CLIP:
+            s += f" grad_clip={self.clip}"
         if self.sp:
             s += " sequence_parallel"
         if self.seq != SEQ:
@@ -94,13 +105,15 @@ class Row:
 
     def ref_key(self):
         """The reference's (grad_accum, vocab, n_layer, seq_len): one rank, the same global batch."""
-        return (self.accum * self.W // self.T, self.vocab, self.n_layer, self.seq)
+        return (self.accum * self.W // self.T, self.vocab, self.n_layer, self.seq, self.clip)
 
     def extra(self):
         e = {"mesh.tensor": self.T, "zero.stage": self.stage, "zero.overlap_comm": "true" if self.overlap else "false",
              "recompute.policy": self.policy, "recompute.every": self.every, "model.vocab_size": self.vocab,
              "model.n_layer": self.n_layer, "batch.grad_accum": self.accum, "model.seq_len": self.seq,
-             "mesh.sequence_parallel": "true" if self.sp else "false"}
+             "mesh.sequence_parallel": "true" if self.sp else "false", "optim.grad_clip": self.clip}
+        if self.offload:  # the AdamW moments in swap files (a directory of the row's own: plan_sets)
+            e["offload.optimizer"] = "nvme"
         if self.shard_group is not None:
             e["zero.shard_group"] = self.shard_group
         return e
@@ -121,6 +134,9 @@ ROWS = [
     Row(3, 3, accum=2, sp=True, seq=30),
     Row(2, 4, stage=1, accum=2, policy="block", sp=True),
     Row(2, 4, stage=3, overlap=False, policy="selective", sp=True),
+    # The AdamW moments in swap files: stage 1, and stage 3 without clipping (the update inside backward).
+    Row(2, 4, stage=1, accum=2, sp=True, offload=True),
+    Row(2, 4, stage=3, accum=2, offload=True, clip=0.0),
 ]
 # mesh.tensor 1 given explicitly == no key: a data-parallel run (W = 2, stage 1).
 SAME = (2, 1, 1)  # (W, stage, accum)
@@ -185,6 +201,8 @@ def plan_sets(workdir, extra):
         "run.threads": 1, "run.log": os.path.join(workdir, "metrics.jsonl"),
     }
     s.update(extra)
+    if s.get("offload.optimizer") == "nvme" and "offload.nvme_dir" not in s:
+        s["offload.nvme_dir"] = os.path.join(workdir, "swap")
     out = []
     for k, v in s.items():
         out += ["--set", f"{k}={v}"]
@@ -311,10 +329,8 @@ REFUSALS = [
     (2, 2, {"device": "cuda"}, [r"mesh\.tensor", r"device", r"cuda"], False),
     (2, 2, {"precision.compute": "bf16"}, [r"mesh\.tensor", r"precision\.compute", r"bf16"], False),
     (2, 2, {"checkpoint.dir": "@ckpt"}, [r"mesh\.tensor", r"checkpoint\.dir"], False),
-    (2, 2, {"zero.stage": 1, "offload.optimizer": "cpu"}, [r"mesh\.tensor", r"offload\.optimizer"], False),
-    (2, 2, {"zero.stage": 1, "offload.optimizer": "nvme", "offload.nvme_dir": NVME},
-     [r"mesh\.tensor", r"offload\.optimizer"], False),
-    (2, 2, {"zero.stage": 3, "offload.params": "cpu"}, [r"mesh\.tensor", r"offload\.params"], False),
+    (2, 2, {"zero.stage": 3, "offload.params": "nvme", "offload.optimizer": "nvme", "offload.nvme_dir": NVME},
+     [r"mesh\.tensor", r"offload\.params"], False),
     (2, 2, {"recompute.classifier_chunk": 16}, [r"mesh\.tensor", r"classifier_chunk"], False),
     (2, 2, {"model.init": "@init.bin"}, [r"mesh\.tensor", r"model\.init"], False),
     (2, 2, {"run.final_weights": "@final.bin"}, [r"mesh\.tensor", r"final_weights"], False),
@@ -425,9 +441,10 @@ def main():
             return None
 
     W0, st0, a0 = SAME
-    keys = sorted({r.ref_key() for r in ROWS} | {(a0 * W0, V, L, SEQ)})
-    refs = {k: start(1, f"ref_A{k[0]}_V{k[1]}_L{k[2]}_S{k[3]}", {"batch.grad_accum": k[0], "model.vocab_size": k[1],
-                                                                 "model.n_layer": k[2], "model.seq_len": k[3]})
+    keys = sorted({r.ref_key() for r in ROWS} | {(a0 * W0, V, L, SEQ, CLIP)})
+    refs = {k: start(1, f"ref_A{k[0]}_V{k[1]}_L{k[2]}_S{k[3]}_c{k[4]}", {"batch.grad_accum": k[0],
+                                                                          "model.vocab_size": k[1], "model.n_layer": k[2],
+                                                                          "model.seq_len": k[3], "optim.grad_clip": k[4]})
             for k in keys}
     started = [(r, start(r.W, f"row{i}", r.extra())) for i, r in enumerate(ROWS)]
     same_extra = {"zero.stage": st0, "batch.grad_accum": a0}
@@ -435,12 +452,12 @@ def main():
             for key in (False, True)}
 
     for k in keys:
-        refs[k] = result(f"reference grad_accum {k[0]} vocab {k[1]} n_layer {k[2]} seq_len {k[3]}", refs[k])
+        refs[k] = result(f"reference grad_accum {k[0]} vocab {k[1]} n_layer {k[2]} seq_len {k[3]} grad_clip {k[4]}", refs[k])
         if refs[k] is None:
             print(f"reference FAILED:\n{failures[-1]}")
             sys.exit(1)
         clipped = sum(1 for x in refs[k]["steps"] if x["grad_norm"] > CLIP)
-        print(f"reference grad_accum {k[0]} vocab {k[1]} n_layer {k[2]} seq_len {k[3]}: loss {refs[k]['steps'][0]['loss']:.4f} -> "
+        print(f"reference grad_accum {k[0]} vocab {k[1]} n_layer {k[2]} seq_len {k[3]} grad_clip {k[4]}: loss {refs[k]['steps'][0]['loss']:.4f} -> "
               f"{refs[k]['steps'][-1]['loss']:.4f}, clipped in {clipped}/{STEPS} steps, Vp {refs[k]['vp']}, "
               f"{refs[k]['seconds']:.1f} s", flush=True)
 
@@ -487,7 +504,7 @@ def main():
     print(f"\nmesh.tensor 1 explicitly at W={W0} stage {st0} accum {a0}:")
     base, res = result("mesh.tensor 1: run without the key", same[False]), result("mesh.tensor 1", same[True])
     if base is not None and res is not None:
-        errs, m = check_numerics(base, refs[(a0 * W0, V, L, SEQ)])
+        errs, m = check_numerics(base, refs[(a0 * W0, V, L, SEQ, CLIP)])
         failures += [f"run without mesh.tensor against the reference: {e}" for e in errs]
         print(f"  {'ok ' if not errs else 'BAD'} without the key against the reference: loss err {m['loss']:.2e}, "
               f"norm err {m['norm']:.2e}", flush=True)
