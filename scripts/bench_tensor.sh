@@ -60,7 +60,8 @@ def load(name):
     summ = [r["summary"] for r in rows if "summary" in r][0]
     return steps, summ
 one_ms = None
-print(f"{'run':>10} {'step ms':>8} {'vs one':>6} {'comm wait ms':>12} {'MiB/step':>9} {'tensor MiB':>10} {'wait/layer ms':>13} {'peak MiB':>8} {'loss':>8}")
+print(f"{'run':>10} {'step ms':>8} {'vs one':>6} {'comm wait ms':>12} {'MiB/step':>9} {'tensor MiB':>10} "
+      f"{'wait/layer ms':>13} {'tracked MiB':>11} {'VmHWM MiB':>9} {'loss':>8}")
 for name in ("one", "zero3", "tensor", "tensor_sp"):
     steps, s = load(name)
     ms = statistics.median(r["ms"] for r in steps)
@@ -68,7 +69,8 @@ for name in ("one", "zero3", "tensor", "tensor_sp"):
     one_ms = one_ms or ms
     tb = s.get("bytes_tensor_group_per_step", 0)
     per_layer = f"{wait / L:13.1f}" if tb else f"{'-':>13}"
-    peak = s["peak_memory_bytes"]["host"]["total"] / 2**20
+    peak = s["peak_memory_bytes"]["host"]["total"] / 2**20  # tracked peak (== train estimate)
+    rss = max(s["peak_rss_bytes_per_rank"]) / 2**20          # the largest rank's VmHWM
     print(f"{name:>10} {ms:8.1f} {one_ms / ms:6.2f} {wait:12.1f} {s['bytes_sent_per_step'] / 2**20:9.2f} "
-          f"{tb / 2**20:10.2f} {per_layer} {peak:8.1f} {steps[-1]['loss']:8.4f}")
+          f"{tb / 2**20:10.2f} {per_layer} {peak:11.1f} {rss:9.1f} {steps[-1]['loss']:8.4f}")
 PY
