@@ -206,8 +206,6 @@ void check_combinations(const Plan& p) {
     };
     if (p.device == "cuda") refuse("device", "\"cuda\"");
     if (p.precision.compute == "bf16") refuse("precision.compute", "\"bf16\"");
-    if (!p.checkpoint.dir.empty()) refuse("checkpoint.dir", "checkpoints");
-    if (p.checkpoint.resume != "none") refuse("checkpoint.resume", "resuming");
     if (p.offload.optimizer != "none") refuse("offload.optimizer", shown(json(p.offload.optimizer)));
     if (p.offload.params != "none") refuse("offload.params", shown(json(p.offload.params)));
     if (p.recompute.classifier_chunk > 0)
