@@ -10,8 +10,11 @@ model.h5 / `train export` give whole tensors. Through the real binary under mpir
   ref      1 rank, stage 0, grad_accum 2: the 6 steps straight (saves at 3 and 6)
   t2to1    mesh.tensor 2 (world 2) saves at step 3 -> 1 rank resumes to step 6
   1to3     ref's step 3 -> mesh.tensor 3 (world 3, 2 heads a rank) resumes to step 6
-  t2d2to1  mesh.tensor 2 x data 2 (world 4), zero.stage 3, grad_accum 1, saves at step 3 -> 1 rank
-           stage 0 resumes to step 6
+  t2d2to1  mesh.tensor 2 x data 2 (world 4), zero.stage 3, grad_accum 1, saves at step 3 in pieces
+           of checkpoint.chunk_mb 0.01 (2621 elements: column blocks cut mid-row, a partial row
+           and whole rows each a dataset) -> 1 rank stage 0 resumes to step 6
+  t2d2s1to3  mesh.tensor 2 x data 2 at stage 1 (parameters whole on each data rank: each saves its
+           half, the replicated tensors a quarter) saves at step 3 -> mesh.tensor 3 resumes
   files    at optim.lr 0 (weights stay the initial ones: "step 0-equivalent"), mesh.tensor 2 and 1
            rank each save step 3: model.h5 (h5py, whole tensors by global name and shape) of the
            two, weights bit for bit, AdamW moments within 1e-6 of each tensor's largest; the rank
@@ -115,8 +118,14 @@ def case_1to3(tmp):
 
 def case_t2d2to1(tmp):
     ref = reference(tmp)
-    a = save_at(tmp, "t2d2", 4, 2, 3)
+    a = save_at(tmp, "t2d2", 4, 2, 3, checkpoint__chunk_mb=0.01)
     resume(tmp, "t2d2to1", ref, step_dir(a, SAVE), 1, 1, 0, "world 4 mesh.tensor 2 stage 3")
+
+
+def case_t2d2s1to3(tmp):
+    ref = reference(tmp)
+    a = save_at(tmp, "t2d2s1", 4, 2, 1)
+    resume(tmp, "t2d2s1to3", ref, step_dir(a, SAVE), 3, 3, 0, "world 4 mesh.tensor 2 stage 1")
 
 
 def tensors(path):
@@ -180,4 +189,4 @@ def case_files(tmp):
 
 
 if __name__ == "__main__":
-    sys.exit(ct.run_case_script("checkpoint_tensor", ["t2to1", "1to3", "t2d2to1", "files"], globals(), True))
+    sys.exit(ct.run_case_script("checkpoint_tensor", ["t2to1", "1to3", "t2d2to1", "t2d2s1to3", "files"], globals(), True))
