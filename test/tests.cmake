@@ -268,6 +268,16 @@ add_test(NAME checkpoint_hybrid
                  --mpirun ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(checkpoint_hybrid PROPERTIES LABELS checkpoint TIMEOUT 420 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+# checkpoint_tensor: across tensor sizes (issue 53): a 1-rank run straight through 6 steps is the
+# reference; mesh.tensor 2 (world 2) -> 1 rank, 1 rank -> mesh.tensor 3 (world 3), mesh.tensor 2 x data 2
+# stage 3 (in 0.01 MiB pieces) -> 1 rank stage 0, mesh.tensor 2 x data 2 stage 1 -> mesh.tensor 3 resume
+# from step 3 within 1e-5; model.h5 (h5py) and `train export` of a mesh.tensor 2 checkpoint against a
+# 1-rank one's (test/checkpoint/checkpoint_tensor.py; 30 s on idle cores, 50 s on busy ones).
+add_test(NAME checkpoint_tensor
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/checkpoint/checkpoint_tensor.py --train $<TARGET_FILE:train>
+                 --mpirun ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(checkpoint_tensor PROPERTIES LABELS checkpoint TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 
 # ---- offload -----------------------------------------------------------------------------------
 # offload_equivalence: offload.optimizer nvme (docs/design.md §3.6) against the same plan in memory,

@@ -19,6 +19,7 @@
 #include "checkpoint/model_file.h"
 #include "checkpoint/rank_file.h"
 #include "checkpoint/reader.h"
+#include "model/tensor_parallel.h"
 #include "runtime/memory.h"
 #include "runtime/output_path.h"
 
@@ -35,31 +36,65 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // What rank r saves of a buffer, so that every element is saved exactly once. A buffer that holds
-// every tensor whole is the same on every rank (list_model_state gives whole tensors only to
-// replicated buffers): rank r saves elements [n r/N, n (r+1)/N) of each tensor. A sharded buffer is
-// the same on the world / S shard groups of hybrid sharding (zero/data_mesh.h): copy c = r / S
-// saves the c-th share of each range it holds; with one group, all of them.
+// every tensor whole is the same on every rank of the data axis (list_model_state gives whole
+// tensors only to replicated buffers): data rank d of D saves elements [n d/D, n (d+1)/D) of each
+// tensor. A sharded buffer is the same on the D / S shard groups of hybrid sharding
+// (zero/data_mesh.h): copy c = d / S saves the c-th share of each range it holds; with one group,
+// all of them. With tensor parallelism (T ranks, rank % T the tensor rank, rank / T the data rank)
+// each tensor rank's slices are saved by its own data axis so; a tensor every tensor rank holds
+// whole (tensor_split: replicated) is the same on all T of them, so its share is cut T ways more.
 std::vector<TensorRange> my_share(const std::vector<TensorRange>& holds, const ParamLayout& layout, const Meta& m) {
   bool whole = holds.size() == layout.tensors().size();
   for (const TensorRange& r : holds) whole = whole && r.offset == 0 && r.count == layout.tensors()[size_t(r.tensor)].numel;
-  const int64_t group = m.shard_group > 0 ? m.shard_group : m.world;
-  const size_t copies = size_t(whole ? m.world : m.world / group), copy = size_t(whole ? m.rank : m.rank / group);
-  if (copies == 1) return holds;
+  const int64_t T = std::max<int64_t>(1, m.tensor), D = m.world / T, d = m.rank / T, t = m.rank % T;
+  const int64_t group = m.shard_group > 0 ? m.shard_group : D;
+  const size_t copies = size_t(whole ? D : D / group), copy = size_t(whole ? d : d / group);
+  if (copies == 1 && T == 1) return holds;
   std::vector<TensorRange> out;
   for (const TensorRange& r : holds) {
-    const size_t n = r.count, lo = n * copy / copies, hi = n * (copy + 1) / copies;
+    const bool everywhere = T > 1 && !split_over_tensor(layout.tensors()[size_t(r.tensor)].id);
+    const size_t cs = everywhere ? copies * size_t(T) : copies, c = everywhere ? copy * size_t(T) + size_t(t) : copy;
+    const size_t n = r.count, lo = n * c / cs, hi = n * (c + 1) / cs;
     if (lo < hi) out.push_back({r.tensor, r.offset + lo, hi - lo, r.at + lo});
   }
   return out;
 }
 
+// The whole model's layout (tp 1, wte padded as for cfg.tp): the shapes and names a checkpoint
+// addresses its elements by.
+ParamLayout whole_layout(const GPTConfig& cfg) {
+  GPTConfig g = cfg;
+  g.tp = 1, g.tp_rank = 0;
+  return ParamLayout(g, 1);
+}
+
+// Elements [offset, offset + n) of this rank's (local) tensor `local` in the whole tensor `whole`:
+// calls f(global offset, local index, count, width) for each run of them that is consecutive there
+// (width 0), or, for the input columns of a tensor-parallel rank, each block of whole local rows
+// (count / width rows of `width` columns, a tensor row apart), so that a row-parallel weight is
+// one 2-D dataset per piece, never a dataset per row.
+template <class F>
+void for_each_run(const TensorSlot& local, const GPTConfig& cfg, size_t offset, size_t n, F&& f) {
+  const bool cols_split = cfg.tp > 1 && tensor_split(local.id) == TensorSplit::input_cols;
+  const size_t cols = local.shape.size() == 2 ? size_t(local.shape[1]) : 1;
+  for (size_t i = offset, end = offset + n; i < end;) {
+    size_t run = std::min(global_run(local, cfg, i), end - i), width = 0;
+    if (cols_split && i % cols == 0 && end - i >= 2 * cols) run = (end - i) / cols * cols, width = cols;
+    f(global_index(local, cfg, i), i - offset, run, width);
+    i += run;
+  }
+}
+
 // Rank r's file, streamed one piece at a time through one host buffer: each range is cut into
 // pieces of at most chunk_bytes, each its own dataset (the reader joins pieces by their offsets),
-// so that no host copy is larger than a piece, however large the tensor shard.
+// so that no host copy is larger than a piece, however large the tensor shard. A tensor-parallel
+// rank's piece becomes a dataset per run of it that is consecutive in the whole tensor (for_each_run).
 uint64_t write_rank_file(const std::string& path, const Meta& meta, const ParamLayout& layout,
                          const std::vector<Buffer>& buffers, CopyFn d2h, size_t chunk_bytes,
                          const Progress& progress) {
   RankFileWriter w(path, meta);
+  const GPTConfig& cfg = layout.config();
+  const ParamLayout whole = whole_layout(cfg);
   std::vector<std::vector<TensorRange>> shares;
   size_t total = 0;  // bytes
   for (const Buffer& b : buffers) {
@@ -89,7 +124,12 @@ uint64_t write_rank_file(const std::string& path, const Meta& meta, const ParamL
         } else {  // host memory: written from in place
           src = static_cast<const unsigned char*>(b.base) + at;
         }
-        w.add(b.kind, b.dtype, layout.tensors()[size_t(r.tensor)], r.offset + k, n, src);
+        const TensorSlot& local = layout.tensors()[size_t(r.tensor)];
+        const TensorSlot& global = whole.tensors()[size_t(r.tensor)];
+        ZT_ASSERT(local.name == global.name);
+        for_each_run(local, cfg, r.offset + k, n, [&](size_t g, size_t from, size_t count, size_t width) {
+          w.add(b.kind, b.dtype, global, g, count, src + from * eb, width);
+        });
         done += n * eb;
         if (progress) progress(total ? double(done) / double(total) : 1.0);
       }
@@ -211,8 +251,11 @@ Transfer save(Comm& comm, const std::string& dir, int keep, size_t chunk_bytes, 
   }
   agree_or_throw(comm, err, "could not prepare the checkpoint directory");
   double bytes = 0;
+  Meta mine = meta;
+  mine.tensor = layout.config().tp;  // the model is the whole one, wte padded for this tensor size
+  mine.model.tp = 1, mine.model.tp_rank = 0;
   try {
-    bytes = double(write_rank_file((tmp / rank_file_name(comm.rank())).string(), meta, layout, buffers, d2h, chunk_bytes,
+    bytes = double(write_rank_file((tmp / rank_file_name(comm.rank())).string(), mine, layout, buffers, d2h, chunk_bytes,
                                    progress));
   } catch (const Error& e) {
     err = e.what();
@@ -282,13 +325,19 @@ Transfer load(const std::string& step_dir, const Plan& plan, int world, const Pa
                                                       << " (the data order and samples follow the seed)");
   ZT_REQUIRE(got.step <= plan.run.steps, "checkpoint " << step_dir << " is at step " << got.step
                                                        << ", past run.steps " << plan.run.steps);
-  // The loader is a function of (step, global batch): continuing needs the same global batch.
-  const int64_t per_step = int64_t(plan.batch.micro_batch) * plan.batch.grad_accum * world;
+  // The loader is a function of (step, global batch): continuing needs the same global batch. A
+  // tensor group reads one batch: the data axis is world / mesh.tensor ranks.
+  const int T = want.tp, data = world / T;
+  const int64_t per_step = int64_t(plan.batch.micro_batch) * plan.batch.grad_accum * data;
+  const std::string ranks = T > 1 ? std::to_string(world) + " ranks / mesh.tensor " + std::to_string(T)
+                                  : std::to_string(world) + " ranks";
   ZT_REQUIRE(got.next_sequence == got.step * per_step,
              "checkpoint " << step_dir << " read " << got.next_sequence << " sequences in " << got.step
                            << " steps but this plan reads " << per_step << " per step (micro_batch x grad_accum x "
-                           << world << " ranks); keep the global batch when resuming, e.g. change grad_accum with the "
+                           << ranks << "); keep the global batch when resuming, e.g. change grad_accum with the "
                            << "world size");
+  // Whole tensors by name: this rank's slices are read from wherever they lie (for_each_run).
+  const ParamLayout whole = whole_layout(want);
   std::vector<unsigned char> host;
   for (const Buffer& b : buffers) {
     // Which saved kind fills this buffer: fp32 weights come from the master copy when the run that
@@ -315,21 +364,32 @@ Transfer load(const std::string& step_dir, const Plan& plan, int world, const Pa
     const size_t piece = std::max<size_t>(1, chunk_bytes / std::max(eb, src_eb));
     for (const TensorRange& r : b.holds) {
       const TensorSlot& slot = layout.tensors()[size_t(r.tensor)];
+      const TensorSlot& global = whole.tensors()[size_t(r.tensor)];
+      ZT_ASSERT(slot.name == global.name);
       for (size_t k = 0; k < r.count; k += piece) {
         const size_t n = std::min(piece, r.count - k);
+        // Elements [r.offset + k, + n) of this rank's slice of the tensor into `into`.
+        auto read_into = [&](unsigned char* into) {
+          for_each_run(slot, want, r.offset + k, n, [&](size_t g, size_t from, size_t count, size_t width) {
+            if (width == 0) return rd.read(src, global, g, count, into + from * src_eb);
+            const size_t cols = size_t(global.shape[1]);  // a block: one read per row
+            for (size_t row = 0; row < count / width; ++row)
+              rd.read(src, global, g + row * cols, width, into + (from + row * width) * src_eb);
+          });
+        };
         if (b.write_range) {  // an offloaded state: into its file
           host.resize(n * src_eb);
-          rd.read(src, slot, r.offset + k, n, host.data());
+          read_into(host.data());
           b.write_range(host.data(), host.size(), (r.at + k) * eb);
           continue;
         }
         unsigned char* dst = static_cast<unsigned char*>(b.base) + (r.at + k) * eb;
         if ((!h2d || !b.in_backend_memory) && !round) {  // host memory: read in place
-          rd.read(src, slot, r.offset + k, n, dst);
+          read_into(dst);
           continue;
         }
         host.resize(n * src_eb);
-        rd.read(src, slot, r.offset + k, n, host.data());
+        read_into(host.data());
         if (round) to_bf16(dst, reinterpret_cast<const float*>(host.data()), n);
         else h2d(dst, host.data(), host.size());
       }

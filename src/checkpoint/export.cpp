@@ -26,7 +26,11 @@ Transfer export_weights(const std::string& ckpt, const std::string& format, cons
   CheckpointReader rd(dir);
   const Kind weights = rd.has(Kind::master) ? Kind::master : Kind::param;
   ZT_REQUIRE(rd.has(weights) && rd.dtype(weights) == DType::f32, "export: " << dir << " has no fp32 weights");
-  const ParamLayout layout(rd.meta().model, 1);
+  // llm.c's file pads the vocabulary to 128 whatever tensor size saved the checkpoint (wte's
+  // further padded rows are zeros); the HDF5 file shows the tensors as model.h5 does.
+  GPTConfig model = rd.meta().model;
+  if (format == "llmc") model.Vp = GPTConfig::pad_vocab(model.V);
+  const ParamLayout layout(model, 1);
   // Before anything is written: --out must not be the checkpoint it reads, nor a device (docs/design.md §3.8).
   OutputPaths paths;
   paths.input("the checkpoint being exported", dir);

@@ -6,10 +6,12 @@
 //   <checkpoint.dir>/.lock                  "PID HOST\n", flock-ed by the run saving here (checkpoint_dir.h)
 //   <checkpoint.dir>/step_00001000/
 //     rank_00003.h5   root attributes: Meta (format_version, step, seed, next_sequence, world,
-//                     rank, zero_stage, plan_hash, model_shape, param_dtype, rng, run_id, plan)
+//                     rank, zero_stage, shard_group, tensor, plan_hash, model_shape, param_dtype, rng, run_id, plan)
 //                     /<kind>/<tensor path>/<offset, 15 digits>: 1-D dataset, `count` elements of
-//                     tensor <tensor path> from element <offset> (row-major), attributes
-//                     tensor (global name), shape (global), offset, crc32c
+//                     tensor <tensor path> from element <offset> (row-major), or 2-D dataset
+//                     (rows, width): the block of `width` columns from column offset % cols of
+//                     `rows` rows from row offset / cols (a tensor-parallel rank's input columns);
+//                     attributes tensor (global name), shape (global), offset, crc32c
 //     model.h5        virtual datasets over the rank files: /<tensor path> (fp32 weights: master
 //                     when the run keeps one, else parameters), /adam_m/<tensor path>,
 //                     /adam_v/<tensor path>, and /bf16/<tensor path> for bf16 parameters
@@ -61,6 +63,10 @@ struct Meta {
   // Ranks per shard group (hybrid sharding, zero/data_mesh.h): world / shard_group groups saved the
   // same shards, each a share of them. Absent from older checkpoints: one group (0 = the world).
   int64_t shard_group = 0;
+  // Tensor-parallel ranks (mesh.tensor, model/tensor_parallel.h): rank r saved its share of tensor
+  // rank r % tensor's slices. Absent from older checkpoints: 1. The model below is the whole one
+  // (tp 1), wte padded as at this tensor size (GPTConfig::pad_vocab(V, tensor)).
+  int64_t tensor = 1;
   uint64_t plan_hash = 0;
   GPTConfig model;
   std::string param_dtype = "f32";  // "f32" | "bf16"

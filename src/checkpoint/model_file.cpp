@@ -52,6 +52,16 @@ void write_model_file(const std::string& step_dir) {
       h5::Id dcpl(ZT_CHECK_H5(H5Pcreate(H5P_DATASET_CREATE)));
       for (const Piece& p : rd.pieces(kind, s)) {
         const std::string file = rank_file_name(p.file);
+        if (p.width > 0) {  // a 2-D dataset (a block of input columns): one mapping, at its first row
+          if (p.at != 0) continue;
+          const hsize_t sdims[2] = {p.total / p.width, p.width};
+          h5::Id sspace(ZT_CHECK_H5(H5Screate_simple(2, sdims, nullptr)));
+          ZT_CHECK_H5(H5Sselect_all(sspace));
+          const hsize_t start[2] = {p.offset / cols, p.offset % cols};
+          ZT_CHECK_H5(H5Sselect_hyperslab(vspace, H5S_SELECT_SET, start, nullptr, sdims, nullptr));
+          ZT_CHECK_H5(H5Pset_virtual(dcpl, vspace, file.c_str(), p.dataset.c_str(), sspace));
+          continue;
+        }
         hsize_t pos = p.offset, src = 0;
         const hsize_t end = p.offset + p.count;
         while (pos < end) {

@@ -19,6 +19,7 @@ void write_meta(hid_t f, const Meta& m) {
   h5::write_attr(f, "rank", m.rank);
   h5::write_attr(f, "zero_stage", m.stage);
   h5::write_attr(f, "shard_group", m.shard_group > 0 ? m.shard_group : m.world);
+  h5::write_attr(f, "tensor", m.tensor);
   h5::write_attr(f, "plan_hash", m.plan_hash);
   h5::write_attr(f, "model_shape", std::vector<int64_t>{m.model.L, m.model.NH, m.model.C, m.model.maxT, m.model.V});
   h5::write_attr(f, "param_dtype", m.param_dtype);
@@ -37,12 +38,15 @@ std::string read_meta(hid_t f, Meta& m) {
   if (!h5::read_attr(f, "zero_stage", m.stage)) return "zero_stage";
   if (!h5::read_attr(f, "shard_group", m.shard_group)) m.shard_group = m.world;  // before hybrid sharding
   if (m.shard_group < 1 || m.shard_group > m.world || m.world % m.shard_group != 0) return "shard_group";
+  if (!h5::read_attr(f, "tensor", m.tensor)) m.tensor = 1;  // before tensor parallelism
+  if (m.tensor < 1 || m.world % m.tensor != 0) return "tensor";
   if (!h5::read_attr(f, "plan_hash", m.plan_hash)) return "plan_hash";
   std::vector<int64_t> s;
   if (!h5::read_attr(f, "model_shape", s) || s.size() != 5) return "model_shape";
   for (int64_t x : s)
     if (x <= 0 || x > (int64_t(1) << 30)) return "model_shape";
   m.model = GPTConfig::make(int(s[0]), int(s[1]), int(s[2]), int(s[3]), int(s[4]));
+  m.model.Vp = GPTConfig::pad_vocab(m.model.V, int(m.tensor));  // wte as that tensor size padded it
   if (!h5::read_attr(f, "param_dtype", m.param_dtype) || (m.param_dtype != "f32" && m.param_dtype != "bf16"))
     return "param_dtype";
   // Recorded since the lineage checks (checkpoint_dir.h); absent from older checkpoints.
@@ -63,12 +67,15 @@ RankFileWriter::~RankFileWriter() {
   if (writeback_fd_ >= 0) ::close(writeback_fd_);
 }
 
-void RankFileWriter::add(Kind k, DType dtype, const TensorSlot& slot, size_t offset, size_t count, const void* host) {
+void RankFileWriter::add(Kind k, DType dtype, const TensorSlot& slot, size_t offset, size_t count, const void* host,
+                         size_t width) {
+  ZT_ASSERT(width == 0 || (count % width == 0 && slot.shape.size() == 2 &&
+                           offset % size_t(slot.shape[1]) + width <= size_t(slot.shape[1])));
   const std::string name = shard_dataset(k, slot.name, offset);
   const size_t slash = name.rfind('/');
   h5::Id group = h5::create_groups(file_, name.substr(1, slash - 1));
-  const hsize_t n = count;
-  h5::Id space(ZT_CHECK_H5(H5Screate_simple(1, &n, nullptr)));
+  const hsize_t n = count, dims[2] = {width ? count / width : 0, width};
+  h5::Id space(ZT_CHECK_H5(width ? H5Screate_simple(2, dims, nullptr) : H5Screate_simple(1, &n, nullptr)));
   // bf16 has no HDF5 type: its bits are stored as 16-bit integers and param_dtype says "bf16".
   const hid_t ftype = dtype == DType::bf16 ? H5T_STD_U16LE : H5T_IEEE_F32LE;
   const hid_t mtype = dtype == DType::bf16 ? H5T_NATIVE_UINT16 : H5T_NATIVE_FLOAT;

@@ -23,8 +23,11 @@ class RankFileWriter {
   ~RankFileWriter();
   RankFileWriter(const RankFileWriter&) = delete;
   RankFileWriter& operator=(const RankFileWriter&) = delete;
-  // Elements [offset, offset + count) of tensor `slot`, `dtype` each, from host memory.
-  void add(Kind k, DType dtype, const TensorSlot& slot, size_t offset, size_t count, const void* host);
+  // Elements [offset, offset + count) of tensor `slot` (global flat indices), `dtype` each, from host
+  // memory; with a width, count / width rows of `width` columns from element `offset` on, one row
+  // of the tensor apart (a 2-D dataset: a block of a tensor-parallel rank's input columns).
+  void add(Kind k, DType dtype, const TensorSlot& slot, size_t offset, size_t count, const void* host,
+           size_t width = 0);
   // Closes the file and fsyncs it: after finish() returns the data is on disk.
   void finish();
   uint64_t bytes() const { return bytes_; }

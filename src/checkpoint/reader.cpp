@@ -81,7 +81,7 @@ CheckpointReader::CheckpointReader(const std::string& step_dir) : dir_(step_dir)
   for (const auto& [rank, path] : found) {
     const Meta& m = metas[i++];
     ZT_REQUIRE(m.step == meta_.step && m.plan_hash == meta_.plan_hash && m.run_id == meta_.run_id &&
-                   m.world == meta_.world && m.seed == meta_.seed && m.next_sequence == meta_.next_sequence &&
+                   m.world == meta_.world && m.tensor == meta_.tensor && m.seed == meta_.seed && m.next_sequence == meta_.next_sequence &&
                    m.param_dtype == meta_.param_dtype && describe_shape(m.model) == describe_shape(meta_.model),
                "checkpoint: " << dir_ << " holds rank files from different saves (step/plan hash differ): "
                               << rank_file_name(rank) << " is step " << m.step << " of " << m.world
@@ -110,6 +110,7 @@ CheckpointReader::CheckpointReader(const std::string& step_dir) : dir_(step_dir)
   for (int k = 0; k < kNumKinds; ++k)
     for (const h5::Id& f : files_)
       if (H5Lexists(f, kind_name(Kind(k)), H5P_DEFAULT) > 0) has_[k] = true;
+  layout_ = std::make_unique<ParamLayout>(meta_.model, 1);
 }
 
 Meta read_step_meta(const std::string& step_dir) {
@@ -144,6 +145,11 @@ const std::vector<Piece>& CheckpointReader::pieces(Kind k, const TensorSlot& slo
   const auto key = std::make_pair(int(k), slot.name);
   auto it = index_.find(key);
   if (it != index_.end()) return it->second;
+  // The checkpoint's own shape of the tensor (wte's rows as padded where it was saved).
+  const TensorSlot* own = &slot;
+  for (const TensorSlot& s : layout_->tensors())
+    if (s.name == slot.name) own = &s;
+  const size_t numel = own->numel, cols = own->shape.empty() ? 1 : size_t(own->shape.back());
   std::vector<Piece> out;
   const std::string group = std::string(kind_name(k)) + "/" + tensor_path(slot.name);
   for (int r = 0; r < int(files_.size()); ++r) {
@@ -161,15 +167,26 @@ const std::vector<Piece>& CheckpointReader::pieces(Kind k, const TensorSlot& slo
       ZT_REQUIRE(d.valid(), "checkpoint: " << path << ": cannot open dataset " << ds << " (damaged file?)");
       h5::Id space(H5Dget_space(d));
       const hssize_t count = space.valid() ? H5Sget_simple_extent_npoints(space) : -1;
+      const int ndims = space.valid() ? H5Sget_simple_extent_ndims(space) : -1;
+      hsize_t dims[2] = {0, 0};
+      if (ndims == 2) H5Sget_simple_extent_dims(space, dims, nullptr);
       int64_t offset = -1;
       uint64_t crc = 0;
       std::string tensor;
-      ZT_REQUIRE(count > 0 && h5::read_attr(d, "offset", offset) && h5::read_attr(d, "crc32c", crc) &&
-                     h5::read_attr(d, "tensor", tensor) && tensor == slot.name && offset >= 0 &&
-                     shard_dataset(k, slot.name, size_t(offset)) == ds,
+      // A 2-D dataset is a block of columns [offset % cols, + width) of rows from offset / cols.
+      ZT_REQUIRE(count > 0 && (ndims == 1 || ndims == 2) && h5::read_attr(d, "offset", offset) &&
+                     h5::read_attr(d, "crc32c", crc) && h5::read_attr(d, "tensor", tensor) && tensor == slot.name &&
+                     offset >= 0 && shard_dataset(k, slot.name, size_t(offset)) == ds &&
+                     (ndims == 1 || (dims[1] > 0 && size_t(offset) % cols + size_t(dims[1]) <= cols)),
                  "checkpoint: " << path << ": dataset " << ds << " has missing or inconsistent attributes "
-                                << "(tensor, offset, crc32c)");
-      out.push_back(Piece{r, ds, size_t(offset), size_t(count), uint32_t(crc)});
+                                << "(tensor, offset, crc32c, shape)");
+      if (ndims == 1) {
+        out.push_back(Piece{r, ds, size_t(offset), size_t(count), uint32_t(crc), 0, size_t(count), 0});
+      } else {
+        const size_t rows = size_t(dims[0]), width = size_t(dims[1]);
+        for (size_t row = 0; row < rows; ++row)
+          out.push_back(Piece{r, ds, size_t(offset) + row * cols, width, uint32_t(crc), row * width, size_t(count), width});
+      }
     }
   }
   std::sort(out.begin(), out.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
@@ -180,8 +197,8 @@ const std::vector<Piece>& CheckpointReader::pieces(Kind k, const TensorSlot& slo
                                               << at << " (" << file_path(p.file) << ": " << p.dataset << ")");
     at += p.count;
   }
-  ZT_REQUIRE(at == slot.numel, "checkpoint: " << dir_ << ": " << kind_name(k) << " of tensor " << slot.name << " covers "
-                                              << at << " of its " << slot.numel << " elements");
+  ZT_REQUIRE(at == numel, "checkpoint: " << dir_ << ": " << kind_name(k) << " of tensor " << slot.name << " covers "
+                                         << at << " of its " << numel << " elements");
   return index_.emplace(key, std::move(out)).first->second;
 }
 
@@ -189,25 +206,52 @@ void CheckpointReader::read(Kind k, const TensorSlot& slot, size_t offset, size_
   ZT_ASSERT(offset + count <= slot.numel);
   const size_t eb = dtype_bytes(dtype(k));
   const hid_t mtype = eb == 2 ? H5T_NATIVE_UINT16 : H5T_NATIVE_FLOAT;
-  for (const Piece& p : pieces(k, slot)) {
+  const std::vector<Piece>& ps = pieces(k, slot);
+  const size_t have = ps.empty() ? 0 : ps.back().offset + ps.back().count;
+  if (offset + count > have) {  // wte's rows padded past the checkpoint's: zeros
+    ZT_ASSERT(slot.id == ParamId::wte);
+    const size_t from = std::max(offset, have);
+    std::memset(static_cast<unsigned char*>(dst) + (from - offset) * eb, 0, (offset + count - from) * eb);
+    if (offset >= have) return;
+    count = have - offset;
+  }
+  // The first piece that ends past `offset`.
+  auto first = std::upper_bound(ps.begin(), ps.end(), offset,
+                                [](size_t o, const Piece& p) { return o < p.offset + p.count; });
+  for (auto pit = first; pit != ps.end() && pit->offset < offset + count; ++pit) {
+    const Piece& p = *pit;
     const size_t lo = std::max(offset, p.offset), hi = std::min(offset + count, p.offset + p.count);
     if (lo >= hi) continue;
     // The whole dataset, so that its checksum can be verified: in place when the caller wants all
-    // of it, else through a buffer.
-    const bool in_place = lo == p.offset && hi == p.offset + p.count;
+    // of it, else through the cache.
+    const bool in_place = lo == p.offset && hi == p.offset + p.count && p.count == p.total;
     unsigned char* out = static_cast<unsigned char*>(dst) + (lo - offset) * eb;
-    if (!in_place && buf_file_ == p.file && buf_dataset_ == p.dataset) {  // read and verified already
-      std::memcpy(out, buf_.data() + (lo - p.offset) * eb, (hi - lo) * eb);
-      continue;
+    const size_t from = (p.at + lo - p.offset) * eb;
+    if (!in_place) {
+      auto c = std::find_if(cache_.begin(), cache_.end(),
+                            [&](const Cached& e) { return e.file == p.file && e.dataset == p.dataset; });
+      if (c != cache_.end()) {  // read and verified already
+        std::memcpy(out, c->data.data() + from, (hi - lo) * eb);
+        if (c + 1 != cache_.end()) std::rotate(c, c + 1, cache_.end());  // most recently used last
+        continue;
+      }
     }
-    if (!in_place) buf_.resize(p.count * eb), buf_file_ = -1;
-    unsigned char* into = in_place ? out : buf_.data();
+    std::vector<unsigned char> fresh;
+    if (!in_place) {
+      const size_t keep = size_t(std::max<int64_t>(2, meta_.tensor + 1));
+      if (cache_.size() >= keep) {  // the least recently used one's memory is reused
+        fresh = std::move(cache_.front().data);
+        cache_.erase(cache_.begin());
+      }
+      fresh.resize(p.total * eb);
+    }
+    unsigned char* into = in_place ? out : fresh.data();
     const std::string path = file_path(p.file);
     h5::Id d(H5Dopen2(files_[size_t(p.file)], p.dataset.c_str(), H5P_DEFAULT));
     h5::Id ft(d.valid() ? H5Dget_type(d) : -1);
     ZT_REQUIRE(ft.valid() && H5Tget_size(ft) == eb,
                "checkpoint: " << path << ": dataset " << p.dataset << " does not hold " << eb << "-byte elements");
-    const size_t bytes = p.count * eb;
+    const size_t bytes = p.total * eb;
     const haddr_t at = H5Dget_offset(d);
     uint32_t crc = 0;
     if (fds_[size_t(p.file)] >= 0 && at != HADDR_UNDEF && H5Dget_storage_size(d) == bytes && H5Tequal(ft, mtype) > 0) {
@@ -228,8 +272,8 @@ void CheckpointReader::read(Kind k, const TensorSlot& slot, size_t offset, size_
                                             << hex(crc) << ", stored " << hex(p.crc) << "): the file is damaged");
     bytes_read_ += bytes;
     if (!in_place) {
-      buf_file_ = p.file, buf_dataset_ = p.dataset;
-      std::memcpy(out, buf_.data() + (lo - p.offset) * eb, (hi - lo) * eb);
+      std::memcpy(out, fresh.data() + from, (hi - lo) * eb);
+      cache_.push_back(Cached{p.file, p.dataset, std::move(fresh)});
     }
   }
 }

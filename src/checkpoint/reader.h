@@ -17,12 +17,18 @@
 
 namespace zt::ckpt {
 
-// One dataset of a rank file: elements [offset, offset + count) of a tensor.
+// Elements [offset, offset + count) of a tensor (global flat indices), contiguous in the tensor and
+// in one dataset of a rank file, from its element `at`. A 1-D dataset (width 0) is one piece; a 2-D
+// one (rows x width: a block of the tensor's columns, tensor parallelism's input-column split) is
+// one piece per row, each `width` elements at a stride of the tensor's row length.
 struct Piece {
   int file;  // rank of the file
   std::string dataset;
   size_t offset, count;
   uint32_t crc;
+  size_t at = 0;     // the piece's first element in its dataset
+  size_t total = 0;  // elements of the whole dataset (what its crc32c covers)
+  size_t width = 0;  // 0: a 1-D dataset; else the columns of its rows
 };
 
 class CheckpointReader {
@@ -40,9 +46,13 @@ class CheckpointReader {
   DType dtype(Kind k) const { return k == Kind::param && meta_.param_dtype == "bf16" ? DType::bf16 : DType::f32; }
   std::string file_path(int rank) const;
 
-  // The datasets of tensor `slot` of kind k, by offset; refuses a tensor they do not cover exactly.
+  // The pieces of tensor `slot` of kind k, by offset; refuses a tensor they do not cover exactly.
+  // A tensor is known by its name; its size is the checkpoint's (wte's padded rows follow the
+  // tensor size that saved it: GPTConfig::pad_vocab).
   const std::vector<Piece>& pieces(Kind k, const TensorSlot& slot);
-  // Elements [offset, offset + count) of the tensor into host memory (dtype(k) each).
+  // Elements [offset, offset + count) of the tensor into host memory (dtype(k) each). Elements of
+  // wte past the checkpoint's padded rows (a run padding its vocabulary further, for more tensor
+  // ranks) read as zeros, as padded rows are.
   void read(Kind k, const TensorSlot& slot, size_t offset, size_t count, void* dst);
   uint64_t bytes_read() const { return bytes_read_; }
   // Reads every dataset of every tensor (of `layout`: the checkpoint's model) as a load would,
@@ -61,11 +71,16 @@ class CheckpointReader {
   std::vector<std::unique_ptr<Readahead>> readahead_;
   bool has_[kNumKinds] = {};
   std::map<std::pair<int, std::string>, std::vector<Piece>> index_;
-  std::vector<unsigned char> buf_;
-  // What buf_ holds (a dataset read whole and verified): a piece larger than the caller's reads
-  // (saved with a larger checkpoint.chunk_mb, or ranges cut for another world size) is read once.
-  int buf_file_ = -1;
-  std::string buf_dataset_;
+  // Datasets read whole and verified: a dataset larger than the caller's reads (saved with a larger
+  // checkpoint.chunk_mb, or ranges cut for another world size) is read once. Several: a reader
+  // at another tensor size takes each row from the blocks of up to meta_.tensor rank files in turn.
+  struct Cached {
+    int file;
+    std::string dataset;
+    std::vector<unsigned char> data;
+  };
+  std::vector<Cached> cache_;  // most recently used last
+  std::unique_ptr<ParamLayout> layout_;  // the checkpoint's model (whole tensors)
   uint64_t bytes_read_ = 0;
 };
 

@@ -38,6 +38,23 @@ size_t global_index(const TensorSlot& s, const GPTConfig& cfg, size_t i) {
   return i;
 }
 
+size_t global_run(const TensorSlot& s, const GPTConfig& cfg, size_t i) {
+  ZT_ASSERT(i < s.numel);
+  if (cfg.tp == 1) return s.numel - i;
+  const size_t cols = s.shape.size() == 2 ? size_t(s.shape[1]) : 1;
+  switch (tensor_split(s.id)) {
+    case TensorSplit::replicated:
+    case TensorSplit::vocab_rows:
+    case TensorSplit::rows: return s.numel - i;
+    case TensorSplit::head_rows: {
+      const size_t part = size_t(cfg.attn_C()) * cols;  // one of Q, K, V here
+      return (i / part + 1) * part - i;
+    }
+    case TensorSplit::input_cols: return (i / cols + 1) * cols - i;
+  }
+  return 1;
+}
+
 uint64_t tensor_bytes_per_micro_step(const GPTConfig& cfg, int B, int Tn, const Recompute& rc) {
   const uint64_t T = uint64_t(cfg.tp);
   if (T == 1) return 0;

@@ -44,6 +44,10 @@ inline bool split_over_tensor(ParamId id) { return tensor_split(id) != TensorSpl
 // Element i of tensor `s` as laid out on rank cfg.tp_rank (its local shape) -> its index in the whole
 // tensor (the shape it has with tp = 1, vocabulary rows as padded for cfg.tp).
 size_t global_index(const TensorSlot& s, const GPTConfig& cfg, size_t i);
+// How many local elements from i on are consecutive in the whole tensor too (global_index(i + j) =
+// global_index(i) + j): the rest of the tensor where the rule keeps whole rows, of one of Q, K, V
+// (head rows), of the local row (input columns). At least 1.
+size_t global_run(const TensorSlot& s, const GPTConfig& cfg, size_t i);
 
 // Bytes this rank sends on the tensor group in one micro-step's forward and backward at (B, Tn),
 // under comm/comm.h's ring byte model (each all-reduce of n floats 2(tp-1)4n/tp rounded down, each

@@ -206,8 +206,6 @@ void check_combinations(const Plan& p) {
     };
     if (p.device == "cuda") refuse("device", "\"cuda\" (tensor parallelism runs on the CPU backend)");
     if (p.precision.compute == "bf16") refuse("precision.compute", "\"bf16\" (tensor parallelism runs on the CPU backend's fp32)");
-    if (!p.checkpoint.dir.empty()) refuse("checkpoint.dir", "checkpoints");
-    if (p.checkpoint.resume != "none") refuse("checkpoint.resume", "resuming");
     // offload.optimizer "cpu" is the CUDA backend's (refused above with it); "nvme" runs.
     if (p.offload.params != "none")
       bad("offload.params", shown(json(p.offload.params)) + " with " + t +

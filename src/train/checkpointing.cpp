@@ -62,11 +62,13 @@ void report_start(const std::string& moved, const std::string& note, const Resum
   if (!moved.empty()) std::printf("%s\n", moved.c_str());
   if (!note.empty()) std::printf("%s\n", note.c_str());
   if (resume.from.empty()) return;
-  const std::string groups = resume.meta.shard_group > 0 && resume.meta.shard_group < resume.meta.world
+  const int64_t data = resume.meta.world / std::max<int64_t>(1, resume.meta.tensor);  // the data axis
+  const std::string groups = resume.meta.shard_group > 0 && resume.meta.shard_group < data
                                  ? ", zero.shard_group " + std::to_string(resume.meta.shard_group)
                                  : "";
-  std::printf("%s (saved at world %lld, zero.stage %lld%s; resuming at step %lld)\n", resume.loaded.summary("loaded").c_str(),
-              (long long)resume.meta.world, (long long)resume.meta.stage, groups.c_str(), (long long)step);
+  const std::string tensor = resume.meta.tensor > 1 ? ", mesh.tensor " + std::to_string(resume.meta.tensor) : "";
+  std::printf("%s (saved at world %lld, zero.stage %lld%s%s; resuming at step %lld)\n", resume.loaded.summary("loaded").c_str(),
+              (long long)resume.meta.world, (long long)resume.meta.stage, groups.c_str(), tensor.c_str(), (long long)step);
   for (const std::string& w : ckpt::changed_plan_fields(resume.meta.plan, plan))
     std::fprintf(stderr, "warning: checkpoint.resume: %s (the checkpoint's plan -> this plan)\n", w.c_str());
 }
@@ -85,6 +87,7 @@ void save_checkpoint(Comm& comm, const Plan& plan, const TrainState& state, cons
   m.shard_group = DataMesh::of(plan, comm.world(), comm.rank(), 0).shard;  // "host" is a number by now
   m.plan_hash = plan_hash(plan.resolved.dump());
   m.model = cfg;
+  m.tensor = cfg.tp;
   m.param_dtype = sizeof(typename Ops::T) == 2 ? "bf16" : "f32";
   m.run_id = run_id;
   m.plan = plan.resolved.dump();

@@ -45,7 +45,7 @@ Refusals (each one invocation; under mpirun, and by `train estimate` for the mes
 exit, exactly one line starting with "error" naming the cause, no metrics written: mesh.tensor not
 dividing the world, not dividing n_head, 0 and -1; mesh.sequence_parallel with mesh.tensor 1 and
 with a seq_len mesh.tensor does not divide; with mesh.tensor 2: device "cuda",
-precision.compute "bf16", checkpoint.dir, offload.params, a classifier chunk,
+precision.compute "bf16", offload.params, a classifier chunk,
 model.init, run.final_weights. The control: the same binary accepts mesh.tensor 2 at world 4 (so an
 unknown key cannot pass for a refusal).
 
@@ -328,7 +328,6 @@ REFUSALS = [
     (2, -1, {}, [r"mesh\.tensor", r"-1\b"], True),
     (2, 2, {"device": "cuda"}, [r"mesh\.tensor", r"device", r"cuda"], False),
     (2, 2, {"precision.compute": "bf16"}, [r"mesh\.tensor", r"precision\.compute", r"bf16"], False),
-    (2, 2, {"checkpoint.dir": "@ckpt"}, [r"mesh\.tensor", r"checkpoint\.dir"], False),
     (2, 2, {"zero.stage": 3, "offload.params": "nvme", "offload.optimizer": "nvme", "offload.nvme_dir": NVME},
      [r"mesh\.tensor", r"offload\.params"], False),
     (2, 2, {"recompute.classifier_chunk": 16}, [r"mesh\.tensor", r"classifier_chunk"], False),
