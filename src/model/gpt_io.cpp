@@ -79,6 +79,17 @@ void GPT<Ops>::read_llmc(const std::string& path, const std::function<void(int k
                                                        << "model.init to \"\" for a random init");
   };
   const size_t Cs = size_t(C);
+  // A tensor rank keeps its slice of each whole tensor the file holds (model/tensor_parallel.h);
+  // `whole` points at the tensor's values in the file's layout, `real` of them are not padding.
+  auto keep_mine = [&](int k, const float* whole, size_t real) {
+    const TensorSlot& s = layout_.tensors()[size_t(k)];
+    host.assign(s.numel, M(0));
+    for (size_t i = 0; i < s.numel; ++i) {
+      const size_t g = global_index(s, cfg_, i);
+      if (g < real) host[i] = M(whole[g]);
+    }
+    sink(k, host.data());
+  };
   // llm.c stores each tensor for all layers together: (L, ...) per ParamId.
   for (int id = 0; id < kNumParamIds; ++id) {
     const ParamId pid = ParamId(id);
@@ -87,23 +98,18 @@ void GPT<Ops>::read_llmc(const std::string& path, const std::function<void(int k
       const size_t keep_rows = size_t(pid == ParamId::wte ? V : cfg_.maxT);
       read_floats(file_rows * Cs, pid == ParamId::wte ? "wte" : "wpe");
       require_finite(keep_rows * Cs, [&](size_t) { return layout_.slot(pid).name; });
-      const size_t own_rows = size_t(layout_.slot(pid).shape[0]);
-      host.assign(own_rows * Cs, M(0));
-      for (size_t i = 0; i < keep_rows * Cs; ++i) host[i] = M(buf[i]);
-      sink(layout_.tensor_index(pid, -1), host.data());
+      keep_mine(layout_.tensor_index(pid, -1), buf.data(), keep_rows * Cs);  // padding rows stay zero
     } else if (pid == ParamId::lnfw || pid == ParamId::lnfb) {
       read_floats(Cs, "ln_f");
       require_finite(Cs, [&](size_t) { return layout_.slot(pid).name; });
       host.assign(buf.begin(), buf.end());
       sink(layout_.tensor_index(pid, -1), host.data());
     } else {
-      const size_t per_layer = layout_.slot(pid, 0).numel;
+      // The file's tensor is the whole one: tp times this rank's slice where it is split.
+      const size_t per_layer = layout_.slot(pid, 0).numel * size_t(split_over_tensor(pid) ? cfg_.tp : 1);
       read_floats(per_layer * size_t(L), layout_.slot(pid, 0).name.c_str());
       require_finite(per_layer * size_t(L), [&](size_t i) { return layout_.slot(pid, int(i / per_layer)).name; });
-      for (int l = 0; l < L; ++l) {
-        host.assign(buf.begin() + long(size_t(l) * per_layer), buf.begin() + long(size_t(l + 1) * per_layer));
-        sink(layout_.tensor_index(pid, l), host.data());
-      }
+      for (int l = 0; l < L; ++l) keep_mine(layout_.tensor_index(pid, l), buf.data() + size_t(l) * per_layer, per_layer);
     }
   }
   char extra;

@@ -215,7 +215,6 @@ void check_combinations(const Plan& p) {
       bad("recompute.classifier_chunk", "with " + t +
                                             " the vocabulary-parallel loss takes whole logits (each rank's columns): "
                                             "set -1 or 0");
-    if (!p.model.init.empty()) refuse("model.init", "an llm.c initial model");
     if (!p.run.final_weights.empty()) refuse("run.final_weights", "llm.c final weights");
   }
 }
