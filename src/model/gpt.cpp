@@ -365,24 +365,24 @@ void GPT<Ops>::lookup_forward(int B, int Tn) {
     tensor_sum(acts_.encoded, nC);
 }
 
+// The tensor group's collectives move host floats: the CPU backend's fp32 (the plan refuses the
+// rest with mesh.tensor > 1, so the cast below is only ever of floats).
+template <class Ops>
+float* GPT<Ops>::group_floats(const T* p) const {
+  ZT_REQUIRE((std::is_same_v<T, float> && Ops::tier == Tier::host),
+             "model: tensor parallelism runs on the CPU backend's fp32 only");
+  ZT_ASSERT(tensor_group_ != nullptr);
+  return reinterpret_cast<float*>(const_cast<T*>(p));
+}
+
 template <class Ops>
 void GPT<Ops>::tensor_gather(const T* send, T* recv, size_t send_n) {
-  if constexpr (std::is_same_v<T, float> && Ops::tier == Tier::host) {
-    ZT_ASSERT(tensor_group_ != nullptr);
-    tensor_group_->all_gather(send, recv, send_n);
-  } else {
-    ZT_REQUIRE(false, "model: tensor parallelism runs on the CPU backend's fp32 only");
-  }
+  tensor_group_->all_gather(group_floats(send), group_floats(recv), send_n);
 }
 
 template <class Ops>
 void GPT<Ops>::tensor_scatter(const T* send, T* recv, size_t recv_n) {
-  if constexpr (std::is_same_v<T, float> && Ops::tier == Tier::host) {
-    ZT_ASSERT(tensor_group_ != nullptr);
-    tensor_group_->reduce_scatter(send, recv, recv_n);
-  } else {
-    ZT_REQUIRE(false, "model: tensor parallelism runs on the CPU backend's fp32 only");
-  }
+  tensor_group_->reduce_scatter(group_floats(send), group_floats(recv), recv_n);
 }
 
 template <class Ops>
@@ -404,13 +404,7 @@ void GPT<Ops>::layernorm_backward_here(T* dinp, ParamId w, ParamId b, int layer,
 
 template <class Ops>
 void GPT<Ops>::tensor_sum(T* buf, size_t n) {
-  if (cfg_.tp == 1) return;
-  if constexpr (std::is_same_v<T, float> && Ops::tier == Tier::host) {
-    ZT_ASSERT(tensor_group_ != nullptr);
-    tensor_group_->all_reduce(buf, n);
-  } else {
-    ZT_REQUIRE(false, "model: tensor parallelism runs on the CPU backend's fp32 only");
-  }
+  if (cfg_.tp > 1) tensor_group_->all_reduce(group_floats(buf), n);
 }
 
 // ---- backward --------------------------------------------------------------------------------

@@ -236,6 +236,7 @@ class GPT {
   // each rank holds a part of, in place (nothing with tp = 1); a row-parallel projection's bias,
   // added by tensor rank 0 only (nullptr on the others).
   void tensor_sum(T* buf, size_t n);
+  float* group_floats(const T* p) const;  // what the tensor group's collectives take
   // Sequence parallelism's pair: every rank's send_n values, in rank order, into recv; and the sum
   // over the group of tp x recv_n values, rank r keeping part r.
   void tensor_gather(const T* send, T* recv, size_t send_n);
