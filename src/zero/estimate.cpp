@@ -93,6 +93,13 @@ Estimate estimate_for(const Plan& plan, int world, int ranks_per_host) {
   e.data_world = mesh.world;
   e.bytes_tensor = uint64_t(plan.batch.grad_accum) * tensor_bytes_per_micro_step(cfg, B, Tn, s.recompute);
   e.bytes_per_step = checked_add(e.bytes_per_step, e.bytes_tensor, "zero: bytes sent per step");
+  if (mesh.tensor > 1) {
+    GPTConfig sp = cfg, no_sp = cfg;
+    sp.sp = true;
+    no_sp.sp = false;
+    if (plan.model.seq_len % mesh.tensor == 0) e.activations_sp = GPT<Ops>::activation_bytes(sp, B, Tn, s.recompute);
+    e.activations_no_sp = GPT<Ops>::activation_bytes(no_sp, B, Tn, s.recompute);
+  }
 
   RecomputeEstimate& r = e.recompute;
   r.policy = plan.recompute.policy;

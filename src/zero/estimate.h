@@ -75,6 +75,8 @@ struct Estimate {
   // tensor group's bytes (activations' partial sums, model/tensor_parallel.h), part of bytes_per_step.
   int tensor = 1, data_world = 1;
   uint64_t bytes_tensor = 0;
+  // With T > 1: this plan's activations with and without mesh.sequence_parallel (the rest alike).
+  size_t activations_sp = 0, activations_no_sp = 0;
   RecomputeEstimate recompute;
   CommEstimate comm;  // device backends only (backend_tier == Tier::device)
 

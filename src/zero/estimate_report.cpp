@@ -70,6 +70,8 @@ nlohmann::json estimate_json(const Estimate& e) {
                         {"tensor", e.tensor},
                         {"data_world", e.data_world},
                         {"bytes_per_step_tensor_group", e.bytes_tensor}};
+  if (e.tensor > 1)
+    out["sequence_parallel_activation_bytes"] = {{"with", e.activations_sp}, {"without", e.activations_no_sp}};
   if (e.backend_tier == Tier::device) {
     const CommEstimate& c = e.comm;
     out["comm"] = {{"backend", c.backend},
@@ -128,7 +130,14 @@ std::string estimate_text(const Estimate& e) {
      << format_bytes(double(r.by_policy.at("selective"))) << ", block " << format_bytes(double(r.by_policy.at("block")))
      << " (this plan: " << r.policy;
   if (r.policy == "block") os << ", every " << r.every;
-  os << ")\nclassifier: ";
+  os << ")\n";
+  if (e.tensor > 1) {
+    os << "sequence parallelism: activations ";
+    if (e.activations_sp > 0) os << format_bytes(double(e.activations_sp)) << " with, ";
+    else os << "(seq_len not divisible by mesh.tensor) ";
+    os << format_bytes(double(e.activations_no_sp)) << " without\n";
+  }
+  os << "classifier: ";
   if (r.classifier_rows < e.micro_batch * e.seq_len)
     os << "chunks of " << r.classifier_rows << " positions (" << format_bytes(double(r.logits_bytes))
        << " of logits; whole: none " << format_bytes(double(r.by_policy_whole_logits.at("none"))) << ", block "

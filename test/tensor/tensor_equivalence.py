@@ -516,8 +516,10 @@ def main():
                 off = estimate(train, r.W, plan_sets(work, dict(r.extra(), **{"mesh.sequence_parallel": "false"})))
                 a_sp, a_off = res["estimate"]["memory"]["host"]["activations"], off["memory"]["host"]["activations"]
                 sp_note = f"  activations {a_sp} B with sequence parallelism, {a_off} B without"
-                if not a_sp < a_off:
-                    failures.append(f"{r.name()}: activations with sequence parallelism {a_sp} B not below {a_off} B")
+                both = res["estimate"].get("sequence_parallel_activation_bytes")
+                if not a_sp < a_off or both != {"with": a_sp, "without": a_off}:
+                    failures.append(f"{r.name()}: activations with sequence parallelism {a_sp} B, without {a_off} B; "
+                                    f"the estimate's own pair {both}")
                     sp_note += "  FAILED"
             except (zm.RunFailed, KeyError, ValueError) as e:
                 failures.append(f"{r.name()}: the estimate without sequence parallelism: {e}")
