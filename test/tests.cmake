@@ -475,6 +475,15 @@ if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(emulated.nccl_cuda PROPERTIES LABELS emu TIMEOUT 900 RUN_SERIAL TRUE
                        ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  # Tensor parallelism on the CUDA backend: the tensor group on NCCL sub-communicators, T 2 / 3, sequence
+  # parallelism, T 2 x data 2 at stages 1-3 with offload, fp32 against the CPU backend and bf16 against
+  # one emulated rank; final weights, bytes, memory, a refusal and a hang (test/emu/tensor_emu.sh).
+  add_test(NAME emulated.tensor_cuda
+           COMMAND bash ${CMAKE_SOURCE_DIR}/test/emu/tensor_emu.sh $<TARGET_FILE:train> $<TARGET_FILE:zt_train_emu>
+                   ${MPIEXEC_EXECUTABLE}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(emulated.tensor_cuda PROPERTIES LABELS "emu;tensor" TIMEOUT 600 RUN_SERIAL TRUE
+                       ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   # Groups and point to point on the NCCL comm: ncclCommSplit into rows, a row all-reduce and send/recv
   # rings of device buffers, 4 emulated ranks (test/emu/nccl_groups_emu.cpp).
   add_executable(zt_nccl_groups_emu ${CMAKE_SOURCE_DIR}/test/emu/nccl_groups_emu.cpp)

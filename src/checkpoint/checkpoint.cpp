@@ -62,11 +62,7 @@ std::vector<TensorRange> my_share(const std::vector<TensorRange>& holds, const P
 
 // The whole model's layout (tp 1, wte padded as for cfg.tp): the shapes and names a checkpoint
 // addresses its elements by.
-ParamLayout whole_layout(const GPTConfig& cfg) {
-  GPTConfig g = cfg;
-  g.tp = 1, g.tp_rank = 0;
-  return ParamLayout(g, 1);
-}
+ParamLayout whole_layout(const GPTConfig& cfg) { return ParamLayout(cfg.whole(), 1); }
 
 // Elements [offset, offset + n) of this rank's (local) tensor `local` in the whole tensor `whole`:
 // calls f(global offset, local index, count, width) for each run of them that is consecutive there

@@ -194,34 +194,40 @@ void GPT<Ops>::classifier_chunk_grad(int e, int c0, int n, T* dlnf, T* dwte, voi
 // it), and the loss and this rank's dlogits follow from the log-sum-exp. The logits never move.
 template <class Ops>
 void GPT<Ops>::vocab_parallel_xent(const int* targets, int N, bool write_dlogits, S dloss) {
-  if constexpr (!std::is_same_v<T, float> || !std::is_same_v<S, float> || Ops::tier != Tier::host) {
-    ZT_REQUIRE(false, "model: tensor parallelism runs on the CPU backend's fp32 only");
-  } else {
-    ZT_ASSERT(tensor_group_ != nullptr);
-    const int Vl = cfg_.vocab(), tp = cfg_.tp, r0 = cfg_.vocab_row0();
-    const size_t n = size_t(N);
-    std::fill(acts_.losses, acts_.losses + n, 0.0f);  // the target's logit, where this rank holds it
-    Ops::xent_chunk_partial(acts_.logits, Vl, N, r0, Vl, cfg_.V, targets, acts_.lse, acts_.lse_sum, acts_.losses, true);
-    std::vector<float> mine(2 * n), all(2 * n * size_t(tp));
-    std::copy(acts_.lse, acts_.lse + n, mine.begin());
-    std::copy(acts_.lse_sum, acts_.lse_sum + n, mine.begin() + std::ptrdiff_t(n));
-    tensor_group_->all_gather(mine.data(), all.data(), 2 * n);
-    for (size_t i = 0; i < n; ++i) {
-      double m = -std::numeric_limits<double>::infinity(), sum = 0.0;
-      for (int q = 0; q < tp; ++q) {
-        const double mq = all[size_t(q) * 2 * n + i], sq = all[size_t(q) * 2 * n + n + i];
-        if (sq == 0.0) continue;  // a rank with no real vocabulary column
-        const double M = std::max(m, mq);
-        sum = sum * std::exp(m - M) + sq * std::exp(mq - M);
-        m = M;
-      }
-      acts_.lse[i] = float(m);
-      acts_.lse_sum[i] = float(sum);
+  ZT_ASSERT(tensor_group_ != nullptr);
+  const int Vl = cfg_.vocab(), tp = cfg_.tp, r0 = cfg_.vocab_row0();
+  const size_t n = size_t(N);
+  // This rank's (max, sum of exp, target logit) over its vocabulary columns, per position: the
+  // target logit 0 where another rank holds the target. fp32 statistics whatever T is, so they
+  // travel as bytes (no rounding to T) and are folded on the host, in rank order, in double.
+  S* mine = acts_.loss_stats;  // (3, N)
+  S* all = mine + 3 * n;       // (tp, 3, N)
+  const std::vector<S> zeros(n);
+  Ops::h2d(mine + 2 * n, zeros.data(), n * sizeof(S));
+  Ops::xent_chunk_partial(acts_.logits, Vl, N, r0, Vl, cfg_.V, targets, mine, mine + n, mine + 2 * n, true);
+  tensor_group_->all_gather_bytes(mine, all, 3 * n * sizeof(S));
+  std::vector<S> h(3 * n * size_t(tp)), folded(3 * n);
+  Ops::d2h(h.data(), all, h.size() * sizeof(S));
+  for (size_t i = 0; i < n; ++i) {
+    double m = -std::numeric_limits<double>::infinity(), sum = 0.0, target = 0.0;
+    for (int q = 0; q < tp; ++q) {
+      const S* part = h.data() + size_t(q) * 3 * n;
+      const double mq = part[i], sq = part[n + i];
+      target += double(part[2 * n + i]);  // one rank's logit and zeros: exact
+      if (sq == 0.0) continue;  // a rank with no real vocabulary column
+      const double M = std::max(m, mq);
+      sum = sum * std::exp(m - M) + sq * std::exp(mq - M);
+      m = M;
     }
-    tensor_group_->all_reduce(acts_.losses, n);
-    Ops::xent_chunk_finish(acts_.losses, acts_.lse, acts_.lse_sum, acts_.losses, N);
-    if (write_dlogits) Ops::xent_chunk_grad(acts_.logits, Vl, N, r0, Vl, cfg_.V, targets, acts_.lse, dloss);
+    folded[i] = S(m);
+    folded[n + i] = S(sum);
+    folded[2 * n + i] = S(target);
   }
+  Ops::h2d(acts_.lse, folded.data(), n * sizeof(S));
+  Ops::h2d(acts_.lse_sum, folded.data() + n, n * sizeof(S));
+  Ops::h2d(acts_.losses, folded.data() + 2 * n, n * sizeof(S));
+  Ops::xent_chunk_finish(acts_.losses, acts_.lse, acts_.lse_sum, acts_.losses, N);
+  if (write_dlogits) Ops::xent_chunk_grad(acts_.logits, Vl, N, r0, Vl, cfg_.V, targets, acts_.lse, dloss);
 }
 
 // The members defined here, for the backends gpt.cpp instantiates the class with.

@@ -45,6 +45,15 @@ struct GPTConfig {
     c.Vp = pad_vocab(V, tp_size);
     return c;
   }
+  // The whole model this rank holds a part of: tp 1, the vocabulary padded as for tp (the shapes
+  // checkpoints and llm.c files address elements by).
+  GPTConfig whole() const {
+    GPTConfig c = *this;
+    c.tp = 1;
+    c.tp_rank = 0;
+    c.sp = false;
+    return c;
+  }
 };
 
 }  // namespace zt

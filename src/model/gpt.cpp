@@ -116,6 +116,9 @@ std::vector<FieldSize> activation_sizes(const GPTConfig& cfg, int B, int Tn, con
   // Sequence parallelism: one (B, T, C) buffer the sequence region's chunks are gathered into (the
   // LayerNorm outputs before the column-parallel matmuls, the residual gradient before the row-parallel ones).
   sizes.push_back({cfg.sp ? BTC : 0, t});
+  // Tensor parallelism: the loss statistics exchanged, and one gathered row of logits (sampling).
+  const bool tp = cfg.tp > 1;
+  sizes.insert(sizes.end(), {{tp ? product({1 + size_t(cfg.tp), 3, BT}) : 0, s}, {tp ? size_t(cfg.Vp) : 0, t}});
   return sizes;
 }
 std::vector<FieldSize> grad_scratch_sizes(const GPTConfig& cfg, int B, int Tn) {
@@ -189,7 +192,8 @@ GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pa
   for (void** f : block_fields(acts_.scratch)) act_fields.push_back(f);
   act_fields.insert(act_fields.end(), {(void**)&acts_.residual3, (void**)&acts_.lnf, (void**)&acts_.lnf_mean,
                                        (void**)&acts_.lnf_rstd, (void**)&acts_.logits, (void**)&acts_.losses,
-                                       (void**)&acts_.lse, (void**)&acts_.lse_sum, (void**)&acts_.gathered});
+                                       (void**)&acts_.lse, (void**)&acts_.lse_sum, (void**)&acts_.gathered,
+                                       (void**)&acts_.loss_stats, (void**)&acts_.vocab_row});
   void** grad_fields[] = {(void**)&gs_.dresidual, (void**)&gs_.dC, (void**)&gs_.d4C_a, (void**)&gs_.d4C_b,
                           (void**)&gs_.dqkv, (void**)&gs_.dchunk, (void**)&gs_.ln_grads};
   auto carve = [&](void** const* fields, const std::vector<FieldSize>& sizes, Allocation& block, const char* name) {
@@ -237,18 +241,15 @@ template <class Ops>
 std::vector<float> GPT<Ops>::logits_row(int row) const {
   ZT_ASSERT(row >= logits_row0_ && row < B_ * T_);
   const int Vl = cfg_.vocab();
-  std::vector<M> m(size_t(Vl) * size_t(cfg_.tp));
-  download(m.data(), acts_.logits + size_t(row - logits_row0_) * size_t(Vl), size_t(Vl));
+  const T* mine = acts_.logits + size_t(row - logits_row0_) * size_t(Vl);
   if (cfg_.tp > 1) {  // every tensor rank's columns, in rank order: the whole padded row
-    if constexpr (std::is_same_v<M, float>) {
-      ZT_ASSERT(tensor_group_ != nullptr);
-      const std::vector<M> mine(m.begin(), m.begin() + Vl);
-      tensor_group_->all_gather(mine.data(), m.data(), size_t(Vl));
-    } else {
-      ZT_REQUIRE(false, "model: tensor parallelism runs on the CPU backend's fp32 only");
-    }
+    ZT_ASSERT(tensor_group_ != nullptr);
+    tensor_group_->all_gather(mine, acts_.vocab_row, size_t(Vl));
+    mine = acts_.vocab_row;
   }
-  return std::vector<float>(m.begin(), m.begin() + cfg_.V);
+  std::vector<M> m(size_t(cfg_.V));
+  download(m.data(), mine, m.size());
+  return std::vector<float>(m.begin(), m.end());
 }
 
 template <class Ops>
@@ -365,24 +366,16 @@ void GPT<Ops>::lookup_forward(int B, int Tn) {
     tensor_sum(acts_.encoded, nC);
 }
 
-// The tensor group's collectives move host floats: the CPU backend's fp32 (the plan refuses the
-// rest with mesh.tensor > 1, so the cast below is only ever of floats).
-template <class Ops>
-float* GPT<Ops>::group_floats(const T* p) const {
-  ZT_REQUIRE((std::is_same_v<T, float> && Ops::tier == Tier::host),
-             "model: tensor parallelism runs on the CPU backend's fp32 only");
-  ZT_ASSERT(tensor_group_ != nullptr);
-  return reinterpret_cast<float*>(const_cast<T*>(p));
-}
-
 template <class Ops>
 void GPT<Ops>::tensor_gather(const T* send, T* recv, size_t send_n) {
-  tensor_group_->all_gather(group_floats(send), group_floats(recv), send_n);
+  ZT_ASSERT(tensor_group_ != nullptr);
+  tensor_group_->all_gather(send, recv, send_n);
 }
 
 template <class Ops>
 void GPT<Ops>::tensor_scatter(const T* send, T* recv, size_t recv_n) {
-  tensor_group_->reduce_scatter(group_floats(send), group_floats(recv), recv_n);
+  ZT_ASSERT(tensor_group_ != nullptr);
+  tensor_group_->reduce_scatter(send, recv, recv_n);
 }
 
 template <class Ops>
@@ -404,7 +397,9 @@ void GPT<Ops>::layernorm_backward_here(T* dinp, ParamId w, ParamId b, int layer,
 
 template <class Ops>
 void GPT<Ops>::tensor_sum(T* buf, size_t n) {
-  if (cfg_.tp > 1) tensor_group_->all_reduce(group_floats(buf), n);
+  if (cfg_.tp == 1) return;
+  ZT_ASSERT(tensor_group_ != nullptr);
+  tensor_group_->all_reduce(buf, n);
 }
 
 // ---- backward --------------------------------------------------------------------------------

@@ -105,7 +105,12 @@ class GPT {
   void set_hooks(UnitHooks* h) { hooks_ = h ? h : &no_hooks_; }
   // The tensor group this rank's split matrices are completed over (config().tp > 1 needs one;
   // model/tensor_parallel.h). Not owned.
-  void set_tensor_group(TensorGroupOps* g) { tensor_group_ = g; }
+  void set_tensor_group(TensorGroupOps* g) {
+    ZT_REQUIRE(!g || g->elem_bytes() == int(sizeof(T)), "model: the tensor group moves " << g->elem_bytes()
+                                                            << "-byte elements, the model's activations are "
+                                                            << sizeof(T) << "-byte");
+    tensor_group_ = g;
+  }
   // See UnitHooks: the next backward() writes the embedding's LM-head gradient first and leaves
   // the lookup part to embedding_lookup_deferred(). One embedding unit only.
   void set_defer_lookup_grads(bool d) {
@@ -219,6 +224,10 @@ class GPT {
     S* lse;         // (B, T)   chunked only: log-sum-exp per position (running max in forward)
     S* lse_sum;     // (B, T)   chunked only: running sum of exp across vocabulary chunks
     T* gathered;    // (B, T, C) sequence parallelism only: a sequence-region field gathered whole
+    // Tensor parallelism only (else nullptr):
+    S* loss_stats;  // (1 + tp, 3, B, T) the loss's (max, sum of exp, target logit) per position: this
+                    //           rank's, then every rank's in rank order (vocab_parallel_xent)
+    T* vocab_row;   // (Vp)      one position's logits over the whole padded vocabulary (logits_row)
   };
   // Gradient scratch for one layer at a time (backward walks layers in reverse and reuses it).
   struct GradScratch {
@@ -236,7 +245,6 @@ class GPT {
   // each rank holds a part of, in place (nothing with tp = 1); a row-parallel projection's bias,
   // added by tensor rank 0 only (nullptr on the others).
   void tensor_sum(T* buf, size_t n);
-  float* group_floats(const T* p) const;  // what the tensor group's collectives take
   // Sequence parallelism's pair: every rank's send_n values, in rank order, into recv; and the sum
   // over the group of tp x recv_n values, rank r keeping part r.
   void tensor_gather(const T* send, T* recv, size_t send_n);

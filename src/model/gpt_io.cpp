@@ -124,20 +124,45 @@ void GPT<Ops>::save_llmc(const std::string& path) {
 template <class Ops>
 void GPT<Ops>::save_llmc_units(const std::string& path, bool writer,
                                const std::function<const T*(int u)>& unit_params) const {
+  // The file holds whole tensors (llm.c knows no split). With tensor parallelism every rank of a
+  // tensor group sends its slice of each split tensor to the others (host bytes, once, at the end
+  // of a run; every group does it, the writer's group is the one that counts), and the writer (tensor
+  // rank 0) puts each element where global_index says; replicated tensors are tensor rank 0's.
+  const ParamLayout whole(cfg_.whole(), 1);
+  const int tp = cfg_.tp;
+  ZT_ASSERT(tp == 1 || tensor_group_ != nullptr);
+  ZT_ASSERT(!writer || cfg_.tp_rank == 0);
   std::unique_ptr<LlmcWriter> w;
-  if (writer) w = std::make_unique<LlmcWriter>(path, layout_);
+  if (writer) w = std::make_unique<LlmcWriter>(path, whole);
   std::vector<float> buf;
   std::vector<M> host;
   for (int u = 0; u < layout_.num_units(); ++u) {
     const T* p = unit_params(u);  // collective at stage 3: every rank asks for every unit
-    if (!writer) continue;
+    if (!writer && tp == 1) continue;
     const Unit& unit = layout_.units()[size_t(u)];
     for (int k : unit.tensors) {
       const UnitPiece pc = layout_.piece(u, k);  // a unit may hold part of a tensor (embedding chunks)
+      const TensorSlot& s = layout_.tensors()[size_t(k)];
+      const int kw = whole.tensor_index(s.id, s.layer);
       host.resize(pc.count);
       download(host.data(), p + pc.at, pc.count);
       buf.assign(host.begin(), host.end());
-      w->write(k, buf.data(), pc.begin, pc.count);
+      if (tp == 1 || !split_over_tensor(s.id)) {
+        if (w) w->write(kw, buf.data(), pc.begin, pc.count);
+        continue;
+      }
+      std::vector<float> slice(pc.count);
+      for (int q = 0; q < tp; ++q) {
+        if (q == cfg_.tp_rank) slice = buf;
+        tensor_group_->broadcast_host(slice.data(), slice.size() * sizeof(float), q);
+        if (!w) continue;
+        const GPTConfig at_q = cfg_.split(tp, q, cfg_.sp);
+        for (size_t i = 0; i < pc.count;) {
+          const size_t run = std::min(global_run(s, at_q, pc.begin + i), pc.count - i);
+          w->write(kw, slice.data() + i, global_index(s, at_q, pc.begin + i), run);
+          i += run;
+        }
+      }
     }
   }
   if (w) w->finish();
@@ -187,7 +212,7 @@ void LlmcWriter::finish() {
 
 template <class Ops>
 size_t GPT<Ops>::llmc_file_bytes(const GPTConfig& cfg) {
-  const ParamLayout layout(cfg, 1);
+  const ParamLayout layout(cfg.whole(), 1);  // a tensor-parallel rank writes the whole model too
   size_t n = 0;
   for (const TensorSlot& s : layout.tensors()) n += s.numel;
   return 256 * sizeof(int) + n * sizeof(float);

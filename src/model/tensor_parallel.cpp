@@ -55,19 +55,19 @@ size_t global_run(const TensorSlot& s, const GPTConfig& cfg, size_t i) {
   return 1;
 }
 
-uint64_t tensor_bytes_per_micro_step(const GPTConfig& cfg, int B, int Tn, const Recompute& rc) {
-  const uint64_t T = uint64_t(cfg.tp);
+uint64_t tensor_bytes_per_micro_step(const GPTConfig& cfg, int B, int Tn, const Recompute& rc, int elem) {
+  const uint64_t T = uint64_t(cfg.tp), E = uint64_t(elem);
   if (T == 1) return 0;
   const uint64_t N = uint64_t(B) * uint64_t(Tn), NC = N * uint64_t(cfg.C);
-  auto all_reduce = [&](uint64_t n) { return 2 * (T - 1) * 4 * n / T; };
+  auto all_reduce = [&](uint64_t n) { return 2 * (T - 1) * E * n / T; };
   const uint64_t L = uint64_t(cfg.L), recomputed = uint64_t(rc.blocks_recomputed_before(cfg.L));
-  const uint64_t loss = (T - 1) * 4 * 2 * N + all_reduce(N);  // the max / sum-of-exp gather, the target sum
+  const uint64_t loss = (T - 1) * 3 * 4 * N;  // the gather of each position's (max, sum of exp, target logit), fp32
   if (!cfg.sp) {
     const uint64_t sums = 1 + 2 * L + 1 + 2 * L + recomputed;  // lookup, blocks; dlnf, blocks; recompute
     return sums * all_reduce(NC) + loss;
   }
-  // Sequence parallelism: reduce-scatters and all-gathers of (N / T, C) parts, (T - 1) 4 NC / T each.
-  const uint64_t half = (T - 1) * 4 * (NC / T);
+  // Sequence parallelism: reduce-scatters and all-gathers of (N / T, C) parts, (T - 1) E NC / T each.
+  const uint64_t half = (T - 1) * E * (NC / T);
   // forward: the lookup's RS, 4 per block, the final norm's AG; backward: dlnf's RS, 6 per block,
   // the embedding's AG of dresidual; recompute: AG, RS, AG per block; the LayerNorms' weight
   // gradients: an all-reduce of 2C per LayerNorm (2 per block and the final one).

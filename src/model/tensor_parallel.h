@@ -50,24 +50,33 @@ size_t global_index(const TensorSlot& s, const GPTConfig& cfg, size_t i);
 size_t global_run(const TensorSlot& s, const GPTConfig& cfg, size_t i);
 
 // Bytes this rank sends on the tensor group in one micro-step's forward and backward at (B, Tn),
-// under comm/comm.h's ring byte model (each all-reduce of n floats 2(tp-1)4n/tp rounded down, each
-// all-gather (tp-1)4n), n = B Tn C unless said:
-//   forward   the lookup's sum, two per block; the loss: an all-gather of 2 B Tn (each row's max and
-//             sum of exp) and an all-reduce of B Tn (the target logits)
+// under comm/comm.h's ring byte model with elem-byte activations (4: fp32, 2: bf16; each all-reduce
+// of n elements 2(tp-1) elem n/tp rounded down, each all-gather (tp-1) elem n), n = B Tn C unless said:
+//   forward   the lookup's sum, two per block; the loss: an all-gather of 3 B Tn fp32 values (each
+//             position's max, sum of exp and target logit), 12 (tp-1) B Tn bytes whatever elem is
 //   backward  dlnf from the head's vocabulary columns, two per block
 //   recompute one per recomputed block (its attention projection; recompute.policy "block")
 // Sequence parallelism: each all-reduce becomes a reduce-scatter or all-gather of (N/tp, C) parts
 // (half its bytes each), with more of them (model/gpt_block_sp.cpp). 0 with tp = 1. docs/tensor.md
 // has the table.
-uint64_t tensor_bytes_per_micro_step(const GPTConfig& cfg, int B, int Tn, const Recompute& rc);
+uint64_t tensor_bytes_per_micro_step(const GPTConfig& cfg, int B, int Tn, const Recompute& rc, int elem);
 
-// What the model needs of its tensor group: blocking collectives over activations, float only
-// (the CPU backend's fp32; docs/design.md §3.13). Implemented over a Comm in src/tensor/.
+// What the model needs of its tensor group (docs/design.md §3.13): blocking collectives in the
+// backend's memory (host for the CPU backend, device on CUDA). The three sums move the model's
+// activations, elements of its storage type T (fp32, or bf16 summed in bf16 as NCCL does):
+// elem_bytes() must equal sizeof(T) (GPT::set_tensor_group checks it). The loss statistics are fp32
+// whatever T is, so they travel by all_gather_bytes: a copy, no arithmetic, any element type.
+// Implemented over a Comm in src/tensor/.
 struct TensorGroupOps {
   virtual ~TensorGroupOps() = default;
-  virtual void all_reduce(float* buf, size_t n) = 0;                        // sum, in place
-  virtual void all_gather(const float* send, float* recv, size_t send_n) = 0;  // recv: tp * send_n, rank order
-  virtual void reduce_scatter(const float* send, float* recv, size_t recv_n) = 0;  // send: tp * recv_n summed
+  virtual int elem_bytes() const = 0;                                         // of the three below
+  virtual void all_reduce(void* buf, size_t n) = 0;                           // sum, in place
+  virtual void all_gather(const void* send, void* recv, size_t send_n) = 0;     // recv: tp * send_n, rank order
+  virtual void reduce_scatter(const void* send, void* recv, size_t recv_n) = 0;  // send: tp * recv_n summed
+  // send_bytes (a multiple of elem_bytes()) from every rank into recv, in rank order.
+  virtual void all_gather_bytes(const void* send, void* recv, size_t send_bytes) = 0;
+  // Host bytes from tensor rank root to every rank (the llm.c file's slices, at the end of a run).
+  virtual void broadcast_host(void* buf, size_t bytes, int root) = 0;
 };
 
 }  // namespace zt

@@ -197,25 +197,14 @@ void check_combinations(const Plan& p) {
     bad("checkpoint.dir", "must be set when checkpoint.every > 0 (got \"\")");
   if (p.checkpoint.resume == "auto" && p.checkpoint.dir.empty())
     bad("checkpoint.dir", "must be set when checkpoint.resume is \"auto\" (got \"\")");
-  // Tensor parallelism (docs/design.md §3.13) runs on the CPU backend's fp32, with what is listed
-  // there; the rest is refused here in one line rather than run wrong.
+  // Tensor parallelism (docs/design.md §3.13): what it does not run is refused here in one line
+  // rather than run wrong.
   if (p.mesh.tensor > 1) {
     const std::string t = "mesh.tensor " + std::to_string(p.mesh.tensor);
-    auto refuse = [&](const std::string& key, const std::string& what) {
-      bad(key, what + " with " + t + ": not built yet (set mesh.tensor 1)");
-    };
-    if (p.device == "cuda") refuse("device", "\"cuda\" (tensor parallelism runs on the CPU backend)");
-    if (p.precision.compute == "bf16") refuse("precision.compute", "\"bf16\" (tensor parallelism runs on the CPU backend's fp32)");
-    // offload.optimizer "cpu" is the CUDA backend's (refused above with it); "nvme" runs.
-    if (p.offload.params != "none")
-      bad("offload.params", shown(json(p.offload.params)) + " with " + t +
-                                ": not built yet (the tensor group's gradient norm reads the gradient shard in memory; "
-                                "set offload.params \"none\" or mesh.tensor 1)");
     if (p.recompute.classifier_chunk > 0)
       bad("recompute.classifier_chunk", "with " + t +
                                             " the vocabulary-parallel loss takes whole logits (each rank's columns): "
                                             "set -1 or 0");
-    if (!p.run.final_weights.empty()) refuse("run.final_weights", "llm.c final weights");
   }
 }
 

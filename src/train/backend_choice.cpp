@@ -143,8 +143,6 @@ std::string pick_backend(const Plan& plan, int world, bool need_device) {
     return "cpu-fp32";
   }
   // What the CUDA path cannot run is refused first, on any machine; then whether a GPU is there.
-  ZT_REQUIRE(plan.mesh.tensor == 1, "mesh.tensor " << plan.mesh.tensor << " runs on the CPU backend only in this build, "
-                                    "and device \"" << plan.device << "\" chose the GPU: set device \"cpu\" (or mesh.tensor 1)");
   const std::string name = plan.precision.compute == "fp32" ? "cuda-fp32" : "cuda-bf16";
   check_backend_limits(support::backend(name), plan, world);
   ZT_REQUIRE(!need_device || device::available(), "device: \"cuda\" but no CUDA device is visible (check nvidia-smi and "
@@ -164,8 +162,18 @@ std::string comm_backend_for(const Plan& plan, const std::string& backend, int l
                                    << " (NCCL moves device buffers); set comm.backend to \"mpi\" or \"auto\"");
     return "mpi";
   }
-  if (want == "mpi") return "mpi";
   const bool shared = local_world > gpus;
+  // Tensor parallelism moves activations on its group: NCCL takes any device buffer, the host-staged
+  // comm only the ZeRO engine's (it mirrors them, comm/host_mirror_comm.h).
+  if (const int T = plan.mesh.tensor; T > 1) {
+    ZT_REQUIRE(want != "mpi", "comm.backend: \"mpi\" with mesh.tensor " << T << " on the CUDA backend: the tensor "
+                              "group's collectives move activations, which only NCCL takes (the host-staged comm "
+                              "mirrors the ZeRO engine's buffers); set comm.backend to \"nccl\" or \"auto\"");
+    ZT_REQUIRE(!shared, "mesh.tensor " << T << " on the CUDA backend needs NCCL, a GPU per rank, but " << local_world
+                                       << " ranks on this host share " << gpus << " GPU(s); start at most " << gpus
+                                       << " rank(s) per host");
+  }
+  if (want == "mpi") return "mpi";
   if (want == "auto") return shared ? "mpi" : "nccl";
   // Local ranks 0 and `gpus` are the first two to take the same GPU (local rank r takes GPU r % gpus).
   ZT_REQUIRE(!shared, "comm.backend: \"nccl\" needs a GPU per rank, but " << local_world << " ranks on this host share "

@@ -157,7 +157,8 @@ class Trainer {
                            bytes_shard_group_, bytes_replicas_, plan_.mesh.tensor, bytes_tensor_,
                            uint64_t(plan_.batch.grad_accum) * tensor_bytes_per_micro_step(cfg_, plan_.batch.micro_batch,
                                                                                           plan_.model.seq_len,
-                                                                                          model_->recompute())};
+                                                                                          model_->recompute(),
+                                                                                          int(sizeof(typename Ops::T)))};
     end_run(comm_, log_.get(), plan_, res, totals, mem_, *parts_.partition, tracer_ != nullptr, trace_error,
             outputs_.log);
     return res;

@@ -91,7 +91,8 @@ Estimate estimate_for(const Plan& plan, int world, int ranks_per_host) {
   e.bytes_replicas = part.bytes_per_step_replicas();
   e.tensor = mesh.tensor;
   e.data_world = mesh.world;
-  e.bytes_tensor = uint64_t(plan.batch.grad_accum) * tensor_bytes_per_micro_step(cfg, B, Tn, s.recompute);
+  e.bytes_tensor = uint64_t(plan.batch.grad_accum) * tensor_bytes_per_micro_step(cfg, B, Tn, s.recompute,
+                                                                                 int(sizeof(typename Ops::T)));
   e.bytes_per_step = checked_add(e.bytes_per_step, e.bytes_tensor, "zero: bytes sent per step");
   if (mesh.tensor > 1) {
     GPTConfig sp = cfg, no_sp = cfg;

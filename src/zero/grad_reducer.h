@@ -66,7 +66,7 @@ class GradReducer {
   using EmbeddingAdd = std::function<void(T* dst, size_t lo, size_t hi)>;
   void add_to_reduced_embedding(EmbeddingAdd add);
   // Per-unit sums of squares of the completed gradient shard when it is on disk, else nullptr.
-  const std::vector<double>* unit_sum_squares() const { return shard_ ? shard_->unit_sum_squares() : nullptr; }
+  const std::vector<GradSquares>* unit_sum_squares() const { return shard_ ? shard_->unit_sum_squares() : nullptr; }
   void set_tracer(Tracer* t) { tr_ = t; }  // tags each collective with its bucket and unit
   // Called with a bucket's units when the last micro-step's reduction has made their gradient shard
   // final on this rank (stages 2-3, during backward): the host optimizer sends them to the host.

@@ -21,12 +21,12 @@ GradShardSink<Ops>::GradShardSink(const ParamLayout& layout, const Partition& pa
     std::vector<T*> bufs = {store.get<T>(StateId::param_io) + grad_at, static_cast<T*>(store.raw(StateId::swap_buffers))};
     shard_ = offload::ShardSource<T>(file, {}, std::move(bufs), store.swap_spec().queue_depth,
                                      {(io.numel - grad_at) * sizeof(T), pool.bytes()});
-    unit_ss_.assign(size_t(layout.num_units()), 0.0);
+    unit_ss_.assign(size_t(layout.num_units()), GradSquares{});
   } else {
     shard_ = offload::ShardSource<T>(store.get<T>(StateId::grad_shard), {});
   }
   pinned_ = store.info(StateId::grad_shard).tier == Tier::pinned;
-  if (pinned_) unit_ss_.assign(size_t(layout.num_units()), 0.0);
+  if (pinned_) unit_ss_.assign(size_t(layout.num_units()), GradSquares{});
 }
 
 template <class Ops>
@@ -43,8 +43,7 @@ void GradShardSink<Ops>::sum_on_device(int b, T* slot, const T* recv, int micro,
     else ZT_CHECK_CUDA(cudaMemcpyAsync(slot, host, bytes, cudaMemcpyHostToDevice, Ops::stream()));
     Ops::residual_forward(slot, slot, recv, bk.shard_numel);
     if (micro == part_.config().grad_accum - 1)
-      for (int v : bk.units)
-        unit_ss_[size_t(v)] = Ops::sum_squares(slot + (part_.unit_shard_flat(v) - flat0), part_.unit_shard_numel(v));
+      for (int v : bk.units) unit_ss_[size_t(v)] = unit_squares(v, slot + (part_.unit_shard_flat(v) - flat0));
     ZT_CHECK_CUDA(cudaMemcpyAsync(host, slot, bytes, cudaMemcpyDeviceToHost, Ops::stream()));
     if (sync) ZT_CHECK_CUDA(cudaStreamSynchronize(Ops::stream()));
     return;
@@ -52,6 +51,12 @@ void GradShardSink<Ops>::sum_on_device(int b, T* slot, const T* recv, int micro,
 #endif
   (void)b, (void)slot, (void)recv, (void)micro, (void)host, (void)sync;
   ZT_ASSERT(false);  // only the CUDA backend keeps the shard in pinned memory
+}
+
+template <class Ops>
+GradSquares GradShardSink<Ops>::unit_squares(int v, const T* x) const {
+  return unit_grad_squares<Ops>(layout_, v, part_.unit_shard_begin(v), part_.unit_shard_numel(v), x,
+                                part_.config().tensor > 1);
 }
 
 template <class Ops>
@@ -70,8 +75,7 @@ void GradShardSink<Ops>::add(int b, T* slot, const T* recv, int micro) {
     if (Ops::tier == Tier::device && shard_.on_disk()) return sum_on_device(b, slot, recv, micro, shard, true);
     Ops::residual_forward(shard, shard, recv, bk.shard_numel);  // in the backend's memory
     if (shard_.on_disk() && last_micro)
-      for (int v : bk.units)
-        unit_ss_[size_t(v)] = Ops::sum_squares(shard + (part_.unit_shard_flat(v) - flat0), part_.unit_shard_numel(v));
+      for (int v : bk.units) unit_ss_[size_t(v)] = unit_squares(v, shard + (part_.unit_shard_flat(v) - flat0));
   });
 }
 

@@ -18,6 +18,7 @@
 
 #include "model/layout.h"
 #include "offload/shard_source.h"
+#include "zero/grad_squares.h"
 #include "zero/partition.h"
 #include "zero/store.h"
 
@@ -38,7 +39,7 @@ class GradShardSink {
   void add(int b, T* slot, const T* recv, int micro);
   void flush();  // every write on disk: the optimizer reads the shard next
   // Per-unit sums of squares of the completed shard when it is off the device, else nullptr.
-  const std::vector<double>* unit_sum_squares() const { return unit_ss_.empty() ? nullptr : &unit_ss_; }
+  const std::vector<GradSquares>* unit_sum_squares() const { return unit_ss_.empty() ? nullptr : &unit_ss_; }
   // A shard on disk: the writes queued so far, and whether the first n are done (in memory: always).
   uint64_t writes_queued() const { return shard_.writes_queued(); }
   bool written(uint64_t n) { return shard_.written(n); }
@@ -49,13 +50,15 @@ class GradShardSink {
   // The CUDA backend's sum in `slot` into `host` (pinned shard, or a read buffer; sync: the host
   // reads it next).
   void sum_on_device(int b, T* slot, const T* recv, int micro, T* host, bool sync);
+  // Unit v's completed shard slice at x, for the norm.
+  GradSquares unit_squares(int v, const T* x) const;
 
   const ParamLayout& layout_;
   const Partition& part_;
   StateStore& store_;
   offload::ShardSource<T> shard_;  // memory, or a swap file
   bool pinned_ = false;
-  std::vector<double> unit_ss_;  // (units) sum of squares of each unit's shard, off the device
+  std::vector<GradSquares> unit_ss_;  // (units) sums of squares of each unit's shard, off the device
 };
 
 }  // namespace zt

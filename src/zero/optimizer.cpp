@@ -165,51 +165,30 @@ const typename ShardedOptimizer<Ops>::T* ShardedOptimizer<Ops>::read_param_block
 }
 
 template <class Ops>
-double ShardedOptimizer<Ops>::grad_norm(const std::vector<double>* unit_ss) {
-  if (tensor_) {
-    ZT_ASSERT(!unit_ss);  // tensor parallelism keeps the gradient shard in memory (plan.cpp)
-    return tensor_grad_norm();
-  }
-  double ss = 0.0;
+double ShardedOptimizer<Ops>::grad_norm(const std::vector<GradSquares>* unit_ss) {
+  // Tensor parallelism (zero/grad_squares.h): split tensors' squares from every tensor rank,
+  // replicated ones' from tensor rank 0, summed over the data axis and then the tensor group.
+  const bool by_tensor = tensor_ != nullptr;
+  auto unit = [&](int u, size_t lo, size_t n) { return unit_grad_squares<Ops>(layout_, u, lo, n, grads(u), by_tensor); };
+  GradSquares ss;
   if (!rules_.optimizer_sharded) {
     // Every rank holds the same all-reduced gradients.
-    for (int u = 0; u < layout_.num_units(); ++u) ss += Ops::sum_squares(grads(u), layout_.units()[size_t(u)].padded);
-    return std::sqrt(ss);
-  }
-  if (!rules_.full_params) {
+    for (int u = 0; u < layout_.num_units(); ++u) ss += unit(u, 0, layout_.units()[size_t(u)].padded);
+  } else if (!rules_.full_params) {
     // Stage 3: unit by unit, so that a gradient shard on disk, summed as each unit's shard is
     // completed (GradReducer), gives the same norm bit for bit as one in memory.
     ZT_ASSERT(unit_ss || at_.grad < 0);
     for (int u = 0; u < layout_.num_units(); ++u)
-      ss += unit_ss ? (*unit_ss)[size_t(u)] : Ops::sum_squares(grads(u), part_.unit_shard_numel(u));
+      ss += unit_ss ? (*unit_ss)[size_t(u)] : unit(u, part_.unit_shard_begin(u), part_.unit_shard_numel(u));
+  } else if (!by_tensor) {
+    ss.split = Ops::sum_squares(store_.get<T>(StateId::grad_shard), part_.shard_total());
   } else {
-    ss = Ops::sum_squares(store_.get<T>(StateId::grad_shard), part_.shard_total());
+    for (int u = 0; u < layout_.num_units(); ++u) ss += unit(u, part_.unit_shard_begin(u), part_.unit_shard_numel(u));
   }
-  comm_.all_reduce_sum(&ss, 1);
-  return std::sqrt(ss);
-}
-
-// Each tensor's part of my slice of each unit, its squares counted by whether the tensor is split
-// over the tensor group (every rank's part counts) or replicated (the same gradient on every tensor
-// rank: counted on tensor rank 0 only), then summed over the shard group and the tensor group.
-template <class Ops>
-double ShardedOptimizer<Ops>::tensor_grad_norm() {
-  double split = 0.0, replicated = 0.0;
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    const size_t lo = rules_.optimizer_sharded ? part_.unit_shard_begin(u) : 0;
-    const size_t hi = lo + (rules_.optimizer_sharded ? part_.unit_shard_numel(u) : layout_.units()[size_t(u)].padded);
-    for (int k : layout_.units()[size_t(u)].tensors) {
-      const UnitPiece p = layout_.piece(u, k);
-      const size_t a = std::max(lo, p.at), b = std::min(hi, p.at + p.count);
-      if (a >= b) continue;
-      const double ss = Ops::sum_squares(grads(u) + (a - lo), b - a);
-      (split_over_tensor(layout_.tensors()[size_t(k)].id) ? split : replicated) += ss;
-    }
-  }
-  double ss = split + (tensor_->rank() == 0 ? replicated : 0.0);
-  if (rules_.optimizer_sharded) comm_.all_reduce_sum(&ss, 1);
-  tensor_->all_reduce_sum(&ss, 1);
-  return std::sqrt(ss);
+  double total = ss.mine(!by_tensor || tensor_->rank() == 0);
+  if (rules_.optimizer_sharded) comm_.all_reduce_sum(&total, 1);
+  if (by_tensor) tensor_->all_reduce_sum(&total, 1);
+  return std::sqrt(total);
 }
 
 template <class Ops>

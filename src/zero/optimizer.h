@@ -17,6 +17,7 @@
 #include "offload/swap_pipeline.h"
 #include "plan/plan.h"
 #include "runtime/trace.h"
+#include "zero/grad_squares.h"
 #include "zero/host_optimizer.h"
 #include "zero/partition.h"
 #include "zero/shard_view.h"
@@ -40,8 +41,9 @@ class ShardedOptimizer {
   void init_master();
   // Global L2 norm of the reduced gradients (collective for stages 1-3). Stage 3 sums the squares
   // unit by unit, in unit order; unit_ss, when given, holds those per-unit sums already (the
-  // gradient shard is in a swap file, and the reducer summed each unit as it completed it).
-  double grad_norm(const std::vector<double>* unit_ss = nullptr);
+  // gradient shard is off the device or in a swap file, and the reducer summed each unit as it
+  // completed it).
+  double grad_norm(const std::vector<GradSquares>* unit_ss = nullptr);
   // Tensor parallelism (docs/design.md §3.13): the norm also sums over this group, each split
   // tensor's squares from every tensor rank and each replicated one's once. Not owned.
   void set_tensor_group(Comm* tensor) { tensor_ = tensor; }
@@ -78,7 +80,6 @@ class ShardedOptimizer {
   M* state(StateId id, int u) const { return shard_.state(id, u); }
   // AdamW on elements [lo, hi) of the flat shard, whose state for [base, ...) is in bufs.
   void step_flat(size_t lo, size_t hi, size_t base, M* const* bufs, double lr, double grad_scale);
-  double tensor_grad_norm();
 
   const ParamLayout& layout_;
   const Partition& part_;

@@ -4,10 +4,10 @@
 The table between `<!-- formulas: tensor_bytes ... -->` and `<!-- end formulas -->` lists, for tensor
 parallelism without and with sequence parallelism (column `sp`), every collective a rank makes on its
 tensor group per micro-step: how many (`count`) and the bytes of each (`bytes each`), as Python
-expressions in T (mesh.tensor), N (micro_batch x seq_len), C (n_embd), L (n_layer) and Rc (blocks
-recomputed). Their sum times grad_accum must equal the estimate's `bytes_per_step_tensor_group` for
-every shape below (and 0 at mesh.tensor 1), so the document cannot drift from the code without this
-test failing. (That the estimate is what a run sends: test/tensor/tensor_equivalence.py.)
+expressions in T (mesh.tensor), N (micro_batch x seq_len), C (n_embd), L (n_layer), Rc (blocks
+recomputed) and E (bytes per activation element: 4, or 2 for the CUDA backend's bf16). Their sum
+times grad_accum must equal the estimate's `bytes_per_step_tensor_group` for every shape below
+(and 0 at mesh.tensor 1), so the document cannot drift from the code without this test failing. (That the estimate is what a run sends: test/tensor/tensor_equivalence.py.)
 
   /usr/bin/python3 test/docs/tensor_doc_check.py --train ./train
 """
@@ -54,6 +54,11 @@ SHAPES = [
     (8, 4, True, 4, 8, 64, 16, 2, 3, "block", 1, 3),
     (6, 3, True, 5, 3, 96, 27, 2, 1, "block", 3, 2),
 ]
+# On the CUDA backend in bf16 (E = 2; the estimate needs no GPU; head size 16 at least).
+BF16_SHAPES = [
+    (2, 2, False, 2, 6, 96, 32, 2, 1, "none", 1, 0),
+    (4, 2, True, 3, 4, 64, 64, 3, 2, "block", 2, 1),
+]
 
 
 def estimate(train, W, sets):
@@ -72,18 +77,21 @@ def main():
     args = ap.parse_args()
     table = read_table()
     failures = []
-    for W, T, sp, L, NH, C, seq, B, A, policy, every, stage in SHAPES:
+    cases = [(shape, False) for shape in SHAPES] + [(shape, True) for shape in BF16_SHAPES]
+    for (W, T, sp, L, NH, C, seq, B, A, policy, every, stage), bf16 in cases:
         sets = {"model.n_layer": L, "model.n_head": NH, "model.n_embd": C, "model.seq_len": seq,
                 "batch.micro_batch": B, "batch.grad_accum": A, "recompute.policy": policy, "recompute.every": every,
                 "zero.stage": stage, "mesh.tensor": T, "mesh.sequence_parallel": "true" if sp else "false",
                 "data.train": "x", "data.val": "x"}
+        if bf16:
+            sets.update({"device": "cuda", "precision.compute": "bf16"})
         Rc = (L - 1) // every + 1 if policy == "block" else 0
-        env = {"T": T, "N": B * seq, "C": C, "L": L, "Rc": Rc}
+        env = {"T": T, "N": B * seq, "C": C, "L": L, "Rc": Rc, "E": 2 if bf16 else 4}
         doc = A * sum(eval(count, {}, env) * eval(each, {}, env) for _, count, each in table["yes" if sp else "no"])
         e = estimate(args.train, W, sets)
         got = e.get("bytes_per_step_tensor_group")
         data_axis = e["bytes_per_step"] - got if got is not None else None
-        name = f"W={W} T={T} sp={'yes' if sp else 'no'} L={L} C={C} seq={seq} B={B} A={A} {policy}/{every} stage {stage}"
+        name = f"{'bf16 ' if bf16 else ''}W={W} T={T} sp={'yes' if sp else 'no'} L={L} C={C} seq={seq} B={B} A={A} {policy}/{every} stage {stage}"
         ok = got == doc and e.get("tensor") == T and e.get("data_world") == W // T
         print(f"{'ok ' if ok else 'BAD'} {name}: docs/tensor.md {doc}, estimate {got} (+ {data_axis} on the data axis)")
         if not ok:
@@ -97,7 +105,7 @@ def main():
     if failures:
         print("\nFAILED:\n" + "\n".join(failures))
         return 1
-    print(f"\nall {len(SHAPES)} shapes: docs/tensor.md's table == train estimate")
+    print(f"\nall {len(cases)} shapes: docs/tensor.md's table == train estimate")
     return 0
 
 
