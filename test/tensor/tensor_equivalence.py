@@ -41,7 +41,10 @@ same plan's without); offload.optimizer "nvme" at stage 1, and at stage 3 withou
 inside backward); offload.params "nvme" at stage 3 (the norm from per-unit sums, split and replicated
 tensors apart). mesh.tensor 1 given explicitly is the run without the key bit for bit (losses, grad
 norms, per-step bytes, summary bytes and memory). A tensor rank that skips a collective is diagnosed
-on both ranks naming the group "tensor"; a traced run has a "comm tensor" lane.
+on both ranks naming the group "tensor"; a traced run has a "comm tensor" lane. The shipped
+plans/tensor2.json (4 ranks) trains plans/zero1.json's losses (2 ranks, the same global batch). Each
+rank's VmHWM at T 2 x data 2, stage 3 with sequence parallelism = `train estimate` + the runtime's
+overhead measured on a smaller model, within 8 MiB (resident()).
 
 Refusals (each one invocation; under mpirun, and by `train estimate` for the mesh ones): non-zero
 exit, exactly one line starting with "error" naming the cause, no metrics written: mesh.tensor not
@@ -77,6 +80,7 @@ B, STEPS = 2, 10
 LR, WARMUP, CLIP = 3e-3, 3, 1.0
 BUCKET_MB = 0.05
 LOSS_TOL, NORM_TOL = zm.LOSS_TOL, zm.NORM_TOL
+RSS_SLACK, RSS_OVERHEAD_MAX = 8 << 20, 400 << 20  # resident(): memory_formulas.py's slack; a sane runtime
 
 
 class Row:
@@ -447,6 +451,79 @@ def init_from_llmc(train, mpirun, work, timeout):
     return [] if ok else [f"model.init: T=2 losses against one rank rel {worst:.2e} > {LOSS_TOL}"]
 
 
+def shipped_plan(train, mpirun, work, timeout):
+    """plans/tensor2.json as users run it (its buckets, stage, sequence parallelism, evaluation and sample;
+    only the data and the step count changed) on 4 ranks, against plans/zero1.json on 2 (the same global
+    batch: the data axis of tensor2 is 2 ranks)."""
+    runs = {}
+    for name, plan, W in (("tensor2", "plans/tensor2.json", 4), ("zero1", "plans/zero1.json", 2)):
+        d = os.path.join(work, "shipped_" + name)
+        os.makedirs(d)
+        sets = ["--set", "data.train=data/sample/train_*.bin", "--set", "data.val=data/sample/val.bin",
+                "--set", "data.tokenizer=data/sample/gpt2_tokenizer.bin", "--set", "run.steps=3",
+                "--set", f"run.log={d}/metrics.jsonl"]
+        p = subprocess.run(zm.launcher(mpirun, W) + [train, plan] + sets, cwd=ROOT, env=zm.env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        if p.returncode != 0:
+            return [f"shipped plan {plan} at {W} ranks: exit {p.returncode}: {p.stdout.strip()[-300:]}"]
+        rows = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
+        runs[name] = ([r["loss"] for r in rows if "loss" in r and "step" in r],
+                      [r["val_loss"] for r in rows if "val_loss" in r], next(r["summary"] for r in rows if "summary" in r))
+    (a, va, sa), (b, vb, _) = runs["tensor2"], runs["zero1"]
+    worst = max(rel(x, y) for x, y in zip(a + va, b + vb)) if len(a) == len(b) == 3 and va and len(va) == len(vb) \
+        else float("inf")
+    ok = worst <= LOSS_TOL and sa.get("tensor") == 2 and sa.get("bytes_tensor_group_per_step", 0) > 0 and \
+        sa.get("bytes_tensor_group_per_step") == sa.get("bytes_tensor_group_per_step_theory")
+    print(f"  {'ok ' if ok else 'BAD'} plans/tensor2.json at 4 ranks against plans/zero1.json at 2: losses and val loss "
+          f"rel err {worst:.2e}, {sa.get('bytes_tensor_group_per_step')} B per step on the tensor group", flush=True)
+    return [] if ok else [f"shipped plans/tensor2.json: rel err {worst:.2e} against plans/zero1.json, summary "
+                          f"tensor {sa.get('tensor')}, bytes {sa.get('bytes_tensor_group_per_step')}"]
+
+
+def resident(train, mpirun, work, timeout):
+    """Each rank's VmHWM (the summary's peak_rss_bytes_per_rank) at T 2 x data 2, stage 3, sequence
+    parallelism: what the process holds besides the tracked buffers (libraries, runtimes, MPI, the init
+    transient of one shard range) is measured per rank on a small model, and a larger one (several times
+    the tracked bytes; its collectives' MPI temporaries grow by ~2 MiB) must then sit within RSS_SLACK of `train estimate`'s per-rank
+    total plus that: a buffer the estimate does not know, or one it counts that is never allocated, of
+    more than RSS_SLACK fails (docs/tensor.md; test/zero/memory_formulas.py does the same for ZeRO)."""
+    models = {"small": {"model.n_layer": 2, "model.n_embd": 48, "model.vocab_size": 50257},
+              "large": {"model.n_layer": 8, "model.n_embd": 192, "model.vocab_size": 50257}}
+    got = {}
+    for name, m in models.items():
+        d = os.path.join(work, "resident_" + name)
+        os.makedirs(d)
+        sets = plan_sets(d, dict(m, **{"mesh.tensor": 2, "zero.stage": 3, "mesh.sequence_parallel": "true",
+                                       "run.steps": 2, "run.final_weights": ""}))
+        p = subprocess.run(zm.launcher(mpirun, 4) + [train, "plans/default.json"] + sets, cwd=ROOT, env=zm.env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        if p.returncode != 0:
+            return [f"resident {name}: exit {p.returncode}: {p.stdout.strip()[-300:]}"]
+        s = next(json.loads(l)["summary"] for l in open(os.path.join(d, "metrics.jsonl")) if '"summary"' in l)
+        got[name] = (s.get("peak_rss_bytes_per_rank", []), estimate(train, 4, sets)["memory"]["host"]["total"],
+                     s["peak_memory_bytes"]["host"]["total"])
+    (rss_s, est_s, _), (rss_l, est_l, tracked_l) = got["small"], got["large"]
+    if len(rss_s) != 4 or len(rss_l) != 4:
+        return [f"resident: peak_rss_bytes_per_rank has {len(rss_s)} / {len(rss_l)} entries, not 4"]
+    errs = []
+    MiB = 1 << 20
+    for r in range(4):
+        overhead = rss_s[r] - est_s
+        want = est_l + overhead
+        d = rss_l[r] - want
+        ok = 0 < overhead <= RSS_OVERHEAD_MAX and abs(d) <= RSS_SLACK
+        print(f"  {'ok ' if ok else 'BAD'} resident, T 2 x data 2 stage 3 sp, rank {r}: VmHWM {rss_l[r] / MiB:.1f} MiB, "
+              f"predicted {want / MiB:.1f} (estimate {est_l / MiB:.1f} = tracked {tracked_l / MiB:.1f}, + overhead "
+              f"{overhead / MiB:.1f} measured on the small model): {d / MiB:+.2f} MiB (slack {RSS_SLACK / MiB:.0f})",
+              flush=True)
+        if not ok:
+            errs.append(f"resident rank {r}: VmHWM {rss_l[r] / MiB:.1f} MiB is {d / MiB:+.1f} MiB off the estimate "
+                        f"+ overhead ({want / MiB:.1f} MiB; slack {RSS_SLACK / MiB:.0f}), overhead {overhead / MiB:.1f} MiB")
+    if est_l < 3 * est_s:
+        errs.append(f"resident: the large model's estimate {est_l} is not well above the small one's {est_s}")
+    return errs
+
+
 def refusal_control(train, work):
     """The same binary accepts mesh.tensor 2 at world 4 (and reports it), so the refusals are of values."""
     try:
@@ -569,6 +646,8 @@ def main():
     print("\ndiagnosis and traces:", flush=True)
     failures += hang_and_trace(train, args.mpirun, work, args.timeout)
     failures += init_from_llmc(train, args.mpirun, work, args.timeout)
+    failures += shipped_plan(train, args.mpirun, work, args.timeout)
+    failures += resident(train, args.mpirun, work, args.timeout)
 
     print("\nrefusals:", flush=True)
     err = refusal_control(train, work)
