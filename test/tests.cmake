@@ -113,9 +113,10 @@ set_tests_properties(trace_overlap PROPERTIES LABELS zero TIMEOUT 300 RUN_SERIAL
 # with zero.shard_group 1), T = 3 at 3 ranks (one with vocab 50500, padded to lcm(128, 3)), grad_accum
 # 1/2, recompute selective and block, against single-rank stage 0 with the same global batch (loss,
 # grad norm; bytes on the tensor group per step vs the ring formula written in the test, in the
-# summary and `train estimate`; tracked memory vs the estimate); mesh.tensor 1 bit for bit the run
-# without the key; one-line refusals under mpirun and by `train estimate`; 11 runs + 5 references of
-# 10 steps, 2-3 minutes on 2 cores.
+# summary and `train estimate`; tracked memory vs the estimate; final weights), offload.optimizer and
+# offload.params nvme rows; mesh.tensor 1 bit for bit the run without the key; the shipped
+# plans/tensor2.json against plans/zero1.json; per-rank VmHWM vs the estimate; one-line refusals under
+# mpirun and by `train estimate`; 16 runs + 5 references of 10 steps, 3-4 minutes on 2 cores.
 add_test(NAME tensor_equivalence
          COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/tensor/tensor_equivalence.py --train $<TARGET_FILE:train>
                  --mpirun ${MPIEXEC_EXECUTABLE}
