@@ -6,7 +6,7 @@
 #                   without a GPU); needs what `bash scripts/install_deps.sh --test` installs
 #   make test-gpu   only the GPU tests: CUDA ops vs CPU ops, the model on the GPU vs the CPU backend
 #   make test-emu   the GPU tests and a short device=cuda run under CPU emulation (test/emu, label emu)
-#   make test-LABEL one concept's tests (ctest -L LABEL): test-zero, test-tensor, test-comm,
+#   make test-LABEL one concept's tests (ctest -L LABEL): test-zero, test-tensor, test-pipeline, test-comm,
 #                   test-checkpoint, test-offload, test-recompute, test-plan, test-cli, test-model,
 #                   test-data, test-parity, test-docs, test-autoplan, test-unit (the second-scale
 #                   unit binary); test/tests.cmake lists them

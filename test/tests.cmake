@@ -3,6 +3,7 @@
 # Every test carries a ctest LABEL naming its concept, and lives in test/<concept>/:
 #   zero        partitioning, buckets, stages 0-3 against single-rank training, memory and bytes
 #   tensor      tensor parallelism (mesh.tensor) against single-rank training, its bytes and refusals
+#   pipeline    pipeline schedules (GPipe, 1F1B, interleaved) as tables: simulated against the arithmetic
 #   comm        the Comm layer: ring collectives, timeouts, comm.* settings, several hosts
 #   checkpoint  sharded checkpoints, resume (in memory and from files), reshard, checkpoint.dir
 #   offload     optimizer and parameter offload (host, NVMe) against the same plan in memory

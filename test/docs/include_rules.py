@@ -22,11 +22,12 @@ ALLOWED = {
     "plan":    {"plan", "runtime"},                           # plain data
     "offload": {"offload", "runtime"},                        # swap files and their I/O: no ZeRO, model or plan
     "tensor":  {"tensor", "comm", "model", "runtime"},        # the tensor group over a Comm (the split rules are the model's)
+    "pipeline": {"pipeline", "runtime"},                      # the schedules' tables: plain arithmetic
     "zero":    {"zero", "offload", "comm", "model", "backend", "kernels", "plan", "runtime"},  # no loop
     "checkpoint": {"checkpoint", "zero", "offload", "comm", "model", "backend", "kernels", "plan", "runtime"},  # files, no loop
-    "train":   {"train", "tensor", "checkpoint", "zero", "offload", "comm", "model", "backend", "kernels", "plan", "data", "runtime"},
+    "train":   {"train", "pipeline", "tensor", "checkpoint", "zero", "offload", "comm", "model", "backend", "kernels", "plan", "data", "runtime"},
     # the planner: measures the kernels, links and disk, sizes plans by the estimate, runs candidates
-    "autoplan": {"autoplan", "train", "tensor", "checkpoint", "zero", "offload", "comm", "model", "backend", "kernels", "plan",
+    "autoplan": {"autoplan", "train", "pipeline", "tensor", "checkpoint", "zero", "offload", "comm", "model", "backend", "kernels", "plan",
                  "data", "runtime"},
 }
 
