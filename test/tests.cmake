@@ -109,6 +109,17 @@ add_test(NAME trace_overlap
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(trace_overlap PROPERTIES LABELS zero TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 
+# ---- pipeline ---------------------------------------------------------------------------------
+# The schedules' tables are zt_tests suites (test/pipeline/schedule_test.cpp). pipe_runner_np*: the
+# runner (src/pipeline/runner.h) moving a toy stack's activations and gradients point to point under
+# every schedule, against one process bit for bit (test/pipeline/runner_mpi_test.cpp).
+add_executable(zt_test_pipe_runner ${CMAKE_SOURCE_DIR}/test/pipeline/runner_mpi_test.cpp)
+target_link_libraries(zt_test_pipe_runner PRIVATE zt GTest::gtest)
+foreach(np 2 3 4)
+  add_test(NAME pipe_runner_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:zt_test_pipe_runner>)
+  set_tests_properties(pipe_runner_np${np} PROPERTIES LABELS pipeline RUN_SERIAL TRUE TIMEOUT 120 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+endforeach()
+
 # ---- tensor -----------------------------------------------------------------------------------
 # tensor_equivalence: mesh.tensor (issue 53) T = 2 at 2 and 4 ranks (data axis 2 at stages 0-3, one
 # with zero.shard_group 1), T = 3 at 3 ranks (one with vocab 50500, padded to lcm(128, 3)), grad_accum

@@ -22,7 +22,7 @@ ALLOWED = {
     "plan":    {"plan", "runtime"},                           # plain data
     "offload": {"offload", "runtime"},                        # swap files and their I/O: no ZeRO, model or plan
     "tensor":  {"tensor", "comm", "model", "runtime"},        # the tensor group over a Comm (the split rules are the model's)
-    "pipeline": {"pipeline", "runtime"},                      # the schedules' tables: plain arithmetic
+    "pipeline": {"pipeline", "comm", "runtime"},              # the schedules' tables and the runner moving their messages
     "zero":    {"zero", "offload", "comm", "model", "backend", "kernels", "plan", "runtime"},  # no loop
     "checkpoint": {"checkpoint", "zero", "offload", "comm", "model", "backend", "kernels", "plan", "runtime"},  # files, no loop
     "train":   {"train", "pipeline", "tensor", "checkpoint", "zero", "offload", "comm", "model", "backend", "kernels", "plan", "data", "runtime"},
