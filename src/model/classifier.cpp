@@ -52,7 +52,7 @@ double GPT<Ops>::classifier_forward(const int* targets, int N, bool write_dlogit
       }
       if (!targets) return 0.0;
       if (cfg_.tp > 1)
-        vocab_parallel_xent(targets, N, write_dlogits, dloss);
+        vocab_parallel_xent(targets, 0, N, write_dlogits, dloss);
       else
         Ops::softmax_xent(acts_.logits, acts_.losses, targets, dloss, N, cfg_.V, cfg_.Vp, write_dlogits);
       break;
@@ -69,7 +69,10 @@ double GPT<Ops>::classifier_forward(const int* targets, int N, bool write_dlogit
         const int n = std::min(P, N - c0);
         const T* lnf = acts_.lnf + size_t(c0) * size_t(C);
         Ops::matmul_forward(acts_.logits, lnf, wte_rows(0), nullptr, n, C, Vp, Vp);
-        Ops::softmax_xent(acts_.logits, acts_.losses + c0, targets + c0, dloss, n, cfg_.V, Vp, write_dlogits);
+        if (cfg_.tp > 1)
+          vocab_parallel_xent(targets + c0, c0, n, write_dlogits, dloss);
+        else
+          Ops::softmax_xent(acts_.logits, acts_.losses + c0, targets + c0, dloss, n, cfg_.V, Vp, write_dlogits);
         if (write_dlogits)
           Ops::matmul_backward(gs_.dC + size_t(c0) * size_t(C), wte_grad_rows(0), nullptr, acts_.logits, lnf,
                                wte_rows(0), n, C, Vp, scratch_.data(), Vp);
@@ -78,7 +81,9 @@ double GPT<Ops>::classifier_forward(const int* targets, int N, bool write_dlogit
       break;
     }
     case Head::regather:
-      // The target's logit waits in losses until the last unit.
+      // The target's logit waits in losses until the last unit (tensor parallelism: 0 where another
+      // tensor rank holds the target; the units' running statistics are then folded over the group).
+      if (cfg_.tp > 1) zero_stats(acts_.losses, size_t(N));
       for (int e = 0; e < E; ++e) {
         const VocabRows r = layout_.vocab_rows(e);
         hooks_->before_forward(e);
@@ -86,11 +91,12 @@ double GPT<Ops>::classifier_forward(const int* targets, int N, bool write_dlogit
           const int n = std::min(P, N - c0);
           Ops::matmul_forward(acts_.logits, acts_.lnf + size_t(c0) * size_t(C), wte_rows(e), nullptr, n, C, r.rows,
                               cfg_.vocab());
-          Ops::xent_chunk_partial(acts_.logits, cfg_.vocab(), n, r.row0, r.rows, cfg_.V, targets + c0, acts_.lse + c0,
-                                  acts_.lse_sum + c0, acts_.losses + c0, e == 0);
+          Ops::xent_chunk_partial(acts_.logits, cfg_.vocab(), n, cfg_.vocab_row0() + r.row0, r.rows, cfg_.V,
+                                  targets + c0, acts_.lse + c0, acts_.lse_sum + c0, acts_.losses + c0, e == 0);
         }
         hooks_->after_forward(e);
       }
+      if (cfg_.tp > 1) fold_loss_stats(acts_.lse, acts_.lse_sum, acts_.losses, size_t(N));
       Ops::xent_chunk_finish(acts_.losses, acts_.lse, acts_.lse_sum, acts_.losses, N);
       break;
   }
@@ -122,13 +128,6 @@ const typename GPT<Ops>::T* GPT<Ops>::classifier_backward() {
                              scratch, cfg_.vocab());
         hooks_->after_backward(e);
       }
-      // Each tensor rank's vocabulary rows' part of dlnf, summed (sequence parallelism: each rank
-      // keeps the sum at its positions).
-      if (cfg_.sp) {
-        tensor_scatter(gs_.dC, gs_.dchunk, cfg_.sp_rows(size_t(N)) * size_t(C));
-        return gs_.dchunk;
-      }
-      tensor_sum(gs_.dC, size_t(N) * size_t(C));
       break;
     case Head::chunks:
       // Both gradients were taken in forward. The hooks still mark the head's place in backward
@@ -145,6 +144,13 @@ const typename GPT<Ops>::T* GPT<Ops>::classifier_backward() {
       }
       break;
   }
+  // Each tensor rank's vocabulary rows' part of dlnf, summed (sequence parallelism: each rank keeps
+  // the sum at its positions).
+  if (cfg_.sp) {
+    tensor_scatter(gs_.dC, gs_.dchunk, cfg_.sp_rows(size_t(N)) * size_t(C));
+    return gs_.dchunk;
+  }
+  tensor_sum(gs_.dC, size_t(N) * size_t(C));
   return gs_.dC;
 }
 
@@ -183,51 +189,69 @@ void GPT<Ops>::classifier_chunk_grad(int e, int c0, int n, T* dlnf, T* dwte, voi
   const int C = cfg_.C, Vp = cfg_.vocab();
   const T* lnf = acts_.lnf + size_t(c0) * size_t(C);
   Ops::matmul_forward(acts_.logits, lnf, wte_rows(e), nullptr, n, C, r.rows, Vp);
-  Ops::xent_chunk_grad(acts_.logits, Vp, n, r.row0, r.rows, cfg_.V, acts_.targets + c0, acts_.lse + c0, last_dloss_);
+  Ops::xent_chunk_grad(acts_.logits, Vp, n, cfg_.vocab_row0() + r.row0, r.rows, cfg_.V, acts_.targets + c0,
+                       acts_.lse + c0, last_dloss_);
   Ops::matmul_backward(dlnf, dwte, nullptr, acts_.logits, lnf, dlnf ? wte_rows(e) : nullptr, n, C, r.rows, scratch, Vp);
 }
 
-// Vocabulary-parallel cross-entropy (model/tensor_parallel.h): this rank's logits are columns
-// [vocab_row0, + vocab()) of every row. Each rank folds its columns into a max and a sum of exp per
-// row (xent_chunk_partial, as a split embedding's chunks are folded), the tp pairs are gathered and
-// folded in rank order (the same bits on every rank), the target's logit is summed (one rank holds
-// it), and the loss and this rank's dlogits follow from the log-sum-exp. The logits never move.
+// Vocabulary-parallel cross-entropy (model/tensor_parallel.h) of positions [c0, c0 + n), whose
+// logits start the logits buffer: this rank's logits are columns [vocab_row0, + vocab()) of every
+// row. Each rank folds its columns into a max and a sum of exp per row (xent_chunk_partial, as a
+// split embedding's chunks are folded), takes the target's logit where it holds the target (0
+// elsewhere), fold_loss_stats combines the tp triples, and the loss and this rank's dlogits follow
+// from the log-sum-exp. The logits never move.
 template <class Ops>
-void GPT<Ops>::vocab_parallel_xent(const int* targets, int N, bool write_dlogits, S dloss) {
+void GPT<Ops>::vocab_parallel_xent(const int* targets, int c0, int n, bool write_dlogits, S dloss) {
+  const int Vl = cfg_.vocab(), r0 = cfg_.vocab_row0();
+  S *lse = acts_.lse + c0, *lse_sum = acts_.lse_sum + c0, *losses = acts_.losses + c0;
+  zero_stats(losses, size_t(n));
+  Ops::xent_chunk_partial(acts_.logits, Vl, n, r0, Vl, cfg_.V, targets, lse, lse_sum, losses, true);
+  fold_loss_stats(lse, lse_sum, losses, size_t(n));
+  Ops::xent_chunk_finish(losses, lse, lse_sum, losses, n);
+  if (write_dlogits) Ops::xent_chunk_grad(acts_.logits, Vl, n, r0, Vl, cfg_.V, targets, lse, dloss);
+}
+
+// This rank's (max, sum of exp, target logit) of n positions, in the backend's memory, become the
+// whole vocabulary's on every tensor rank, in place. fp32 whatever T is: they travel as bytes (no
+// rounding to T) through loss_stats, and are folded on the host in rank order, in double (the same
+// bits on every rank; the target logit is one rank's value plus zeros: exact).
+template <class Ops>
+void GPT<Ops>::fold_loss_stats(S* max, S* sum, S* target, size_t n) {
   ZT_ASSERT(tensor_group_ != nullptr);
-  const int Vl = cfg_.vocab(), tp = cfg_.tp, r0 = cfg_.vocab_row0();
-  const size_t n = size_t(N);
-  // This rank's (max, sum of exp, target logit) over its vocabulary columns, per position: the
-  // target logit 0 where another rank holds the target. fp32 statistics whatever T is, so they
-  // travel as bytes (no rounding to T) and are folded on the host, in rank order, in double.
-  S* mine = acts_.loss_stats;  // (3, N)
-  S* all = mine + 3 * n;       // (tp, 3, N)
-  const std::vector<S> zeros(n);
-  Ops::h2d(mine + 2 * n, zeros.data(), n * sizeof(S));
-  Ops::xent_chunk_partial(acts_.logits, Vl, N, r0, Vl, cfg_.V, targets, mine, mine + n, mine + 2 * n, true);
-  tensor_group_->all_gather_bytes(mine, all, 3 * n * sizeof(S));
+  const int tp = cfg_.tp;
+  S* mine = acts_.loss_stats;  // (3, n)
+  S* all = mine + 3 * n;       // (tp, 3, n)
   std::vector<S> h(3 * n * size_t(tp)), folded(3 * n);
+  Ops::d2h(h.data(), max, n * sizeof(S));
+  Ops::d2h(h.data() + n, sum, n * sizeof(S));
+  Ops::d2h(h.data() + 2 * n, target, n * sizeof(S));
+  Ops::h2d(mine, h.data(), 3 * n * sizeof(S));
+  tensor_group_->all_gather_bytes(mine, all, 3 * n * sizeof(S));
   Ops::d2h(h.data(), all, h.size() * sizeof(S));
   for (size_t i = 0; i < n; ++i) {
-    double m = -std::numeric_limits<double>::infinity(), sum = 0.0, target = 0.0;
+    double m = -std::numeric_limits<double>::infinity(), total = 0.0, x = 0.0;
     for (int q = 0; q < tp; ++q) {
       const S* part = h.data() + size_t(q) * 3 * n;
       const double mq = part[i], sq = part[n + i];
-      target += double(part[2 * n + i]);  // one rank's logit and zeros: exact
+      x += double(part[2 * n + i]);
       if (sq == 0.0) continue;  // a rank with no real vocabulary column
       const double M = std::max(m, mq);
-      sum = sum * std::exp(m - M) + sq * std::exp(mq - M);
+      total = total * std::exp(m - M) + sq * std::exp(mq - M);
       m = M;
     }
     folded[i] = S(m);
-    folded[n + i] = S(sum);
-    folded[2 * n + i] = S(target);
+    folded[n + i] = S(total);
+    folded[2 * n + i] = S(x);
   }
-  Ops::h2d(acts_.lse, folded.data(), n * sizeof(S));
-  Ops::h2d(acts_.lse_sum, folded.data() + n, n * sizeof(S));
-  Ops::h2d(acts_.losses, folded.data() + 2 * n, n * sizeof(S));
-  Ops::xent_chunk_finish(acts_.losses, acts_.lse, acts_.lse_sum, acts_.losses, N);
-  if (write_dlogits) Ops::xent_chunk_grad(acts_.logits, Vl, N, r0, Vl, cfg_.V, targets, acts_.lse, dloss);
+  Ops::h2d(max, folded.data(), n * sizeof(S));
+  Ops::h2d(sum, folded.data() + n, n * sizeof(S));
+  Ops::h2d(target, folded.data() + 2 * n, n * sizeof(S));
+}
+
+template <class Ops>
+void GPT<Ops>::zero_stats(S* p, size_t n) {
+  const std::vector<S> zeros(n);
+  Ops::h2d(p, zeros.data(), n * sizeof(S));
 }
 
 // The members defined here, for the backends gpt.cpp instantiates the class with.
@@ -236,7 +260,9 @@ void GPT<Ops>::vocab_parallel_xent(const int* targets, int N, bool write_dlogits
   template double GPT<O>::classifier_forward(const int*, int, bool, GPT<O>::S);        \
   template const GPT<O>::T* GPT<O>::classifier_backward();                             \
   template void GPT<O>::embedding_grads(bool);                                         \
-  template void GPT<O>::vocab_parallel_xent(const int*, int, bool, GPT<O>::S);         \
+  template void GPT<O>::vocab_parallel_xent(const int*, int, int, bool, GPT<O>::S);    \
+  template void GPT<O>::fold_loss_stats(GPT<O>::S*, GPT<O>::S*, GPT<O>::S*, size_t);  \
+  template void GPT<O>::zero_stats(GPT<O>::S*, size_t);                               \
   template void GPT<O>::classifier_chunk_grad(int, int, int, GPT<O>::T*, GPT<O>::T*, void*);
 ZT_GPT_CLASSIFIER_MEMBERS(CpuOps<float>)
 ZT_GPT_CLASSIFIER_MEMBERS(CpuOps<double>)

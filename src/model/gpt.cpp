@@ -85,7 +85,8 @@ constexpr size_t kMinAutoRows = 256;
 size_t classifier_rows_for(const GPTConfig& cfg, int B, int Tn, const Recompute& rc, size_t t_bytes, size_t s_bytes) {
   const size_t BT = product({size_t(B), size_t(Tn)});
   if (rc.classifier_chunk > 0) return std::min(BT, size_t(rc.classifier_chunk));
-  // Tensor parallelism: the vocabulary-parallel loss takes whole logits (each rank's columns).
+  // Tensor parallelism: auto keeps whole logits (each rank's are 1/tp of them already); a positive
+  // chunk still cuts them.
   if (rc.classifier_chunk == 0 || cfg.tp > 1) return BT;
   size_t per_token = 0;
   for (int f = 0; f < kBlockFields; ++f)

@@ -259,9 +259,12 @@ class GPT {
   void block_forward_sp(int l, const T* x, int B, int Tn);
   void block_backward_sp(int l, const BlockActs& a, const T* x, int B, int Tn);
   T* proj_bias(ParamId id, int l) { return cfg_.tp_rank == 0 ? param(id, l) : nullptr; }
-  // The vocabulary-parallel loss of the whole logits (N, vocab()): each row's max, sum of exp and
-  // target logit combined over the tensor group; dlogits written over them with write_dlogits.
-  void vocab_parallel_xent(const int* targets, int N, bool write_dlogits, S dloss);
+  // The vocabulary-parallel loss of positions [c0, c0 + n), whose logits (n, vocab()) start the
+  // logits buffer: each row's max, sum of exp and target logit combined over the tensor group
+  // (fold_loss_stats); dlogits written over the logits with write_dlogits.
+  void vocab_parallel_xent(const int* targets, int c0, int n, bool write_dlogits, S dloss);
+  void fold_loss_stats(S* max, S* sum, S* target, size_t n);
+  void zero_stats(S* p, size_t n);  // n statistics in the backend's memory set to 0
 
   // Where layer l's activations are under the recompute policy: its kept slices or the scratch.
   BlockActs block_acts(int l) const;

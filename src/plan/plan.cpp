@@ -197,15 +197,6 @@ void check_combinations(const Plan& p) {
     bad("checkpoint.dir", "must be set when checkpoint.every > 0 (got \"\")");
   if (p.checkpoint.resume == "auto" && p.checkpoint.dir.empty())
     bad("checkpoint.dir", "must be set when checkpoint.resume is \"auto\" (got \"\")");
-  // Tensor parallelism (docs/design.md §3.13): what it does not run is refused here in one line
-  // rather than run wrong.
-  if (p.mesh.tensor > 1) {
-    const std::string t = "mesh.tensor " + std::to_string(p.mesh.tensor);
-    if (p.recompute.classifier_chunk > 0)
-      bad("recompute.classifier_chunk", "with " + t +
-                                            " the vocabulary-parallel loss takes whole logits (each rank's columns): "
-                                            "set -1 or 0");
-  }
 }
 
 // Data paths: relative paths are relative to the current working directory (where `train` is

@@ -5,7 +5,8 @@
 # in stream order, under the emulator's stream and memory checks. EMULATED: this is not a GPU run.
 #   fp32, against the CPU backend on one rank with the same global batch, 3 steps, every loss and
 #         grad norm within 1e-5 relative: T 2 (world 2), T 3 (world 3: 6 heads), T 2 with sequence
-#         parallelism, T 2 x data 2 at stages 1 and 3, and at stage 3 with offload.optimizer and
+#         parallelism and the classifier in chunks, T 2 x data 2 at stages 1 and 3 (with the classifier
+#         in chunks over the split embedding), and at stage 3 with offload.optimizer and
 #         offload.params "cpu" (the gradient shard in pinned memory: the norm from per-unit sums of
 #         squares, split and replicated tensors apart).
 #   bf16 (activations summed in bf16 by NCCL, the loss's statistics moved as fp32 bytes), against one
@@ -55,9 +56,9 @@ bg one_b16 b16_a1 1
 bg one_b16 b16_a2 2
 bg run f32_t2 2 fp32 --set mesh.tensor=2
 bg run f32_t3 3 fp32 --set mesh.tensor=3
-bg run f32_t2_sp 2 fp32 --set mesh.tensor=2 --set mesh.sequence_parallel=true
+bg run f32_t2_sp 2 fp32 --set mesh.tensor=2 --set mesh.sequence_parallel=true --set recompute.classifier_chunk=16
 bg run f32_t2d2_s1 4 fp32 --set mesh.tensor=2 --set zero.stage=1
-bg run f32_t2d2_s3 4 fp32 --set mesh.tensor=2 --set zero.stage=3
+bg run f32_t2d2_s3 4 fp32 --set mesh.tensor=2 --set zero.stage=3 --set recompute.classifier_chunk=16
 bg run f32_t2d2_s3_offload 4 fp32 --set mesh.tensor=2 --set zero.stage=3 --set offload.optimizer=cpu --set offload.params=cpu
 bg run b16_t2 2 bf16 --set mesh.tensor=2
 bg run b16_t2d2_s2_sp 4 bf16 --set mesh.tensor=2 --set zero.stage=2 --set mesh.sequence_parallel=true

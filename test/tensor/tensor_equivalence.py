@@ -39,18 +39,19 @@ n_layer 3 with "block" every 2 (R = 2 of 3 blocks); sequence parallelism at T = 
 and at data 2 stages 1 and 3 with "block" and "selective" (its activations, by the estimate, below the
 same plan's without); offload.optimizer "nvme" at stage 1, and at stage 3 without clipping (the update
 inside backward); offload.params "nvme" at stage 3 (the norm from per-unit sums, split and replicated
-tensors apart). mesh.tensor 1 given explicitly is the run without the key bit for bit (losses, grad
+tensors apart); recompute.classifier_chunk at T 2 (one embedding unit) and at T 2 x data 2, stage 3
+with sequence parallelism (the embedding split in units, the classifier regathering them). mesh.tensor 1 given explicitly is the run without the key bit for bit (losses, grad
 norms, per-step bytes, summary bytes and memory). A tensor rank that skips a collective is diagnosed
 on both ranks naming the group "tensor"; a traced run has a "comm tensor" lane. The shipped
 plans/tensor2.json (4 ranks) trains plans/zero1.json's losses (2 ranks, the same global batch). Each
 rank's VmHWM at T 2 x data 2, stage 3 with sequence parallelism = `train estimate` + the runtime's
-overhead measured on a smaller model, within 8 MiB (resident()).
+overhead measured on a smaller model, within 8 MiB (tensor_side_checks.resident()).
 
 Refusals (each one invocation; under mpirun, and by `train estimate` for the mesh ones): non-zero
 exit, exactly one line starting with "error" naming the cause, no metrics written: mesh.tensor not
 dividing the world, not dividing n_head, 0 and -1; mesh.sequence_parallel with mesh.tensor 1 and
-with a seq_len mesh.tensor does not divide; with mesh.tensor 2: a classifier chunk (the CUDA
-backend's, under emulation: test/emu/tensor_emu.sh). model.init (an llm.c file) at T 2 x data 2, stage 3 with sequence parallelism
+with a seq_len mesh.tensor does not divide (the CUDA backend's, under emulation:
+test/emu/tensor_emu.sh). model.init (an llm.c file) at T 2 x data 2, stage 3 with sequence parallelism
 gives one rank's losses from the same file. The control: the same binary accepts mesh.tensor 2 at world 4 (so an
 unknown key cannot pass for a refusal).
 
@@ -80,15 +81,14 @@ B, STEPS = 2, 10
 LR, WARMUP, CLIP = 3e-3, 3, 1.0
 BUCKET_MB = 0.05
 LOSS_TOL, NORM_TOL = zm.LOSS_TOL, zm.NORM_TOL
-RSS_SLACK, RSS_OVERHEAD_MAX = 8 << 20, 400 << 20  # resident(): memory_formulas.py's slack; a sane runtime
 
 
 class Row:
     def __init__(self, T, W, stage=0, accum=1, overlap=True, policy="none", every=1, vocab=V, n_layer=L,
-                 shard_group=None, sp=False, seq=SEQ, offload=None, clip=CLIP):
+                 shard_group=None, sp=False, seq=SEQ, offload=None, clip=CLIP, chunk=-1):
         self.T, self.W, self.stage, self.accum, self.overlap = T, W, stage, accum, overlap
         self.policy, self.every, self.vocab, self.n_layer, self.shard_group = policy, every, vocab, n_layer, shard_group
-        self.sp, self.seq, self.offload, self.clip = sp, seq, offload, clip
+        self.sp, self.seq, self.offload, self.clip, self.chunk = sp, seq, offload, clip, chunk
 
     def name(self):
         s = f"T={self.T} W={self.W} stage={self.stage} accum={self.accum} overlap={'on' if self.overlap else 'off'}"
@@ -107,6 +107,8 @@ class Row:
             s += " sequence_parallel"
         if self.seq != SEQ:
             s += f" seq_len={self.seq}"
+        if self.chunk != -1:
+            s += f" classifier_chunk={self.chunk}"
         return s
 
     def ref_key(self):
@@ -117,7 +119,8 @@ class Row:
         e = {"mesh.tensor": self.T, "zero.stage": self.stage, "zero.overlap_comm": "true" if self.overlap else "false",
              "recompute.policy": self.policy, "recompute.every": self.every, "model.vocab_size": self.vocab,
              "model.n_layer": self.n_layer, "batch.grad_accum": self.accum, "model.seq_len": self.seq,
-             "mesh.sequence_parallel": "true" if self.sp else "false", "optim.grad_clip": self.clip}
+             "mesh.sequence_parallel": "true" if self.sp else "false", "optim.grad_clip": self.clip,
+             "recompute.classifier_chunk": self.chunk}
         if self.offload:  # the AdamW moments (and parameters) in swap files (a directory of the row's own: plan_sets)
             e["offload.optimizer"] = "nvme"
             if self.offload == "params":
@@ -147,6 +150,10 @@ ROWS = [
     Row(2, 4, stage=1, accum=2, sp=True, offload="optimizer"),
     Row(2, 4, stage=3, accum=2, offload="optimizer", clip=0.0),
     Row(2, 4, stage=3, offload="params"),
+    # The classifier in chunks of positions: one embedding unit (each chunk's loss folded over the
+    # group), and at stage 3 over a split embedding (the units' running statistics folded once).
+    Row(2, 2, chunk=24),
+    Row(2, 4, stage=3, accum=2, sp=True, chunk=16),
 ]
 # mesh.tensor 1 given explicitly == no key: a data-parallel run (W = 2, stage 1).
 SAME = (2, 1, 1)  # (W, stage, accum)
@@ -163,6 +170,7 @@ def check_design():
     assert any(r.shard_group is not None and r.W // r.T > int(r.shard_group) for r in ROWS)
     # Some row recomputes fewer blocks than it has (R = ceil(L / every) < L).
     assert any(r.policy == "block" and recomputed(r) < r.n_layer for r in ROWS)
+    assert any(r.chunk > 0 and r.W == r.T for r in ROWS) and any(r.chunk > 0 and r.stage == 3 and r.W > r.T for r in ROWS)
 
 
 def padded_vocab(vocab, T):
@@ -354,189 +362,8 @@ def check_identical(res, base):
     return errs
 
 
-# (W, mesh.tensor, more plan fields, regexes the one error line must match, also by `train estimate`)
-REFUSALS = [
-    (4, 3, {}, [r"mesh\.tensor", r"\b3\b", r"\b4\b", r"divide"], True),
-    (2, 4, {}, [r"mesh\.tensor", r"\b4\b", r"n_head", r"\b6\b"], True),
-    (2, 0, {}, [r"mesh\.tensor", r"\b0\b"], True),
-    (2, -1, {}, [r"mesh\.tensor", r"-1\b"], True),
-    (2, 2, {"recompute.classifier_chunk": 16}, [r"mesh\.tensor", r"classifier_chunk"], False),
-    (1, 1, {"mesh.sequence_parallel": "true"}, [r"sequence_parallel", r"mesh\.tensor"], True),
-    (3, 3, {"mesh.sequence_parallel": "true"}, [r"sequence_parallel", r"seq_len", r"\b32\b", r"\b3\b"], True),
-]
-
-
-def refusal(train, mpirun, work, timeout, i, how):
-    W, T, extra, says, _ = REFUSALS[i]
-    d = os.path.join(work, f"refusal{i}_{how}")
-    os.makedirs(d)
-    x = {k: (os.path.join(d, v[1:]) if isinstance(v, str) and v.startswith("@") else v) for k, v in extra.items()}
-    x["mesh.tensor"] = T
-    name = f"W={W} mesh.tensor={T}" + "".join(f" {k}={v}" for k, v in extra.items())
-    sets = plan_sets(d, x)
-    cmd = (zm.launcher(mpirun, W) + [train, "plans/default.json"] if how == "mpirun" else
-           [train, "estimate", "plans/default.json", "--world", str(W), "--json"]) + sets
-    p = subprocess.run(cmd, cwd=ROOT, env=zm.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=timeout)
-    out = p.stdout + p.stderr
-    lines = [l for l in out.splitlines() if l.startswith("error")]
-    written = [f for f in ("metrics.jsonl", "final.bin", "ckpt") if os.path.exists(os.path.join(d, f))]
-    ok = (p.returncode != 0 and len(lines) == 1 and "unknown key" not in lines[0]
-          and all(re.search(s, lines[0]) for s in says) and not written)
-    line = f"  {'ok ' if ok else 'BAD'} {how:8s} {name}: exit {p.returncode}: " + \
-        (lines[0][:150] if lines else out.strip()[-150:])
-    return line, None if ok else (f"refusal {name} ({how}): exit {p.returncode}, {len(lines)} error line(s) "
-                                  f"{lines[:2]}; wanted one matching {says}; written: {written}")
-
-
-def hang_and_trace(train, mpirun, work, timeout):
-    """A tensor rank that skips a collective is diagnosed on both ranks, naming the group; a traced run has
-    the tensor group's collectives on their own lane ("comm tensor", docs/traces.md)."""
-    errs = []
-    d = os.path.join(work, "hang")
-    os.makedirs(d)
-    sets = plan_sets(d, {"mesh.tensor": 2, "run.steps": 3, "comm.fault_skip_rank": 1, "comm.fault_skip_step": 1,
-                         "comm.timeout_s": 5})
-    t0 = time.monotonic()
-    p = subprocess.run(zm.launcher(mpirun, 2) + [train, "plans/default.json"] + sets, cwd=ROOT, env=zm.env(),
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    secs = time.monotonic() - t0
-    lines = [l for l in p.stdout.splitlines() if l.startswith("error: rank")]
-    named = [l for l in lines if 'in group "tensor"' in l and "did not complete within 5 s" in l]
-    ok = p.returncode != 0 and {l.split(":")[1].strip() for l in named} == {"rank 0", "rank 1"}
-    print(f"  {'ok ' if ok else 'BAD'} a tensor rank skipping a collective at step 1: exit {p.returncode} after {secs:.0f} s, "
-          f"{len(named)} rank(s) name the group: {named[0][:120] if named else p.stdout.strip()[-200:]}", flush=True)
-    if not ok:
-        errs.append(f"hang diagnosis: exit {p.returncode}, lines {lines[:2]}")
-    d = os.path.join(work, "trace")
-    os.makedirs(d)
-    sets = plan_sets(d, {"mesh.tensor": 2, "run.steps": 2, "run.trace": os.path.join(d, "trace.json")})
-    p = subprocess.run(zm.launcher(mpirun, 2) + [train, "plans/default.json"] + sets, cwd=ROOT, env=zm.env(),
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    lanes = set()
-    for f in os.listdir(d):
-        if f.startswith("trace") and f.endswith(".json"):
-            for ev in json.load(open(os.path.join(d, f))).get("traceEvents", []):
-                if ev.get("ph") == "M" and ev.get("name") == "thread_name":
-                    lanes.add(ev.get("args", {}).get("name"))
-    ok = p.returncode == 0 and "comm tensor" in lanes
-    print(f"  {'ok ' if ok else 'BAD'} traced run: lanes {sorted(x for x in lanes if x and x.startswith('comm'))}", flush=True)
-    if not ok:
-        errs.append(f"trace: exit {p.returncode}, lanes {sorted(x for x in lanes if x)}: no \"comm tensor\"")
-    return errs
-
-
-def init_from_llmc(train, mpirun, work, timeout):
-    """model.init (an llm.c file of whole tensors): each tensor rank keeps its slices; T 2 x data 2 at stage 3
-    with sequence parallelism starts from the same model as one rank and trains the same losses."""
-    d = os.path.join(work, "init")
-    os.makedirs(d)
-    init = os.path.join(d, "init.bin")
-    runs = {}
-    for name, W, extra in (("write", 1, {"run.steps": 3, "run.final_weights": init}),
-                           ("one", 1, {"run.steps": 4, "batch.grad_accum": 4, "model.init": init}),
-                           ("tensor", 4, {"run.steps": 4, "batch.grad_accum": 2, "model.init": init, "mesh.tensor": 2,
-                                          "zero.stage": 3, "mesh.sequence_parallel": "true"})):
-        sub = os.path.join(d, name)
-        os.makedirs(sub)
-        p = subprocess.run(zm.launcher(mpirun, W) + [train, "plans/default.json"] + plan_sets(sub, extra), cwd=ROOT,
-                           env=zm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-        if p.returncode != 0:
-            return [f"model.init run {name}: exit {p.returncode}: {p.stdout.strip()[-300:]}"]
-        runs[name] = [json.loads(l) for l in open(os.path.join(sub, "metrics.jsonl")) if '"loss"' in l]
-    worst = max(rel(a["loss"], b["loss"]) for a, b in zip(runs["one"], runs["tensor"]))
-    ok = len(runs["tensor"]) == 4 and worst <= LOSS_TOL
-    print(f"  {'ok ' if ok else 'BAD'} model.init: T=2 x data 2 stage 3 sequence parallel against one rank from the same "
-          f"llm.c file: loss rel err {worst:.2e} over 4 steps", flush=True)
-    return [] if ok else [f"model.init: T=2 losses against one rank rel {worst:.2e} > {LOSS_TOL}"]
-
-
-def shipped_plan(train, mpirun, work, timeout):
-    """plans/tensor2.json as users run it (its buckets, stage, sequence parallelism, evaluation and sample;
-    only the data and the step count changed) on 4 ranks, against plans/zero1.json on 2 (the same global
-    batch: the data axis of tensor2 is 2 ranks)."""
-    runs = {}
-    for name, plan, W in (("tensor2", "plans/tensor2.json", 4), ("zero1", "plans/zero1.json", 2)):
-        d = os.path.join(work, "shipped_" + name)
-        os.makedirs(d)
-        sets = ["--set", "data.train=data/sample/train_*.bin", "--set", "data.val=data/sample/val.bin",
-                "--set", "data.tokenizer=data/sample/gpt2_tokenizer.bin", "--set", "run.steps=3",
-                "--set", f"run.log={d}/metrics.jsonl"]
-        p = subprocess.run(zm.launcher(mpirun, W) + [train, plan] + sets, cwd=ROOT, env=zm.env(), stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
-        if p.returncode != 0:
-            return [f"shipped plan {plan} at {W} ranks: exit {p.returncode}: {p.stdout.strip()[-300:]}"]
-        rows = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
-        runs[name] = ([r["loss"] for r in rows if "loss" in r and "step" in r],
-                      [r["val_loss"] for r in rows if "val_loss" in r], next(r["summary"] for r in rows if "summary" in r))
-    (a, va, sa), (b, vb, _) = runs["tensor2"], runs["zero1"]
-    worst = max(rel(x, y) for x, y in zip(a + va, b + vb)) if len(a) == len(b) == 3 and va and len(va) == len(vb) \
-        else float("inf")
-    ok = worst <= LOSS_TOL and sa.get("tensor") == 2 and sa.get("bytes_tensor_group_per_step", 0) > 0 and \
-        sa.get("bytes_tensor_group_per_step") == sa.get("bytes_tensor_group_per_step_theory")
-    print(f"  {'ok ' if ok else 'BAD'} plans/tensor2.json at 4 ranks against plans/zero1.json at 2: losses and val loss "
-          f"rel err {worst:.2e}, {sa.get('bytes_tensor_group_per_step')} B per step on the tensor group", flush=True)
-    return [] if ok else [f"shipped plans/tensor2.json: rel err {worst:.2e} against plans/zero1.json, summary "
-                          f"tensor {sa.get('tensor')}, bytes {sa.get('bytes_tensor_group_per_step')}"]
-
-
-def resident(train, mpirun, work, timeout):
-    """Each rank's VmHWM (the summary's peak_rss_bytes_per_rank) at T 2 x data 2, stage 3, sequence
-    parallelism: what the process holds besides the tracked buffers (libraries, runtimes, MPI, the init
-    transient of one shard range) is measured per rank on a small model, and a larger one (several times
-    the tracked bytes; its collectives' MPI temporaries grow by ~2 MiB) must then sit within RSS_SLACK of `train estimate`'s per-rank
-    total plus that: a buffer the estimate does not know, or one it counts that is never allocated, of
-    more than RSS_SLACK fails (docs/tensor.md; test/zero/memory_formulas.py does the same for ZeRO)."""
-    models = {"small": {"model.n_layer": 2, "model.n_embd": 48, "model.vocab_size": 50257},
-              "large": {"model.n_layer": 8, "model.n_embd": 192, "model.vocab_size": 50257}}
-    got = {}
-    for name, m in models.items():
-        d = os.path.join(work, "resident_" + name)
-        os.makedirs(d)
-        sets = plan_sets(d, dict(m, **{"mesh.tensor": 2, "zero.stage": 3, "mesh.sequence_parallel": "true",
-                                       "run.steps": 2, "run.final_weights": ""}))
-        p = subprocess.run(zm.launcher(mpirun, 4) + [train, "plans/default.json"] + sets, cwd=ROOT, env=zm.env(),
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-        if p.returncode != 0:
-            return [f"resident {name}: exit {p.returncode}: {p.stdout.strip()[-300:]}"]
-        s = next(json.loads(l)["summary"] for l in open(os.path.join(d, "metrics.jsonl")) if '"summary"' in l)
-        got[name] = (s.get("peak_rss_bytes_per_rank", []), estimate(train, 4, sets)["memory"]["host"]["total"],
-                     s["peak_memory_bytes"]["host"]["total"])
-    (rss_s, est_s, _), (rss_l, est_l, tracked_l) = got["small"], got["large"]
-    if len(rss_s) != 4 or len(rss_l) != 4:
-        return [f"resident: peak_rss_bytes_per_rank has {len(rss_s)} / {len(rss_l)} entries, not 4"]
-    errs = []
-    MiB = 1 << 20
-    for r in range(4):
-        overhead = rss_s[r] - est_s
-        want = est_l + overhead
-        d = rss_l[r] - want
-        ok = 0 < overhead <= RSS_OVERHEAD_MAX and abs(d) <= RSS_SLACK
-        print(f"  {'ok ' if ok else 'BAD'} resident, T 2 x data 2 stage 3 sp, rank {r}: VmHWM {rss_l[r] / MiB:.1f} MiB, "
-              f"predicted {want / MiB:.1f} (estimate {est_l / MiB:.1f} = tracked {tracked_l / MiB:.1f}, + overhead "
-              f"{overhead / MiB:.1f} measured on the small model): {d / MiB:+.2f} MiB (slack {RSS_SLACK / MiB:.0f})",
-              flush=True)
-        if not ok:
-            errs.append(f"resident rank {r}: VmHWM {rss_l[r] / MiB:.1f} MiB is {d / MiB:+.1f} MiB off the estimate "
-                        f"+ overhead ({want / MiB:.1f} MiB; slack {RSS_SLACK / MiB:.0f}), overhead {overhead / MiB:.1f} MiB")
-    if est_l < 3 * est_s:
-        errs.append(f"resident: the large model's estimate {est_l} is not well above the small one's {est_s}")
-    return errs
-
-
-def refusal_control(train, work):
-    """The same binary accepts mesh.tensor 2 at world 4 (and reports it), so the refusals are of values."""
-    try:
-        est = estimate(train, 4, plan_sets(os.path.join(work, "control"), {"mesh.tensor": 2, "zero.stage": 1}))
-    except zm.RunFailed as e:
-        return f"control: mesh.tensor 2 at world 4 is not accepted: {e}"
-    if (est.get("tensor"), est.get("data_world")) != (2, 2):
-        return f"control: estimate of mesh.tensor 2 at world 4 says tensor {est.get('tensor')}, " \
-               f"data_world {est.get('data_world')}"
-    return None
-
-
 def main():
+    import tensor_side_checks as side  # noqa: E402  (imports this file's helpers: loaded after it)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train", default=os.path.join(ROOT, "train"), help="path to the train binary")
     ap.add_argument("--mpirun", default="mpirun")
@@ -644,19 +471,19 @@ def main():
               f"(losses, grad norms, bytes, memory, estimate)", flush=True)
 
     print("\ndiagnosis and traces:", flush=True)
-    failures += hang_and_trace(train, args.mpirun, work, args.timeout)
-    failures += init_from_llmc(train, args.mpirun, work, args.timeout)
-    failures += shipped_plan(train, args.mpirun, work, args.timeout)
-    failures += resident(train, args.mpirun, work, args.timeout)
+    failures += side.hang_and_trace(train, args.mpirun, work, args.timeout)
+    failures += side.init_from_llmc(train, args.mpirun, work, args.timeout)
+    failures += side.shipped_plan(train, args.mpirun, work, args.timeout)
+    failures += side.resident(train, args.mpirun, work, args.timeout)
 
     print("\nrefusals:", flush=True)
-    err = refusal_control(train, work)
+    err = side.refusal_control(train, work)
     print(f"  {'ok ' if not err else 'BAD'} control: mesh.tensor 2 at world 4 accepted by `train estimate`")
     failures += [err] if err else []
     n_ref = 0
-    for i, (_, _, _, _, by_estimate) in enumerate(REFUSALS):
+    for i, (_, _, _, _, by_estimate) in enumerate(side.REFUSALS):
         for how in ("mpirun", "estimate") if by_estimate else ("mpirun",):
-            line, err = refusal(train, args.mpirun, work, args.timeout, i, how)
+            line, err = side.refusal(train, args.mpirun, work, args.timeout, i, how)
             n_ref += 1
             print(line, flush=True)
             failures += [err] if err else []
