@@ -76,7 +76,7 @@ if [ "$(grep -c '^error' "$work/refused.err")" != 1 ] || ! grep -qF "$want" "$wo
   echo "refusal: FAILED"; cat "$work/refused.err"; fail=1
 else echo "refusal: $(grep '^error' "$work/refused.err")"; fi
 
-# A tensor rank that skips a collective: both ranks time out naming the group.
+# A tensor rank that skips a collective: the waiting rank times out naming the group; the job ends.
 t0=$(date +%s)
 if "$MPIRUN" -np 2 -x ZT_EMU_DEVICES "$EMU" "${common[@]}" --set device=cuda --set comm.backend=nccl --set mesh.tensor=2 \
      --set comm.timeout_s=5 --set comm.fault_skip_rank=1 --set comm.fault_skip_step=1 \

@@ -41,8 +41,8 @@ same plan's without); offload.optimizer "nvme" at stage 1, and at stage 3 withou
 inside backward); offload.params "nvme" at stage 3 (the norm from per-unit sums, split and replicated
 tensors apart); recompute.classifier_chunk at T 2 (one embedding unit) and at T 2 x data 2, stage 3
 with sequence parallelism (the embedding split in units, the classifier regathering them). mesh.tensor 1 given explicitly is the run without the key bit for bit (losses, grad
-norms, per-step bytes, summary bytes and memory). A tensor rank that skips a collective is diagnosed
-on both ranks naming the group "tensor"; a traced run has a "comm tensor" lane. The shipped
+norms, per-step bytes, summary bytes and memory). A tensor rank that skips a collective: the rank left
+waiting times out naming the group "tensor" and ends the job; a traced run has a "comm tensor" lane. The shipped
 plans/tensor2.json (4 ranks) trains plans/zero1.json's losses (2 ranks, the same global batch). Each
 rank's VmHWM at T 2 x data 2, stage 3 with sequence parallelism = `train estimate` + the runtime's
 overhead measured on a smaller model, within 8 MiB (tensor_side_checks.resident()).

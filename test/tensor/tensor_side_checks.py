@@ -48,8 +48,11 @@ def refusal(train, mpirun, work, timeout, i, how):
 
 
 def hang_and_trace(train, mpirun, work, timeout):
-    """A tensor rank that skips a collective is diagnosed on both ranks, naming the group; a traced run has
-    the tensor group's collectives on their own lane ("comm tensor", docs/traces.md)."""
+    """A tensor rank that skips a collective: the rank left waiting (rank 0) times out naming the group and
+    takes the job down within the timeout plus slack. The skipping rank waits in a later collective, so
+    the first timeout's abort may end it before its own line prints (as in test/comm/hang_train.sh); its
+    line, where it made it out, must name the group too. A traced run has the tensor group's collectives
+    on their own lane ("comm tensor", docs/traces.md)."""
     errs = []
     d = os.path.join(work, "hang")
     os.makedirs(d)
@@ -61,7 +64,8 @@ def hang_and_trace(train, mpirun, work, timeout):
     secs = time.monotonic() - t0
     lines = [l for l in p.stdout.splitlines() if l.startswith("error: rank")]
     named = [l for l in lines if 'in group "tensor"' in l and "did not complete within 5 s" in l]
-    ok = p.returncode != 0 and {l.split(":")[1].strip() for l in named} == {"rank 0", "rank 1"}
+    ranks = {l.split(":")[1].strip() for l in named}
+    ok = p.returncode != 0 and "rank 0" in ranks and len(named) == len(lines) and secs < 5 + 15
     print(f"  {'ok ' if ok else 'BAD'} a tensor rank skipping a collective at step 1: exit {p.returncode} after {secs:.0f} s, "
           f"{len(named)} rank(s) name the group: {named[0][:120] if named else p.stdout.strip()[-200:]}", flush=True)
     if not ok:
