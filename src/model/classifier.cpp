@@ -60,9 +60,12 @@ double GPT<Ops>::classifier_forward(const int* targets, int N, bool write_dlogit
       // With the gradient on, each chunk's gradients are taken here, while its logits exist:
       // backward has nothing of the head left to compute.
       hooks_->before_forward(0);
+      // The input gradient's home until backward: the shared scratch, or the slot's own on a
+      // pipeline's last stage (several micro-batches' forwards may come before their backwards).
+      T* dlnf = acts_.dlnf ? acts_.dlnf : gs_.dC;
       if (write_dlogits) {
         hooks_->before_grads(0);
-        Ops::zero(gs_.dC, size_t(N) * size_t(C));
+        Ops::zero(dlnf, size_t(N) * size_t(C));
       }
       const int Vp = cfg_.vocab();
       for (int c0 = 0; c0 < N; c0 += P) {
@@ -74,7 +77,7 @@ double GPT<Ops>::classifier_forward(const int* targets, int N, bool write_dlogit
         else
           Ops::softmax_xent(acts_.logits, acts_.losses + c0, targets + c0, dloss, n, cfg_.V, Vp, write_dlogits);
         if (write_dlogits)
-          Ops::matmul_backward(gs_.dC + size_t(c0) * size_t(C), wte_grad_rows(0), nullptr, acts_.logits, lnf,
+          Ops::matmul_backward(dlnf + size_t(c0) * size_t(C), wte_grad_rows(0), nullptr, acts_.logits, lnf,
                                wte_rows(0), n, C, Vp, scratch_.data(), Vp);
       }
       hooks_->after_forward(0);
@@ -134,6 +137,7 @@ const typename GPT<Ops>::T* GPT<Ops>::classifier_backward() {
       // (the unit is still gathered from forward's head: the gatherer's schedule is unchanged).
       hooks_->before_backward(0);
       hooks_->after_backward(0);
+      if (acts_.dlnf) Ops::copy(gs_.dC, acts_.dlnf, size_t(N) * size_t(C));
       break;
     case Head::regather:
       for (int e = E - 1; e >= 0; --e) {
@@ -155,7 +159,7 @@ const typename GPT<Ops>::T* GPT<Ops>::classifier_backward() {
 }
 
 template <class Ops>
-void GPT<Ops>::embedding_grads(bool with_lookup) {
+void GPT<Ops>::embedding_grads(bool with_head, bool with_lookup) {
   // Unit by unit: LM-head part dW_rows += dlogits[:, rows]^T @ lnf, then the lookup's rows (and
   // wpe's gradient in its unit). The same order of sums as one unit.
   const int B = last_B_, Tn = last_T_, C = cfg_.C, N = B * Tn;
@@ -164,7 +168,9 @@ void GPT<Ops>::embedding_grads(bool with_lookup) {
   void* scratch = scratch_.data();
   for (int e = E - 1; e >= 0; --e) {
     const VocabRows r = layout_.vocab_rows(e);
-    if (h == Head::whole) {
+    if (!with_head) {  // the first of several pipeline stages: the lookup's part only
+      hooks_->before_grads(e);
+    } else if (h == Head::whole) {
       hooks_->before_grads(e);
       Ops::matmul_backward(nullptr, wte_grad_rows(e), nullptr, acts_.logits + r.row0, acts_.lnf, nullptr, N, C, r.rows,
                            scratch, cfg_.vocab());
@@ -178,7 +184,7 @@ void GPT<Ops>::embedding_grads(bool with_lookup) {
       Ops::encoder_backward(wte_grad_rows(e), e == layout_.wpe_unit() ? grad(ParamId::wpe) : nullptr,
                             cfg_.sp ? acts_.gathered : gs_.dresidual,
                             acts_.inputs, B, Tn, C, cfg_.vocab_row0() + r.row0, r.rows, scratch);
-    if (h == Head::regather) hooks_->after_backward(e);
+    if (with_head && h == Head::regather) hooks_->after_backward(e);
     hooks_->grads_ready(e);
   }
 }
@@ -259,7 +265,7 @@ void GPT<Ops>::zero_stats(S* p, size_t n) {
   template typename GPT<O>::Head GPT<O>::head(int, bool) const;                        \
   template double GPT<O>::classifier_forward(const int*, int, bool, GPT<O>::S);        \
   template const GPT<O>::T* GPT<O>::classifier_backward();                             \
-  template void GPT<O>::embedding_grads(bool);                                         \
+  template void GPT<O>::embedding_grads(bool, bool);                                         \
   template void GPT<O>::vocab_parallel_xent(const int*, int, int, bool, GPT<O>::S);    \
   template void GPT<O>::fold_loss_stats(GPT<O>::S*, GPT<O>::S*, GPT<O>::S*, size_t);  \
   template void GPT<O>::zero_stats(GPT<O>::S*, size_t);                               \

@@ -21,7 +21,15 @@ struct GPTConfig {
   int tp = 1;       // tensor-parallel ranks the matrices are split over
   int tp_rank = 0;  // this rank's place among them
   bool sp = false;  // sequence parallelism: the LayerNorm / residual regions hold 1/tp of the positions
+  // Pipeline parallelism (docs/design.md §3.14): this stage's L blocks are layers [layer0, layer0 + L)
+  // of a model of whole_L (0: no pipeline, L itself). The first stage looks the tokens up, the last
+  // runs the final norm and the head; both hold the embedding (the head is tied to it).
+  int layer0 = 0;
+  int whole_L = 0;
+  bool first_stage = true, last_stage = true;
 
+  int layers() const { return whole_L > 0 ? whole_L : L; }  // of the whole model
+  bool has_embedding() const { return first_stage || last_stage; }
   int heads() const { return NH / tp; }          // attention heads here
   int attn_C() const { return C / tp; }          // their channels: qkv is (B, T, 3 attn_C)
   int mlp_C() const { return 4 * C / tp; }       // the MLP's hidden units here
@@ -45,6 +53,17 @@ struct GPTConfig {
     c.Vp = pad_vocab(V, tp_size);
     return c;
   }
+  // Pipeline stage `stage` of `P`, holding blocks [layer0, layer0 + layers) (pipeline/schedule.h's
+  // balance_blocks decides the split).
+  GPTConfig stage(int P, int stage_index, int first_layer, int layers) const {
+    GPTConfig c = *this;
+    c.whole_L = L;
+    c.layer0 = first_layer;
+    c.L = layers;
+    c.first_stage = stage_index == 0;
+    c.last_stage = stage_index == P - 1;
+    return c;
+  }
   // The whole model this rank holds a part of: tp 1, the vocabulary padded as for tp (the shapes
   // checkpoints and llm.c files address elements by).
   GPTConfig whole() const {
@@ -52,6 +71,10 @@ struct GPTConfig {
     c.tp = 1;
     c.tp_rank = 0;
     c.sp = false;
+    if (c.whole_L > 0) c.L = c.whole_L;
+    c.whole_L = 0;
+    c.layer0 = 0;
+    c.first_stage = c.last_stage = true;
     return c;
   }
 };

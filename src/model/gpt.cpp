@@ -113,13 +113,19 @@ std::vector<FieldSize> activation_sizes(const GPTConfig& cfg, int B, int Tn, con
   // vocabulary chunks are folded in one after the other; unused with one unit, kept for one layout);
   // the same two for the vocabulary-parallel loss (tensor parallelism).
   const size_t lse = rows < BT || cfg.tp > 1 ? BT : 0;
-  sizes.insert(sizes.end(), {{LRC, t}, {BTC, t}, {BT, s}, {BT, s}, {product({rows, Vp}), t}, {BT, s}, {lse, s}, {lse, s}});
+  // The final norm and the head run on the last pipeline stage only: the others keep none of theirs.
+  const size_t head = cfg.last_stage ? 1 : 0;
+  sizes.insert(sizes.end(), {{LRC, t}, {head * BTC, t}, {head * BT, s}, {head * BT, s}, {head * product({rows, Vp}), t},
+                             {head * BT, s}, {head * lse, s}, {head * lse, s}});
   // Sequence parallelism: one (B, T, C) buffer the sequence region's chunks are gathered into (the
   // LayerNorm outputs before the column-parallel matmuls, the residual gradient before the row-parallel ones).
   sizes.push_back({cfg.sp ? BTC : 0, t});
   // Tensor parallelism: the loss statistics exchanged, and one gathered row of logits (sampling).
-  const bool tp = cfg.tp > 1;
+  const bool tp = cfg.tp > 1 && cfg.last_stage;
   sizes.insert(sizes.end(), {{tp ? product({1 + size_t(cfg.tp), 3, BT}) : 0, s}, {tp ? size_t(cfg.Vp) : 0, t}});
+  // A pipeline's last stage with a chunked head: the head's input gradient, taken in forward, kept
+  // with its micro-batch until backward (GPipe runs every forward before the first backward).
+  sizes.push_back({cfg.whole_L > 0 && cfg.last_stage && rows < BT ? BTC : 0, t});
   return sizes;
 }
 std::vector<FieldSize> grad_scratch_sizes(const GPTConfig& cfg, int B, int Tn) {
@@ -143,9 +149,10 @@ size_t total_bytes(const std::vector<FieldSize>& fields) {
 }  // namespace
 
 template <class Ops>
-size_t GPT<Ops>::activation_bytes(const GPTConfig& cfg, int B, int Tn, const Recompute& rc) {
-  size_t n = checked_add(total_bytes<T, S>(activation_sizes<T, S>(cfg, B, Tn, rc)),
-                         total_bytes<T, S>(grad_scratch_sizes(cfg, B, Tn)), kActivationSize);
+size_t GPT<Ops>::activation_bytes(const GPTConfig& cfg, int B, int Tn, const Recompute& rc, int slots) {
+  const size_t slot = total_bytes<T, S>(activation_sizes<T, S>(cfg, B, Tn, rc));
+  size_t n = checked_add(checked_mul(slot, size_t(slots), kActivationSize), total_bytes<T, S>(grad_scratch_sizes(cfg, B, Tn)),
+                         kActivationSize);
   return checked_add(n, aligned_bytes(Ops::scratch_bytes(B, Tn, cfg.C, cfg.NH, cfg.Vp)), kActivationSize);
 }
 
@@ -169,9 +176,10 @@ typename GPT<Ops>::BlockActs GPT<Ops>::block_acts(int l) const {
 
 template <class Ops>
 GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pad_multiple, bool full_params,
-              bool full_grads, const Recompute& rc, int embedding_rows)
+              bool full_grads, const Recompute& rc, int embedding_rows, int activation_slots)
     : cfg_(cfg), rc_(rc), layout_(cfg, pad_multiple, embedding_rows), B_(B), T_(Tn) {
-  ZT_ASSERT(rc.every >= 1);
+  ZT_ASSERT(rc.every >= 1 && activation_slots >= 1);
+  ZT_REQUIRE(cfg.L >= 1 || cfg.whole_L == 0, "model: a pipeline stage without blocks");
   cls_rows_ = int(classifier_rows_for(cfg, B, Tn, rc, sizeof(T), sizeof(S)));
   ZT_REQUIRE(cfg.C % cfg.NH == 0, "model: n_embd " << cfg.C << " is not divisible by n_head " << cfg.NH);
   ZT_REQUIRE(cfg.NH % cfg.tp == 0 && cfg.Vp % cfg.tp == 0 && cfg.tp_rank >= 0 && cfg.tp_rank < cfg.tp,
@@ -187,32 +195,50 @@ GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pa
   }
 
   // Activations: one tracked block per struct, carved into its fields in declaration order
-  // (field pointers stored as void** since the struct mixes int, T and S fields).
-  std::vector<void**> act_fields = {(void**)&acts_.inputs, (void**)&acts_.targets, (void**)&acts_.encoded};
-  for (void** f : block_fields(acts_.kept)) act_fields.push_back(f);
-  for (void** f : block_fields(acts_.scratch)) act_fields.push_back(f);
-  act_fields.insert(act_fields.end(), {(void**)&acts_.residual3, (void**)&acts_.lnf, (void**)&acts_.lnf_mean,
-                                       (void**)&acts_.lnf_rstd, (void**)&acts_.logits, (void**)&acts_.losses,
-                                       (void**)&acts_.lse, (void**)&acts_.lse_sum, (void**)&acts_.gathered,
-                                       (void**)&acts_.loss_stats, (void**)&acts_.vocab_row});
+  // (field pointers stored as void** since the struct mixes int, T and S fields). A pipeline stage
+  // keeps activation_slots copies of the activations (micro-batches in flight), one block.
+  const std::vector<void**> act_fields = activation_fields();
   void** grad_fields[] = {(void**)&gs_.dresidual, (void**)&gs_.dC, (void**)&gs_.d4C_a, (void**)&gs_.d4C_b,
                           (void**)&gs_.dqkv, (void**)&gs_.dchunk, (void**)&gs_.ln_grads};
-  auto carve = [&](void** const* fields, const std::vector<FieldSize>& sizes, Allocation& block, const char* name) {
-    block = mem.alloc(total_bytes<T, S>(sizes), Ops::tier, Category::activations, name);
-    char* p = block.as<char>();
+  auto carve = [&](void** const* fields, const std::vector<FieldSize>& sizes, Allocation& block, const char* name,
+                   size_t copies, std::vector<size_t>* offsets) {
+    block = mem.alloc(checked_mul(total_bytes<T, S>(sizes), copies, kActivationSize), Ops::tier, Category::activations, name);
+    size_t at = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
-      *fields[i] = p;
-      p += field_bytes<T, S>(sizes[i]);
+      *fields[i] = block.as<char>() + at;
+      if (offsets) offsets->push_back(at);
+      at += field_bytes<T, S>(sizes[i]);
     }
   };
   const auto act_sizes = activation_sizes<T, S>(cfg, B, Tn, rc);
   const auto grad_sizes = grad_scratch_sizes(cfg, B, Tn);
   ZT_ASSERT(act_sizes.size() == act_fields.size() && grad_sizes.size() == std::size(grad_fields));
-  carve(act_fields.data(), act_sizes, act_mem_, "activations");
-  carve(grad_fields, grad_sizes, grad_act_mem_, "activation gradients");
+  carve(act_fields.data(), act_sizes, act_mem_, "activations", size_t(activation_slots), &act_offsets_);
+  carve(grad_fields, grad_sizes, grad_act_mem_, "activation gradients", 1, nullptr);
+  act_slot_bytes_ = total_bytes<T, S>(act_sizes);
+  slots_ = activation_slots;
   // Kernel working memory (deterministic reductions, attention backward): sized once, here.
   const size_t scratch = Ops::scratch_bytes(B, Tn, cfg.C, cfg.NH, cfg.Vp);
   if (scratch > 0) scratch_ = mem.alloc(scratch, Ops::tier, Category::activations, "kernel scratch");
+}
+
+template <class Ops>
+std::vector<void**> GPT<Ops>::activation_fields() {
+  std::vector<void**> f = {(void**)&acts_.inputs, (void**)&acts_.targets, (void**)&acts_.encoded};
+  for (void** k : block_fields(acts_.kept)) f.push_back(k);
+  for (void** k : block_fields(acts_.scratch)) f.push_back(k);
+  f.insert(f.end(), {(void**)&acts_.residual3, (void**)&acts_.lnf, (void**)&acts_.lnf_mean, (void**)&acts_.lnf_rstd,
+                     (void**)&acts_.logits, (void**)&acts_.losses, (void**)&acts_.lse, (void**)&acts_.lse_sum,
+                     (void**)&acts_.gathered, (void**)&acts_.loss_stats, (void**)&acts_.vocab_row,
+                     (void**)&acts_.dlnf});
+  return f;
+}
+
+template <class Ops>
+void GPT<Ops>::use_activation_slot(int k) {
+  ZT_ASSERT(k >= 0 && k < slots_);
+  const std::vector<void**> f = activation_fields();
+  for (size_t i = 0; i < f.size(); ++i) *f[i] = act_mem_.as<char>() + size_t(k) * act_slot_bytes_ + act_offsets_[i];
 }
 
 // Host <-> backend memory, converting between the host type M and the storage type T.
@@ -255,7 +281,7 @@ std::vector<float> GPT<Ops>::logits_row(int row) const {
 
 template <class Ops>
 void GPT<Ops>::init_gpt2_values(uint64_t seed, int k, size_t offset, size_t count, M* out) const {
-  const double residual_scale = 1.0 / std::sqrt(2.0 * cfg_.L);
+  const double residual_scale = 1.0 / std::sqrt(2.0 * cfg_.layers());
   const TensorSlot& s = layout_.tensors()[size_t(k)];
   ZT_ASSERT(offset + count <= s.numel);
   const bool is_weight = s.shape.size() == 2;
@@ -264,12 +290,13 @@ void GPT<Ops>::init_gpt2_values(uint64_t seed, int k, size_t offset, size_t coun
   if (s.id == ParamId::attprojw || s.id == ParamId::fcprojw) std_dev *= residual_scale;
   // Padding rows of wte stay zero (indices below are of the whole tensor).
   const size_t n = s.id == ParamId::wte ? size_t(cfg_.V) * size_t(cfg_.C) : SIZE_MAX;
+  const int stream = layout_.whole_tensor_index(k);  // a pipeline stage's tensors: their whole-model streams
   // A tensor rank's element gets the value of the element it is of the whole tensor.
 #pragma omp parallel for schedule(static)
   for (size_t j = 0; j < count; ++j) {
     const size_t i = global_index(s, cfg_, offset + j);
     double v = 0.0;
-    if (is_weight) v = i < n ? std_dev * normal_at(seed, uint64_t(k), i) : 0.0;
+    if (is_weight) v = i < n ? std_dev * normal_at(seed, uint64_t(stream), i) : 0.0;
     else if (is_gain) v = 1.0;
     out[j] = M(v);
   }
@@ -315,7 +342,8 @@ double GPT<Ops>::forward(const int* host_inputs, const int* host_targets, int B,
   const size_t layer_stride = cfg_.sp_rows(size_t(B_) * size_t(T_)) * size_t(C);  // (B, T, C) of one layer
   const int rows = int(cfg_.sp_rows(size_t(N)));  // the residual stream's positions here
 
-  lookup_forward(B, Tn);
+  // A later pipeline stage's input, the previous stage's output, is in stage_input() already.
+  if (cfg_.first_stage) lookup_forward(B, Tn);
 
   const T* x = acts_.encoded;
   for (int l = 0; l < L; ++l) {
@@ -327,6 +355,7 @@ double GPT<Ops>::forward(const int* host_inputs, const int* host_targets, int B,
     hooks_->after_forward(layout_.block_unit(l));
     x = acts_.residual3 + size_t(l) * layer_stride;
   }
+  if (!cfg_.last_stage) return 0.0;  // its output, stage_output(), goes on to the next stage
 
   hooks_->before_forward(layout_.final_unit());
   // Sequence parallelism: the final norm over this rank's positions, gathered whole for the head.
@@ -414,22 +443,27 @@ void GPT<Ops>::backward() {
   const size_t nC = size_t(rows) * size_t(C);
   const size_t layer_stride = cfg_.sp_rows(size_t(B_) * size_t(T_)) * size_t(C);
 
-  const T* dlnf = classifier_backward();
-  // Deferred lookup: the LM-head part of the embedding's gradient now, so that the engine reduces
-  // it while the blocks' backward runs (dlogits and lnf are final from here). Whole logits: written
-  // here from dlogits; in chunks (one unit): already written by classifier_backward into the same
-  // wte_grad_rows(0), so only grads_ready(0) remains.
-  if (defer_lookup_) embedding_grads(false);
+  // A pipeline stage before the last starts from the gradient of its output, which the caller wrote
+  // into stage_output_grad() (the residual gradient the blocks accumulate into).
+  if (cfg_.last_stage) {
+    const T* dlnf = classifier_backward();
+    // Deferred lookup: the LM-head part of the embedding's gradient now, so that the engine reduces
+    // it while the blocks' backward runs (dlogits and lnf are final from here). Whole logits: written
+    // here from dlogits; in chunks (one unit): already written by classifier_backward into the same
+    // wte_grad_rows(0), so only grads_ready(0) remains. The last of several pipeline stages, which
+    // does no lookup, is done with the embedding here.
+    if (defer_lookup_ || !cfg_.first_stage) embedding_grads(true, false);
 
-  const int F = layout_.final_unit();
-  hooks_->before_backward(F);
-  hooks_->before_grads(F);
-  Ops::zero(gs_.dresidual, nC);
-  const T* x_last = L > 0 ? acts_.residual3 + size_t(L - 1) * layer_stride : acts_.encoded;
-  layernorm_backward_here(gs_.dresidual, ParamId::lnfw, ParamId::lnfb, -1, dlnf, x_last, acts_.lnf_mean, acts_.lnf_rstd,
-                          rows);
-  hooks_->after_backward(F);
-  hooks_->grads_ready(F);
+    const int F = layout_.final_unit();
+    hooks_->before_backward(F);
+    hooks_->before_grads(F);
+    Ops::zero(gs_.dresidual, nC);
+    const T* x_last = L > 0 ? acts_.residual3 + size_t(L - 1) * layer_stride : acts_.encoded;
+    layernorm_backward_here(gs_.dresidual, ParamId::lnfw, ParamId::lnfb, -1, dlnf, x_last, acts_.lnf_mean,
+                            acts_.lnf_rstd, rows);
+    hooks_->after_backward(F);
+    hooks_->grads_ready(F);
+  }
 
   for (int l = L - 1; l >= 0; --l) {
     const int u = layout_.block_unit(l);
@@ -447,13 +481,15 @@ void GPT<Ops>::backward() {
   }
 
   // The embedding's gradients last (LM-head and lookup parts together), or with a deferred lookup
-  // only its lookup part, which the engine adds (UnitHooks::embedding_lookup_deferred).
+  // only its lookup part, which the engine adds (UnitHooks::embedding_lookup_deferred). A pipeline
+  // stage after the first leaves the gradient of its input in stage_input_grad().
+  if (!cfg_.first_stage) return;
   if (defer_lookup_) {
     hooks_->embedding_lookup_deferred();
   } else {
     // Sequence parallelism: every rank's vocabulary rows take gradients from every position.
     if (cfg_.sp) tensor_gather(gs_.dresidual, acts_.gathered, nC);
-    embedding_grads(true);
+    embedding_grads(cfg_.last_stage, true);
   }
 }
 

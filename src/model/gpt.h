@@ -70,11 +70,13 @@ class GPT {
   // recompute policy, and, unless told not to, full flat parameters and gradients (tracked:
   // params, grads). A ZeRO engine that shards them passes false and points the units at its own
   // buffers. embedding_rows: wte rows per embedding unit (ParamLayout; 0 = the embedding is one unit).
+  // activation_slots: copies of the activations, one per micro-batch in flight on a pipeline stage
+  // (use_activation_slot).
   GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pad_multiple = 128, bool full_params = true,
-      bool full_grads = true, const Recompute& rc = {}, int embedding_rows = 0);
+      bool full_grads = true, const Recompute& rc = {}, int embedding_rows = 0, int activation_slots = 1);
 
   // Bytes of activations (and activation gradients) the constructor allocates for (B, Tn) under rc.
-  static size_t activation_bytes(const GPTConfig& cfg, int B, int Tn, const Recompute& rc = {});
+  static size_t activation_bytes(const GPTConfig& cfg, int B, int Tn, const Recompute& rc = {}, int slots = 1);
   // Positions per classifier chunk at (B, Tn) under rc (B*Tn: not chunked); resolves auto (-1).
   static int classifier_rows(const GPTConfig& cfg, int B, int Tn, const Recompute& rc);
   // Whether backward gathers the embedding's units once more for their gradients: a chunked
@@ -129,6 +131,21 @@ class GPT {
     ZT_ASSERT(layout_.embedding_units() == 1);
     lookup_given_ = true;
   }
+  // Pipeline stages (docs/design.md §3.14). Forward and backward work on the activations of slot k
+  // (0..activation_slots-1) from here: a stage keeps one per micro-batch in flight, so a micro-batch's
+  // backward finds what its forward kept. The boundary buffers, (B, Tn, C) or under sequence
+  // parallelism this rank's positions of them, in the backend's memory: before forward() on a stage
+  // after the first, its input (the previous stage's output); after it on a stage before the last,
+  // its output; before backward() on a stage before the last, the gradient of that output (the
+  // residual gradient backward accumulates into: one buffer for all slots); after it on a stage
+  // after the first, the gradient of its input.
+  void use_activation_slot(int k);
+  T* stage_input() { return acts_.encoded; }
+  const T* stage_output() const {
+    return acts_.residual3 + size_t(cfg_.L - 1) * cfg_.sp_rows(size_t(B_) * size_t(T_)) * size_t(cfg_.C);
+  }
+  T* stage_output_grad() { return gs_.dresidual; }
+  const T* stage_input_grad() const { return gs_.dresidual; }
   int last_batch() const { return last_B_; }
   int last_seq_len() const { return last_T_; }
 
@@ -228,6 +245,8 @@ class GPT {
     S* loss_stats;  // (1 + tp, 3, B, T) the loss's (max, sum of exp, target logit) per position: this
                     //           rank's, then every rank's in rank order (vocab_parallel_xent)
     T* vocab_row;   // (Vp)      one position's logits over the whole padded vocabulary (logits_row)
+    T* dlnf;        // (B, T, C) a pipeline's last stage with a chunked head only (else nullptr): the
+                    //           head's input gradient from forward, kept per slot until backward
   };
   // Gradient scratch for one layer at a time (backward walks layers in reverse and reuses it).
   struct GradScratch {
@@ -293,7 +312,8 @@ class GPT {
   // The embedding's gradients, unit by unit, between before_grads(e) and grads_ready(e): the
   // LM-head part dW_rows += dlogits[:, rows]^T @ lnf (whole logits; regather: recomputed per
   // chunk; chunks: already written by classifier_backward), then (with_lookup) the lookup's rows and wpe.
-  void embedding_grads(bool with_lookup);
+  // The first of several pipeline stages, which runs no head, has the lookup's part only (!with_head).
+  void embedding_grads(bool with_head, bool with_lookup);
   // Regather: positions [c0, c0 + n) of embedding unit e's logits, recomputed and turned into
   // dlogits from the kept log-sum-exp; then dlnf += dlogits @ W_e and/or dwte += dlogits^T @ lnf
   // (whichever is not null).
@@ -304,6 +324,11 @@ class GPT {
   ParamLayout layout_;
   int B_, T_;
   Allocation params_, grads_, act_mem_, grad_act_mem_, scratch_;
+  // Pipeline slots: act_mem_ holds slots_ copies of act_slot_bytes_, each field at its offset.
+  std::vector<void**> activation_fields();  // the Activations fields, in carving order
+  std::vector<size_t> act_offsets_;
+  size_t act_slot_bytes_ = 0;
+  int slots_ = 1;
   int last_B_ = 0, last_T_ = 0;  // shape of the last forward, for backward()
   bool defer_lookup_ = false;    // set_defer_lookup_grads
   bool lookup_given_ = false;    // lookup_given(): skip the next lookup

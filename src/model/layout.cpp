@@ -82,7 +82,8 @@ ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple, int embeddin
   // This tensor rank's rows of the vocabulary (all of them without tensor parallelism).
   const int Vl = cfg.vocab();
   const size_t rows = embedding_rows > 0 ? std::min(size_t(embedding_rows), size_t(Vl)) : size_t(Vl);
-  const int E = int((size_t(Vl) + rows - 1) / rows);
+  // A middle pipeline stage holds no embedding (E = 0: its units start with its first block).
+  const int E = cfg.has_embedding() ? int((size_t(Vl) + rows - 1) / rows) : 0;
   for (int e = 0; e < E; ++e) {
     const int row0 = int(size_t(e) * rows), n = e == E - 1 ? Vl - row0 : int(rows);
     vocab_rows_.push_back({row0, n});
@@ -104,8 +105,8 @@ ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple, int embeddin
   // channels (heads x head size), H = its hidden units.
   const int A = cfg.attn_C(), H = cfg.mlp_C();
   for (int l = 0; l < L; ++l) {
-    begin_unit("block." + std::to_string(l));
-    const std::string p = "h." + std::to_string(l) + ".";
+    begin_unit("block." + std::to_string(cfg.layer0 + l));  // named by its layer in the whole model
+    const std::string p = "h." + std::to_string(cfg.layer0 + l) + ".";
     auto blk = [&](ParamId id, std::vector<int> shape) {
       add(id, l, shape, shape.size() == 2, p + block_tensor_name(id));
     };
@@ -123,10 +124,21 @@ ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple, int embeddin
     blk(ParamId::fcprojb, {C});
     end_unit();
   }
+  if (!cfg.last_stage) return;  // the final norm is the last pipeline stage's
   begin_unit("final_norm");
   add(ParamId::lnfw, -1, {C}, false, "ln_f.weight");
   add(ParamId::lnfb, -1, {C}, false, "ln_f.bias");
   end_unit();
+}
+
+int ParamLayout::whole_tensor_index(int k) const {
+  // The whole model's order: wte, wpe, 12 tensors per block (ParamId order), ln_f w, b.
+  const TensorSlot& s = tensors_[size_t(k)];
+  constexpr int kBlockTensors = int(ParamId::fcprojb) - int(ParamId::ln1w) + 1;
+  if (s.layer >= 0) return int(ParamId::ln1w) + kBlockTensors * (cfg_.layer0 + s.layer) + int(s.id) - int(ParamId::ln1w);
+  if (s.id == ParamId::lnfw || s.id == ParamId::lnfb)
+    return int(ParamId::ln1w) + kBlockTensors * cfg_.layers() + int(s.id) - int(ParamId::lnfw);
+  return int(s.id);  // wte, wpe
 }
 
 int ParamLayout::tensor_index(ParamId id, int layer) const {

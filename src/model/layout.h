@@ -5,6 +5,10 @@
 //                             ln_2 w,b (C) | c_fc w (4C,C), b (4C)   | mlp c_proj w (C,4C), b (C)
 //   unit E+L      final norm  ln_f w,b (C)   (the LM head is tied to wte in units 0..E-1)
 //
+// A pipeline stage (GPTConfig::stage, docs/design.md §3.14) lists only what it holds: its blocks
+// (named by their layer in the whole model), the embedding on the first and the last stage (E = 0
+// on the others), the final norm on the last.
+//
 // E = 1 (one "embedding" unit) unless the caller asks for block-sized chunks (ZeRO stage 3,
 // docs/design.md §3.9): then chunk e ("embedding.e") holds wte rows [row0, row0 + rows), at most
 // a padded block (block_sized_rows; the last one plus wpe), and every chunk but the last is a
@@ -84,7 +88,10 @@ class ParamLayout {
   VocabRows vocab_rows(int e) const { return vocab_rows_[size_t(e)]; }
   int wpe_unit() const { return embedding_units() - 1; }
   int block_unit(int layer) const { return embedding_units() + layer; }
-  int final_unit() const { return embedding_units() + cfg_.L; }
+  int final_unit() const { return embedding_units() + cfg_.L; }  // the last pipeline stage only
+  // Tensor k's index in the whole model's layout (the same as k without pipeline stages): what names
+  // it across stages, e.g. its initialisation's random stream.
+  int whole_tensor_index(int k) const;
   // Tensor k's part in unit u (count 0 when none).
   UnitPiece piece(int u, int k) const;
 

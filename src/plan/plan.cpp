@@ -199,6 +199,36 @@ void check_combinations(const Plan& p) {
     bad("checkpoint.dir", "must be set when checkpoint.resume is \"auto\" (got \"\")");
 }
 
+// Pipeline stages (docs/design.md §3.14): what this build runs with them, each refusal one line.
+void check_pipeline(const Plan& p) {
+  const int P = p.mesh.pipeline;
+  if (P == 1) return;
+  const std::string with = "with mesh.pipeline " + std::to_string(P);
+  if (P > p.model.n_layer)
+    bad("mesh.pipeline", std::to_string(P) + " stages for model.n_layer " + std::to_string(p.model.n_layer) +
+                             ": every stage holds at least one block (give at most " + std::to_string(p.model.n_layer) + ")");
+  if (p.mesh.schedule == "interleaved")
+    bad("mesh.schedule", "\"interleaved\" " + with + ": its tables exist (docs/pipeline.md) but training runs "
+                         "\"gpipe\" and \"1f1b\" only so far (each rank one model chunk)");
+  if (p.zero.stage >= 2)
+    bad("zero.stage", std::to_string(p.zero.stage) + " " + with + ": stage " + std::to_string(p.zero.stage) +
+                          (p.zero.stage == 2 ? " reduce-scatters gradients every micro-batch"
+                                             : " gathers every unit for every micro-batch's forward and backward") +
+                          ", m = batch.grad_accum times a step on the data axis (DeepSpeed refuses it for the same "
+                          "reason); use zero.stage 0 or 1, which reduce once per step");
+  if (p.zero.shard_group != "world")
+    bad("zero.shard_group", shown(json(p.zero.shard_group)) + " " + with + ": hybrid sharding inside pipeline stages "
+                            "is not built yet (set \"world\")");
+  auto not_yet = [&](const std::string& key, const std::string& what) {
+    bad(key, what + " " + with + " is not built yet: " + (key == "data.tokenizer" ? "set it to \"\"" : "leave it unset"));
+  };
+  if (p.offload.optimizer != "none" || p.offload.params != "none") not_yet("offload.optimizer", "offload");
+  if (!p.checkpoint.dir.empty() || p.checkpoint.resume != "none") not_yet("checkpoint.dir", "checkpointing");
+  if (!p.model.init.empty()) not_yet("model.init", "starting from an llm.c file");
+  if (!p.run.final_weights.empty()) not_yet("run.final_weights", "writing the final weights");
+  if (!p.data.tokenizer.empty()) not_yet("data.tokenizer", "sampling");
+}
+
 // Data paths: relative paths are relative to the current working directory (where `train` is
 // run; `make` leaves it at the repo root), not to the plan file.
 void check_data_files(const Plan& p) {
@@ -369,6 +399,8 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
     p.zero.shard_group = digits ? std::to_string(std::stol(g)) : g;
   }
 
+  p.mesh.pipeline = static_cast<int>(get_i64(r, "mesh.pipeline", 1, 1024));
+  p.mesh.schedule = get_choice(r, "mesh.schedule", {"gpipe", "1f1b", "interleaved"});
   p.mesh.tensor = static_cast<int>(get_i64(r, "mesh.tensor", 1, 1024));
   if (p.model.n_head % p.mesh.tensor != 0)
     bad("mesh.tensor", std::to_string(p.mesh.tensor) + " does not divide model.n_head " + std::to_string(p.model.n_head) +
@@ -445,6 +477,7 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
   p.device = get_choice(r, "device", {"auto", "cpu", "cuda"});
 
   check_combinations(p);
+  check_pipeline(p);
   check_supported_by_this_build(p);
   if (check_files) {
     check_machine(p);

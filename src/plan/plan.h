@@ -63,6 +63,11 @@ struct ZeroSection {
 // The ranks' mesh (docs/design.md §3.13): `tensor` adjacent ranks split every block's matrices and
 // the vocabulary (tensor parallelism, model/tensor_parallel.h); the data axis (zero.*) is the rest.
 struct MeshSection {
+  // Pipeline parallelism (docs/design.md §3.14, docs/pipeline.md): the blocks cut into `pipeline`
+  // stages, outermost on the mesh; micro-batches (batch.grad_accum of them) run by `schedule`
+  // ("gpipe" | "1f1b").
+  int pipeline = 1;
+  std::string schedule = "1f1b";
   int tensor = 1;
   // Sequence parallelism (Korthikanti et al. 2022): the LayerNorm / residual regions split along the
   // positions across the tensor group (reduce-scatter + all-gather instead of all-reduce).

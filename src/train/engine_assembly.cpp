@@ -35,7 +35,7 @@ EngineParts<Ops> assemble_engine(const Plan& plan, const EngineSettings& es, Com
   // Units padded so every rank's shard has the same size. The model keeps no parameters or
   // gradients of its own: they are the store's (zero/store.h), pointed at by the engine.
   p.model = std::make_unique<GPT<Ops>>(es.model, B, Tn, mem, es.pad_multiple, false, false, es.recompute,
-                                       es.embedding_rows);
+                                       es.embedding_rows, es.activation_slots);
   p.partition = std::make_unique<Partition>(p.model->layout(), es.zero);
   p.store = std::make_unique<StateStore>(list_model_state(p.model->layout(), *p.partition, es.types, swap), mem, swap);
   // The CUDA backend's collectives (comm.backend, train/backend_choice.h): NCCL on the device
@@ -56,14 +56,23 @@ EngineParts<Ops> assemble_engine(const Plan& plan, const EngineSettings& es, Com
                              int64_t step, int* tokens) mutable {
                     train.train_batch(step, 0, accum, tokens, targets.data());
                   }};
-  // The mesh (zero/data_mesh.h), innermost first: tensor groups of T adjacent ranks, the data axis
-  // across them; on the data axis, shard groups of consecutive ranks, replicated across. Every rank
-  // makes every split, in this order (Comm::split is collective).
-  p.data_comm = p.comm;
+  // The mesh (zero/data_mesh.h): pipeline stages of consecutive ranks outermost, the pipeline group
+  // across them; inside a stage, tensor groups of T adjacent ranks, the data axis across them; on the
+  // data axis, shard groups of consecutive ranks, replicated across. Every rank makes every split, in
+  // this order (Comm::split is collective).
+  p.stage_comm = p.comm;
+  if (const int P = es.model.whole_L > 0 ? plan.mesh.pipeline : 1; P > 1) {
+    const int rank = p.comm->rank(), per_stage = p.comm->world() / P;
+    p.pipe_group = p.comm->split(rank % per_stage, rank, "pipeline");
+    p.stage_group = p.comm->split(rank / per_stage, rank, "stage");
+    p.pipe_comm = p.pipe_group.get();
+    p.stage_comm = p.stage_group.get();
+  }
+  p.data_comm = p.stage_comm;
   if (const int T = es.zero.tensor; T > 1) {
-    const int rank = p.comm->rank();
-    p.tensor_group = p.comm->split(rank / T, rank, "tensor");
-    p.data_group = p.comm->split(rank % T, rank, "data");
+    const int rank = p.stage_comm->rank();
+    p.tensor_group = p.stage_comm->split(rank / T, rank, "tensor");
+    p.data_group = p.stage_comm->split(rank % T, rank, "data");
     p.tensor_comm = p.tensor_group.get();
     p.data_comm = p.data_group.get();
     p.tensor_ops = std::make_unique<CommTensorGroup>(*p.tensor_comm);
@@ -80,6 +89,7 @@ EngineParts<Ops> assemble_engine(const Plan& plan, const EngineSettings& es, Com
   p.engine = std::make_unique<ZeroEngine<Ops>>(*p.model, *p.partition, *p.store, *p.shard_comm, plan.optim,
                                                std::move(next), p.replica_comm);
   if (p.tensor_comm) p.engine->set_tensor_group(p.tensor_comm);
+  if (p.pipe_comm) p.engine->set_pipeline_group(p.pipe_comm, es.model.first_stage);
   return p;
 }
 

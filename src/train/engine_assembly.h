@@ -29,6 +29,12 @@ struct EngineParts {
   // comm: device_comm, or the run's comm itself on the CPU backend.
   std::unique_ptr<Comm> device_comm;
   Comm* comm = nullptr;
+  // Pipeline parallelism (mesh.pipeline > 1, zero/data_mesh.h): the pipeline group (this rank's place
+  // in every stage, in stage order) and the stage (the ranks of this rank's stage, which the axes
+  // below split); without, pipe_comm is nullptr and the stage `comm` itself.
+  std::unique_ptr<Comm> pipe_group, stage_group;
+  Comm* pipe_comm = nullptr;
+  Comm* stage_comm = nullptr;
   // Tensor parallelism (mesh.tensor > 1, zero/data_mesh.h): the tensor group and the data axis,
   // split from `comm` once; the model completes its split products over tensor_ops. Without, the
   // data axis is `comm` itself and tensor_comm nullptr.
@@ -47,7 +53,7 @@ struct EngineParts {
   // shard group, carries only the trainer's scalars).
   CommStepStats step_stats() const {
     CommStepStats s = comm->step_stats();
-    for (const Comm* c : {tensor_comm, data_comm == shard_comm ? nullptr : data_comm, shard_comm, replica_comm}) {
+    for (const Comm* c : {pipe_comm, tensor_comm, data_comm == shard_comm ? nullptr : data_comm, shard_comm, replica_comm}) {
       if (!c || c == comm) continue;
       const CommStepStats& g = c->step_stats();
       s.bytes += g.bytes, s.control_bytes += g.control_bytes, s.collectives += g.collectives;
@@ -57,7 +63,7 @@ struct EngineParts {
   }
   void set_tracer(Tracer* t) {  // a lane per group (docs/traces.md)
     comm->set_tracer(t);
-    for (Comm* c : {tensor_comm, data_comm == shard_comm ? nullptr : data_comm, shard_comm, replica_comm})
+    for (Comm* c : {pipe_comm, tensor_comm, data_comm == shard_comm ? nullptr : data_comm, shard_comm, replica_comm})
       if (c && c != comm) c->set_tracer(t);
   }
 };

@@ -11,8 +11,10 @@
 namespace zt {
 
 // Collective. Rank 0 logs (`log`, null elsewhere) and prints it after `step`; V: model.vocab_size.
+// pipe: the pipeline group (mesh.pipeline > 1): each batch's forward runs through the stages and the
+// last stage's losses count.
 template <class Ops>
 double evaluate(GPT<Ops>& model, ZeroEngine<Ops>& engine, DataLoader& val, Comm& comm, const Plan& plan, int V,
-                int step, MetricsLog* log);
+                int step, MetricsLog* log, Comm* pipe = nullptr);
 
 }  // namespace zt

@@ -18,9 +18,10 @@ Startup check_startup(const Plan& plan, Comm& comm, int V, uint64_t final_weight
   Startup s;
   try {
     s.decorate = decorate_progress();
-    // Along the data axis: the ranks of one tensor group read the same batch (zero/data_mesh.h).
-    const int T = plan.mesh.tensor;
-    s.data = open_data(plan, comm.rank() / T, world / T);
+    // Along the data axis: the ranks of one tensor group read the same batch, and those of one
+    // pipeline group (zero/data_mesh.h).
+    const DataMesh mesh = DataMesh::of(plan, world, comm.rank(), comm.local_world());
+    s.data = open_data(plan, mesh.rank, mesh.world);
     if (!plan.data.tokenizer.empty()) s.tokenizer = std::make_unique<Tokenizer>(plan.data.tokenizer);
     if (comm.rank() == 0) {
       check_token_ids(s.data, V);

@@ -20,6 +20,7 @@
 #include "train/backend_choice.h"
 #include "train/checkpointing.h"
 #include "train/evaluation.h"
+#include "train/pipeline_step.h"
 #include "train/report.h"
 #include "train/sampling.h"
 #include "train/schedule.h"
@@ -46,8 +47,10 @@ class Trainer {
     res.steps = int(state_.step);
     const RunSection& run = plan_.run;
     const int B = plan_.batch.micro_batch, Tn = plan_.model.seq_len, accum = plan_.batch.grad_accum;
-    // The ranks that read distinct batches: the data axis (a tensor group reads one, zero/data_mesh.h).
-    const int batches = comm_.world() / plan_.mesh.tensor;
+    // The ranks that read distinct batches: the data axis (a tensor group reads one, and a pipeline
+    // group: zero/data_mesh.h).
+    const int P = plan_.mesh.pipeline;
+    const int batches = comm_.world() / (plan_.mesh.tensor * P);
     const double tokens_per_step = double(B) * Tn * accum * batches;
     std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
     // SIGTERM / SIGINT / SIGUSR1 end the run cleanly (stop_signal.h) when there is somewhere to save to;
@@ -72,23 +75,28 @@ class Trainer {
       if (plan_.optim.grad_clip <= 0.0) engine_->update_args_known(lr);  // clip_scale is then 1
       double loss = 0.0;
       double first_micro_ms = 0;
-      for (int micro = 0; micro < accum; ++micro) {
-        data_.train->train_batch(step, micro, accum, inputs.data(), targets.data());
-        check_tokens(inputs, targets, cfg_.V);
-        // Every rank's gradient is scaled by 1 / (tokens in the global batch), so the sum the
-        // collectives compute is the global mean gradient.
-        const S dloss = S(1.0 / (double(B) * Tn * accum * batches));
-        engine_->begin_pass(micro, true);
-        loss += model_->forward(inputs.data(), targets.data(), B, Tn, true, dloss) / accum;
-        model_->backward();
-        if (micro == 0) first_micro_ms = seconds_since(t0) * 1e3;
+      // Every rank's gradient is scaled by 1 / (tokens in the global batch), so the sum the
+      // collectives compute is the global mean gradient.
+      const S dloss = S(1.0 / (double(B) * Tn * accum * batches));
+      if (parts_.pipe_comm) {
+        loss = pipeline_step(step, dloss);  // the schedule's table over the stages (train/pipeline_step.h)
+      } else {
+        for (int micro = 0; micro < accum; ++micro) {
+          data_.train->train_batch(step, micro, accum, inputs.data(), targets.data());
+          check_tokens(inputs, targets, cfg_.V);
+          engine_->begin_pass(micro, true);
+          loss += model_->forward(inputs.data(), targets.data(), B, Tn, true, dloss) / accum;
+          model_->backward();
+          if (micro == 0) first_micro_ms = seconds_since(t0) * 1e3;
+        }
       }
       const double backward_ms = seconds_since(t0) * 1e3;
       engine_->finish_gradients();
+      if (parts_.pipe_comm) tied_embedding();
       const double gradients_ms = seconds_since(t0) * 1e3;
-      if (world > 1) {
+      if (world > 1) {  // the loss is the last stage's: world / P ranks hold it
         engine_comm_->all_reduce_sum(&loss, 1);
-        loss /= world;
+        loss /= world / P;
       }
       const double norm = engine_->grad_norm();
       ZT_REQUIRE(std::isfinite(loss) && std::isfinite(norm),
@@ -119,13 +127,37 @@ class Trainer {
   }
 
  private:
+  // One step's micro-batches through this pipeline stage (train/pipeline_step.h): every stage reads
+  // them (the first its tokens, the last its targets). The last stage's mean loss, 0 elsewhere.
+  double pipeline_step(int step, S dloss) {
+    if constexpr (Ops::tier == Tier::host) {
+      const int B = plan_.batch.micro_batch, Tn = plan_.model.seq_len, accum = plan_.batch.grad_accum;
+      StepBatches b;
+      b.inputs.assign(size_t(accum), std::vector<int>(size_t(B) * Tn));
+      b.targets = b.inputs;
+      for (int micro = 0; micro < accum; ++micro) {
+        data_.train->train_batch(step, micro, accum, b.inputs[size_t(micro)].data(), b.targets[size_t(micro)].data());
+        check_tokens(b.inputs[size_t(micro)], b.targets[size_t(micro)], cfg_.V);
+      }
+      return pipeline_train_step<Ops>(*model_, *engine_, *parts_.pipe_comm,
+                                      parse_pipe_schedule("mesh.schedule", plan_.mesh.schedule), b, B, Tn, dloss,
+                                      activation_slots_);
+    } else {
+      throw Error("mesh.pipeline: the CUDA backend's stages are not built");  // refused by choose_backend
+    }
+  }
+  void tied_embedding() {
+    if constexpr (Ops::tier == Tier::host) sum_tied_embedding<Ops>(*model_, *engine_, *parts_.pipe_comm);
+  }
+
   // Evaluation, sample and checkpoint when due; true when a stop signal ends the run here (saved).
   bool end_of_step(int step, TrainResult& res) {
     const RunSection& run = plan_.run;
     const bool last = step + 1 == run.steps;
     if ((run.eval_every > 0 && (step + 1) % run.eval_every == 0) || last) {
       const double te = tracer_ ? Tracer::now_us() : 0;
-      res.final_val_loss = evaluate<Ops>(*model_, *engine_, *data_.val, comm_, plan_, cfg_.V, step, log_.get());
+      res.final_val_loss = evaluate<Ops>(*model_, *engine_, *data_.val, comm_, plan_, cfg_.V, step, log_.get(),
+                                         parts_.pipe_comm);
       dev_use_.sample();
       if (tracer_) tracer_->complete("eval", Tracer::kStep, te, Tracer::now_us() - te);
     }
@@ -170,6 +202,7 @@ class Trainer {
     const int threads = use_rank_threads(plan_, comm_);
     const EngineSettings es = engine_settings<Ops>(plan_, DataMesh::of(plan_, world, comm_.rank(), 0));  // as `train estimate` sizes it
     cfg_ = es.model;
+    activation_slots_ = es.activation_slots;
 
     // Everything that can refuse the plan (train/startup_checks.h). One verdict for all ranks
     // (agree_or_throw, comm.h): a refused plan prints one line rather than one per rank.
@@ -215,6 +248,7 @@ class Trainer {
   const bool root_;
   TrainState state_;
   GPTConfig cfg_;
+  int activation_slots_ = 1;  // pipeline: micro-batches this stage holds at once (engine_settings)
   MemoryTracker mem_;
   DataLoaders data_;
   std::unique_ptr<Tokenizer> tokenizer_;

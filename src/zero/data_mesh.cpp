@@ -8,11 +8,21 @@ namespace zt {
 
 DataMesh DataMesh::of(const Plan& plan, int world, int rank, int ranks_per_host) {
   const std::string& g = plan.zero.shard_group;
-  const int T = plan.mesh.tensor;
-  ZT_REQUIRE(T >= 1 && world % T == 0, "mesh.tensor " << T << " does not divide the world of " << world
-                                                       << " ranks: the data axis is world / mesh.tensor ranks (run "
-                                                       << "a multiple of " << T << " ranks, or set mesh.tensor 1)");
   DataMesh m;
+  const int P = plan.mesh.pipeline;
+  ZT_REQUIRE(P >= 1 && world % P == 0, "mesh.pipeline " << P << " does not divide the world of " << world
+                                                        << " ranks: every stage holds world / mesh.pipeline ranks (run "
+                                                        << "a multiple of " << P << " ranks, or set mesh.pipeline 1)");
+  m.pipeline = P;
+  m.stage = rank / (world / P);
+  rank %= world / P;  // the place in the stage, over which the axes below are laid out
+  world /= P;
+  const int T = plan.mesh.tensor;
+  ZT_REQUIRE(T >= 1 && world % T == 0, "mesh.tensor " << T << " does not divide the " << (P > 1 ? "stage" : "world")
+                                                       << " of " << world << " ranks: the data axis is "
+                                                       << (P > 1 ? "world / (mesh.pipeline x mesh.tensor)" : "world / mesh.tensor")
+                                                       << " ranks (run a multiple of " << P * T
+                                                       << " ranks, or set mesh.tensor 1)");
   m.tensor = T;
   m.tensor_rank = rank % T;
   m.world = world / T;

@@ -18,6 +18,15 @@
 // mesh of its own, over the tensor rank's part of the model.
 //
 //   world 4, T = 2:   tensor groups {0,1} {2,3}   data axes {0,2} {1,3}
+//
+// With pipeline parallelism (mesh.pipeline = P > 1, docs/design.md §3.14) the outermost axis cuts the
+// world into P stages of W / P consecutive ranks (stage = rank / (W / P); the stages may sit on
+// different hosts: only activations cross between them); inside each stage the tensor and data axes
+// above, over the stage's part of the model. A pipeline group is the P ranks with the same place in
+// their stage.
+//
+//   world 8, P = 2, T = 2:   stages {0..3} {4..7}   pipeline groups {0,4} {1,5} {2,6} {3,7}
+//                            tensor groups {0,1} {2,3} {4,5} {6,7}   data axes {0,2} {1,3} {4,6} {5,7}
 #pragma once
 #include <string>
 
@@ -26,7 +35,9 @@
 namespace zt {
 
 struct DataMesh {
-  int world = 1;     // ranks along the data axis (the world / tensor)
+  int pipeline = 1;  // P: pipeline stages
+  int stage = 0;     // this rank's
+  int world = 1;     // ranks along the data axis (the world / (pipeline x tensor))
   int rank = 0;      // this rank's place along it
   int tensor = 1;       // T: ranks per tensor group
   int tensor_rank = 0;  // place in it

@@ -94,6 +94,8 @@ class ZeroEngine : public UnitHooks {
   double grad_norm();
   // Tensor parallelism: the gradient norm also sums over this group (ShardedOptimizer). Not owned.
   void set_tensor_group(Comm* tensor) { optimizer_.set_tensor_group(tensor); }
+  // Pipeline parallelism: see ShardedOptimizer::set_pipeline_group.
+  void set_pipeline_group(Comm* pipe, bool counts_embedding) { optimizer_.set_pipeline_group(pipe, counts_embedding); }
   // Without gradient clipping (optim.grad_clip 0) the update's arguments are known at the start of
   // the step (scale 1): the CPU AdamW of offload.optimizer "cpu" then runs beside backward.
   // optimizer_step must get the same lr. A no-op elsewhere.

@@ -3,8 +3,11 @@
 // so "the estimate is the tracked memory" (tested to the byte) rests on this one function.
 #pragma once
 #include <cstddef>
+#include <utility>
+#include <vector>
 
 #include "model/gpt.h"
+#include "pipeline/schedule.h"
 #include "plan/plan.h"
 #include "zero/data_mesh.h"
 #include "zero/partition.h"
@@ -19,11 +22,29 @@ struct EngineSettings {
   Recompute recompute;
   size_t pad_multiple = 0;  // every unit padded to a multiple of it (zero_pad_multiple)
   int embedding_rows = 0;   // wte rows per embedding unit (zero_embedding_rows; 0 = one unit)
+  // Pipeline parallelism: micro-batches whose activations this stage holds at once (its schedule's
+  // peak, pipeline/schedule.h simulate_pipe); 1 without.
+  int activation_slots = 1;
   ZeroConfig zero;
   StateTypes types;
 
   ParamLayout layout() const { return ParamLayout(model, pad_multiple, embedding_rows); }
 };
+
+// Pipeline stage `stage` of P: its first block and its number of blocks. The blocks are cut by their
+// forward FLOPs (GPT::forward_flops, the estimate's cost model), the last stage also paying for the
+// head (pipeline/schedule.h balance_blocks).
+template <class Ops>
+std::pair<int, int> stage_blocks(const GPTConfig& whole, int B, int Tn, int P, int stage) {
+  GPTConfig none = whole, one = whole;
+  none.L = 0;
+  one.L = 1;
+  const double head = GPT<Ops>::forward_flops(none, B, Tn), block = GPT<Ops>::forward_flops(one, B, Tn) - head;
+  const std::vector<int> n = balance_blocks(std::vector<double>(size_t(whole.L), block), P, 0.0, head);
+  int first = 0;
+  for (int s = 0; s < stage; ++s) first += n[size_t(s)];
+  return {first, n[size_t(stage)]};
+}
 
 // For rank mesh.rank of the mesh on the backend of op table Ops. The partition is the shard group's:
 // its world and rank are the group's size and this rank's place in it (zero/data_mesh.h).
@@ -36,6 +57,14 @@ EngineSettings engine_settings(const Plan& plan, const DataMesh& mesh) {
   s.model = GPTConfig::make(m.n_layer, m.n_head, m.n_embd, m.seq_len, m.vocab_size).split(mesh.tensor, mesh.tensor_rank, plan.mesh.sequence_parallel);
   s.micro_batch = plan.batch.micro_batch;
   s.seq_len = m.seq_len;
+  // This pipeline stage's blocks (docs/design.md §3.14), and the activations its schedule keeps alive.
+  if (const int P = mesh.pipeline; P > 1) {
+    const auto [first, layers] = stage_blocks<Ops>(s.model, s.micro_batch, s.seq_len, P, mesh.stage);
+    s.model = s.model.stage(P, mesh.stage, first, layers);
+    const PipeShape shape{P, plan.batch.grad_accum, 1};
+    s.activation_slots = simulate_pipe(parse_pipe_schedule("mesh.schedule", plan.mesh.schedule), shape, 1.0, 2.0)
+                             .peak_alive[size_t(mesh.stage)];
+  }
   s.recompute = Recompute::from(plan.recompute.policy, plan.recompute.every, plan.recompute.classifier_chunk);
   s.pad_multiple = zero_pad_multiple(world);
   s.embedding_rows = zero_embedding_rows(s.model, plan.zero.stage, world);
@@ -46,6 +75,7 @@ EngineSettings engine_settings(const Plan& plan, const DataMesh& mesh) {
   zc.rank = mesh.shard_rank();
   zc.replicas = mesh.replicas;
   zc.tensor = mesh.tensor;
+  zc.pipeline = mesh.pipeline;
   zc.overlap = plan.zero.overlap_comm;
   zc.bucket_mb = plan.zero.bucket_mb;
   zc.prefetch_units = plan.zero.prefetch_units;

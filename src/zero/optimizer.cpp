@@ -171,23 +171,25 @@ double ShardedOptimizer<Ops>::grad_norm(const std::vector<GradSquares>* unit_ss)
   const bool by_tensor = tensor_ != nullptr;
   auto unit = [&](int u, size_t lo, size_t n) { return unit_grad_squares<Ops>(layout_, u, lo, n, grads(u), by_tensor); };
   GradSquares ss;
+  const int skip = counts_embedding_ ? 0 : layout_.embedding_units();  // units [0, skip) are counted elsewhere
   if (!rules_.optimizer_sharded) {
     // Every rank holds the same all-reduced gradients.
-    for (int u = 0; u < layout_.num_units(); ++u) ss += unit(u, 0, layout_.units()[size_t(u)].padded);
+    for (int u = skip; u < layout_.num_units(); ++u) ss += unit(u, 0, layout_.units()[size_t(u)].padded);
   } else if (!rules_.full_params) {
     // Stage 3: unit by unit, so that a gradient shard on disk, summed as each unit's shard is
     // completed (GradReducer), gives the same norm bit for bit as one in memory.
     ZT_ASSERT(unit_ss || at_.grad < 0);
-    for (int u = 0; u < layout_.num_units(); ++u)
+    for (int u = skip; u < layout_.num_units(); ++u)
       ss += unit_ss ? (*unit_ss)[size_t(u)] : unit(u, part_.unit_shard_begin(u), part_.unit_shard_numel(u));
-  } else if (!by_tensor) {
+  } else if (!by_tensor && skip == 0) {
     ss.split = Ops::sum_squares(store_.get<T>(StateId::grad_shard), part_.shard_total());
   } else {
-    for (int u = 0; u < layout_.num_units(); ++u) ss += unit(u, part_.unit_shard_begin(u), part_.unit_shard_numel(u));
+    for (int u = skip; u < layout_.num_units(); ++u) ss += unit(u, part_.unit_shard_begin(u), part_.unit_shard_numel(u));
   }
   double total = ss.mine(!by_tensor || tensor_->rank() == 0);
   if (rules_.optimizer_sharded) comm_.all_reduce_sum(&total, 1);
   if (by_tensor) tensor_->all_reduce_sum(&total, 1);
+  if (pipe_) pipe_->all_reduce_sum(&total, 1);
   return std::sqrt(total);
 }
 

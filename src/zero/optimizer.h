@@ -47,6 +47,19 @@ class ShardedOptimizer {
   // Tensor parallelism (docs/design.md §3.13): the norm also sums over this group, each split
   // tensor's squares from every tensor rank and each replicated one's once. Not owned.
   void set_tensor_group(Comm* tensor) { tensor_ = tensor; }
+  // Pipeline parallelism (docs/design.md §3.14): the norm also sums over the pipeline group, every
+  // stage its own units but the embedding, which the first stage counts (the last holds the same
+  // summed gradient of it: the tied head's). Not owned.
+  void set_pipeline_group(Comm* pipe, bool counts_embedding) {
+    pipe_ = pipe;
+    counts_embedding_ = counts_embedding;
+  }
+  // What this rank holds of unit u's reduced gradient after the gradients are complete: the whole
+  // unit (stage 0) or its shard (stage 1), and how many elements.
+  T* reduced_grads(int u) const { return grads(u); }
+  size_t reduced_grads_numel(int u) const {
+    return rules_.optimizer_sharded ? part_.unit_shard_numel(u) : layout_.units()[size_t(u)].padded;
+  }
   // One AdamW step on the owned slices; `steps_taken` (AdamW's t) counts from the TrainState.
   void step(double lr, double grad_scale);
   // Whether the last step() left the gradients it read zero (stage 0, in memory: AdamW clears them
@@ -84,6 +97,8 @@ class ShardedOptimizer {
   const ParamLayout& layout_;
   const Partition& part_;
   Comm* tensor_ = nullptr;
+  Comm* pipe_ = nullptr;
+  bool counts_embedding_ = true;
   StateStore& store_;
   Comm& comm_;
   OptimSection optim_;

@@ -35,7 +35,7 @@ Partition::Partition(const ParamLayout& layout, const ZeroConfig& zc) : zc_(zc) 
   // Off with replicas: the exchange would have to span both groups (the rows are added after the
   // shard group's reduction, before the replicas'), for a few MB of traffic. Off with tensor
   // parallelism: each tensor rank's lookup is of its vocabulary rows, summed over the tensor group.
-  if (zc.world > 1 && zc.replicas == 1 && zc.tensor == 1 && zc.stage <= 2 && zc.host && embedding_units_ == 1 &&
+  if (zc.world > 1 && zc.replicas == 1 && zc.tensor == 1 && zc.pipeline == 1 && zc.stage <= 2 && zc.host && embedding_units_ == 1 &&
       checked_mul(per_rank, size_t(zc.world), "zero: lookup exchange") <= unit_padded_[0])
     lookup_numel_ = per_rank;
 

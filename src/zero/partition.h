@@ -62,6 +62,9 @@ struct ZeroConfig {
   // Tensor-parallel ranks each holding a part of every unit (docs/design.md §3.13): the partition is
   // of this rank's part; the embedding's lookup exchange is off with more than one.
   int tensor = 1;
+  // Pipeline stages (docs/design.md §3.14): the partition is of this stage's units; the embedding's
+  // lookup exchange is off with more than one (the lookup and the head are on different stages).
+  int pipeline = 1;
   bool overlap = true;
   double bucket_mb = 25;
   int prefetch_units = 1;

@@ -23,7 +23,7 @@ ALLOWED = {
     "offload": {"offload", "runtime"},                        # swap files and their I/O: no ZeRO, model or plan
     "tensor":  {"tensor", "comm", "model", "runtime"},        # the tensor group over a Comm (the split rules are the model's)
     "pipeline": {"pipeline", "comm", "runtime"},              # the schedules' tables and the runner moving their messages
-    "zero":    {"zero", "offload", "comm", "model", "backend", "kernels", "plan", "runtime"},  # no loop
+    "zero":    {"zero", "pipeline", "offload", "comm", "model", "backend", "kernels", "plan", "runtime"},  # no loop (the stage split is the pipeline's)
     "checkpoint": {"checkpoint", "zero", "offload", "comm", "model", "backend", "kernels", "plan", "runtime"},  # files, no loop
     "train":   {"train", "pipeline", "tensor", "checkpoint", "zero", "offload", "comm", "model", "backend", "kernels", "plan", "data", "runtime"},
     # the planner: measures the kernels, links and disk, sizes plans by the estimate, runs candidates

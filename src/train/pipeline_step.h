@@ -1,0 +1,51 @@
+// Pipeline parallelism in the loop (docs/design.md §3.14, docs/pipeline.md): a model stage as the
+// runner's work (pipeline/runner.h runs the schedule's table and moves the boundary messages), the
+// tied embedding's gradient between the first and the last stage, and evaluation's forward passes
+// through the stages.
+//
+// One step on stage s of P, 1F1B, m = 4 micro-batches (P = 2):
+//
+//   stage 0 | F0 | F1 |    | B0 | F2 | B1 | F3 | B2 |    | B3 | tied sum | norm | AdamW
+//   stage 1 |    | F0 | B0 | F1 | B1 | F2 | B2 | F3 | B3 |    tied sum | norm | AdamW
+//   data    each stage's ZeRO engine reduces its units' gradients on its data axis in the last
+//           backward (B3), as without a pipeline: once per step
+//
+// The last stage computes the loss; the trainer sums it over the world. The gradient norm sums
+// every stage's units (ShardedOptimizer::set_pipeline_group), the embedding once.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "comm/comm.h"
+#include "data/loader.h"
+#include "model/gpt.h"
+#include "pipeline/runner.h"
+#include "zero/engine.h"
+
+namespace zt {
+
+// One step's micro-batches: m x (B, Tn) token ids and targets, host memory.
+struct StepBatches {
+  std::vector<std::vector<int>> inputs, targets;
+};
+
+// Runs this stage's table for one step; returns the mean loss over the m micro-batches on the last
+// stage, 0 on the others. dloss as the trainer gives it to forward (1 / tokens in the global batch).
+template <class Ops>
+double pipeline_train_step(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe, PipeSchedule schedule,
+                           const StepBatches& batches, int B, int Tn, typename Ops::S dloss, int slots,
+                           PipeStepStats* stats = nullptr);
+
+// After the engine completed the gradients: the first and the last stage each hold the gradient of
+// their copy of the embedding (the lookup's part, the head's part); both add the other's, so their
+// copies take the same update and stay equal. Nothing on the other stages.
+template <class Ops>
+void sum_tied_embedding(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe);
+
+// Evaluation through the stages, one batch after the other: returns the sum of the n batches' mean
+// losses on the last stage, 0 on the others.
+template <class Ops>
+double pipeline_eval_sum(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe, DataLoader& val, int64_t n, int B,
+                         int Tn, int V);
+
+}  // namespace zt
