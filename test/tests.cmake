@@ -119,6 +119,17 @@ foreach(np 2 3 4)
   add_test(NAME pipe_runner_np${np} COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe -np ${np} $<TARGET_FILE:zt_test_pipe_runner>)
   set_tests_properties(pipe_runner_np${np} PROPERTIES LABELS pipeline RUN_SERIAL TRUE TIMEOUT 120 ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 endforeach()
+# pipeline_equivalence: mesh.pipeline (issue 54) P 2 and P 3 over 5 blocks, gpipe and 1f1b, m below,
+# at and above P, with tensor parallelism (and sequence parallelism), a data axis at stages 0 and 1,
+# the 8-rank P 2 x T 2 x data 2, recompute and a chunked classifier, clipping off: 10 steps each
+# against one rank (loss, grad norm, val loss), the stage split against the FLOPs rule, tracked
+# memory per rank = `train estimate` per stage, 1F1B's first stage below GPipe's; one-line refusals
+# under mpirun and by `train estimate`. 18 runs + 7 references, about 2-3 minutes on 2 cores.
+add_test(NAME pipeline_equivalence
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/pipeline/pipeline_equivalence.py --train $<TARGET_FILE:train>
+                 --mpirun ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(pipeline_equivalence PROPERTIES LABELS pipeline TIMEOUT 900 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 
 # ---- tensor -----------------------------------------------------------------------------------
 # tensor_equivalence: mesh.tensor (issue 53) T = 2 at 2 and 4 ranks (data axis 2 at stages 0-3, one

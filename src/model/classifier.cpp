@@ -62,7 +62,7 @@ double GPT<Ops>::classifier_forward(const int* targets, int N, bool write_dlogit
       hooks_->before_forward(0);
       // The input gradient's home until backward: the shared scratch, or the slot's own on a
       // pipeline's last stage (several micro-batches' forwards may come before their backwards).
-      T* dlnf = acts_.dlnf ? acts_.dlnf : gs_.dC;
+      T* dlnf = cfg_.whole_L > 0 ? acts_.dlnf : gs_.dC;
       if (write_dlogits) {
         hooks_->before_grads(0);
         Ops::zero(dlnf, size_t(N) * size_t(C));
@@ -137,7 +137,7 @@ const typename GPT<Ops>::T* GPT<Ops>::classifier_backward() {
       // (the unit is still gathered from forward's head: the gatherer's schedule is unchanged).
       hooks_->before_backward(0);
       hooks_->after_backward(0);
-      if (acts_.dlnf) Ops::copy(gs_.dC, acts_.dlnf, size_t(N) * size_t(C));
+      if (cfg_.whole_L > 0) Ops::copy(gs_.dC, acts_.dlnf, size_t(N) * size_t(C));
       break;
     case Head::regather:
       for (int e = E - 1; e >= 0; --e) {

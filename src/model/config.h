@@ -40,7 +40,10 @@ struct GPTConfig {
   size_t sp_rows(size_t N) const { return sp ? N / size_t(tp) : N; }
 
   static int pad_vocab(int V, int tp = 1) {
-    const int m = std::lcm(128, tp);
+    // lcm(128, tp) by counting: GCC 12's -O3 -march=native miscompiled std::lcm here once inlined
+    // into engine_settings (Vp 50048 for V 50257, tp 1; -O2 and -O0 gave 50304).
+    int m = 128;
+    while (m % tp != 0) m += 128;
     return (V + m - 1) / m * m;
   }
   static GPTConfig make(int L, int NH, int C, int maxT, int V) { return {L, NH, C, maxT, V, pad_vocab(V)}; }

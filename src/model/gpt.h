@@ -245,7 +245,7 @@ class GPT {
     S* loss_stats;  // (1 + tp, 3, B, T) the loss's (max, sum of exp, target logit) per position: this
                     //           rank's, then every rank's in rank order (vocab_parallel_xent)
     T* vocab_row;   // (Vp)      one position's logits over the whole padded vocabulary (logits_row)
-    T* dlnf;        // (B, T, C) a pipeline's last stage with a chunked head only (else nullptr): the
+    T* dlnf;        // (B, T, C) a pipeline's last stage with a chunked head only (else empty): the
                     //           head's input gradient from forward, kept per slot until backward
   };
   // Gradient scratch for one layer at a time (backward walks layers in reverse and reuses it).

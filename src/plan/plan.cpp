@@ -219,14 +219,16 @@ void check_pipeline(const Plan& p) {
   if (p.zero.shard_group != "world")
     bad("zero.shard_group", shown(json(p.zero.shard_group)) + " " + with + ": hybrid sharding inside pipeline stages "
                             "is not built yet (set \"world\")");
-  auto not_yet = [&](const std::string& key, const std::string& what) {
-    bad(key, what + " " + with + " is not built yet: " + (key == "data.tokenizer" ? "set it to \"\"" : "leave it unset"));
+  auto not_yet = [&](const std::string& key, const std::string& what, const std::string& off) {
+    bad(key, what + " " + with + " is not built yet (" + off + ")");
   };
-  if (p.offload.optimizer != "none" || p.offload.params != "none") not_yet("offload.optimizer", "offload");
-  if (!p.checkpoint.dir.empty() || p.checkpoint.resume != "none") not_yet("checkpoint.dir", "checkpointing");
-  if (!p.model.init.empty()) not_yet("model.init", "starting from an llm.c file");
-  if (!p.run.final_weights.empty()) not_yet("run.final_weights", "writing the final weights");
-  if (!p.data.tokenizer.empty()) not_yet("data.tokenizer", "sampling");
+  if (p.offload.optimizer != "none") not_yet("offload.optimizer", "offload", "set offload.optimizer \"none\"");
+  if (p.offload.params != "none") not_yet("offload.params", "offload", "set offload.params \"none\"");
+  if (!p.checkpoint.dir.empty() || p.checkpoint.resume != "none")
+    not_yet("checkpoint.dir", "checkpointing", "set checkpoint.dir \"\" and checkpoint.resume \"none\"");
+  if (!p.model.init.empty()) not_yet("model.init", "starting from an llm.c file", "set model.init \"\"");
+  if (!p.run.final_weights.empty()) not_yet("run.final_weights", "writing the final weights", "set run.final_weights \"\"");
+  if (!p.data.tokenizer.empty()) not_yet("data.tokenizer", "sampling", "set data.tokenizer \"\"");
 }
 
 // Data paths: relative paths are relative to the current working directory (where `train` is

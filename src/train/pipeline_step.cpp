@@ -1,11 +1,15 @@
 #include "train/pipeline_step.h"
 
+#include <iomanip>
+#include <sstream>
+
 #include "backend/ops_cpu.h"
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
 #endif
 #include "runtime/error.h"
 #include "train/startup_checks.h"
+#include "zero/engine_settings.h"
 
 namespace zt {
 
@@ -114,6 +118,32 @@ double pipeline_eval_sum(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe, D
   return sum;
 }
 
+template <class Ops>
+std::string describe_pipeline(const Plan& plan, const GPTConfig& whole) {
+  const int P = plan.mesh.pipeline, m = plan.batch.grad_accum;
+  const PipeSchedule s = parse_pipe_schedule("mesh.schedule", plan.mesh.schedule);
+  const PipeShape shape{P, m, 1};
+  const std::vector<int> held = simulate_pipe(s, shape, 1.0, 2.0).peak_alive;
+  std::ostringstream layers, slots;
+  for (int st = 0; st < P; ++st) {
+    const auto [first, n] = stage_blocks<Ops>(whole, plan.batch.micro_batch, plan.model.seq_len, P, st);
+    layers << (st ? " | " : "") << first;
+    if (n > 1) layers << "-" << first + n - 1;
+    slots << (st ? " | " : "") << held[size_t(st)];
+  }
+  std::ostringstream os;
+  os << "pipeline of " << P << " stages (layers " << layers.str() << ", cut by forward FLOPs), schedule "
+     << pipe_schedule_name(s) << ", " << m << " micro-batch" << (m == 1 ? "" : "es") << ": bubble (P-1)/(m+P-1) = "
+     << std::fixed << std::setprecision(3) << pipe_bubble(s, shape) << ", activations of " << slots.str()
+     << " micro-batches held per stage";
+  return os.str();
+}
+
+template std::string describe_pipeline<CpuOps<float>>(const Plan&, const GPTConfig&);
+#if ZT_HAVE_CUDA
+template std::string describe_pipeline<CudaOps<float>>(const Plan&, const GPTConfig&);
+template std::string describe_pipeline<CudaOps<bf16>>(const Plan&, const GPTConfig&);
+#endif
 template double pipeline_train_step<CpuOps<float>>(GPT<CpuOps<float>>&, ZeroEngine<CpuOps<float>>&, Comm&,
                                                     PipeSchedule, const StepBatches&, int, int, float, int,
                                                     PipeStepStats*);

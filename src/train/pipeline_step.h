@@ -14,12 +14,14 @@
 // every stage's units (ShardedOptimizer::set_pipeline_group), the embedding once.
 #pragma once
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "comm/comm.h"
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "pipeline/runner.h"
+#include "plan/plan.h"
 #include "zero/engine.h"
 
 namespace zt {
@@ -41,6 +43,12 @@ double pipeline_train_step(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe,
 // copies take the same update and stay equal. Nothing on the other stages.
 template <class Ops>
 void sum_tied_embedding(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe);
+
+// The banner's line: each stage's layers, the schedule, its bubble and the micro-batches each stage
+// holds at once, e.g. "pipeline of 2 stages (layers 0-3 | 4, cut by forward FLOPs), schedule 1f1b,
+// 4 micro-batches: bubble (P-1)/(m+P-1) = 0.200, activations of 2 | 1 micro-batches held per stage".
+template <class Ops>
+std::string describe_pipeline(const Plan& plan, const GPTConfig& whole);
 
 // Evaluation through the stages, one batch after the other: returns the sum of the n batches' mean
 // losses on the last stage, 0 on the others.

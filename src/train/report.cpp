@@ -45,10 +45,10 @@ void print_banner(const Plan& plan, const Banner& b) {
   std::printf("data: %zu train tokens (%zu sequences) in %zu file(s), %zu val tokens\n", b.data->train->num_tokens(),
               b.data->train->num_sequences(), b.data->train->files().size(), b.data->val->num_tokens());
   const DataMesh mesh = DataMesh::of(plan, world, 0, 0);  // "host" is a number by now (record_shard_group)
-  if (mesh.tensor == 1)
+  if (mesh.tensor == 1 && mesh.pipeline == 1)
     std::printf("batch: micro_batch %d x seq_len %d x grad_accum %d x world %d = %lld tokens per step\n", B, Tn,
                 plan.batch.grad_accum, world, (long long)B * Tn * plan.batch.grad_accum * world);
-  else  // a tensor group reads one batch: the data axis counts
+  else  // a tensor group reads one batch, and a pipeline group: the data axis counts
     std::printf("batch: micro_batch %d x seq_len %d x grad_accum %d x data axis %d = %lld tokens per step\n", B, Tn,
                 plan.batch.grad_accum, mesh.world, (long long)B * Tn * plan.batch.grad_accum * mesh.world);
   std::printf("zero: stage %d, %s, %zu gradient bucket(s)\n", plan.zero.stage,
@@ -59,6 +59,7 @@ void print_banner(const Plan& plan, const Banner& b) {
                 "vocabulary; parameters above are one rank's)%s\n",
                 world / mesh.tensor, mesh.tensor, mesh.tensor,
                 plan.mesh.sequence_parallel ? ", sequence parallel" : "");
+  if (!b.pipeline.empty()) std::printf("mesh: %s\n", b.pipeline.c_str());
   if (mesh.hybrid()) std::printf("zero: hybrid sharding, %s\n", describe_mesh(mesh).c_str());
   std::printf("comm: %s\n", describe_comm_backend(plan.comm.backend, b.on_device).c_str());
   if (b.swap->enabled()) std::printf("%s\n", describe_offload(*b.swap, plan, world, !b.on_device).c_str());
@@ -99,6 +100,10 @@ void end_run(Comm& comm, MetricsLog* log, const Plan& plan, const TrainResult& r
              const MemoryTracker& mem, const Partition& partition, bool traced, const std::string& trace_error,
              const std::string& log_path) {
   const std::vector<uint64_t> rss = comm.all_gather_u64(process_peak_rss_bytes());
+  // Each rank's tracked peak activations in the backend's tier: pipeline stages hold different ones.
+  const Tier tier = std::string(t.backend).rfind("cuda", 0) == 0 ? Tier::device : Tier::host;
+  const std::vector<uint64_t> acts = comm.all_gather_u64(mem.peak(tier, Category::activations));
+  const std::vector<uint64_t> tracked = comm.all_gather_u64(mem.peak_total(tier));
   if (!log) {
     if (traced) comm.barrier();  // rank 0 has logged the summary
     ZT_REQUIRE(trace_error.empty(), trace_error << " (training finished; rank 0 logged the summary)");
@@ -133,6 +138,10 @@ void end_run(Comm& comm, MetricsLog* log, const Plan& plan, const TrainResult& r
                 {"peak_memory_bytes", mem.peak_json()},
                 {"peak_rss_bytes", process_peak_rss_bytes()},  // rank 0's VmHWM: tracked + untracked
                 {"peak_rss_bytes_per_rank", rss},
+                {"peak_activation_bytes_per_rank", acts},
+                {"peak_tracked_bytes_per_rank", tracked},
+                {"pipeline", plan.mesh.pipeline},
+                {"pipeline_schedule", plan.mesh.schedule},
                 {"bytes_sent_per_step", t.bytes_per_step},
                 {"bytes_sent_per_step_theory", partition.bytes_per_step() + t.bytes_tensor_theory},
                 {"shard_group", partition.config().world},

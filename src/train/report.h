@@ -46,6 +46,7 @@ struct Banner {
   size_t buckets = 0;
   const offload::SwapSpec* swap = nullptr;
   const MemoryTracker* mem = nullptr;
+  std::string pipeline;  // describe_pipeline (train/pipeline_step.h); "" without pipeline stages
 };
 void print_banner(const Plan& plan, const Banner& b);
 

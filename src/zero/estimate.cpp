@@ -42,9 +42,9 @@ void estimate_nccl_internal(CommEstimate& c, int world) {
 
 // The plan on the backend of op table Ops: the store's list for its types and tiers, its activations.
 template <class Ops>
-Estimate estimate_for(const Plan& plan, int world, int ranks_per_host) {
-  const DataMesh mesh = DataMesh::of(plan, world, 0, ranks_per_host);
-  const EngineSettings s = engine_settings<Ops>(plan, mesh);  // as the run builds rank 0
+Estimate estimate_for(const Plan& plan, int world, int ranks_per_host, int rank = 0) {
+  const DataMesh mesh = DataMesh::of(plan, world, rank, ranks_per_host);
+  const EngineSettings s = engine_settings<Ops>(plan, mesh);  // as the run builds that rank
   const GPTConfig& cfg = s.model;
   const int B = s.micro_batch, Tn = s.seq_len;
   const ParamLayout layout = s.layout();
@@ -81,7 +81,12 @@ Estimate estimate_for(const Plan& plan, int world, int ranks_per_host) {
       if (b.id == StateId::host_mirrors) e.comm.host_staged_pinned += b.bytes();
     if (!s.types.host_mirror_comm) estimate_nccl_internal(e.comm, world);
   }
-  const size_t act = GPT<Ops>::activation_bytes(cfg, B, Tn, s.recompute);
+  const size_t act = GPT<Ops>::activation_bytes(cfg, B, Tn, s.recompute, s.activation_slots);
+  e.pipeline = mesh.pipeline;
+  e.pipeline_stage = mesh.stage;
+  e.first_layer = cfg.layer0;
+  e.layers = cfg.L;
+  e.activation_slots = s.activation_slots;
   count(Category::activations, "activations and activation gradients", Ops::tier, act);
   e.bytes_per_step = part.bytes_per_step();
   e.bytes_formula = part.bytes_formula();
@@ -127,7 +132,11 @@ Estimate estimate_plan(const Plan& plan, int world, int ranks_per_host) {
     return plan.precision.compute == "fp32" ? estimate_for<CudaOps<float>>(plan, world, ranks_per_host)
                                             : estimate_for<CudaOps<bf16>>(plan, world, ranks_per_host);
 #endif
-  return estimate_for<CpuOps<float>>(plan, world, ranks_per_host);  // the CPU backend: fp32 everywhere, host memory
+  Estimate e = estimate_for<CpuOps<float>>(plan, world, ranks_per_host);  // the CPU backend: fp32 everywhere, host memory
+  // Pipeline stages hold different blocks and activations: each one's, from its first rank.
+  for (int st = 0; st < e.pipeline && e.pipeline > 1; ++st)
+    e.stages.push_back(estimate_for<CpuOps<float>>(plan, world, ranks_per_host, st * (world / e.pipeline)));
+  return e;
 }
 
 }  // namespace zt

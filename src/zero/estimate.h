@@ -79,6 +79,12 @@ struct Estimate {
   size_t activations_sp = 0, activations_no_sp = 0;
   RecomputeEstimate recompute;
   CommEstimate comm;  // device backends only (backend_tier == Tier::device)
+  // Pipeline parallelism (docs/design.md §3.14): this estimate is of stage `pipeline_stage` (the
+  // first: the world's rank 0), which holds blocks [first_layer, first_layer + layers) and the
+  // activations of activation_slots micro-batches at once; `stages` holds every stage's estimate
+  // (the first one's too) when pipeline > 1.
+  int pipeline = 1, pipeline_stage = 0, first_layer = 0, layers = 0, activation_slots = 1;
+  std::vector<Estimate> stages;
 
   size_t tier_total(Tier t) const {
     const auto it = tier_totals.find(t);

@@ -70,6 +70,20 @@ nlohmann::json estimate_json(const Estimate& e) {
                         {"tensor", e.tensor},
                         {"data_world", e.data_world},
                         {"bytes_per_step_tensor_group", e.bytes_tensor}};
+  out["pipeline"] = e.pipeline;
+  if (e.pipeline > 1) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (const Estimate& st : e.stages) {
+      const nlohmann::json j = estimate_json(st);
+      stages.push_back({{"stage", st.pipeline_stage},
+                        {"first_layer", st.first_layer},
+                        {"layers", st.layers},
+                        {"activation_slots", st.activation_slots},
+                        {"memory", j["memory"]},
+                        {"bytes_per_step", st.bytes_per_step}});
+    }
+    out["pipeline_stages"] = stages;
+  }
   if (e.tensor > 1)
     out["sequence_parallel_activation_bytes"] = {{"with", e.activations_sp}, {"without", e.activations_no_sp}};
   if (e.backend_tier == Tier::device) {
@@ -94,6 +108,14 @@ std::string estimate_text(const Estimate& e) {
     os << "tensor parallelism: " << e.world / e.tensor << " tensor groups of " << e.tensor
        << " ranks (each rank holds 1/" << e.tensor << " of every block's matrices and of the vocabulary: the numbers "
        << "below are tensor rank 0's); the data axis: " << e.data_world << (e.data_world == 1 ? " rank\n" : " ranks\n");
+  if (e.pipeline > 1) {
+    os << "pipeline parallelism: " << e.pipeline << " stages; the numbers below are stage 0's (rank 0's). Per stage:\n";
+    for (const Estimate& st : e.stages)
+      os << "  stage " << st.pipeline_stage << ": layers " << st.first_layer << "-" << st.first_layer + st.layers - 1
+         << ", activations of " << st.activation_slots << " micro-batch(es) in flight "
+         << format_bytes(double(st.recompute.activation_bytes)) << ", total "
+         << format_bytes(double(st.tier_total(st.backend_tier))) << "\n";
+  }
   if (e.replicas > 1)
     os << "hybrid sharding: " << e.replicas << " shard groups of " << e.shard_group
        << " ranks, each a replica: model state sharded as at world " << e.shard_group << "\n";
