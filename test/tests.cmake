@@ -130,6 +130,14 @@ add_test(NAME pipeline_equivalence
                  --mpirun ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(pipeline_equivalence PROPERTIES LABELS pipeline TIMEOUT 900 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+# pipeline_faults: a stage that drops a send (fault injection), one that stops (SIGSTOP) and one
+# killed mid-run: the job ends non-zero within comm.timeout_s + 15 s, the waiting stage naming the
+# stage it waited for; about 25 s.
+add_test(NAME pipeline_faults
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/pipeline/pipeline_faults.py --train $<TARGET_FILE:train>
+                 --mpirun ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(pipeline_faults PROPERTIES LABELS pipeline TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 
 # ---- tensor -----------------------------------------------------------------------------------
 # tensor_equivalence: mesh.tensor (issue 53) T = 2 at 2 and 4 ranks (data axis 2 at stages 0-3, one

@@ -138,7 +138,7 @@ double CollLog::now() const {
 }
 
 bool CollLog::take_fault(CollOp op) {
-  if (fault_fired_ || coll_op_is_control(op) || op == CollOp::broadcast) return false;
+  if (fault_fired_ || coll_op_is_control(op) || op == CollOp::broadcast || op == CollOp::recv) return false;
   if (opts_.fault_skip_rank < 0 || opts_.fault_skip_rank != global_rank(rank_)) return false;
   if (step_ != opts_.fault_skip_step) return false;
   fault_fired_ = true;
@@ -170,8 +170,8 @@ uint64_t CollLog::start(CollOp op, uint64_t bytes, bool skipped) {
   return seq;
 }
 
-uint64_t CollLog::start_p2p(CollOp op, uint64_t bytes, int peer) {
-  const uint64_t seq = start(op, bytes);
+uint64_t CollLog::start_p2p(CollOp op, uint64_t bytes, int peer, bool skipped) {
+  const uint64_t seq = start(op, bytes, skipped);
   records_[seq % kLogRecords].peer = peer;
   return seq;
 }
@@ -257,8 +257,10 @@ std::string CollLog::what(const CollRecord& r) const {
   const bool p2p = r.peer >= 0;
   if (!p2p) os << "collective ";
   os << coll_op_name(r.op) << " #" << r.seq;
+  // The pipeline group's ranks are its stages, in order (zero/data_mesh.h): named as such.
+  const char* peer_is = name_ == "pipeline" ? "stage " : "rank ";
   if (p2p) {
-    os << (r.op == CollOp::send ? " to rank " : " from rank ") << r.peer;
+    os << (r.op == CollOp::send ? " to " : " from ") << peer_is << r.peer;
     if (!global_ranks_.empty()) os << " (rank " << global_rank(r.peer) << " of the world)";
   }
   if (p2p || name_ != "world") os << " in group \"" << name_ << "\"";
@@ -272,7 +274,7 @@ std::string CollLog::timeout_headline(uint64_t seq) const {
   else os << "collective #" << seq;
   os << " did not complete within " << opts_.timeout_s << " s \xe2\x80\x94 ";
   if (r && r->peer >= 0)
-    os << "rank " << r->peer << " of the group probably did not post the matching "
+    os << (name_ == "pipeline" ? "stage " : "rank ") << r->peer << " of the group probably did not post the matching "
        << (r->op == CollOp::send ? "recv" : "send") << ", or is stuck";
   else if (name_ == "world")
     os << "another rank is probably stuck or skipped it";

@@ -44,13 +44,15 @@ class CollLog {
   Tracer* tracer() const { return tracer_; }
 
   // Fault injection: true exactly once per comm (the world and each group), for its first
-  // model-state collective of fault_skip_step on world rank fault_skip_rank. Call before start().
+  // model-state collective, or send (a pipeline stage that never sends), of fault_skip_step on world
+  // rank fault_skip_rank. Call before start().
   bool take_fault(CollOp op);
 
   // New record (pending, or skipped when `skipped`), counted in the step stats unless skipped.
   // Returns its sequence number (1, 2, ...).
   uint64_t start(CollOp op, uint64_t bytes, bool skipped = false);
-  uint64_t start_p2p(CollOp op, uint64_t bytes, int peer);  // send / recv with rank `peer` of the group
+  // send / recv with rank `peer` of the group (skipped: a send dropped by fault injection).
+  uint64_t start_p2p(CollOp op, uint64_t bytes, int peer, bool skipped = false);
   void finish(uint64_t seq);          // done at now(); no-op if the record left the log
   void finish(uint64_t seq, double t_end);  // done at t_end (seconds since creation), e.g. measured
                                             // by a communication thread

@@ -112,8 +112,8 @@ CommCollectives parse_comm_collectives(const std::string& what, const std::strin
 struct CommOptions {
   double timeout_s = 300;  // a wait longer than this is a hang: print the collective log, throw CommTimeout
   // Fault injection for tests: at training step `fault_skip_step`, rank `fault_skip_rank` silently
-  // skips its first model-state collective (all_reduce, reduce_scatter or all_gather) of that step
-  // (-1 = off): recorded as skipped, data untouched, the handle is already complete. Once per Comm.
+  // skips its first model-state collective (all_reduce, reduce_scatter or all_gather) or send of that
+  // step (-1 = off): recorded as skipped, data untouched, the handle is already complete. Once per Comm.
   int fault_skip_rank = -1;
   int64_t fault_skip_step = -1;
   // The MPI backend's communication thread (docs/design.md §3.4); the defaults are the plan's

@@ -574,9 +574,12 @@ class MpiComm final : public Comm {
                coll_op_name(op) << ": peer " << peer << " is not another rank of group \"" << name() << "\" ("
                                 << world_ << " ranks; this is rank " << rank_ << ")");
     ++p2p_ops_;
-    const uint64_t seq = log_.start_p2p(op, model_bytes_p2p(bytes, op), peer);
     uint64_t& nth = (op == CollOp::send ? sent_ : received_)[size_t(peer)];
     const int tag = int(nth++ % kP2pTags);
+    // A send dropped by fault injection still takes its place in the order: the peer's receive of it
+    // never matches a later message.
+    if (log_.take_fault(op)) return {log_.start_p2p(op, model_bytes_p2p(bytes, op), peer, true)};
+    const uint64_t seq = log_.start_p2p(op, model_bytes_p2p(bytes, op), peer);
     const MPI_Comm c = p2p_;
     if (op == CollOp::send)
       issue(seq, "MPI_Issend", [=](MPI_Request* r) { return MPI_Issend(buf, count, MPI_BYTE, peer, tag, c, r); });

@@ -72,6 +72,7 @@ class Trainer {
                               plan_.optim.min_lr_ratio);
       engine_->begin_step(step);
       if (parts_.tensor_comm) parts_.tensor_comm->begin_step(step);  // the engine's groups are the data axis's
+      if (parts_.pipe_comm) parts_.pipe_comm->begin_step(step);
       if (plan_.optim.grad_clip <= 0.0) engine_->update_args_known(lr);  // clip_scale is then 1
       double loss = 0.0;
       double first_micro_ms = 0;
