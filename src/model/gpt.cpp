@@ -304,13 +304,19 @@ void GPT<Ops>::init_gpt2_values(uint64_t seed, int k, size_t offset, size_t coun
 
 template <class Ops>
 void GPT<Ops>::init_gpt2(uint64_t seed) {
+  // In pieces of at most 1 MiB of host values: a whole wte (Vp x C) in host memory would be a
+  // transient the size of the embedding on top of the tracked buffers.
+  constexpr size_t kPiece = size_t(1) << 18;
   std::vector<M> host;
   for (int u = 0; u < layout_.num_units(); ++u)
     for (int k : layout_.units()[size_t(u)].tensors) {
       const UnitPiece p = layout_.piece(u, k);
-      host.resize(p.count);
-      init_gpt2_values(seed, k, p.begin, p.count, host.data());
-      upload(unit_param_[size_t(u)] + p.at, host.data(), p.count);
+      for (size_t at = 0; at < p.count; at += kPiece) {
+        const size_t n = std::min(kPiece, p.count - at);
+        host.resize(n);
+        init_gpt2_values(seed, k, p.begin + at, n, host.data());
+        upload(unit_param_[size_t(u)] + p.at + at, host.data(), n);
+      }
     }
 }
 

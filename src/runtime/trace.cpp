@@ -48,6 +48,7 @@ Tracer::Tracer(const std::string& file, int rank) : path_(file), rank_(rank) {
   track_name(kHostOptimizer, "host optimizer (CPU AdamW)");
   track_name(kCopy, "copy");
   track_name(kOps, "ops");
+  track_name(kPipeline, "pipeline stage");
   track_name(kComm, "comm");
   groups_.push_back({"world", kComm, std::vector<Lane>(1)});
 }

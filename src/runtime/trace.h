@@ -39,7 +39,11 @@ namespace zt {
 class Tracer {
  public:
   // kHostOptimizer: the CUDA backend's CPU AdamW (offload.optimizer "cpu"), beside backward.
-  enum Track : int { kStep = 0, kCompute = 1, kWait = 2, kOptimizer = 3, kHostOptimizer = 4, kCopy = 5, kOps = 6, kComm = 10 };
+  // kPipeline: a pipeline stage's passes of its schedule ("F3", "B1": micro-batch 3's forward, 1's
+  // backward; train/pipeline_step.h), one such lane per rank of the merged trace.
+  enum Track : int {
+    kStep = 0, kCompute = 1, kWait = 2, kOptimizer = 3, kHostOptimizer = 4, kCopy = 5, kOps = 6, kPipeline = 7, kComm = 10
+  };
 
   // The file of this rank: `path` with ".rank<R>" inserted before its extension ("t.json" ->
   // "t.rank0.json", "t" -> "t.rank0"), or "<path>/trace.rank<R>.json" when path ends in '/' or is

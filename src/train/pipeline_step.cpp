@@ -1,13 +1,17 @@
 #include "train/pipeline_step.h"
 
+#include <algorithm>
 #include <iomanip>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include "backend/ops_cpu.h"
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
 #endif
 #include "runtime/error.h"
+#include "runtime/trace.h"
 #include "train/startup_checks.h"
 #include "zero/engine_settings.h"
 
@@ -15,21 +19,34 @@ namespace zt {
 
 namespace {
 
+// One pass on the "pipeline stage" track of run.trace (nothing without a tracer).
+struct PassSpan {
+  PassSpan(Tracer* tr, std::string name) : tr(tr), name(std::move(name)), t0(tr ? Tracer::now_us() : 0) {}
+  ~PassSpan() {
+    if (tr) tr->complete(name, Tracer::kPipeline, t0, Tracer::now_us() - t0);
+  }
+  Tracer* tr;
+  std::string name;
+  double t0;
+};
+
 // The stage's passes for the runner: each micro-batch's forward and backward on its own activation
 // slot (slot = micro mod slots: a stage's micro-batches in flight are consecutive, at most `slots`).
 template <class Ops>
 class ModelStage final : public PipeStageWork {
  public:
   using S = typename Ops::S;
-  ModelStage(GPT<Ops>& model, ZeroEngine<Ops>& engine, const StepBatches& b, int B, int Tn, S dloss, int slots)
+  ModelStage(GPT<Ops>& model, ZeroEngine<Ops>& engine, const StepBatches& b, int B, int Tn, S dloss, int slots,
+             Tracer* tr)
       : model_(model), engine_(engine), b_(b), B_(B), Tn_(Tn), dloss_(dloss), slots_(slots),
-        bytes_(boundary_floats(model.config(), B, Tn) * sizeof(float)) {}
+        bytes_(boundary_floats(model.config(), B, Tn) * sizeof(float)), tr_(tr) {}
 
   static size_t boundary_floats(const GPTConfig& cfg, int B, int Tn) {
     return cfg.sp_rows(size_t(B) * size_t(Tn)) * size_t(cfg.C);
   }
 
   void forward(int, int micro, const float* input, float* output) override {
+    const PassSpan span(tr_, "F" + std::to_string(micro));
     model_.use_activation_slot(micro % slots_);
     engine_.begin_pass(micro, true);
     if (input) Ops::h2d(model_.stage_input(), input, bytes_);
@@ -38,6 +55,7 @@ class ModelStage final : public PipeStageWork {
     if (output) Ops::d2h(output, model_.stage_output(), bytes_);
   }
   void backward(int, int micro, const float* output_grad, float* input_grad) override {
+    const PassSpan span(tr_, "B" + std::to_string(micro));
     model_.use_activation_slot(micro % slots_);
     engine_.begin_pass(micro, true);
     if (output_grad) Ops::h2d(model_.stage_output_grad(), output_grad, bytes_);
@@ -54,6 +72,7 @@ class ModelStage final : public PipeStageWork {
   const S dloss_;
   const int slots_;
   const size_t bytes_;
+  Tracer* tr_;
   double loss_ = 0.0;
 };
 
@@ -62,10 +81,10 @@ class ModelStage final : public PipeStageWork {
 template <class Ops>
 double pipeline_train_step(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe, PipeSchedule schedule,
                            const StepBatches& batches, int B, int Tn, typename Ops::S dloss, int slots,
-                           PipeStepStats* stats) {
+                           Tracer* tracer, PipeStepStats* stats) {
   static_assert(Ops::tier == Tier::host, "the stages' messages are host floats (the CPU backend)");
   const int m = int(batches.inputs.size());
-  ModelStage<Ops> work(model, engine, batches, B, Tn, dloss, slots);
+  ModelStage<Ops> work(model, engine, batches, B, Tn, dloss, slots, tracer);
   const PipeStepStats s = run_pipe_step(schedule, PipeShape{pipe.world(), m, 1}, pipe, work,
                                         ModelStage<Ops>::boundary_floats(model.config(), B, Tn));
   if (stats) *stats = s;
@@ -83,13 +102,19 @@ void sum_tied_embedding(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe) {
   ShardedOptimizer<Ops>& opt = engine.optimizer();
   float* mine = opt.reduced_grads(0);
   const size_t n = opt.reduced_grads_numel(0);
-  std::vector<float> theirs(n);
-  CommHandle r = pipe.recv(theirs.data(), n * sizeof(float), peer);
-  CommHandle s = pipe.send(mine, n * sizeof(float), peer);
-  pipe.wait(r);
-  pipe.wait(s);
-  // a + b on one stage, b + a on the other: the same bits (float addition commutes).
-  for (size_t i = 0; i < n; ++i) mine[i] += theirs[i];
+  // In pieces of kPiece floats (1 MiB): a whole embedding's receive buffer would be an untracked
+  // copy of it on both stages. Each piece is added only once its send has completed.
+  constexpr size_t kPiece = size_t(1) << 18;
+  std::vector<float> theirs(std::min(n, kPiece));
+  for (size_t at = 0; at < n; at += kPiece) {
+    const size_t k = std::min(kPiece, n - at);
+    CommHandle r = pipe.recv(theirs.data(), k * sizeof(float), peer);
+    CommHandle s = pipe.send(mine + at, k * sizeof(float), peer);
+    pipe.wait(r);
+    pipe.wait(s);
+    // a + b on one stage, b + a on the other: the same bits (float addition commutes).
+    for (size_t i = 0; i < k; ++i) mine[at + i] += theirs[i];
+  }
 }
 
 template <class Ops>
@@ -146,7 +171,7 @@ template std::string describe_pipeline<CudaOps<bf16>>(const Plan&, const GPTConf
 #endif
 template double pipeline_train_step<CpuOps<float>>(GPT<CpuOps<float>>&, ZeroEngine<CpuOps<float>>&, Comm&,
                                                     PipeSchedule, const StepBatches&, int, int, float, int,
-                                                    PipeStepStats*);
+                                                    Tracer*, PipeStepStats*);
 template void sum_tied_embedding<CpuOps<float>>(GPT<CpuOps<float>>&, ZeroEngine<CpuOps<float>>&, Comm&);
 template double pipeline_eval_sum<CpuOps<float>>(GPT<CpuOps<float>>&, ZeroEngine<CpuOps<float>>&, Comm&, DataLoader&,
                                                   int64_t, int, int, int);

@@ -22,6 +22,7 @@
 #include "model/gpt.h"
 #include "pipeline/runner.h"
 #include "plan/plan.h"
+#include "runtime/trace.h"
 #include "zero/engine.h"
 
 namespace zt {
@@ -32,11 +33,12 @@ struct StepBatches {
 };
 
 // Runs this stage's table for one step; returns the mean loss over the m micro-batches on the last
-// stage, 0 on the others. dloss as the trainer gives it to forward (1 / tokens in the global batch).
+// stage, 0 on the others. tracer (run.trace): each pass a span "F<micro>" / "B<micro>" on the
+// "pipeline stage" track. dloss as the trainer gives it to forward (1 / tokens in the global batch).
 template <class Ops>
 double pipeline_train_step(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe, PipeSchedule schedule,
                            const StepBatches& batches, int B, int Tn, typename Ops::S dloss, int slots,
-                           PipeStepStats* stats = nullptr);
+                           Tracer* tracer = nullptr, PipeStepStats* stats = nullptr);
 
 // After the engine completed the gradients: the first and the last stage each hold the gradient of
 // their copy of the embedding (the lookup's part, the head's part); both add the other's, so their

@@ -142,7 +142,7 @@ class Trainer {
       }
       return pipeline_train_step<Ops>(*model_, *engine_, *parts_.pipe_comm,
                                       parse_pipe_schedule("mesh.schedule", plan_.mesh.schedule), b, B, Tn, dloss,
-                                      activation_slots_);
+                                      activation_slots_, tracer_.get());
     } else {
       throw Error("mesh.pipeline: the CUDA backend's stages are not built");  // refused by choose_backend
     }

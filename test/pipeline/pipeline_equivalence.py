@@ -45,6 +45,7 @@ L, NH, C, SEQ, V = 5, 4, 32, 16, 50257
 VP = (V + 127) // 128 * 128
 STEPS = 10
 LOSS_TOL, NORM_TOL = 1e-5, 1e-4
+RSS_SLACK = 8 << 20  # as test/zero/memory_formulas.py
 
 
 class Row:
@@ -116,7 +117,7 @@ def estimate(train, W, sets):
     return json.loads(p.stdout)
 
 
-def run(train, mpirun, W, workdir, extra, timeout):
+def run(train, mpirun, W, workdir, extra, timeout, n_steps=STEPS):
     os.makedirs(workdir, exist_ok=True)
     sets = plan_sets(workdir, extra)
     cmd = zm.launcher(mpirun, W) + [train, "plans/default.json"] + sets
@@ -132,7 +133,7 @@ def run(train, mpirun, W, workdir, extra, timeout):
     steps = [r for r in rows if "loss" in r and "step" in r]
     val = [r["val_loss"] for r in rows if "val_loss" in r]
     summ = [r["summary"] for r in rows if "summary" in r]
-    if len(steps) != STEPS or len(summ) != 1 or not val:
+    if len(steps) != n_steps or len(summ) != 1 or not val:
         raise zm.RunFailed(f"{len(steps)} step lines, {len(summ)} summaries, {len(val)} val losses in {workdir}")
     return {"steps": steps, "val": val[-1], "summary": summ[0], "out": p.stdout, "secs": secs,
             "estimate": estimate(train, W, sets)}
@@ -215,6 +216,59 @@ def check_row(r, res, ref, errs):
     return m
 
 
+def shipped_plan(train, mpirun, work, timeout):
+    """plans/pipeline2.json as users run it (only the data and the step count changed) at 4 ranks (P 2 x
+    data 2, ZeRO-1, 1F1B over 4 micro-batches), against plans/zero1.json at 2 ranks with the same global
+    batch (grad_accum 4, no sample: pipeline2 sets no tokenizer)."""
+    runs = {}
+    for name, plan, W, extra in (("pipeline2", "plans/pipeline2.json", 4, []),
+                                 ("zero1", "plans/zero1.json", 2, ["--set", "batch.grad_accum=4", "--set", "data.tokenizer="])):
+        d = os.path.join(work, "shipped_" + name)
+        os.makedirs(d)
+        sets = ["--set", "data.train=data/sample/train_*.bin", "--set", "data.val=data/sample/val.bin",
+                "--set", "run.steps=3", "--set", "device=cpu", "--set", f"run.log={d}/metrics.jsonl"] + extra
+        p = subprocess.run(zm.launcher(mpirun, W) + [train, plan] + sets, cwd=ROOT, env=zm.env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        if p.returncode != 0:
+            return [f"shipped plan {plan} at {W} ranks: exit {p.returncode}: {p.stdout.strip()[-300:]}"]
+        rows = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
+        runs[name] = ([r["loss"] for r in rows if "loss" in r and "step" in r],
+                      [r["val_loss"] for r in rows if "val_loss" in r], next(r["summary"] for r in rows if "summary" in r))
+    (a, va, sa), (b, vb, _) = runs["pipeline2"], runs["zero1"]
+    worst = max(rel(x, y) for x, y in zip(a + va, b + vb)) if len(a) == len(b) == 3 and va and len(va) == len(vb) \
+        else float("inf")
+    ok = worst <= LOSS_TOL and sa.get("pipeline") == 2
+    print(f"  {'ok ' if ok else 'BAD'} plans/pipeline2.json at 4 ranks against plans/zero1.json at 2: losses and val "
+          f"loss rel err {worst:.2e}", flush=True)
+    return [] if ok else [f"shipped plans/pipeline2.json: rel err {worst:.2e} against plans/zero1.json, pipeline "
+                          f"{sa.get('pipeline')}"]
+
+
+def resident(train, mpirun, work, timeout):
+    """Real memory per stage: 3 stages hold very different buffers (the first the embedding, the middle
+    neither embedding nor head, the last the embedding and the head's logits), so each rank's VmHWM minus
+    `train estimate`'s total for its stage (what the process holds besides the tracked buffers: libraries,
+    runtimes, MPI) must be the same on every rank within RSS_SLACK. A buffer a stage allocates that its
+    estimate does not count, or one it counts and never allocates, of more than that fails."""
+    d = os.path.join(work, "resident")
+    os.makedirs(d)
+    extra = {"model.n_layer": 6, "model.n_embd": 128, "model.seq_len": 64, "batch.micro_batch": 4,
+             "batch.grad_accum": 3, "mesh.pipeline": 3, "run.steps": 2}
+    res = run(train, mpirun, 3, d, extra, timeout, n_steps=2)
+    rss = res["summary"].get("peak_rss_bytes_per_rank", [])
+    est = [st["memory"]["host"]["total"] for st in res["estimate"].get("pipeline_stages", [])]
+    if len(rss) != 3 or len(est) != 3:
+        return [f"resident: {len(rss)} RSS values, {len(est)} stage estimates"]
+    over = [r - e for r, e in zip(rss, est)]
+    spread = max(over) - min(over)
+    ok = spread <= RSS_SLACK
+    mib = lambda x: f"{x / 2**20:.1f}"
+    print(f"  {'ok ' if ok else 'BAD'} resident per stage (P 3, 6 x 128 channels): estimate {'/'.join(map(mib, est))} MiB, "
+          f"VmHWM {'/'.join(map(mib, rss))} MiB, untracked {'/'.join(map(mib, over))} MiB: spread "
+          f"{mib(spread)} MiB (slack {mib(RSS_SLACK)})", flush=True)
+    return [] if ok else [f"resident: VmHWM - estimate per stage {over} spreads {spread} B > {RSS_SLACK}"]
+
+
 def refusal(train, mpirun, work, i, how):
     W, extra, says = REFUSALS[i]
     d = os.path.join(work, f"refusal{i}_{how}")
@@ -280,6 +334,9 @@ def main():
                 if not ok:
                     errs.append(f"1f1b vs gpipe at P {P} m {mm}: slots {f['slots']} vs {g['slots']}, "
                                 f"activations {f['acts0']} vs {g['acts0']}")
+        print("\nthe shipped plan and real memory:")
+        errs += shipped_plan(train, a.mpirun, work, a.timeout)
+        errs += resident(train, a.mpirun, work, a.timeout)
         print("\nrefusals:")
         for i in range(len(REFUSALS)):
             for how in ("mpirun", "estimate"):
