@@ -61,7 +61,8 @@ Resident memory: the summary's peak_rss_bytes (rank 0's VmHWM) must be
   tracked total + init transient + overhead,   |difference| <= RSS_SLACK
 
   init transient: while parameters are initialised every tracked buffer already exists, plus one
-                  tensor's host values at a time: the largest is wte, Vp·C·4 bytes; at stage 3 each
+                  piece of a tensor's host values at a time: GPT::init_gpt2 works in pieces of at
+                  most 2^18 values (1 MiB), so min(Vp·C, 2^18)·4 bytes (wte's); at stage 3 each
                   rank computes only its shard (counter-based init), one tensor range of one unit's
                   shard at a time, at most max(P_u)/N·4 bytes (an embedding chunk's or a block's). No rank builds the whole
                   model (the old stage-3 init built all 4Ψ on every rank to cut its shard from).
@@ -210,12 +211,15 @@ def expected(m, world, stage, overlap):
     return out
 
 
+INIT_PIECE = 1 << 18  # values per piece of GPT::init_gpt2 (src/model/gpt.cpp)
+
+
 def init_transient(m, world, stage):
     """Bytes alive during parameter init beyond the tracked buffers (see the docstring)."""
     wte = VP * m["C"]
     if stage == 3:  # at most one unit's shard: the embedding chunks are the largest units
         return 4 * min(wte, max(padded_units(m, world, stage)) // world)
-    return 4 * wte
+    return 4 * min(wte, INIT_PIECE)
 
 
 # ---- running the binary ------------------------------------------------------------------------
