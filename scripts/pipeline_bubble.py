@@ -30,7 +30,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def passes(trace):
     ev = json.load(open(trace))["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"}
-    steps = sorted((e for e in ev if e.get("ph") == "X" and names.get(e["tid"]) == "step"), key=lambda e: e["ts"])
+    steps = sorted((e for e in ev if e.get("ph") == "X" and names.get(e["tid"]) == "step" and
+                    e["name"].startswith("step ")), key=lambda e: e["ts"])
     ops = sorted((e for e in ev if e.get("ph") == "X" and names.get(e["tid"]) == "pipeline stage"), key=lambda e: e["ts"])
     return steps, ops
 
