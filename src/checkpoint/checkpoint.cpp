@@ -43,16 +43,24 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 // all of them. With tensor parallelism (T ranks, rank % T the tensor rank, rank / T the data rank)
 // each tensor rank's slices are saved by its own data axis so; a tensor every tensor rank holds
 // whole (tensor_split: replicated) is the same on all T of them, so its share is cut T ways more.
+// With pipeline stages (P, stage = rank / (W / P)) all of this happens inside the stage, over its
+// own tensors; the embedding unit (wte, tied to the head, and wpe) lives on the first and the last
+// stage, the same on both (design §3.14), and is saved by the first.
 std::vector<TensorRange> my_share(const std::vector<TensorRange>& holds, const ParamLayout& layout, const Meta& m) {
   bool whole = holds.size() == layout.tensors().size();
   for (const TensorRange& r : holds) whole = whole && r.offset == 0 && r.count == layout.tensors()[size_t(r.tensor)].numel;
-  const int64_t T = std::max<int64_t>(1, m.tensor), D = m.world / T, d = m.rank / T, t = m.rank % T;
+  const GPTConfig& cfg = layout.config();
+  const bool tied_copy = !cfg.first_stage;  // the last stage's embedding: the first stage's copy is saved
+  const int64_t P = std::max<int64_t>(1, m.pipeline), per_stage = m.world / P, local = m.rank % per_stage;
+  const int64_t T = std::max<int64_t>(1, m.tensor), D = per_stage / T, d = local / T, t = local % T;
   const int64_t group = m.shard_group > 0 ? m.shard_group : D;
   const size_t copies = size_t(whole ? D : D / group), copy = size_t(whole ? d : d / group);
-  if (copies == 1 && T == 1) return holds;
+  if (copies == 1 && T == 1 && !tied_copy) return holds;
   std::vector<TensorRange> out;
   for (const TensorRange& r : holds) {
-    const bool everywhere = T > 1 && !split_over_tensor(layout.tensors()[size_t(r.tensor)].id);
+    const ParamId id = layout.tensors()[size_t(r.tensor)].id;
+    if (tied_copy && (id == ParamId::wte || id == ParamId::wpe)) continue;
+    const bool everywhere = T > 1 && !split_over_tensor(id);
     const size_t cs = everywhere ? copies * size_t(T) : copies, c = everywhere ? copy * size_t(T) + size_t(t) : copy;
     const size_t n = r.count, lo = n * c / cs, hi = n * (c + 1) / cs;
     if (lo < hi) out.push_back({r.tensor, r.offset + lo, hi - lo, r.at + lo});
@@ -121,7 +129,7 @@ uint64_t write_rank_file(const std::string& path, const Meta& meta, const ParamL
           src = static_cast<const unsigned char*>(b.base) + at;
         }
         const TensorSlot& local = layout.tensors()[size_t(r.tensor)];
-        const TensorSlot& global = whole.tensors()[size_t(r.tensor)];
+        const TensorSlot& global = whole.tensors()[size_t(layout.whole_tensor_index(r.tensor))];
         ZT_ASSERT(local.name == global.name);
         for_each_run(local, cfg, r.offset + k, n, [&](size_t g, size_t from, size_t count, size_t width) {
           w.add(b.kind, b.dtype, global, g, count, src + from * eb, width);
@@ -248,8 +256,8 @@ Transfer save(Comm& comm, const std::string& dir, int keep, size_t chunk_bytes, 
   agree_or_throw(comm, err, "could not prepare the checkpoint directory");
   double bytes = 0;
   Meta mine = meta;
-  mine.tensor = layout.config().tp;  // the model is the whole one, wte padded for this tensor size
-  mine.model.tp = 1, mine.model.tp_rank = 0;
+  mine.tensor = layout.config().tp;  // the model is the whole one (all stages), wte padded for this tensor size
+  mine.model = layout.config().whole();
   try {
     bytes = double(write_rank_file((tmp / rank_file_name(comm.rank())).string(), mine, layout, buffers, d2h, chunk_bytes,
                                    progress));
@@ -312,21 +320,23 @@ Transfer load(const std::string& step_dir, const Plan& plan, int world, const Pa
   const size_t chunk_bytes = size_t(plan.checkpoint.chunk_mb * 1048576.0);
   CheckpointReader rd(step_dir);
   got = rd.meta();
-  const GPTConfig want = layout.config();
-  ZT_REQUIRE(describe_shape(got.model) == describe_shape(want),
+  const GPTConfig want = layout.config();  // this rank's part: its stage, its tensor rank's slices
+  ZT_REQUIRE(describe_shape(got.model) == describe_shape(want.whole()),
              "checkpoint " << step_dir << " holds a model with " << describe_shape(got.model)
-                           << " but the plan asks for " << describe_shape(want));
+                           << " but the plan asks for " << describe_shape(want.whole()));
   ZT_REQUIRE(got.seed == plan.run.seed, "checkpoint " << step_dir << " was trained with run.seed " << got.seed
                                                       << " but the plan has " << plan.run.seed
                                                       << " (the data order and samples follow the seed)");
   ZT_REQUIRE(got.step <= plan.run.steps, "checkpoint " << step_dir << " is at step " << got.step
                                                        << ", past run.steps " << plan.run.steps);
   // The loader is a function of (step, global batch): continuing needs the same global batch. A
-  // tensor group reads one batch: the data axis is world / mesh.tensor ranks.
-  const int T = want.tp, data = world / T;
+  // tensor group reads one batch, and so does a pipeline group (every stage reads the same one):
+  // the data axis is world / (mesh.pipeline x mesh.tensor) ranks.
+  const int T = want.tp, P = plan.mesh.pipeline, data = world / (T * P);
   const int64_t per_step = int64_t(plan.batch.micro_batch) * plan.batch.grad_accum * data;
-  const std::string ranks = T > 1 ? std::to_string(world) + " ranks / mesh.tensor " + std::to_string(T)
-                                  : std::to_string(world) + " ranks";
+  std::string ranks = std::to_string(world) + " ranks";
+  if (P > 1) ranks += " / mesh.pipeline " + std::to_string(P);
+  if (T > 1) ranks += " / mesh.tensor " + std::to_string(T);
   ZT_REQUIRE(got.next_sequence == got.step * per_step,
              "checkpoint " << step_dir << " read " << got.next_sequence << " sequences in " << got.step
                            << " steps but this plan reads " << per_step << " per step (micro_batch x grad_accum x "
@@ -360,7 +370,7 @@ Transfer load(const std::string& step_dir, const Plan& plan, int world, const Pa
     const size_t piece = std::max<size_t>(1, chunk_bytes / std::max(eb, src_eb));
     for (const TensorRange& r : b.holds) {
       const TensorSlot& slot = layout.tensors()[size_t(r.tensor)];
-      const TensorSlot& global = whole.tensors()[size_t(r.tensor)];
+      const TensorSlot& global = whole.tensors()[size_t(layout.whole_tensor_index(r.tensor))];
       ZT_ASSERT(slot.name == global.name);
       for (size_t k = 0; k < r.count; k += piece) {
         const size_t n = std::min(piece, r.count - k);

@@ -67,6 +67,9 @@ struct Meta {
   // rank r % tensor's slices. Absent from older checkpoints: 1. The model below is the whole one
   // (tp 1), wte padded as at this tensor size (GPTConfig::pad_vocab(V, tensor)).
   int64_t tensor = 1;
+  // Pipeline stages (mesh.pipeline, outermost): rank r saved what stage r / (world / pipeline) holds
+  // (its blocks; the embedding only on the first). Absent from older checkpoints: 1.
+  int64_t pipeline = 1;
   uint64_t plan_hash = 0;
   GPTConfig model;
   std::string param_dtype = "f32";  // "f32" | "bf16"

@@ -20,6 +20,7 @@ void write_meta(hid_t f, const Meta& m) {
   h5::write_attr(f, "zero_stage", m.stage);
   h5::write_attr(f, "shard_group", m.shard_group > 0 ? m.shard_group : m.world);
   h5::write_attr(f, "tensor", m.tensor);
+  h5::write_attr(f, "pipeline", m.pipeline);
   h5::write_attr(f, "plan_hash", m.plan_hash);
   h5::write_attr(f, "model_shape", std::vector<int64_t>{m.model.L, m.model.NH, m.model.C, m.model.maxT, m.model.V});
   h5::write_attr(f, "param_dtype", m.param_dtype);
@@ -40,6 +41,8 @@ std::string read_meta(hid_t f, Meta& m) {
   if (m.shard_group < 1 || m.shard_group > m.world || m.world % m.shard_group != 0) return "shard_group";
   if (!h5::read_attr(f, "tensor", m.tensor)) m.tensor = 1;  // before tensor parallelism
   if (m.tensor < 1 || m.world % m.tensor != 0) return "tensor";
+  if (!h5::read_attr(f, "pipeline", m.pipeline)) m.pipeline = 1;  // before pipeline parallelism
+  if (m.pipeline < 1 || m.world % (m.pipeline * m.tensor) != 0) return "pipeline";
   if (!h5::read_attr(f, "plan_hash", m.plan_hash)) return "plan_hash";
   std::vector<int64_t> s;
   if (!h5::read_attr(f, "model_shape", s) || s.size() != 5) return "model_shape";

@@ -81,7 +81,7 @@ CheckpointReader::CheckpointReader(const std::string& step_dir) : dir_(step_dir)
   for (const auto& [rank, path] : found) {
     const Meta& m = metas[i++];
     ZT_REQUIRE(m.step == meta_.step && m.plan_hash == meta_.plan_hash && m.run_id == meta_.run_id &&
-                   m.world == meta_.world && m.tensor == meta_.tensor && m.seed == meta_.seed && m.next_sequence == meta_.next_sequence &&
+                   m.world == meta_.world && m.tensor == meta_.tensor && m.pipeline == meta_.pipeline && m.seed == meta_.seed && m.next_sequence == meta_.next_sequence &&
                    m.param_dtype == meta_.param_dtype && describe_shape(m.model) == describe_shape(meta_.model),
                "checkpoint: " << dir_ << " holds rank files from different saves (step/plan hash differ): "
                               << rank_file_name(rank) << " is step " << m.step << " of " << m.world

@@ -165,11 +165,15 @@ class GPT {
   void read_llmc(const std::string& path, const std::function<void(int k, const M* values)>& sink) const;
   // Writes and fsyncs `path`; throws one line naming it and the system's reason.
   void save_llmc(const std::string& path);
-  // Writes and fsyncs an llm.c file from one unit at a time: unit_params(u) returns unit u's
-  // parameters (layout order, padded) in the backend's memory, or nullptr on ranks that do not
-  // write (they still make the call, so a sharded engine can gather inside it). Only write_rank
-  // does file I/O; at most one unit is in host memory at a time.
-  void save_llmc_units(const std::string& path, bool writer, const std::function<const T*(int u)>& unit_params) const;
+  // Where the weights a writer produces go: elements [begin, begin + count) of tensor `whole_k` of
+  // the whole model's layout (ParamLayout(cfg.whole(), 1), llm.c's tensors), as fp32 host values.
+  using LlmcSink = std::function<void(int whole_k, const float* values, size_t begin, size_t count)>;
+  // The weights one unit at a time into `sink` (empty on ranks that do not write: they still make
+  // the call, so a sharded engine can gather and a tensor group broadcast inside it): unit_params(u)
+  // returns unit u's parameters (layout order, padded) in the backend's memory. A pipeline stage
+  // after the first gives its blocks (and ln_f), not the embedding (the first stage's copy is the
+  // model's). At most one unit is in host memory at a time.
+  void save_llmc_units(const LlmcSink& sink, const std::function<const T*(int u)>& unit_params) const;
   // Bytes save_llmc writes for this configuration (for the free-space check before training).
   static size_t llmc_file_bytes(const GPTConfig& cfg);
 

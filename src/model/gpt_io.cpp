@@ -56,9 +56,10 @@ void GPT<Ops>::read_llmc(const std::string& path, const std::function<void(int k
   ZT_REQUIRE(header[1] == kModelVersionFp32,
              "model.init: " << path << ": unsupported llm.c checkpoint version " << header[1] << " (supported: 3, fp32)");
   const int maxT = header[2], V = header[3], L = header[4], NH = header[5], C = header[6], Vp = header[7];
-  ZT_REQUIRE(L == cfg_.L && NH == cfg_.NH && C == cfg_.C && V == cfg_.V,
+  ZT_REQUIRE(L == cfg_.layers() && NH == cfg_.NH && C == cfg_.C && V == cfg_.V,
              "model.init: " << path << " has n_layer " << L << ", n_head " << NH << ", n_embd " << C << ", vocab_size " << V
-                            << " but the plan asks for " << cfg_.L << ", " << cfg_.NH << ", " << cfg_.C << ", " << cfg_.V);
+                            << " but the plan asks for " << cfg_.layers() << ", " << cfg_.NH << ", " << cfg_.C << ", "
+                            << cfg_.V);
   ZT_REQUIRE(maxT >= cfg_.maxT, "model.init: " << path << " has " << maxT << " positions, fewer than model.seq_len "
                                                << cfg_.maxT);
   ZT_REQUIRE(Vp >= V, "model.init: " << path << ": padded vocabulary " << Vp << " < vocabulary " << V);
@@ -72,9 +73,9 @@ void GPT<Ops>::read_llmc(const std::string& path, const std::function<void(int k
   };
   // A NaN or Inf read here would surface only as a diverged loss at step 0, with advice about the
   // learning rate; the file is what is wrong. `rows` x C of buf are used, per tensor `name_of(i)`.
-  auto require_finite = [&](size_t used, const auto& name_of) {
-    for (size_t i = 0; i < used; ++i)
-      ZT_REQUIRE(std::isfinite(buf[i]), "model.init: " << path << " holds NaN/Inf weights (tensor " << name_of(i)
+  auto require_finite = [&](size_t used, const auto& name_of, size_t from = 0) {
+    for (size_t i = from; i < from + used; ++i)
+      ZT_REQUIRE(std::isfinite(buf[i]), "model.init: " << path << " holds NaN/Inf weights (tensor " << name_of(i - from)
                                                        << ", value " << buf[i] << "); use an intact checkpoint, or set "
                                                        << "model.init to \"\" for a random init");
   };
@@ -97,19 +98,24 @@ void GPT<Ops>::read_llmc(const std::string& path, const std::function<void(int k
       const size_t file_rows = size_t(pid == ParamId::wte ? Vp : maxT);
       const size_t keep_rows = size_t(pid == ParamId::wte ? V : cfg_.maxT);
       read_floats(file_rows * Cs, pid == ParamId::wte ? "wte" : "wpe");
+      if (!cfg_.has_embedding()) continue;  // a middle pipeline stage's
       require_finite(keep_rows * Cs, [&](size_t) { return layout_.slot(pid).name; });
       keep_mine(layout_.tensor_index(pid, -1), buf.data(), keep_rows * Cs);  // padding rows stay zero
     } else if (pid == ParamId::lnfw || pid == ParamId::lnfb) {
       read_floats(Cs, "ln_f");
+      if (!cfg_.last_stage) continue;  // the last pipeline stage's
       require_finite(Cs, [&](size_t) { return layout_.slot(pid).name; });
       host.assign(buf.begin(), buf.end());
       sink(layout_.tensor_index(pid, -1), host.data());
     } else {
       // The file's tensor is the whole one: tp times this rank's slice where it is split.
+      // A pipeline stage keeps its layers [layer0, layer0 + L) of the file's (the whole model's).
       const size_t per_layer = layout_.slot(pid, 0).numel * size_t(split_over_tensor(pid) ? cfg_.tp : 1);
+      const size_t mine = size_t(cfg_.layer0) * per_layer;
       read_floats(per_layer * size_t(L), layout_.slot(pid, 0).name.c_str());
-      require_finite(per_layer * size_t(L), [&](size_t i) { return layout_.slot(pid, int(i / per_layer)).name; });
-      for (int l = 0; l < L; ++l) keep_mine(layout_.tensor_index(pid, l), buf.data() + size_t(l) * per_layer, per_layer);
+      require_finite(per_layer * size_t(cfg_.L), [&](size_t i) { return layout_.slot(pid, int(i / per_layer)).name; }, mine);
+      for (int l = 0; l < cfg_.L; ++l)
+        keep_mine(layout_.tensor_index(pid, l), buf.data() + mine + size_t(l) * per_layer, per_layer);
     }
   }
   char extra;
@@ -118,22 +124,23 @@ void GPT<Ops>::read_llmc(const std::string& path, const std::function<void(int k
 
 template <class Ops>
 void GPT<Ops>::save_llmc(const std::string& path) {
-  save_llmc_units(path, true, [&](int u) -> const T* { return unit_param_[size_t(u)]; });
+  const ParamLayout whole(cfg_.whole(), 1);
+  LlmcWriter w(path, whole);
+  save_llmc_units([&](int k, const float* v, size_t begin, size_t n) { w.write(k, v, begin, n); },
+                  [&](int u) -> const T* { return unit_param_[size_t(u)]; });
+  w.finish();
 }
 
 template <class Ops>
-void GPT<Ops>::save_llmc_units(const std::string& path, bool writer,
-                               const std::function<const T*(int u)>& unit_params) const {
+void GPT<Ops>::save_llmc_units(const LlmcSink& sink, const std::function<const T*(int u)>& unit_params) const {
   // The file holds whole tensors (llm.c knows no split). With tensor parallelism every rank of a
   // tensor group sends its slice of each split tensor to the others (host bytes, once, at the end
   // of a run; every group does it, the writer's group is the one that counts), and the writer (tensor
   // rank 0) puts each element where global_index says; replicated tensors are tensor rank 0's.
-  const ParamLayout whole(cfg_.whole(), 1);
   const int tp = cfg_.tp;
+  const bool writer = bool(sink);
   ZT_ASSERT(tp == 1 || tensor_group_ != nullptr);
   ZT_ASSERT(!writer || cfg_.tp_rank == 0);
-  std::unique_ptr<LlmcWriter> w;
-  if (writer) w = std::make_unique<LlmcWriter>(path, whole);
   std::vector<float> buf;
   std::vector<M> host;
   for (int u = 0; u < layout_.num_units(); ++u) {
@@ -143,29 +150,29 @@ void GPT<Ops>::save_llmc_units(const std::string& path, bool writer,
     for (int k : unit.tensors) {
       const UnitPiece pc = layout_.piece(u, k);  // a unit may hold part of a tensor (embedding chunks)
       const TensorSlot& s = layout_.tensors()[size_t(k)];
-      const int kw = whole.tensor_index(s.id, s.layer);
+      if (!cfg_.first_stage && (s.id == ParamId::wte || s.id == ParamId::wpe)) continue;  // the first stage's
+      const int kw = layout_.whole_tensor_index(k);
       host.resize(pc.count);
       download(host.data(), p + pc.at, pc.count);
       buf.assign(host.begin(), host.end());
       if (tp == 1 || !split_over_tensor(s.id)) {
-        if (w) w->write(kw, buf.data(), pc.begin, pc.count);
+        if (writer) sink(kw, buf.data(), pc.begin, pc.count);
         continue;
       }
       std::vector<float> slice(pc.count);
       for (int q = 0; q < tp; ++q) {
         if (q == cfg_.tp_rank) slice = buf;
         tensor_group_->broadcast_host(slice.data(), slice.size() * sizeof(float), q);
-        if (!w) continue;
+        if (!writer) continue;
         const GPTConfig at_q = cfg_.split(tp, q, cfg_.sp);
         for (size_t i = 0; i < pc.count;) {
           const size_t run = std::min(global_run(s, at_q, pc.begin + i), pc.count - i);
-          w->write(kw, slice.data() + i, global_index(s, at_q, pc.begin + i), run);
+          sink(kw, slice.data() + i, global_index(s, at_q, pc.begin + i), run);
           i += run;
         }
       }
     }
   }
-  if (w) w->finish();
 }
 
 LlmcWriter::LlmcWriter(const std::string& path, const ParamLayout& layout) : path_(path), layout_(layout) {
@@ -223,7 +230,7 @@ size_t GPT<Ops>::llmc_file_bytes(const GPTConfig& cfg) {
   template void GPT<OPS>::load_llmc(const std::string&);                                                               \
   template void GPT<OPS>::read_llmc(const std::string&, const std::function<void(int, const OPS::M*)>&) const;              \
   template void GPT<OPS>::save_llmc(const std::string&);                                                               \
-  template void GPT<OPS>::save_llmc_units(const std::string&, bool, const std::function<const OPS::T*(int)>&) const;        \
+  template void GPT<OPS>::save_llmc_units(const LlmcSink&, const std::function<const OPS::T*(int)>&) const;        \
   template size_t GPT<OPS>::llmc_file_bytes(const GPTConfig&);
 ZT_GPT_IO(CpuOps<float>)
 ZT_GPT_IO(CpuOps<double>)

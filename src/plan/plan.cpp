@@ -224,10 +224,6 @@ void check_pipeline(const Plan& p) {
   };
   if (p.offload.optimizer != "none") not_yet("offload.optimizer", "offload", "set offload.optimizer \"none\"");
   if (p.offload.params != "none") not_yet("offload.params", "offload", "set offload.params \"none\"");
-  if (!p.checkpoint.dir.empty() || p.checkpoint.resume != "none")
-    not_yet("checkpoint.dir", "checkpointing", "set checkpoint.dir \"\" and checkpoint.resume \"none\"");
-  if (!p.model.init.empty()) not_yet("model.init", "starting from an llm.c file", "set model.init \"\"");
-  if (!p.run.final_weights.empty()) not_yet("run.final_weights", "writing the final weights", "set run.final_weights \"\"");
   if (!p.data.tokenizer.empty()) not_yet("data.tokenizer", "sampling", "set data.tokenizer \"\"");
 }
 

@@ -1,11 +1,13 @@
 #include "train/checkpointing.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <vector>
 
 #include "backend/ops_cpu.h"
 #include "checkpoint/state_io.h"
+#include "model/llmc_writer.h"
 #include "runtime/error.h"
 #include "runtime/output_path.h"
 #include "train/stop_signal.h"
@@ -62,13 +64,14 @@ void report_start(const std::string& moved, const std::string& note, const Resum
   if (!moved.empty()) std::printf("%s\n", moved.c_str());
   if (!note.empty()) std::printf("%s\n", note.c_str());
   if (resume.from.empty()) return;
-  const int64_t data = resume.meta.world / std::max<int64_t>(1, resume.meta.tensor);  // the data axis
+  const int64_t data = resume.meta.world / (resume.meta.tensor * resume.meta.pipeline);  // the data axis
   const std::string groups = resume.meta.shard_group > 0 && resume.meta.shard_group < data
                                  ? ", zero.shard_group " + std::to_string(resume.meta.shard_group)
                                  : "";
-  const std::string tensor = resume.meta.tensor > 1 ? ", mesh.tensor " + std::to_string(resume.meta.tensor) : "";
+  std::string mesh = resume.meta.pipeline > 1 ? ", mesh.pipeline " + std::to_string(resume.meta.pipeline) : "";
+  if (resume.meta.tensor > 1) mesh += ", mesh.tensor " + std::to_string(resume.meta.tensor);
   std::printf("%s (saved at world %lld, zero.stage %lld%s%s; resuming at step %lld)\n", resume.loaded.summary("loaded").c_str(),
-              (long long)resume.meta.world, (long long)resume.meta.stage, groups.c_str(), tensor.c_str(), (long long)step);
+              (long long)resume.meta.world, (long long)resume.meta.stage, groups.c_str(), mesh.c_str(), (long long)step);
   for (const std::string& w : ckpt::changed_plan_fields(resume.meta.plan, plan))
     std::fprintf(stderr, "warning: checkpoint.resume: %s (the checkpoint's plan -> this plan)\n", w.c_str());
 }
@@ -88,6 +91,7 @@ void save_checkpoint(Comm& comm, const Plan& plan, const TrainState& state, cons
   m.plan_hash = plan_hash(plan.resolved.dump());
   m.model = cfg;
   m.tensor = cfg.tp;
+  m.pipeline = plan.mesh.pipeline;
   m.param_dtype = sizeof(typename Ops::T) == 2 ? "bf16" : "f32";
   m.run_id = run_id;
   m.plan = plan.resolved.dump();
@@ -136,14 +140,80 @@ bool checkpoint_when_due(Comm& comm, const Plan& plan, const TrainState& state, 
   return true;
 }
 
+namespace {
+
+// A later pipeline stage's weights on their way to rank 0: records (whole tensor index, begin,
+// count, count floats) packed into batches of about 1 MiB, each sent as its byte size, then its
+// bytes; a size of 0 ends the stage's weights.
+class StageWeightsToRoot {
+ public:
+  explicit StageWeightsToRoot(Comm& pipe) : pipe_(pipe) {}
+  void add(int k, const float* v, size_t begin, size_t n) {
+    const int64_t head[3] = {k, int64_t(begin), int64_t(n)};
+    const auto* h = reinterpret_cast<const unsigned char*>(head);
+    const auto* b = reinterpret_cast<const unsigned char*>(v);
+    batch_.insert(batch_.end(), h, h + sizeof head);
+    batch_.insert(batch_.end(), b, b + n * sizeof(float));
+    if (batch_.size() >= kBatchBytes) flush();
+  }
+  void finish() {
+    flush();
+    send_size(0);
+  }
+  // Rank 0: stage s's records into `w`, until its end.
+  static void receive(Comm& pipe, int s, LlmcWriter& w) {
+    std::vector<unsigned char> batch;
+    for (;;) {
+      uint64_t size = 0;
+      pipe.wait(pipe.recv(&size, sizeof size, s));
+      if (size == 0) return;
+      batch.resize(size);
+      pipe.wait(pipe.recv(batch.data(), size, s));
+      for (size_t at = 0; at < size;) {
+        int64_t head[3];
+        std::memcpy(head, batch.data() + at, sizeof head);
+        at += sizeof head;
+        ZT_ASSERT(head[2] >= 0 && at + size_t(head[2]) * sizeof(float) <= size);
+        w.write(int(head[0]), reinterpret_cast<const float*>(batch.data() + at), size_t(head[1]), size_t(head[2]));
+        at += size_t(head[2]) * sizeof(float);
+      }
+    }
+  }
+
+ private:
+  static constexpr size_t kBatchBytes = size_t(1) << 20;
+  void send_size(uint64_t size) { pipe_.wait(pipe_.send(&size, sizeof size, 0)); }
+  void flush() {
+    if (batch_.empty()) return;
+    send_size(batch_.size());
+    pipe_.wait(pipe_.send(batch_.data(), batch_.size(), 0));
+    batch_.clear();
+  }
+  Comm& pipe_;
+  std::vector<unsigned char> batch_;
+};
+
+}  // namespace
+
 template <class Ops>
-void save_final_weights(ZeroEngine<Ops>& engine, const Plan& plan, const RunOutputs& outputs, bool root) {
+void save_final_weights(EngineParts<Ops>& parts, const Plan& plan, const RunOutputs& outputs, bool root) {
+  ZeroEngine<Ops>& engine = *parts.engine;
+  Comm* pipe = parts.pipe_comm;
   if (root) {
-    write_by_rename("run.final_weights", outputs.final_weights,
-                    [&](const std::string& tmp) { engine.save_llmc(tmp, true); });
+    write_by_rename("run.final_weights", outputs.final_weights, [&](const std::string& tmp) {
+      const ParamLayout whole(parts.model->config().whole(), 1);
+      LlmcWriter w(tmp, whole);
+      engine.save_llmc([&](int k, const float* v, size_t begin, size_t n) { w.write(k, v, begin, n); });
+      for (int s = 1; pipe && s < pipe->world(); ++s) StageWeightsToRoot::receive(*pipe, s, w);
+      w.finish();
+    });
     std::printf("final weights written to %s (llm.c format)\n", plan.run.final_weights.c_str());
+  } else if (pipe && parts.stage_comm->rank() == 0) {  // a later stage's first rank
+    StageWeightsToRoot out(*pipe);
+    engine.save_llmc([&](int k, const float* v, size_t begin, size_t n) { out.add(k, v, begin, n); });
+    out.finish();
   } else {
-    engine.save_llmc("", false);
+    engine.save_llmc({});
   }
 }
 
@@ -154,7 +224,7 @@ void save_final_weights(ZeroEngine<Ops>& engine, const Plan& plan, const RunOutp
                                      const ParamLayout&, const StateStore&, bool);                                \
   template bool checkpoint_when_due<Ops>(Comm&, const Plan&, const TrainState&, const GPTConfig&, uint64_t,         \
                                          EngineParts<Ops>&, bool, int);                                            \
-  template void save_final_weights<Ops>(ZeroEngine<Ops>&, const Plan&, const RunOutputs&, bool);
+  template void save_final_weights<Ops>(EngineParts<Ops>&, const Plan&, const RunOutputs&, bool);
 ZT_CHECKPOINTING(CpuOps<float>)
 #if ZT_HAVE_CUDA
 ZT_CHECKPOINTING(CudaOps<float>)

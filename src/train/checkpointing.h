@@ -52,8 +52,10 @@ template <class Ops>
 bool checkpoint_when_due(Comm& comm, const Plan& plan, const TrainState& state, const GPTConfig& cfg, uint64_t run_id,
                          EngineParts<Ops>& parts, bool decorate, int step);
 
-// Collective (stage 3 gathers one unit at a time); rank 0 writes each unit as it comes.
+// Collective (stage 3 gathers one unit at a time); rank 0 writes each unit as it comes. With
+// pipeline stages, each later stage's first rank sends its blocks to rank 0 over the pipeline group
+// in batches of about 1 MiB, after rank 0 has written its own stage's.
 template <class Ops>
-void save_final_weights(ZeroEngine<Ops>& engine, const Plan& plan, const RunOutputs& outputs, bool root);
+void save_final_weights(EngineParts<Ops>& parts, const Plan& plan, const RunOutputs& outputs, bool root);
 
 }  // namespace zt

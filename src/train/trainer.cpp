@@ -172,7 +172,7 @@ class Trainer {
   TrainResult finish(TrainResult& res, int first, double tokens_per_step, double train_seconds, Clock::time_point t_start) {
     engine_->params_ready();  // nothing in flight past the loop (stages 1-2 all-gather)
     if (!plan_.run.final_weights.empty() && res.steps == plan_.run.steps)
-      save_final_weights<Ops>(*engine_, plan_, outputs_, root_);
+      save_final_weights<Ops>(parts_, plan_, outputs_, root_);
     // A trace that cannot be written (a full disk) is reported after the run's summary is logged:
     // the training it describes is done and must not be lost with it.
     std::string trace_error;

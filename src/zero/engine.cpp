@@ -79,10 +79,10 @@ void ZeroEngine<Ops>::init_parameters(uint64_t seed, const std::string& llmc_pat
 }
 
 template <class Ops>
-void ZeroEngine<Ops>::save_llmc(const std::string& path, bool writer) {
+void ZeroEngine<Ops>::save_llmc(const typename GPT<Ops>::LlmcSink& sink) {
   // One unit at a time: the gatherer hands each unit whole (stage 3: gathered into a slot), the
-  // model writes its tensors at their places in the file.
-  model_.save_llmc_units(path, writer, [&](int u) { return gatherer_.whole_unit(u); });
+  // model gives its tensors to the sink (at their places in the file).
+  model_.save_llmc_units(sink, [&](int u) { return gatherer_.whole_unit(u); });
 }
 
 template <class Ops>

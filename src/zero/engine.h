@@ -83,8 +83,9 @@ class ZeroEngine : public UnitHooks {
   // Random GPT-2 init or an llm.c file. Each rank writes only what it keeps: every rank the same
   // full parameters at stages 0-2, its own shard at stage 3 (never the whole model).
   void init_parameters(uint64_t seed, const std::string& llmc_path);
-  // Writes the parameters to an llm.c file on rank 0, one unit at a time (collective).
-  void save_llmc(const std::string& path, bool writer);
+  // The parameters, one unit at a time, into `sink` on the writing rank (empty elsewhere); collective
+  // (GPT::save_llmc_units).
+  void save_llmc(const typename GPT<Ops>::LlmcSink& sink);
 
   void begin_step(int64_t step);
   // Before each micro-step's forward (with_backward) or each evaluation / sampling forward.

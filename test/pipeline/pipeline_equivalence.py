@@ -22,7 +22,7 @@ Per row:
 Refusals (one line starting with "error", non-zero exit, nothing written; under mpirun and by
 `train estimate`): more stages than blocks, a world the stages do not divide, ZeRO stage 2 and 3
 (their per-micro-batch traffic, stated), the interleaved schedule (tables only so far), and what is
-not built with stages yet (offload, checkpoints, model.init, final weights, sampling).
+not built with stages yet (offload, sampling).
 
   /usr/bin/python3 test/pipeline/pipeline_equivalence.py [--train ./train] [--mpirun mpirun] [--keep]
 """
@@ -91,8 +91,6 @@ REFUSALS = [
     (2, {"mesh.pipeline": 2, "zero.stage": 3}, [r"zero\.stage", r"every micro-batch", r"0 or 1"]),
     (2, {"mesh.pipeline": 2, "mesh.schedule": "interleaved"}, [r"mesh\.schedule", r"interleaved"]),
     (2, {"mesh.pipeline": 2, "zero.stage": 1, "offload.optimizer": "cpu"}, [r"offload", r"mesh\.pipeline 2"]),
-    (2, {"mesh.pipeline": 2, "run.final_weights": "@final.bin"}, [r"run\.final_weights", r"mesh\.pipeline 2"]),
-    (2, {"mesh.pipeline": 2, "checkpoint.dir": "@ckpt", "checkpoint.every": 2}, [r"checkpoint", r"mesh\.pipeline 2"]),
 ]
 
 
