@@ -224,7 +224,6 @@ void check_pipeline(const Plan& p) {
   };
   if (p.offload.optimizer != "none") not_yet("offload.optimizer", "offload", "set offload.optimizer \"none\"");
   if (p.offload.params != "none") not_yet("offload.params", "offload", "set offload.params \"none\"");
-  if (!p.data.tokenizer.empty()) not_yet("data.tokenizer", "sampling", "set data.tokenizer \"\"");
 }
 
 // Data paths: relative paths are relative to the current working directory (where `train` is

@@ -163,7 +163,7 @@ class Trainer {
       if (tracer_) tracer_->complete("eval", Tracer::kStep, te, Tracer::now_us() - te);
     }
     if (tokenizer_ && ((run.sample_every > 0 && (step + 1) % run.sample_every == 0) || last))
-      sample<Ops>(*model_, *engine_, *tokenizer_, plan_, cfg_.V, step, root_);
+      sample<Ops>(*model_, *engine_, *tokenizer_, plan_, cfg_.V, step, root_, parts_.pipe_comm);
     res.stopped = checkpoint_when_due<Ops>(comm_, plan_, state_, cfg_, run_id_, parts_, decorate_, step);
     return res.stopped;
   }

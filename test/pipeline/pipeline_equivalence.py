@@ -22,7 +22,7 @@ Per row:
 Refusals (one line starting with "error", non-zero exit, nothing written; under mpirun and by
 `train estimate`): more stages than blocks, a world the stages do not divide, ZeRO stage 2 and 3
 (their per-micro-batch traffic, stated), the interleaved schedule (tables only so far), and what is
-not built with stages yet (offload, sampling).
+not built with stages yet (offload).
 
   /usr/bin/python3 test/pipeline/pipeline_equivalence.py [--train ./train] [--mpirun mpirun] [--keep]
 """
@@ -215,31 +215,60 @@ def check_row(r, res, ref, errs):
 
 
 def shipped_plan(train, mpirun, work, timeout):
-    """plans/pipeline2.json as users run it (only the data and the step count changed) at 4 ranks (P 2 x
-    data 2, ZeRO-1, 1F1B over 4 micro-batches), against plans/zero1.json at 2 ranks with the same global
-    batch (grad_accum 4, no sample: pipeline2 sets no tokenizer)."""
-    runs = {}
+    """plans/pipeline2.json as users run it (only the data, the step count and the sample's place changed)
+    at 4 ranks (P 2 x data 2, ZeRO-1, 1F1B over 4 micro-batches), against plans/zero1.json at 2 ranks with
+    the same global batch (grad_accum 4): losses, val loss, and the text sampled after step 3 (through
+    the stages: the last draws each token, the first looks it up)."""
+    runs, texts = {}, {}
     for name, plan, W, extra in (("pipeline2", "plans/pipeline2.json", 4, []),
-                                 ("zero1", "plans/zero1.json", 2, ["--set", "batch.grad_accum=4", "--set", "data.tokenizer="])):
+                                 ("zero1", "plans/zero1.json", 2, ["--set", "batch.grad_accum=4"])):
         d = os.path.join(work, "shipped_" + name)
         os.makedirs(d)
         sets = ["--set", "data.train=data/sample/train_*.bin", "--set", "data.val=data/sample/val.bin",
+                "--set", "data.tokenizer=data/sample/gpt2_tokenizer.bin", "--set", "run.sample_every=3",
+                "--set", "run.sample_tokens=24",
                 "--set", "run.steps=3", "--set", "device=cpu", "--set", f"run.log={d}/metrics.jsonl"] + extra
         p = subprocess.run(zm.launcher(mpirun, W) + [train, plan] + sets, cwd=ROOT, env=zm.env(), stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=timeout)
         if p.returncode != 0:
             return [f"shipped plan {plan} at {W} ranks: exit {p.returncode}: {p.stdout.strip()[-300:]}"]
+        texts[name] = re.findall(r"---- sample at step 3 ----\n(.*)\n", p.stdout)
         rows = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
         runs[name] = ([r["loss"] for r in rows if "loss" in r and "step" in r],
                       [r["val_loss"] for r in rows if "val_loss" in r], next(r["summary"] for r in rows if "summary" in r))
     (a, va, sa), (b, vb, _) = runs["pipeline2"], runs["zero1"]
     worst = max(rel(x, y) for x, y in zip(a + va, b + vb)) if len(a) == len(b) == 3 and va and len(va) == len(vb) \
         else float("inf")
-    ok = worst <= LOSS_TOL and sa.get("pipeline") == 2
+    same_text = len(texts["pipeline2"]) == 1 and texts["pipeline2"] == texts["zero1"] and texts["zero1"][0].strip()
+    ok = worst <= LOSS_TOL and sa.get("pipeline") == 2 and bool(same_text)
     print(f"  {'ok ' if ok else 'BAD'} plans/pipeline2.json at 4 ranks against plans/zero1.json at 2: losses and val "
-          f"loss rel err {worst:.2e}", flush=True)
+          f"loss rel err {worst:.2e}, the same sample after step 3: {texts['pipeline2'][:1]}", flush=True)
     return [] if ok else [f"shipped plans/pipeline2.json: rel err {worst:.2e} against plans/zero1.json, pipeline "
-                          f"{sa.get('pipeline')}"]
+                          f"{sa.get('pipeline')}, samples {texts}"]
+
+
+def samples(train, mpirun, work, timeout):
+    """Sampling through the stages (run.sample_every): P 3 (1F1B, m 3) and P 2 x T 2 with sequence
+    parallelism (each token's (1, t, C) boundary is t padded to a multiple of T, cut T ways) print the
+    text one rank prints after the same 2 steps."""
+    out = {}
+    for name, W, mesh in (("one", 1, {}), ("P3", 3, {"mesh.pipeline": 3}),
+                          ("P2T2sp", 4, {"mesh.pipeline": 2, "mesh.tensor": 2, "mesh.sequence_parallel": "true"})):
+        d = os.path.join(work, "sample_" + name)
+        os.makedirs(d)
+        extra = dict(mesh, **{"data.tokenizer": "data/sample/gpt2_tokenizer.bin", "run.sample_every": 2,
+                              "run.sample_tokens": 15, "run.steps": 2, "batch.grad_accum": 3, "batch.micro_batch": 2})
+        p = subprocess.run(zm.launcher(mpirun, W) + [train, "plans/default.json"] + plan_sets(d, extra), cwd=ROOT,
+                           env=zm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        out[name] = re.findall(r"---- sample at step 2 ----\n(.*)\n", p.stdout) if p.returncode == 0 else \
+            [f"exit {p.returncode}: {p.stdout.strip()[-200:]}"]
+    errs = []
+    for name in ("P3", "P2T2sp"):
+        ok = len(out["one"]) == 1 and out["one"][0].strip() and out[name] == out["one"]
+        print(f"  {'ok ' if ok else 'BAD'} {name} samples what one rank samples: {out[name]}", flush=True)
+        if not ok:
+            errs.append(f"sample at {name}: {out[name]} against one rank's {out['one']}")
+    return errs
 
 
 def resident(train, mpirun, work, timeout):
@@ -334,6 +363,7 @@ def main():
                                 f"activations {f['acts0']} vs {g['acts0']}")
         print("\nthe shipped plan and real memory:")
         errs += shipped_plan(train, a.mpirun, work, a.timeout)
+        errs += samples(train, a.mpirun, work, a.timeout)
         errs += resident(train, a.mpirun, work, a.timeout)
         print("\nrefusals:")
         for i in range(len(REFUSALS)):
