@@ -525,6 +525,15 @@ if(ZT_HAVE_CUDA AND ZT_CUDA_SOURCES)
            WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(emulated.tensor_cuda PROPERTIES LABELS "emu;tensor" TIMEOUT 600 RUN_SERIAL TRUE
                        ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  # Pipeline parallelism on the CUDA backend: P 2 under 1F1B (host-staged comm) and GPipe (NCCL), P 2 x data 2
+  # at stage 1, P 2 x T 2, fp32 against the CPU backend, bf16 against one emulated rank; final weights and
+  # memory = estimate (test/emu/pipeline_emu.sh; 2 minutes on 2 cores).
+  add_test(NAME emulated.pipeline_cuda
+           COMMAND bash ${CMAKE_SOURCE_DIR}/test/emu/pipeline_emu.sh $<TARGET_FILE:train> $<TARGET_FILE:zt_train_emu>
+                   ${MPIEXEC_EXECUTABLE}
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(emulated.pipeline_cuda PROPERTIES LABELS "emu;pipeline" TIMEOUT 600 RUN_SERIAL TRUE
+                       ENVIRONMENT "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   # Groups and point to point on the NCCL comm: ncclCommSplit into rows, a row all-reduce and send/recv
   # rings of device buffers, 4 emulated ranks (test/emu/nccl_groups_emu.cpp).
   add_executable(zt_nccl_groups_emu ${CMAKE_SOURCE_DIR}/test/emu/nccl_groups_emu.cpp)

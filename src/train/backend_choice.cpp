@@ -143,8 +143,6 @@ std::string pick_backend(const Plan& plan, int world, bool need_device) {
     return "cpu-fp32";
   }
   // What the CUDA path cannot run is refused first, on any machine; then whether a GPU is there.
-  ZT_REQUIRE(plan.mesh.pipeline == 1, "mesh.pipeline " << plan.mesh.pipeline << " on the CUDA backend is not built "
-                                          "yet (the stages' messages move host buffers): set device \"cpu\"");
   const std::string name = plan.precision.compute == "fp32" ? "cuda-fp32" : "cuda-bf16";
   check_backend_limits(support::backend(name), plan, world);
   ZT_REQUIRE(!need_device || device::available(), "device: \"cuda\" but no CUDA device is visible (check nvidia-smi and "

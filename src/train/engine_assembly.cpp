@@ -60,10 +60,12 @@ EngineParts<Ops> assemble_engine(const Plan& plan, const EngineSettings& es, Com
   // across them; inside a stage, tensor groups of T adjacent ranks, the data axis across them; on the
   // data axis, shard groups of consecutive ranks, replicated across. Every rank makes every split, in
   // this order (Comm::split is collective).
+  // The pipeline group is the host comm's even on the CUDA backend: the stages' messages cross
+  // through host memory (train/pipeline_step.cpp), like the host-staged collectives.
   p.stage_comm = p.comm;
   if (const int P = es.model.whole_L > 0 ? plan.mesh.pipeline : 1; P > 1) {
     const int rank = p.comm->rank(), per_stage = p.comm->world() / P;
-    p.pipe_group = p.comm->split(rank % per_stage, rank, "pipeline");
+    p.pipe_group = comm.split(rank % per_stage, rank, "pipeline");
     p.stage_group = p.comm->split(rank / per_stage, rank, "stage");
     p.pipe_comm = p.pipe_group.get();
     p.stage_comm = p.stage_group.get();

@@ -27,7 +27,7 @@ double evaluate(GPT<Ops>& model, ZeroEngine<Ops>& engine, DataLoader& val, Comm&
                                  << Tn + 1 << " tokens");
   double sum = 0.0;
   if (pipe) {  // the last stage's losses (train/pipeline_step.h)
-    if constexpr (Ops::tier == Tier::host) sum = pipeline_eval_sum<Ops>(model, engine, *pipe, val, n, B, Tn, V);
+    sum = pipeline_eval_sum<Ops>(model, engine, *pipe, val, n, B, Tn, V);
   } else {
     std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
     for (int64_t i = 0; i < n; ++i) {

@@ -32,6 +32,9 @@ struct PassSpan {
 
 // The stage's passes for the runner: each micro-batch's forward and backward on its own activation
 // slot (slot = micro mod slots: a stage's micro-batches in flight are consecutive, at most `slots`).
+// The runner's messages are host memory: on the CUDA backend each boundary crosses through it
+// (d2h, MPI, h2d; the pipeline group is the host comm, train/engine_assembly.cpp), as the
+// host-staged collectives do; its elements are the backend's (bf16: 2 bytes).
 template <class Ops>
 class ModelStage final : public PipeStageWork {
  public:
@@ -39,10 +42,15 @@ class ModelStage final : public PipeStageWork {
   ModelStage(GPT<Ops>& model, ZeroEngine<Ops>& engine, const StepBatches& b, int B, int Tn, S dloss, int slots,
              Tracer* tr)
       : model_(model), engine_(engine), b_(b), B_(B), Tn_(Tn), dloss_(dloss), slots_(slots),
-        bytes_(boundary_floats(model.config(), B, Tn) * sizeof(float)), tr_(tr) {}
+        bytes_(boundary_bytes(model.config(), B, Tn)), tr_(tr) {}
 
+  // (B, Tn, C) of the backend's elements, this rank's rows under sequence parallelism.
+  static size_t boundary_bytes(const GPTConfig& cfg, int B, int Tn) {
+    return cfg.sp_rows(size_t(B) * size_t(Tn)) * size_t(cfg.C) * sizeof(typename Ops::T);
+  }
+  // The runner's message: those bytes in whole floats.
   static size_t boundary_floats(const GPTConfig& cfg, int B, int Tn) {
-    return cfg.sp_rows(size_t(B) * size_t(Tn)) * size_t(cfg.C);
+    return (boundary_bytes(cfg, B, Tn) + sizeof(float) - 1) / sizeof(float);
   }
 
   void forward(int, int micro, const float* input, float* output) override {
@@ -82,7 +90,6 @@ template <class Ops>
 double pipeline_train_step(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe, PipeSchedule schedule,
                            const StepBatches& batches, int B, int Tn, typename Ops::S dloss, int slots,
                            Tracer* tracer, PipeStepStats* stats) {
-  static_assert(Ops::tier == Tier::host, "the stages' messages are host floats (the CPU backend)");
   const int m = int(batches.inputs.size());
   ModelStage<Ops> work(model, engine, batches, B, Tn, dloss, slots, tracer);
   const PipeStepStats s = run_pipe_step(schedule, PipeShape{pipe.world(), m, 1}, pipe, work,
@@ -99,21 +106,26 @@ void sum_tied_embedding(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe) {
   if (P == 1 || !cfg.has_embedding()) return;
   ZT_ASSERT(model.layout().embedding_units() == 1);
   const int peer = cfg.first_stage ? P - 1 : 0;
+  using T = typename Ops::T;
   ShardedOptimizer<Ops>& opt = engine.optimizer();
-  float* mine = opt.reduced_grads(0);
+  T* grads = opt.reduced_grads(0);  // the backend's memory
   const size_t n = opt.reduced_grads_numel(0);
-  // In pieces of kPiece floats (1 MiB): a whole embedding's receive buffer would be an untracked
-  // copy of it on both stages. Each piece is added only once its send has completed.
+  // In pieces of kPiece elements (1 MiB in fp32), through host memory (the pipeline group is the
+  // host comm; on the CPU backend the copies are memcpy): a whole embedding's buffers would be
+  // untracked copies of it on both stages. Each piece is added only once its send has completed.
   constexpr size_t kPiece = size_t(1) << 18;
-  std::vector<float> theirs(std::min(n, kPiece));
+  std::vector<T> mine(std::min(n, kPiece)), theirs(mine.size());
   for (size_t at = 0; at < n; at += kPiece) {
     const size_t k = std::min(kPiece, n - at);
-    CommHandle r = pipe.recv(theirs.data(), k * sizeof(float), peer);
-    CommHandle s = pipe.send(mine + at, k * sizeof(float), peer);
+    Ops::d2h(mine.data(), grads + at, k * sizeof(T));
+    CommHandle r = pipe.recv(theirs.data(), k * sizeof(T), peer);
+    CommHandle s = pipe.send(mine.data(), k * sizeof(T), peer);
     pipe.wait(r);
     pipe.wait(s);
-    // a + b on one stage, b + a on the other: the same bits (float addition commutes).
-    for (size_t i = 0; i < k; ++i) mine[at + i] += theirs[i];
+    // a + b on one stage, b + a on the other: the same bits (addition commutes; bf16 is summed in
+    // fp32 and rounded once, the same on both).
+    for (size_t i = 0; i < k; ++i) mine[i] = T(float(mine[i]) + float(theirs[i]));
+    Ops::h2d(grads + at, mine.data(), k * sizeof(T));
   }
 }
 
@@ -122,9 +134,9 @@ double pipeline_eval_sum(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe, D
                          int Tn, int V) {
   const GPTConfig& cfg = model.config();
   const int stage = pipe.rank(), P = pipe.world();
-  const size_t bytes = ModelStage<Ops>::boundary_floats(cfg, B, Tn) * sizeof(float);
+  const size_t bytes = ModelStage<Ops>::boundary_bytes(cfg, B, Tn);
   std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
-  std::vector<float> boundary(bytes / sizeof(float));
+  std::vector<float> boundary(ModelStage<Ops>::boundary_floats(cfg, B, Tn));
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) {
     val.eval_batch(i, inputs.data(), targets.data());
@@ -164,16 +176,17 @@ std::string describe_pipeline(const Plan& plan, const GPTConfig& whole) {
   return os.str();
 }
 
-template std::string describe_pipeline<CpuOps<float>>(const Plan&, const GPTConfig&);
+#define ZT_PIPELINE_STEP(Ops)                                                                                     \
+  template std::string describe_pipeline<Ops>(const Plan&, const GPTConfig&);                                   \
+  template double pipeline_train_step<Ops>(GPT<Ops>&, ZeroEngine<Ops>&, Comm&, PipeSchedule, const StepBatches&, \
+                                           int, int, Ops::S, int, Tracer*, PipeStepStats*);                     \
+  template void sum_tied_embedding<Ops>(GPT<Ops>&, ZeroEngine<Ops>&, Comm&);                                     \
+  template double pipeline_eval_sum<Ops>(GPT<Ops>&, ZeroEngine<Ops>&, Comm&, DataLoader&, int64_t, int, int, int);
+ZT_PIPELINE_STEP(CpuOps<float>)
 #if ZT_HAVE_CUDA
-template std::string describe_pipeline<CudaOps<float>>(const Plan&, const GPTConfig&);
-template std::string describe_pipeline<CudaOps<bf16>>(const Plan&, const GPTConfig&);
+ZT_PIPELINE_STEP(CudaOps<float>)
+ZT_PIPELINE_STEP(CudaOps<bf16>)
 #endif
-template double pipeline_train_step<CpuOps<float>>(GPT<CpuOps<float>>&, ZeroEngine<CpuOps<float>>&, Comm&,
-                                                    PipeSchedule, const StepBatches&, int, int, float, int,
-                                                    Tracer*, PipeStepStats*);
-template void sum_tied_embedding<CpuOps<float>>(GPT<CpuOps<float>>&, ZeroEngine<CpuOps<float>>&, Comm&);
-template double pipeline_eval_sum<CpuOps<float>>(GPT<CpuOps<float>>&, ZeroEngine<CpuOps<float>>&, Comm&, DataLoader&,
-                                                  int64_t, int, int, int);
+#undef ZT_PIPELINE_STEP
 
 }  // namespace zt

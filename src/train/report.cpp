@@ -120,7 +120,14 @@ void end_run(Comm& comm, MetricsLog* log, const Plan& plan, const TrainResult& r
     std::printf("\n");
   }
   std::printf("\nmemory per rank (tracked, current and peak):\n%s", mem.table(true).c_str());
-  if (t.world > 1 && t.tensor > 1)
+  if (t.world > 1 && t.bytes_pipeline > 0)
+    std::printf("communication: %s sent per rank per step: %s on the pipeline group (stage boundaries, the tied "
+                "embedding's gradient), %s on the tensor group, %s on the data axis (%s)\n",
+                format_bytes(double(t.bytes_per_step)).c_str(), format_bytes(double(t.bytes_pipeline)).c_str(),
+                format_bytes(double(t.bytes_tensor)).c_str(),
+                format_bytes(double(t.bytes_per_step - t.bytes_tensor - t.bytes_pipeline)).c_str(),
+                partition.bytes_formula().c_str());
+  else if (t.world > 1 && t.tensor > 1)
     std::printf("communication: %s sent per rank per step: %s on the tensor group (activations, docs/tensor.md), "
                 "%s on the data axis (%s)\n",
                 format_bytes(double(t.bytes_per_step)).c_str(), format_bytes(double(t.bytes_tensor)).c_str(),
@@ -146,7 +153,10 @@ void end_run(Comm& comm, MetricsLog* log, const Plan& plan, const TrainResult& r
                 {"bytes_sent_per_step_theory", partition.bytes_per_step() + t.bytes_tensor_theory},
                 {"shard_group", partition.config().world},
                 {"replicas", partition.config().replicas},
-                {"bytes_shard_group_per_step", partition.config().replicas > 1 || t.tensor > 1 ? t.bytes_shard_group : t.bytes_per_step},
+                {"bytes_shard_group_per_step", partition.config().replicas > 1 || t.tensor > 1 || plan.mesh.pipeline > 1
+                                                   ? t.bytes_shard_group
+                                                   : t.bytes_per_step},
+                {"bytes_pipeline_group_per_step", t.bytes_pipeline},
                 {"bytes_shard_group_per_step_theory", partition.bytes_per_step_shard_group()},
                 {"bytes_replicate_group_per_step", t.bytes_replicas},
                 {"bytes_replicate_group_per_step_theory", partition.bytes_per_step_replicas()},

@@ -82,6 +82,9 @@ struct RunTotals {
   // the tensor group, and the model's formula for it (tensor_bytes_per_micro_step x grad_accum).
   int tensor = 1;
   uint64_t bytes_tensor = 0, bytes_tensor_theory = 0;
+  // Pipeline parallelism (train/pipeline_step.h): bytes_per_step's share on the pipeline group (the
+  // stage boundaries' activations and gradients, the tied embedding's gradient sum).
+  uint64_t bytes_pipeline = 0;
 };
 // Collective, the run's last words: rank 0 (the one with a `log`) prints the "done" line and the
 // memory table and logs the summary, with every rank's VmHWM (tracked + untracked, for tests that

@@ -41,8 +41,8 @@ void sample(GPT<Ops>& model, ZeroEngine<Ops>& engine, const Tokenizer& tokenizer
     // (1, t, C): under sequence parallelism this rank's rows of t padded to a multiple of tp (GPT::forward)
     const GPTConfig& cfg = model.config();
     const size_t rows = cfg.sp_rows(cfg.sp ? size_t((t + cfg.tp - 1) / cfg.tp * cfg.tp) : size_t(t));
-    const size_t bytes = rows * size_t(cfg.C) * sizeof(float);
-    boundary.resize(bytes / sizeof(float));
+    const size_t bytes = rows * size_t(cfg.C) * sizeof(typename Ops::T);  // host memory between stages
+    boundary.resize((bytes + sizeof(float) - 1) / sizeof(float));
     engine.begin_pass(0, false);  // every rank samples the same tokens (stage 3 gathers need all)
     if (stage > 0) {  // (1, t, C) from the stage before
       pipe->wait(pipe->recv(boundary.data(), bytes, stage - 1));

@@ -115,10 +115,11 @@ class Trainer {
       state_.step = step + 1;
       state_.next_sequence = int64_t(state_.step) * B * accum * batches;
       bytes_per_step_ = cs.bytes;
-      if (parts_.replica_comm || parts_.tensor_comm)  // the shard group's share of it
+      if (parts_.replica_comm || parts_.tensor_comm || parts_.pipe_comm)  // the shard group's share of it
         bytes_shard_group_ = parts_.shard_comm->step_stats().bytes;
       if (parts_.replica_comm) bytes_replicas_ = parts_.replica_comm->step_stats().bytes;  // hybrid sharding
       if (parts_.tensor_comm) bytes_tensor_ = parts_.tensor_comm->step_stats().bytes;    // tensor parallelism
+      if (parts_.pipe_comm) bytes_pipeline_ = parts_.pipe_comm->step_stats().bytes;     // pipeline stages
       if (root_)
         report_step(*log_, plan_, {step, loss, lr, norm, ms, tokens_per_step, cs, gradients_ms, res.update_ms.back(),
                                    train_seconds}, decorate_);
@@ -131,24 +132,20 @@ class Trainer {
   // One step's micro-batches through this pipeline stage (train/pipeline_step.h): every stage reads
   // them (the first its tokens, the last its targets). The last stage's mean loss, 0 elsewhere.
   double pipeline_step(int step, S dloss) {
-    if constexpr (Ops::tier == Tier::host) {
-      const int B = plan_.batch.micro_batch, Tn = plan_.model.seq_len, accum = plan_.batch.grad_accum;
-      StepBatches b;
-      b.inputs.assign(size_t(accum), std::vector<int>(size_t(B) * Tn));
-      b.targets = b.inputs;
-      for (int micro = 0; micro < accum; ++micro) {
-        data_.train->train_batch(step, micro, accum, b.inputs[size_t(micro)].data(), b.targets[size_t(micro)].data());
-        check_tokens(b.inputs[size_t(micro)], b.targets[size_t(micro)], cfg_.V);
-      }
-      return pipeline_train_step<Ops>(*model_, *engine_, *parts_.pipe_comm,
-                                      parse_pipe_schedule("mesh.schedule", plan_.mesh.schedule), b, B, Tn, dloss,
-                                      activation_slots_, tracer_.get());
-    } else {
-      throw Error("mesh.pipeline: the CUDA backend's stages are not built");  // refused by choose_backend
+    const int B = plan_.batch.micro_batch, Tn = plan_.model.seq_len, accum = plan_.batch.grad_accum;
+    StepBatches b;
+    b.inputs.assign(size_t(accum), std::vector<int>(size_t(B) * Tn));
+    b.targets = b.inputs;
+    for (int micro = 0; micro < accum; ++micro) {
+      data_.train->train_batch(step, micro, accum, b.inputs[size_t(micro)].data(), b.targets[size_t(micro)].data());
+      check_tokens(b.inputs[size_t(micro)], b.targets[size_t(micro)], cfg_.V);
     }
+    return pipeline_train_step<Ops>(*model_, *engine_, *parts_.pipe_comm,
+                                    parse_pipe_schedule("mesh.schedule", plan_.mesh.schedule), b, B, Tn, dloss,
+                                    activation_slots_, tracer_.get());
   }
   void tied_embedding() {
-    if constexpr (Ops::tier == Tier::host) sum_tied_embedding<Ops>(*model_, *engine_, *parts_.pipe_comm);
+    sum_tied_embedding<Ops>(*model_, *engine_, *parts_.pipe_comm);
   }
 
   // Evaluation, sample and checkpoint when due; true when a stop signal ends the run here (saved).
@@ -191,7 +188,8 @@ class Trainer {
                            uint64_t(plan_.batch.grad_accum) * tensor_bytes_per_micro_step(cfg_, plan_.batch.micro_batch,
                                                                                           plan_.model.seq_len,
                                                                                           model_->recompute(),
-                                                                                          int(sizeof(typename Ops::T)))};
+                                                                                          int(sizeof(typename Ops::T))),
+                           bytes_pipeline_};
     end_run(comm_, log_.get(), plan_, res, totals, mem_, *parts_.partition, tracer_ != nullptr, trace_error,
             outputs_.log);
     return res;
@@ -265,6 +263,7 @@ class Trainer {
   std::unique_ptr<Tracer> tracer_;     // run.trace; null = off
   uint64_t bytes_per_step_ = 0;
   uint64_t bytes_shard_group_ = 0, bytes_replicas_ = 0;  // hybrid sharding: bytes_per_step_ by group
+  uint64_t bytes_pipeline_ = 0;                          // pipeline stages: bytes_per_step_'s share
   uint64_t bytes_tensor_ = 0;                             // tensor parallelism: the tensor group's share
   std::unique_ptr<MetricsLog> log_;
   RunOutputs outputs_;  // rank 0: all; the others: their trace

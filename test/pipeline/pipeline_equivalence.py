@@ -211,6 +211,14 @@ def check_row(r, res, ref, errs):
         errs.append(f"{r.name()}: tracked != estimate per stage (rank, acts, est, total, est): {bad[:3]}")
     m["slots"] = [st.get("activation_slots") for st in stages]
     m["acts0"] = acts[0] if acts else None
+    # Rank 0's bytes on the pipeline group (one tensor and data rank: the byte model is plain): m
+    # (B, T, C) boundaries forward, and the tied embedding's gradient (the embedding unit: wte's
+    # padded rows and wpe, padded to the unit multiple) once, to the last stage.
+    if r.T == 1 and r.data == 1:
+        want_b = r.m * r.B * SEQ * C * 4 + (VP + SEQ) * C * 4
+        got_b = s.get("bytes_pipeline_group_per_step", 0)
+        if abs(got_b - want_b) > 0.01 * want_b:
+            errs.append(f"{r.name()}: bytes_pipeline_group_per_step {got_b}, the byte model {want_b}")
     return m
 
 
