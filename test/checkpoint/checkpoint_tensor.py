@@ -137,6 +137,36 @@ def tensors(path):
     return out
 
 
+def same_at_lr0(got, want):
+    """Weights of two runs at optim.lr ~0 (name -> array): bit for bit, but the zero-initialized
+    biases, which move by ~lr, within 1e-25."""
+    return sorted(got) == sorted(want) and all(
+        got[n].shape == want[n].shape
+        and np.array_equal(np.where(np.abs(want[n]) < 1e-20, 0, got[n]), np.where(np.abs(want[n]) < 1e-20, 0, want[n]))
+        and np.all(np.abs(got[n].astype(np.float64) - want[n]) <= 1e-25) for n in want)
+
+
+def same_model_h5(ckpt, ref_ckpt, what):
+    """model.h5 of a checkpoint against a 1-rank one of the same step, both at optim.lr ~0: every
+    weight tensor by global name and shape (same_at_lr0), the AdamW moments (sums in another order)
+    within TOL_W of each tensor's largest."""
+    got, want = tensors(os.path.join(ckpt, "model.h5")), tensors(os.path.join(ref_ckpt, "model.h5"))
+    same_shapes = sorted(got) == sorted(want) and all(got[n].shape == want[n].shape for n in want)
+    weights = [n for n in want if not n.startswith("adam_")]
+    ct.check(same_shapes and same_at_lr0({n: got[n] for n in weights}, {n: want[n] for n in weights}),
+             f"model.h5 of the {what} checkpoint: all {len(weights)} weight tensors, by global name and shape, equal "
+             f"the 1-rank checkpoint's bit for bit (zero-initialized biases within 1e-25)")
+    worst, at = 0.0, ""
+    for n in (set(want) - set(weights)) if same_shapes else []:
+        scale = float(np.max(np.abs(want[n]))) or 1.0
+        d = float(np.max(np.abs(got[n].astype(np.float64) - want[n]))) / scale
+        if d > worst:
+            worst, at = d, n
+    ct.check(same_shapes and len(want) > len(weights) and worst <= TOL_W,
+             f"model.h5 AdamW moments ({len(want) - len(weights)} tensors) within {TOL_W} of each tensor's largest "
+             f"(worst {worst:.2e} at {at or '-'})")
+
+
 def case_files(tmp):
     """At optim.lr 0 (the weights stay the initial ones, "step 0-equivalent"): model.h5 of a
     mesh.tensor 2 checkpoint against a 1-rank one of the same step: weights bit for bit, AdamW
@@ -147,24 +177,7 @@ def case_files(tmp):
     r = save_at(tmp, "t1lr0", 1, 1, 0, optim__lr=LR0)
     if not (os.path.isdir(step_dir(a, SAVE)) and os.path.isdir(step_dir(r, SAVE))):
         return
-    got, want = tensors(os.path.join(step_dir(a, SAVE), "model.h5")), tensors(os.path.join(step_dir(r, SAVE), "model.h5"))
-    same_shapes = sorted(got) == sorted(want) and all(got[n].shape == want[n].shape for n in want)
-    weights = [n for n in want if not n.startswith("adam_")]
-    # (the zero-initialized biases move by ~lr: those within 1e-25, the rest bit for bit)
-    exact = same_shapes and all(np.array_equal(np.where(np.abs(want[n]) < 1e-20, 0, got[n]),
-                                               np.where(np.abs(want[n]) < 1e-20, 0, want[n]))
-                                and np.all(np.abs(got[n].astype(np.float64) - want[n]) <= 1e-25) for n in weights)
-    ct.check(exact, f"model.h5 of the mesh.tensor 2 checkpoint: all {len(weights)} weight tensors, by global name and "
-                    f"shape, equal the 1-rank checkpoint's bit for bit (zero-initialized biases within 1e-25)")
-    worst, at = 0.0, ""
-    for n in (set(want) - set(weights)) if same_shapes else []:
-        scale = float(np.max(np.abs(want[n]))) or 1.0
-        d = float(np.max(np.abs(got[n].astype(np.float64) - want[n]))) / scale
-        if d > worst:
-            worst, at = d, n
-    ct.check(same_shapes and len(want) > len(weights) and worst <= TOL_W,
-             f"model.h5 AdamW moments ({len(want) - len(weights)} tensors) within {TOL_W} of each tensor's largest "
-             f"(worst {worst:.2e} at {at or '-'})")
+    same_model_h5(step_dir(a, SAVE), step_dir(r, SAVE), "mesh.tensor 2")
     with h5py.File(os.path.join(step_dir(a, SAVE), "rank_00001.h5"), "r") as f:
         grp = f["param/h/0/mlp/c_proj/weight"]
         ds = [grp[k] for k in grp]

@@ -19,6 +19,17 @@ small=(--set data.train='data/sample/train_*.bin' --set data.val=data/sample/val
   --set model.n_layer=2 --set model.n_embd=64 --set model.n_head=2 --set model.seq_len=64
   --set batch.micro_batch=1 --set run.eval_every=0 --set run.eval_batches=1
   --set run.sample_every=0 --set run.sample_tokens=1)
+# The oracles of the scripts that compare a mesh with one rank (tensor_emu, pipeline_emu), over the
+# caller's `common` plan arguments: `oracle_cpu NAME ACCUM` the CPU backend on one rank (with final
+# weights), `oracle_bf16 NAME ACCUM` one emulated rank in bf16; each logs to $work/NAME/metrics.jsonl.
+oracle_cpu() {
+  "$TRAIN" "${common[@]}" --set device=cpu --set batch.grad_accum="$2" --set run.log="$work/$1/metrics.jsonl" \
+    --set run.final_weights="$work/$1/final.bin" > "$work/$1.out" 2>&1 || { cat "$work/$1.out"; exit 1; }
+}
+oracle_bf16() {
+  "$EMU" "${common[@]}" --set device=cuda --set precision.compute=bf16 --set batch.grad_accum="$2" \
+    --set run.log="$work/$1/metrics.jsonl" > "$work/$1.out" 2>&1 || { cat "$work/$1.out"; exit 1; }
+}
 # Independent runs two at a time under the emulator (each emulated rank is one thread, the CI
 # machine has 2 cores, and a script runs alone: RUN_SERIAL): `bg CMD ARGS...` starts CMD (a function
 # of the script, which prints its own failure and exits non-zero) in the background once fewer than

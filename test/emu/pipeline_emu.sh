@@ -33,18 +33,10 @@ run() {  # name np backend precision [extra --set ...]: zt_train_emu with stages
   "$EMU" estimate "${cmd[@]:1}" --world "$np" --json 2>/dev/null > "$work/$name.est"
   echo "ran $name: $(grep -c '^step ' "$work/$name.out") steps"
 }
-cpu() {  # name grad_accum: the oracle, the CPU backend on one rank
-  "$TRAIN" "${common[@]}" --set device=cpu --set batch.grad_accum="$2" --set run.log="$work/$1/metrics.jsonl" \
-    --set run.final_weights="$work/$1/final.bin" > "$work/$1.out" 2>&1 || { cat "$work/$1.out"; exit 1; }
-}
-one_b16() {  # name grad_accum: one emulated rank in bf16
-  "$EMU" "${common[@]}" --set device=cuda --set precision.compute=bf16 --set batch.grad_accum="$2" \
-    --set run.log="$work/$1/metrics.jsonl" > "$work/$1.out" 2>&1 || { cat "$work/$1.out"; exit 1; }
-}
 
-bg cpu cpu_a2 2
-bg cpu cpu_a4 4
-bg one_b16 b16_a2 2
+bg oracle_cpu cpu_a2 2
+bg oracle_cpu cpu_a4 4
+bg oracle_bf16 b16_a2 2
 bg run f32_p2 2 mpi fp32 --set mesh.pipeline=2
 bg run f32_p2_nccl_gpipe 2 nccl fp32 --set mesh.pipeline=2 --set mesh.schedule=gpipe
 bg run f32_p2d2_s1 4 nccl fp32 --set mesh.pipeline=2 --set zero.stage=1
@@ -53,39 +45,26 @@ bg run b16_p2 2 nccl bf16 --set mesh.pipeline=2
 join
 
 "$PY" - "$work" <<'PY'
-import json, math, os, sys
-import numpy as np
-w = sys.argv[1]
-def rows(name):
-    return [json.loads(l) for l in open(f"{w}/{name}/metrics.jsonl")]
-def steps(name):
-    return [r for r in rows(name) if "loss" in r and "step" in r]
-def summary(name):
-    return next(r["summary"] for r in rows(name) if "summary" in r)
+import json, os, sys
+sys.path.insert(0, "test/emu")
+from emu_results import Runs
+runs = Runs(sys.argv[1])
+w, summary = runs.w, runs.summary
 ok = True
 def check(name, ref, bound):
     global ok
-    a, b = steps(name), steps(ref)
-    err = max(max(abs(x[k] - y[k]) / abs(y[k]) for k in ("loss", "grad_norm")) for x, y in zip(a, b)) \
-        if len(a) == len(b) == 3 else float("inf")
-    good = err <= bound and summary(name)["pipeline"] == 2
+    good, line = runs.against(name, ref, bound)
+    good &= summary(name)["pipeline"] == 2
     ok &= good
-    losses = " ".join("%.6f" % x["loss"] for x in a)
-    print(f"{name:18s} vs {ref:7s}: losses {losses}  max rel err (loss, norm) "
-          f"{err:.2e} (bound {bound:g}) {'ok' if good else 'FAILED'}")
+    print(line)
 for name, ref in (("f32_p2", "cpu_a2"), ("f32_p2_nccl_gpipe", "cpu_a2"), ("f32_p2d2_s1", "cpu_a4"),
                   ("f32_p2t2", "cpu_a2")):
     check(name, ref, 1e-5)
 check("b16_p2", "b16_a2", 2e-2)
-def weights(path):
-    raw = np.fromfile(path, dtype=np.uint8)
-    return raw[:1024].view(np.int32)[:8].tolist(), raw[1024:].view(np.float32).astype(np.float64)
-(h, a), (hr, r) = weights(f"{w}/f32_p2/final.bin"), weights(f"{w}/cpu_a2/final.bin")
-err = math.sqrt(float((a - r) @ (a - r)) / float(r @ r)) if h == hr and a.size == r.size else float("inf")
+err = runs.weights_rel_l2("f32_p2", "cpu_a2")  # inf: the headers differ
 good = err <= 1e-5
 ok &= good
-print(f"final weights, P 2 vs the CPU backend on one rank: header {'==' if h == hr else '!='}, "
-      f"rel L2 {err:.2e} (bound 1e-5) {'ok' if good else 'FAILED'}")
+print(f"final weights, P 2 vs the CPU backend on one rank: rel L2 {err:.2e} (bound 1e-5) {'ok' if good else 'FAILED'}")
 for name in sorted(os.path.basename(p)[:-4] for p in os.listdir(w) if p.endswith(".est")):
     sm, est = summary(name), json.load(open(f"{w}/{name}.est"))
     good = est["memory"] == sm["peak_memory_bytes"] and sm["bytes_pipeline_group_per_step"] > 0

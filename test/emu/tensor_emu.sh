@@ -41,19 +41,11 @@ run() {  # name np precision [extra --set ...]: zt_train_emu on the NCCL path
   "$EMU" estimate "${cmd[@]:1}" --world "$np" --json 2>/dev/null > "$work/$name.est"
   echo "ran $name: $(grep -c '^step ' "$work/$name.out") steps"
 }
-cpu() {  # name grad_accum: the oracle, the CPU backend on one rank
-  "$TRAIN" "${common[@]}" --set device=cpu --set batch.grad_accum="$2" --set run.log="$work/$1/metrics.jsonl" \
-    --set run.final_weights="$work/$1/final.bin" > "$work/$1.out" 2>&1 || { cat "$work/$1.out"; exit 1; }
-}
-one_b16() {  # name grad_accum: one emulated rank in bf16
-  "$EMU" "${common[@]}" --set device=cuda --set precision.compute=bf16 --set batch.grad_accum="$2" \
-    --set run.log="$work/$1/metrics.jsonl" > "$work/$1.out" 2>&1 || { cat "$work/$1.out"; exit 1; }
-}
 
-bg cpu cpu_a1 1
-bg cpu cpu_a2 2
-bg one_b16 b16_a1 1
-bg one_b16 b16_a2 2
+bg oracle_cpu cpu_a1 1
+bg oracle_cpu cpu_a2 2
+bg oracle_bf16 b16_a1 1
+bg oracle_bf16 b16_a2 2
 bg run f32_t2 2 fp32 --set mesh.tensor=2
 bg run f32_t3 3 fp32 --set mesh.tensor=3
 bg run f32_t2_sp 2 fp32 --set mesh.tensor=2 --set mesh.sequence_parallel=true --set recompute.classifier_chunk=16
@@ -90,40 +82,27 @@ if grep -qE 'collective [a-z_]+ #[0-9]+ in group "tensor" .*did not complete wit
 else echo "hang: FAILED (${took} s)"; grep -vE '^\[vm|EMULATED on the CPU' "$work/hang.err" | head -30; fail=1; fi
 
 FAIL=$fail "$PY" - "$work" <<'PY'
-import json, math, os, sys
-import numpy as np
-w = sys.argv[1]
-def rows(name):
-    return [json.loads(l) for l in open(f"{w}/{name}/metrics.jsonl")]
-def steps(name):
-    return [r for r in rows(name) if "loss" in r and "step" in r]
-def summary(name):
-    return next(r["summary"] for r in rows(name) if "summary" in r)
+import json, os, sys
+sys.path.insert(0, "test/emu")
+from emu_results import Runs
+runs = Runs(sys.argv[1])
+w, summary = runs.w, runs.summary
 ok = os.environ["FAIL"] == "0"
 def check(name, ref, bound):
     global ok
-    a, b = steps(name), steps(ref)
-    err = max(max(abs(x[k] - y[k]) / abs(y[k]) for k in ("loss", "grad_norm")) for x, y in zip(a, b)) \
-        if len(a) == len(b) == 3 else float("inf")
-    good = err <= bound
+    good, line = runs.against(name, ref, bound)
     ok &= good
-    losses = " ".join("%.6f" % x["loss"] for x in a)
-    print(f"{name:20s} vs {ref:7s}: losses {losses}  max rel err (loss, norm) "
-          f"{err:.2e} (bound {bound:g}) {'ok' if good else 'FAILED'}")
+    print(line)
 for name, ref in (("f32_t2", "cpu_a1"), ("f32_t3", "cpu_a1"), ("f32_t2_sp", "cpu_a1"), ("f32_t2d2_s1", "cpu_a2"),
                   ("f32_t2d2_s3", "cpu_a2"), ("f32_t2d2_s3_offload", "cpu_a2")):
     check(name, ref, 1e-5)
 check("b16_t2", "b16_a1", 2e-2)
 check("b16_t2d2_s2_sp", "b16_a2", 2e-2)
-def weights(path):
-    raw = np.fromfile(path, dtype=np.uint8)
-    return raw[:1024].view(np.int32)[:8].tolist(), raw[1024:].view(np.float32).astype(np.float64)
-(h, a), (hr, r) = weights(f"{w}/f32_t2d2_s3/final.bin"), weights(f"{w}/cpu_a2/final.bin")
-err = math.sqrt(float((a - r) @ (a - r)) / float(r @ r)) if h == hr and a.size == r.size else float("inf")
+err = runs.weights_rel_l2("f32_t2d2_s3", "cpu_a2")  # inf: the headers differ
 good = err <= 1e-5
 ok &= good
-print(f"final weights, T 2 x data 2 stage 3 vs the CPU backend on one rank: header {'==' if h == hr else '!='}, "
-      f"rel L2 {err:.2e} (bound 1e-5) {'ok' if good else 'FAILED'}")
+print(f"final weights, T 2 x data 2 stage 3 vs the CPU backend on one rank: rel L2 {err:.2e} (bound 1e-5) "
+      f"{'ok' if good else 'FAILED'}")
 for name in sorted(os.path.basename(p)[:-4] for p in os.listdir(w) if p.endswith(".est")):
     sm, est = summary(name), json.load(open(f"{w}/{name}.est"))
     t = (sm["bytes_tensor_group_per_step"], sm["bytes_tensor_group_per_step_theory"], est["bytes_per_step_tensor_group"])
