@@ -216,9 +216,6 @@ void check_pipeline(const Plan& p) {
                                              : " gathers every unit for every micro-batch's forward and backward") +
                           ", m = batch.grad_accum times a step on the data axis (DeepSpeed refuses it for the same "
                           "reason); use zero.stage 0 or 1, which reduce once per step");
-  if (p.zero.shard_group != "world")
-    bad("zero.shard_group", shown(json(p.zero.shard_group)) + " " + with + ": hybrid sharding inside pipeline stages "
-                            "is not built yet (set \"world\")");
   auto not_yet = [&](const std::string& key, const std::string& what, const std::string& off) {
     bad(key, what + " " + with + " is not built yet (" + off + ")");
   };

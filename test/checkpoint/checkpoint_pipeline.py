@@ -13,6 +13,8 @@ per step (micro_batch x grad_accum x world / (mesh.pipeline x mesh.tensor)), 6 s
   1top3      ref's step 3 -> mesh.pipeline 3 (world 3: blocks 1, 2, 2) resumes to step 6
   p2d2top3   mesh.pipeline 2 x data 2 at zero.stage 1, GPipe (world 4), saves at step 3 -> mesh.pipeline
              3 resumes (every stage's blocks come from another stage's file)
+  p2hto1     mesh.pipeline 2 x data 2 at stage 1 with zero.shard_group 1 (hybrid sharding inside the
+             stages: two replicas of one-rank shard groups, each saving half of what it holds) -> 1 rank
   files      at optim.lr ~0 (weights stay the initial ones), mesh.pipeline 2 and 1 rank each save step
              3: model.h5 of the two, weights bit for bit, AdamW moments within 1e-6 of each tensor's
              largest; the last stage's rank file holds no wte (saved once, by the first stage); the
@@ -111,6 +113,12 @@ def case_p2d2top3(tmp):
     resume(tmp, "p2d2top3", ref, tt.step_dir(a, SAVE), 3, 3, 1, 0, "world 4 mesh.pipeline 2 stage 1")
 
 
+def case_p2hto1(tmp):
+    ref = reference(tmp)
+    a = save_at(tmp, "p2h", 4, 2, 1, 1, zero__shard_group=1)
+    resume(tmp, "p2hto1", ref, tt.step_dir(a, SAVE), 1, 1, 1, 0, "world 4 mesh.pipeline 2 stage 1 zero.shard_group 1")
+
+
 def case_files(tmp):
     """At optim.lr ~0: model.h5 of a mesh.pipeline 2 checkpoint against a 1-rank one of the same step
     (weights bit for bit, moments within 1e-6), what each stage's file holds, the llm.c exports."""
@@ -167,4 +175,4 @@ def case_init(tmp):
 
 
 if __name__ == "__main__":
-    sys.exit(ct.run_case_script("checkpoint_pipeline", ["p2t2to1", "1top3", "p2d2top3", "files", "init"], globals(), True))
+    sys.exit(ct.run_case_script("checkpoint_pipeline", ["p2t2to1", "1top3", "p2d2top3", "p2hto1", "files", "init"], globals(), True))

@@ -5,7 +5,8 @@ Every row trains a 5-layer model for 10 steps with the blocks cut into P stages 
 uneven: 5 blocks, the head on the last stage) under each schedule (gpipe, 1f1b), with fewer
 micro-batches (batch.grad_accum = m) than stages, as many, and more; P 2 x T 2 (tensor parallelism
 inside each stage, with and without sequence parallelism), P 2 x data 2 at ZeRO stages 0 and 1, and
-the 8-rank P 2 x T 2 x data 2; recompute inside the stages and a chunked classifier under GPipe
+the 8-rank P 2 x T 2 x data 2, P 2 x data 2 with hybrid sharding inside the stages (zero.shard_group
+1: two replicas of one-rank shard groups per stage); recompute inside the stages and a chunked classifier under GPipe
 (every forward before the first backward); gradient clipping on and off. The oracle: one rank,
 ZeRO stage 0, the same global batch (micro_batch x data axis) and m.
 
@@ -78,6 +79,7 @@ ROWS = [
     Row(2, 4, "1f1b", 3, T=2), Row(2, 4, "gpipe", 2, T=2, extra={"mesh.sequence_parallel": "true"}),
     Row(2, 4, "1f1b", 4, stage=1, B=1), Row(2, 4, "gpipe", 2, stage=0, B=1),
     Row(2, 8, "1f1b", 4, stage=1, T=2, B=1),
+    Row(2, 4, "1f1b", 2, stage=1, B=1, extra={"zero.shard_group": "1"}),
     Row(3, 3, "1f1b", 4, extra={"recompute.policy": "selective"}),
     Row(2, 2, "gpipe", 3, extra={"recompute.classifier_chunk": 8, "recompute.policy": "block"}),
     Row(3, 3, "1f1b", 3, extra={"optim.grad_clip": 0.0}),
