@@ -110,22 +110,25 @@ void sum_tied_embedding(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe) {
   ShardedOptimizer<Ops>& opt = engine.optimizer();
   T* grads = opt.reduced_grads(0);  // the backend's memory
   const size_t n = opt.reduced_grads_numel(0);
-  // In pieces of kPiece elements (1 MiB in fp32), through host memory (the pipeline group is the
-  // host comm; on the CPU backend the copies are memcpy): a whole embedding's buffers would be
-  // untracked copies of it on both stages. Each piece is added only once its send has completed.
+  // In pieces of kPiece elements (1 MiB in fp32), through host memory on the CUDA backend (the
+  // pipeline group is the host comm), in place on the CPU backend's: a whole embedding's buffers
+  // would be untracked copies of it on both stages. Each piece is added only once its send has
+  // completed.
+  constexpr bool on_host = Ops::tier == Tier::host;
   constexpr size_t kPiece = size_t(1) << 18;
-  std::vector<T> mine(std::min(n, kPiece)), theirs(mine.size());
+  std::vector<T> staged(on_host ? 0 : std::min(n, kPiece)), theirs(std::min(n, kPiece));
   for (size_t at = 0; at < n; at += kPiece) {
     const size_t k = std::min(kPiece, n - at);
-    Ops::d2h(mine.data(), grads + at, k * sizeof(T));
+    T* mine = on_host ? grads + at : staged.data();
+    if (!on_host) Ops::d2h(mine, grads + at, k * sizeof(T));
     CommHandle r = pipe.recv(theirs.data(), k * sizeof(T), peer);
-    CommHandle s = pipe.send(mine.data(), k * sizeof(T), peer);
+    CommHandle s = pipe.send(mine, k * sizeof(T), peer);
     pipe.wait(r);
     pipe.wait(s);
     // a + b on one stage, b + a on the other: the same bits (addition commutes; bf16 is summed in
     // fp32 and rounded once, the same on both).
     for (size_t i = 0; i < k; ++i) mine[i] = T(float(mine[i]) + float(theirs[i]));
-    Ops::h2d(grads + at, mine.data(), k * sizeof(T));
+    if (!on_host) Ops::h2d(grads + at, mine, k * sizeof(T));
   }
 }
 
