@@ -8,6 +8,8 @@
 #pragma once
 #include <cstddef>
 #include <numeric>
+#include <utility>
+#include <vector>
 
 namespace zt {
 
@@ -27,8 +29,27 @@ struct GPTConfig {
   int layer0 = 0;
   int whole_L = 0;
   bool first_stage = true, last_stage = true;
+  // Interleaved schedules (pipeline/schedule.h): the stage's L blocks are runs of the whole model's
+  // layers, one per model chunk: chunk c holds layers [chunk_first[c], + chunk_blocks[c]), which are
+  // this stage's blocks [chunk_begin(c), chunk_begin(c + 1)). Empty: one chunk, [layer0, layer0 + L).
+  // The first stage looks the tokens up in its chunk 0 only, the last runs the head after its last.
+  std::vector<int> chunk_first, chunk_blocks;
 
   int layers() const { return whole_L > 0 ? whole_L : L; }  // of the whole model
+  int chunks() const { return chunk_blocks.empty() ? 1 : int(chunk_blocks.size()); }
+  int chunk_begin(int c) const {  // c = chunks(): L
+    int b = 0;
+    for (int i = 0; i < c && i < int(chunk_blocks.size()); ++i) b += chunk_blocks[size_t(i)];
+    return chunk_blocks.empty() && c > 0 ? L : b;
+  }
+  // Block l of this stage is layer whole_layer(l) of the whole model.
+  int whole_layer(int l) const {
+    for (size_t c = 0; c < chunk_blocks.size(); ++c) {
+      if (l < chunk_blocks[c]) return chunk_first[c] + l;
+      l -= chunk_blocks[c];
+    }
+    return layer0 + l;
+  }
   bool has_embedding() const { return first_stage || last_stage; }
   int heads() const { return NH / tp; }          // attention heads here
   int attn_C() const { return C / tp; }          // their channels: qkv is (B, T, 3 attn_C)
@@ -46,7 +67,11 @@ struct GPTConfig {
     while (m % tp != 0) m += 128;
     return (V + m - 1) / m * m;
   }
-  static GPTConfig make(int L, int NH, int C, int maxT, int V) { return {L, NH, C, maxT, V, pad_vocab(V)}; }
+  static GPTConfig make(int L, int NH, int C, int maxT, int V) {
+    GPTConfig c;
+    c.L = L, c.NH = NH, c.C = C, c.maxT = maxT, c.V = V, c.Vp = pad_vocab(V);
+    return c;
+  }
   // The same model as rank `rank` of `tp` tensor-parallel ranks holds it.
   GPTConfig split(int tp_size, int rank, bool sequence_parallel = false) const {
     GPTConfig c = *this;
@@ -65,6 +90,20 @@ struct GPTConfig {
     c.L = layers;
     c.first_stage = stage_index == 0;
     c.last_stage = stage_index == P - 1;
+    c.chunk_first.clear();
+    c.chunk_blocks.clear();
+    return c;
+  }
+  // The same stage holding several model chunks (interleaved): runs (first layer, blocks) in order.
+  GPTConfig stage_chunks(int P, int stage_index, const std::vector<std::pair<int, int>>& runs) const {
+    int layers = 0;
+    for (const auto& r : runs) layers += r.second;
+    GPTConfig c = stage(P, stage_index, runs.front().first, layers);
+    if (runs.size() > 1)
+      for (const auto& r : runs) {
+        c.chunk_first.push_back(r.first);
+        c.chunk_blocks.push_back(r.second);
+      }
     return c;
   }
   // The whole model this rank holds a part of: tp 1, the vocabulary padded as for tp (the shapes
@@ -78,6 +117,8 @@ struct GPTConfig {
     c.whole_L = 0;
     c.layer0 = 0;
     c.first_stage = c.last_stage = true;
+    c.chunk_first.clear();
+    c.chunk_blocks.clear();
     return c;
   }
 };

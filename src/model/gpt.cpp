@@ -345,23 +345,22 @@ double GPT<Ops>::forward(const int* host_inputs, const int* host_targets, int B,
   last_T_ = Tn;
   Ops::h2d(acts_.inputs, host_inputs, size_t(N) * sizeof(int));
   if (host_targets) Ops::h2d(acts_.targets, host_targets, size_t(N) * sizeof(int));
-  const size_t layer_stride = cfg_.sp_rows(size_t(B_) * size_t(T_)) * size_t(C);  // (B, T, C) of one layer
   const int rows = int(cfg_.sp_rows(size_t(N)));  // the residual stream's positions here
 
-  // A later pipeline stage's input, the previous stage's output, is in stage_input() already.
-  if (cfg_.first_stage) lookup_forward(B, Tn);
+  // A later pipeline stage's input (or chunk's), the previous one's output, is in stage_input() already.
+  if (runs_lookup()) lookup_forward(B, Tn);
 
-  const T* x = acts_.encoded;
-  for (int l = 0; l < L; ++l) {
+  const int first = cfg_.chunk_begin(chunk_), end = cfg_.chunk_begin(chunk_ + 1);
+  for (int l = first; l < end; ++l) {
     hooks_->before_forward(layout_.block_unit(l));
     if (cfg_.sp)
-      block_forward_sp(l, x, B, Tn);
+      block_forward_sp(l, block_input(l), B, Tn);
     else
-      block_forward(l, x, B, Tn);
+      block_forward(l, block_input(l), B, Tn);
     hooks_->after_forward(layout_.block_unit(l));
-    x = acts_.residual3 + size_t(l) * layer_stride;
   }
-  if (!cfg_.last_stage) return 0.0;  // its output, stage_output(), goes on to the next stage
+  if (!runs_head()) return 0.0;  // its output, stage_output(), goes on to the next stage
+  const T* x = block_input(L);  // the last block's output (the lookup's, with no blocks)
 
   hooks_->before_forward(layout_.final_unit());
   // Sequence parallelism: the final norm over this rank's positions, gathered whole for the head.
@@ -447,11 +446,10 @@ void GPT<Ops>::backward() {
   const int C = cfg_.C, L = cfg_.L, N = B * Tn;
   const int rows = int(cfg_.sp_rows(size_t(N)));  // the residual stream's positions here
   const size_t nC = size_t(rows) * size_t(C);
-  const size_t layer_stride = cfg_.sp_rows(size_t(B_) * size_t(T_)) * size_t(C);
 
-  // A pipeline stage before the last starts from the gradient of its output, which the caller wrote
-  // into stage_output_grad() (the residual gradient the blocks accumulate into).
-  if (cfg_.last_stage) {
+  // A pipeline stage before the last (or chunk) starts from the gradient of its output, which the
+  // caller wrote into stage_output_grad() (the residual gradient the blocks accumulate into).
+  if (runs_head()) {
     const T* dlnf = classifier_backward();
     // Deferred lookup: the LM-head part of the embedding's gradient now, so that the engine reduces
     // it while the blocks' backward runs (dlogits and lnf are final from here). Whole logits: written
@@ -464,18 +462,17 @@ void GPT<Ops>::backward() {
     hooks_->before_backward(F);
     hooks_->before_grads(F);
     Ops::zero(gs_.dresidual, nC);
-    const T* x_last = L > 0 ? acts_.residual3 + size_t(L - 1) * layer_stride : acts_.encoded;
-    layernorm_backward_here(gs_.dresidual, ParamId::lnfw, ParamId::lnfb, -1, dlnf, x_last, acts_.lnf_mean,
+    layernorm_backward_here(gs_.dresidual, ParamId::lnfw, ParamId::lnfb, -1, dlnf, block_input(L), acts_.lnf_mean,
                             acts_.lnf_rstd, rows);
     hooks_->after_backward(F);
     hooks_->grads_ready(F);
   }
 
-  for (int l = L - 1; l >= 0; --l) {
+  for (int l = cfg_.chunk_begin(chunk_ + 1) - 1; l >= cfg_.chunk_begin(chunk_); --l) {
     const int u = layout_.block_unit(l);
     hooks_->before_backward(u);
     hooks_->before_grads(u);
-    const T* x = l == 0 ? acts_.encoded : acts_.residual3 + size_t(l - 1) * layer_stride;
+    const T* x = block_input(l);
     const BlockActs a = block_acts(l);
     block_recompute(l, a, x, B, Tn);  // after the hook: a sharded unit's parameters are gathered
     if (cfg_.sp)
@@ -488,8 +485,8 @@ void GPT<Ops>::backward() {
 
   // The embedding's gradients last (LM-head and lookup parts together), or with a deferred lookup
   // only its lookup part, which the engine adds (UnitHooks::embedding_lookup_deferred). A pipeline
-  // stage after the first leaves the gradient of its input in stage_input_grad().
-  if (!cfg_.first_stage) return;
+  // stage after the first (or chunk) leaves the gradient of its input in stage_input_grad().
+  if (!runs_lookup()) return;
   if (defer_lookup_) {
     hooks_->embedding_lookup_deferred();
   } else {

@@ -139,11 +139,17 @@ class GPT {
   // its output; before backward() on a stage before the last, the gradient of that output (the
   // residual gradient backward accumulates into: one buffer for all slots); after it on a stage
   // after the first, the gradient of its input.
+  // With model chunks (interleaved, GPTConfig::chunks), forward and backward run chunk c's blocks
+  // from use_chunk(c) on (the lookup in chunk 0 of the first stage, the head after the last chunk
+  // of the last), and the boundaries are that chunk's: its input is where the block before it
+  // would have written its output (residual3, which no backward reads: the slot's place for it).
   void use_activation_slot(int k);
-  T* stage_input() { return acts_.encoded; }
-  const T* stage_output() const {
-    return acts_.residual3 + size_t(cfg_.L - 1) * cfg_.sp_rows(size_t(B_) * size_t(T_)) * size_t(cfg_.C);
+  void use_chunk(int c) {
+    ZT_ASSERT(c >= 0 && c < cfg_.chunks());
+    chunk_ = c;
   }
+  T* stage_input() { return block_input(cfg_.chunk_begin(chunk_)); }
+  const T* stage_output() const { return residual_out(cfg_.chunk_begin(chunk_ + 1) - 1); }
   T* stage_output_grad() { return gs_.dresidual; }
   const T* stage_input_grad() const { return gs_.dresidual; }
   int last_batch() const { return last_B_; }
@@ -291,6 +297,15 @@ class GPT {
 
   // Where layer l's activations are under the recompute policy: its kept slices or the scratch.
   BlockActs block_acts(int l) const;
+  // The residual stream around block l in the current slot: its output (residual3[l]) and its input
+  // (the lookup's output for block 0, else block l - 1's output).
+  T* residual_out(int l) const {
+    return acts_.residual3 + size_t(l) * cfg_.sp_rows(size_t(B_) * size_t(T_)) * size_t(cfg_.C);
+  }
+  T* block_input(int l) const { return l == 0 ? acts_.encoded : residual_out(l - 1); }
+  // Whether this chunk runs the lookup / the head (the first / last stage's first / last chunk).
+  bool runs_lookup() const { return cfg_.first_stage && chunk_ == 0; }
+  bool runs_head() const { return cfg_.last_stage && chunk_ == cfg_.chunks() - 1; }
   // The lookup, unit by unit: encoded = wpe[t] + wte[token] (after lookup_given(): nothing).
   void lookup_forward(int B, int Tn);
   // Block l (src/model/gpt_block.cpp): forward; the part of it whose outputs backward reads (what
@@ -333,6 +348,7 @@ class GPT {
   std::vector<size_t> act_offsets_;
   size_t act_slot_bytes_ = 0;
   int slots_ = 1;
+  int chunk_ = 0;  // use_chunk
   int last_B_ = 0, last_T_ = 0;  // shape of the last forward, for backward()
   bool defer_lookup_ = false;    // set_defer_lookup_grads
   bool lookup_given_ = false;    // lookup_given(): skip the next lookup

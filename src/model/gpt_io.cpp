@@ -109,13 +109,15 @@ void GPT<Ops>::read_llmc(const std::string& path, const std::function<void(int k
       sink(layout_.tensor_index(pid, -1), host.data());
     } else {
       // The file's tensor is the whole one: tp times this rank's slice where it is split.
-      // A pipeline stage keeps its layers [layer0, layer0 + L) of the file's (the whole model's).
+      // A pipeline stage keeps its layers of the file's (the whole model's): block l is layer
+      // whole_layer(l) (runs of them with interleaved chunks).
       const size_t per_layer = layout_.slot(pid, 0).numel * size_t(split_over_tensor(pid) ? cfg_.tp : 1);
-      const size_t mine = size_t(cfg_.layer0) * per_layer;
       read_floats(per_layer * size_t(L), layout_.slot(pid, 0).name.c_str());
-      require_finite(per_layer * size_t(cfg_.L), [&](size_t i) { return layout_.slot(pid, int(i / per_layer)).name; }, mine);
-      for (int l = 0; l < cfg_.L; ++l)
-        keep_mine(layout_.tensor_index(pid, l), buf.data() + mine + size_t(l) * per_layer, per_layer);
+      for (int l = 0; l < cfg_.L; ++l) {
+        const size_t at = size_t(cfg_.whole_layer(l)) * per_layer;
+        require_finite(per_layer, [&](size_t) { return layout_.slot(pid, l).name; }, at);
+        keep_mine(layout_.tensor_index(pid, l), buf.data() + at, per_layer);
+      }
     }
   }
   char extra;

@@ -105,8 +105,8 @@ ParamLayout::ParamLayout(const GPTConfig& cfg, size_t pad_multiple, int embeddin
   // channels (heads x head size), H = its hidden units.
   const int A = cfg.attn_C(), H = cfg.mlp_C();
   for (int l = 0; l < L; ++l) {
-    begin_unit("block." + std::to_string(cfg.layer0 + l));  // named by its layer in the whole model
-    const std::string p = "h." + std::to_string(cfg.layer0 + l) + ".";
+    begin_unit("block." + std::to_string(cfg.whole_layer(l)));  // named by its layer in the whole model
+    const std::string p = "h." + std::to_string(cfg.whole_layer(l)) + ".";
     auto blk = [&](ParamId id, std::vector<int> shape) {
       add(id, l, shape, shape.size() == 2, p + block_tensor_name(id));
     };
@@ -135,7 +135,7 @@ int ParamLayout::whole_tensor_index(int k) const {
   // The whole model's order: wte, wpe, 12 tensors per block (ParamId order), ln_f w, b.
   const TensorSlot& s = tensors_[size_t(k)];
   constexpr int kBlockTensors = int(ParamId::fcprojb) - int(ParamId::ln1w) + 1;
-  if (s.layer >= 0) return int(ParamId::ln1w) + kBlockTensors * (cfg_.layer0 + s.layer) + int(s.id) - int(ParamId::ln1w);
+  if (s.layer >= 0) return int(ParamId::ln1w) + kBlockTensors * cfg_.whole_layer(s.layer) + int(s.id) - int(ParamId::ln1w);
   if (s.id == ParamId::lnfw || s.id == ParamId::lnfb)
     return int(ParamId::ln1w) + kBlockTensors * cfg_.layers() + int(s.id) - int(ParamId::lnfw);
   return int(s.id);  // wte, wpe

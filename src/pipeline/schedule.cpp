@@ -100,6 +100,19 @@ std::vector<PipeOp> pipe_ops(PipeSchedule s, const PipeShape& sh, int rank) {
   return ops;
 }
 
+int pipe_activation_slots(PipeSchedule s, const PipeShape& sh, int rank) {
+  std::vector<int> backwards_left(size_t(sh.m), sh.v);
+  int lo = 0, widest = 0;  // lo: the oldest micro-batch not yet done
+  for (const PipeOp& op : pipe_ops(s, sh, rank)) {
+    if (op.kind == PipeOp::forward) {
+      widest = std::max(widest, op.micro - lo + 1);
+    } else if (--backwards_left[size_t(op.micro)] == 0) {
+      while (lo < sh.m && backwards_left[size_t(lo)] == 0) ++lo;
+    }
+  }
+  return widest;
+}
+
 double pipe_bubble(PipeSchedule s, const PipeShape& sh) {
   const double v = s == PipeSchedule::interleaved ? sh.v : 1;
   return double(sh.P - 1) / (v * sh.m + sh.P - 1);

@@ -53,6 +53,12 @@ std::string pipe_refusal(PipeSchedule s, const PipeShape& shape);
 // The table: rank `rank`'s passes in the order it runs them (each (micro, chunk) once forward and once
 // backward). Throws zt::Error with pipe_refusal's line for a shape the schedule does not run.
 std::vector<PipeOp> pipe_ops(PipeSchedule s, const PipeShape& shape, int rank);
+// Activation slots rank `rank` needs when one slot holds a micro-batch's activations in every one of
+// its chunks (GPT::use_activation_slot; slot = micro mod slots): the widest span of micro-batches
+// alive at once in its table, a micro-batch alive from its first forward to its last backward. Equal
+// to simulate_pipe's peak_alive with one chunk; with v it counts micro-batches, not (micro, chunk)
+// pairs.
+int pipe_activation_slots(PipeSchedule s, const PipeShape& shape, int rank);
 // The idle fraction above (theory).
 double pipe_bubble(PipeSchedule s, const PipeShape& shape);
 

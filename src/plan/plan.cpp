@@ -201,26 +201,34 @@ void check_combinations(const Plan& p) {
 
 // Pipeline stages (docs/design.md §3.14): what this build runs with them, each refusal one line.
 void check_pipeline(const Plan& p) {
-  const int P = p.mesh.pipeline;
+  const int P = p.mesh.pipeline, v = p.mesh.chunks, L = p.model.n_layer;
+  const bool interleaved = p.mesh.schedule == "interleaved";
+  if (v > 1 && (P == 1 || !interleaved))
+    bad("mesh.chunks", std::to_string(v) + " model chunks per rank run under mesh.schedule \"interleaved\" with "
+                       "mesh.pipeline > 1 (got " + shown(json(p.mesh.schedule)) + ", mesh.pipeline " +
+                       std::to_string(P) + "); set mesh.chunks 1");
   if (P == 1) return;
   const std::string with = "with mesh.pipeline " + std::to_string(P);
-  if (P > p.model.n_layer)
-    bad("mesh.pipeline", std::to_string(P) + " stages for model.n_layer " + std::to_string(p.model.n_layer) +
-                             ": every stage holds at least one block (give at most " + std::to_string(p.model.n_layer) + ")");
-  if (p.mesh.schedule == "interleaved")
-    bad("mesh.schedule", "\"interleaved\" " + with + ": its tables exist (docs/pipeline.md) but training runs "
-                         "\"gpipe\" and \"1f1b\" only so far (each rank one model chunk)");
+  if (P > L)
+    bad("mesh.pipeline", std::to_string(P) + " stages for model.n_layer " + std::to_string(L) +
+                             ": every stage holds at least one block (give at most " + std::to_string(L) + ")");
+  if (interleaved && v < 2)
+    bad("mesh.chunks", "\"interleaved\" runs at least 2 model chunks per rank, got " + std::to_string(v) +
+                           " (with one it is \"1f1b\")");
+  if (interleaved && int64_t(P) * v > L)
+    bad("mesh.chunks", std::to_string(v) + " chunks x " + std::to_string(P) + " stages = " + std::to_string(P * v) +
+                           " virtual stages for model.n_layer " + std::to_string(L) +
+                           ": every chunk holds at least one block");
+  if (interleaved && p.batch.grad_accum % P != 0)
+    bad("batch.grad_accum", std::to_string(p.batch.grad_accum) + " micro-batches " + with +
+                                ": \"interleaved\" takes them in groups of the " + std::to_string(P) +
+                                " pipeline ranks (use a multiple of " + std::to_string(P) + ", or \"1f1b\")");
   if (p.zero.stage >= 2)
     bad("zero.stage", std::to_string(p.zero.stage) + " " + with + ": stage " + std::to_string(p.zero.stage) +
                           (p.zero.stage == 2 ? " reduce-scatters gradients every micro-batch"
                                              : " gathers every unit for every micro-batch's forward and backward") +
                           ", m = batch.grad_accum times a step on the data axis (DeepSpeed refuses it for the same "
                           "reason); use zero.stage 0 or 1, which reduce once per step");
-  auto not_yet = [&](const std::string& key, const std::string& what, const std::string& off) {
-    bad(key, what + " " + with + " is not built yet (" + off + ")");
-  };
-  if (p.offload.optimizer != "none") not_yet("offload.optimizer", "offload", "set offload.optimizer \"none\"");
-  if (p.offload.params != "none") not_yet("offload.params", "offload", "set offload.params \"none\"");
 }
 
 // Data paths: relative paths are relative to the current working directory (where `train` is
@@ -395,6 +403,7 @@ Plan plan_from_json(const nlohmann::json& resolved, bool check_files) {
 
   p.mesh.pipeline = static_cast<int>(get_i64(r, "mesh.pipeline", 1, 1024));
   p.mesh.schedule = get_choice(r, "mesh.schedule", {"gpipe", "1f1b", "interleaved"});
+  p.mesh.chunks = static_cast<int>(get_i64(r, "mesh.chunks", 1, 1024));
   p.mesh.tensor = static_cast<int>(get_i64(r, "mesh.tensor", 1, 1024));
   if (p.model.n_head % p.mesh.tensor != 0)
     bad("mesh.tensor", std::to_string(p.mesh.tensor) + " does not divide model.n_head " + std::to_string(p.model.n_head) +

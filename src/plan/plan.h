@@ -65,9 +65,11 @@ struct ZeroSection {
 struct MeshSection {
   // Pipeline parallelism (docs/design.md §3.14, docs/pipeline.md): the blocks cut into `pipeline`
   // stages, outermost on the mesh; micro-batches (batch.grad_accum of them) run by `schedule`
-  // ("gpipe" | "1f1b").
+  // ("gpipe" | "1f1b" | "interleaved"); under "interleaved" each rank holds `chunks` model chunks
+  // (virtual stages: chunk c of rank s is stage c x pipeline + s of pipeline x chunks).
   int pipeline = 1;
   std::string schedule = "1f1b";
+  int chunks = 1;
   int tensor = 1;
   // Sequence parallelism (Korthikanti et al. 2022): the LayerNorm / residual regions split along the
   // positions across the tensor group (reduce-scatter + all-gather instead of all-reduce).

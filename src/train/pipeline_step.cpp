@@ -31,7 +31,8 @@ struct PassSpan {
 };
 
 // The stage's passes for the runner: each micro-batch's forward and backward on its own activation
-// slot (slot = micro mod slots: a stage's micro-batches in flight are consecutive, at most `slots`).
+// slot (slot = micro mod slots: a stage's micro-batches in flight are consecutive, at most `slots`),
+// in the model chunk the pass names (interleaved: every chunk of a micro-batch in its slot).
 // The runner's messages are host memory: on the CUDA backend each boundary crosses through it
 // (d2h, MPI, h2d; the pipeline group is the host comm, train/engine_assembly.cpp), as the
 // host-staged collectives do; its elements are the backend's (bf16: 2 bytes).
@@ -53,18 +54,20 @@ class ModelStage final : public PipeStageWork {
     return (boundary_bytes(cfg, B, Tn) + sizeof(float) - 1) / sizeof(float);
   }
 
-  void forward(int, int micro, const float* input, float* output) override {
-    const PassSpan span(tr_, "F" + std::to_string(micro));
+  void forward(int chunk, int micro, const float* input, float* output) override {
+    const PassSpan span(tr_, pass_name('F', chunk, micro));
     model_.use_activation_slot(micro % slots_);
+    model_.use_chunk(chunk);
     engine_.begin_pass(micro, true);
     if (input) Ops::h2d(model_.stage_input(), input, bytes_);
     const size_t i = size_t(micro);
     loss_ += model_.forward(b_.inputs[i].data(), b_.targets[i].data(), B_, Tn_, true, dloss_);
     if (output) Ops::d2h(output, model_.stage_output(), bytes_);
   }
-  void backward(int, int micro, const float* output_grad, float* input_grad) override {
-    const PassSpan span(tr_, "B" + std::to_string(micro));
+  void backward(int chunk, int micro, const float* output_grad, float* input_grad) override {
+    const PassSpan span(tr_, pass_name('B', chunk, micro));
     model_.use_activation_slot(micro % slots_);
+    model_.use_chunk(chunk);
     engine_.begin_pass(micro, true);
     if (output_grad) Ops::h2d(model_.stage_output_grad(), output_grad, bytes_);
     model_.backward();
@@ -73,6 +76,13 @@ class ModelStage final : public PipeStageWork {
   double loss_sum() const { return loss_; }
 
  private:
+  // "F3", or with chunks "F3b" (chunk 1), as pipeline/schedule.h's render_pipe writes it.
+  std::string pass_name(char kind, int chunk, int micro) const {
+    std::string n = kind + std::to_string(micro);
+    if (model_.config().chunks() > 1) n += char('a' + chunk);
+    return n;
+  }
+
   GPT<Ops>& model_;
   ZeroEngine<Ops>& engine_;
   const StepBatches& b_;
@@ -92,10 +102,11 @@ double pipeline_train_step(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe,
                            Tracer* tracer, PipeStepStats* stats) {
   const int m = int(batches.inputs.size());
   ModelStage<Ops> work(model, engine, batches, B, Tn, dloss, slots, tracer);
-  const PipeStepStats s = run_pipe_step(schedule, PipeShape{pipe.world(), m, 1}, pipe, work,
+  const PipeStepStats s = run_pipe_step(schedule, PipeShape{pipe.world(), m, model.config().chunks()}, pipe, work,
                                         ModelStage<Ops>::boundary_floats(model.config(), B, Tn));
   if (stats) *stats = s;
   model.use_activation_slot(0);
+  model.use_chunk(0);
   return work.loss_sum() / m;
 }
 
@@ -133,48 +144,67 @@ void sum_tied_embedding(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe) {
 }
 
 template <class Ops>
+double pipeline_forward(GPT<Ops>& model, Comm& pipe, const int* inputs, const int* targets, int B, int Tn,
+                        size_t bytes, std::vector<float>& boundary) {
+  const int P = pipe.world(), s = pipe.rank(), v = model.config().chunks(), last = P * v - 1;
+  boundary.resize((bytes + sizeof(float) - 1) / sizeof(float));
+  double loss = 0.0;
+  for (int c = 0; c < v; ++c) {
+    const int j = c * P + s;  // this chunk's virtual stage
+    model.use_chunk(c);
+    if (j > 0) {
+      pipe.wait(pipe.recv(boundary.data(), bytes, (j - 1) % P));
+      Ops::h2d(model.stage_input(), boundary.data(), bytes);
+    }
+    loss += model.forward(inputs, targets, B, Tn);
+    if (j < last) {
+      Ops::d2h(boundary.data(), model.stage_output(), bytes);
+      pipe.wait(pipe.send(boundary.data(), bytes, (j + 1) % P));
+    }
+  }
+  model.use_chunk(v - 1);  // the last stage's head: its logits stay readable (sampling)
+  return loss;
+}
+
+template <class Ops>
 double pipeline_eval_sum(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe, DataLoader& val, int64_t n, int B,
                          int Tn, int V) {
-  const GPTConfig& cfg = model.config();
-  const int stage = pipe.rank(), P = pipe.world();
-  const size_t bytes = ModelStage<Ops>::boundary_bytes(cfg, B, Tn);
+  const size_t bytes = ModelStage<Ops>::boundary_bytes(model.config(), B, Tn);
   std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
-  std::vector<float> boundary(ModelStage<Ops>::boundary_floats(cfg, B, Tn));
+  std::vector<float> boundary;
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) {
     val.eval_batch(i, inputs.data(), targets.data());
     check_tokens(inputs, targets, V);
     engine.begin_pass(0, false);
-    if (stage > 0) {
-      pipe.wait(pipe.recv(boundary.data(), bytes, stage - 1));
-      Ops::h2d(model.stage_input(), boundary.data(), bytes);
-    }
-    sum += model.forward(inputs.data(), targets.data(), B, Tn);
-    if (stage < P - 1) {
-      Ops::d2h(boundary.data(), model.stage_output(), bytes);
-      pipe.wait(pipe.send(boundary.data(), bytes, stage + 1));
-    }
+    sum += pipeline_forward(model, pipe, inputs.data(), targets.data(), B, Tn, bytes, boundary);
   }
+  model.use_chunk(0);
   return sum;
 }
 
 template <class Ops>
 std::string describe_pipeline(const Plan& plan, const GPTConfig& whole) {
-  const int P = plan.mesh.pipeline, m = plan.batch.grad_accum;
+  const int P = plan.mesh.pipeline, m = plan.batch.grad_accum, v = plan.mesh.chunks;
   const PipeSchedule s = parse_pipe_schedule("mesh.schedule", plan.mesh.schedule);
-  const PipeShape shape{P, m, 1};
-  const std::vector<int> held = simulate_pipe(s, shape, 1.0, 2.0).peak_alive;
+  const PipeShape shape{P, m, v};
   std::ostringstream layers, slots;
   for (int st = 0; st < P; ++st) {
-    const auto [first, n] = stage_blocks<Ops>(whole, plan.batch.micro_batch, plan.model.seq_len, P, st);
-    layers << (st ? " | " : "") << first;
-    if (n > 1) layers << "-" << first + n - 1;
-    slots << (st ? " | " : "") << held[size_t(st)];
+    layers << (st ? " | " : "");
+    const auto runs = stage_runs<Ops>(whole, plan.batch.micro_batch, plan.model.seq_len, P, v, st);
+    for (size_t c = 0; c < runs.size(); ++c) {
+      const auto [first, n] = runs[c];
+      layers << (c ? "," : "") << first;
+      if (n > 1) layers << "-" << first + n - 1;
+    }
+    slots << (st ? " | " : "") << pipe_activation_slots(s, shape, st);
   }
   std::ostringstream os;
   os << "pipeline of " << P << " stages (layers " << layers.str() << ", cut by forward FLOPs), schedule "
-     << pipe_schedule_name(s) << ", " << m << " micro-batch" << (m == 1 ? "" : "es") << ": bubble (P-1)/(m+P-1) = "
-     << std::fixed << std::setprecision(3) << pipe_bubble(s, shape) << ", activations of " << slots.str()
+     << pipe_schedule_name(s);
+  if (v > 1) os << " over " << v << " chunks per stage";
+  os << ", " << m << " micro-batch" << (m == 1 ? "" : "es") << ": bubble " << (v > 1 ? "(P-1)/(v m+P-1)" : "(P-1)/(m+P-1)")
+     << " = " << std::fixed << std::setprecision(3) << pipe_bubble(s, shape) << ", activations of " << slots.str()
      << " micro-batches held per stage";
   return os.str();
 }
@@ -184,7 +214,8 @@ std::string describe_pipeline(const Plan& plan, const GPTConfig& whole) {
   template double pipeline_train_step<Ops>(GPT<Ops>&, ZeroEngine<Ops>&, Comm&, PipeSchedule, const StepBatches&, \
                                            int, int, Ops::S, int, Tracer*, PipeStepStats*);                     \
   template void sum_tied_embedding<Ops>(GPT<Ops>&, ZeroEngine<Ops>&, Comm&);                                     \
-  template double pipeline_eval_sum<Ops>(GPT<Ops>&, ZeroEngine<Ops>&, Comm&, DataLoader&, int64_t, int, int, int);
+  template double pipeline_eval_sum<Ops>(GPT<Ops>&, ZeroEngine<Ops>&, Comm&, DataLoader&, int64_t, int, int, int); \
+  template double pipeline_forward<Ops>(GPT<Ops>&, Comm&, const int*, const int*, int, int, size_t, std::vector<float>&);
 ZT_PIPELINE_STEP(CpuOps<float>)
 #if ZT_HAVE_CUDA
 ZT_PIPELINE_STEP(CudaOps<float>)

@@ -46,11 +46,19 @@ double pipeline_train_step(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe,
 template <class Ops>
 void sum_tied_embedding(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe);
 
-// The banner's line: each stage's layers, the schedule, its bubble and the micro-batches each stage
-// holds at once, e.g. "pipeline of 2 stages (layers 0-3 | 4, cut by forward FLOPs), schedule 1f1b,
+// The banner's line: each stage's layers (its chunks' runs, comma-separated), the schedule, its
+// bubble and the micro-batches each stage holds at once, e.g. "pipeline of 2 stages (layers 0-3 | 4, cut by forward FLOPs), schedule 1f1b,
 // 4 micro-batches: bubble (P-1)/(m+P-1) = 0.200, activations of 2 | 1 micro-batches held per stage".
 template <class Ops>
 std::string describe_pipeline(const Plan& plan, const GPTConfig& whole);
+
+// One forward of (B, Tn) tokens through every virtual stage in turn (evaluation, sampling): each
+// chunk receives its input from the rank of the virtual stage before and sends its output, `bytes`
+// of the backend's elements through host memory (boundary: its buffer), to the one after. Returns
+// the last stage's loss (0 elsewhere, and without targets); the model is left in its last chunk.
+template <class Ops>
+double pipeline_forward(GPT<Ops>& model, Comm& pipe, const int* inputs, const int* targets, int B, int Tn,
+                        size_t bytes, std::vector<float>& boundary);
 
 // Evaluation through the stages, one batch after the other: returns the sum of the n batches' mean
 // losses on the last stage, 0 on the others.

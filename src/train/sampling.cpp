@@ -10,6 +10,7 @@
 #if ZT_HAVE_CUDA
 #include "backend/ops_cuda.h"
 #endif
+#include "train/pipeline_step.h"
 
 namespace zt {
 
@@ -42,17 +43,11 @@ void sample(GPT<Ops>& model, ZeroEngine<Ops>& engine, const Tokenizer& tokenizer
     const GPTConfig& cfg = model.config();
     const size_t rows = cfg.sp_rows(cfg.sp ? size_t((t + cfg.tp - 1) / cfg.tp * cfg.tp) : size_t(t));
     const size_t bytes = rows * size_t(cfg.C) * sizeof(typename Ops::T);  // host memory between stages
-    boundary.resize((bytes + sizeof(float) - 1) / sizeof(float));
     engine.begin_pass(0, false);  // every rank samples the same tokens (stage 3 gathers need all)
-    if (stage > 0) {  // (1, t, C) from the stage before
-      pipe->wait(pipe->recv(boundary.data(), bytes, stage - 1));
-      Ops::h2d(model.stage_input(), boundary.data(), bytes);
-    }
-    model.forward(tokens.data(), nullptr, 1, t);
-    if (stage < last) {
-      Ops::d2h(boundary.data(), model.stage_output(), bytes);
-      pipe->wait(pipe->send(boundary.data(), bytes, stage + 1));
-    }
+    if (pipe)  // (1, t, C) from stage to stage, chunk by chunk
+      pipeline_forward(model, *pipe, tokens.data(), nullptr, 1, t, bytes, boundary);
+    else
+      model.forward(tokens.data(), nullptr, 1, t);
     if (stage != last) {  // the last stage draws it; the first looks it up next (the others: a place)
       int next = -1;
       if (stage == 0) pipe->wait(pipe->recv(&next, sizeof next, last));
@@ -73,6 +68,7 @@ void sample(GPT<Ops>& model, ZeroEngine<Ops>& engine, const Tokenizer& tokenizer
     tokens.push_back(next);
     if (stage > 0) pipe->wait(pipe->send(&next, sizeof next, 0));
   }
+  model.use_chunk(0);
   if (!root) return;
   std::vector<int> body(tokens.begin() + 1, tokens.end());
   std::printf("---- sample at step %d ----\n%s\n---------------------------\n", step + 1, tokenizer.decode(body).c_str());

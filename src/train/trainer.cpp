@@ -241,6 +241,8 @@ class Trainer {
     all_layers.L = cfg_.layers();
     all_layers.whole_L = all_layers.layer0 = 0;
     all_layers.first_stage = all_layers.last_stage = true;
+    all_layers.chunk_first.clear();
+    all_layers.chunk_blocks.clear();
     print_banner(plan_, {Ops::name, Ops::tier == Tier::device, world, threads, cfg_, &model_->layout(), &data_,
                          parts_.partition->buckets().size(), &swap_, &mem_,
                          plan_.mesh.pipeline > 1 ? describe_pipeline<Ops>(plan_, all_layers) : ""});

@@ -22,8 +22,8 @@ struct EngineSettings {
   Recompute recompute;
   size_t pad_multiple = 0;  // every unit padded to a multiple of it (zero_pad_multiple)
   int embedding_rows = 0;   // wte rows per embedding unit (zero_embedding_rows; 0 = one unit)
-  // Pipeline parallelism: micro-batches whose activations this stage holds at once (its schedule's
-  // peak, pipeline/schedule.h simulate_pipe); 1 without.
+  // Pipeline parallelism: micro-batches whose activations this stage holds at once, each in all its
+  // chunks (pipeline/schedule.h pipe_activation_slots); 1 without.
   int activation_slots = 1;
   ZeroConfig zero;
   StateTypes types;
@@ -31,19 +31,21 @@ struct EngineSettings {
   ParamLayout layout() const { return ParamLayout(model, pad_multiple, embedding_rows); }
 };
 
-// Pipeline stage `stage` of P: its first block and its number of blocks. The blocks are cut by their
-// forward FLOPs (GPT::forward_flops, the estimate's cost model), the last stage also paying for the
-// head (pipeline/schedule.h balance_blocks).
+// Pipeline stage `stage` of P with v chunks each: its runs of blocks (first layer, blocks), chunk c
+// being virtual stage c P + stage of the P v. The blocks are cut into P v runs by their forward
+// FLOPs (GPT::forward_flops, the estimate's cost model), the last also paying for the head
+// (pipeline/schedule.h balance_blocks).
 template <class Ops>
-std::pair<int, int> stage_blocks(const GPTConfig& whole, int B, int Tn, int P, int stage) {
+std::vector<std::pair<int, int>> stage_runs(const GPTConfig& whole, int B, int Tn, int P, int v, int stage) {
   GPTConfig none = whole, one = whole;
   none.L = 0;
   one.L = 1;
   const double head = GPT<Ops>::forward_flops(none, B, Tn), block = GPT<Ops>::forward_flops(one, B, Tn) - head;
-  const std::vector<int> n = balance_blocks(std::vector<double>(size_t(whole.L), block), P, 0.0, head);
-  int first = 0;
-  for (int s = 0; s < stage; ++s) first += n[size_t(s)];
-  return {first, n[size_t(stage)]};
+  const std::vector<int> n = balance_blocks(std::vector<double>(size_t(whole.L), block), P * v, 0.0, head);
+  std::vector<std::pair<int, int>> runs;
+  for (int j = 0, first = 0; j < P * v; first += n[size_t(j)], ++j)
+    if (j % P == stage) runs.emplace_back(first, n[size_t(j)]);
+  return runs;
 }
 
 // For rank mesh.rank of the mesh on the backend of op table Ops. The partition is the shard group's:
@@ -59,11 +61,10 @@ EngineSettings engine_settings(const Plan& plan, const DataMesh& mesh) {
   s.seq_len = m.seq_len;
   // This pipeline stage's blocks (docs/design.md §3.14), and the activations its schedule keeps alive.
   if (const int P = mesh.pipeline; P > 1) {
-    const auto [first, layers] = stage_blocks<Ops>(s.model, s.micro_batch, s.seq_len, P, mesh.stage);
-    s.model = s.model.stage(P, mesh.stage, first, layers);
-    const PipeShape shape{P, plan.batch.grad_accum, 1};
-    s.activation_slots = simulate_pipe(parse_pipe_schedule("mesh.schedule", plan.mesh.schedule), shape, 1.0, 2.0)
-                             .peak_alive[size_t(mesh.stage)];
+    const int v = plan.mesh.chunks;
+    s.model = s.model.stage_chunks(P, mesh.stage, stage_runs<Ops>(s.model, s.micro_batch, s.seq_len, P, v, mesh.stage));
+    const PipeShape shape{P, plan.batch.grad_accum, v};
+    s.activation_slots = pipe_activation_slots(parse_pipe_schedule("mesh.schedule", plan.mesh.schedule), shape, mesh.stage);
   }
   s.recompute = Recompute::from(plan.recompute.policy, plan.recompute.every, plan.recompute.classifier_chunk);
   s.pad_multiple = zero_pad_multiple(world);

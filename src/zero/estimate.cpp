@@ -86,6 +86,8 @@ Estimate estimate_for(const Plan& plan, int world, int ranks_per_host, int rank 
   e.pipeline_stage = mesh.stage;
   e.first_layer = cfg.layer0;
   e.layers = cfg.L;
+  for (int c = 0; c < cfg.chunks(); ++c)
+    e.layer_runs.emplace_back(cfg.whole_layer(cfg.chunk_begin(c)), cfg.chunk_begin(c + 1) - cfg.chunk_begin(c));
   e.activation_slots = s.activation_slots;
   count(Category::activations, "activations and activation gradients", Ops::tier, act);
   e.bytes_per_step = part.bytes_per_step();

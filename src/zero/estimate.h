@@ -84,6 +84,7 @@ struct Estimate {
   // activations of activation_slots micro-batches at once; `stages` holds every stage's estimate
   // (the first one's too) when pipeline > 1.
   int pipeline = 1, pipeline_stage = 0, first_layer = 0, layers = 0, activation_slots = 1;
+  std::vector<std::pair<int, int>> layer_runs;  // (first layer, blocks) per model chunk (interleaved: several)
   std::vector<Estimate> stages;
 
   size_t tier_total(Tier t) const {

@@ -78,6 +78,7 @@ nlohmann::json estimate_json(const Estimate& e) {
       stages.push_back({{"stage", st.pipeline_stage},
                         {"first_layer", st.first_layer},
                         {"layers", st.layers},
+                        {"layer_runs", st.layer_runs},
                         {"activation_slots", st.activation_slots},
                         {"memory", j["memory"]},
                         {"bytes_per_step", st.bytes_per_step}});
@@ -110,11 +111,17 @@ std::string estimate_text(const Estimate& e) {
        << "below are tensor rank 0's); the data axis: " << e.data_world << (e.data_world == 1 ? " rank\n" : " ranks\n");
   if (e.pipeline > 1) {
     os << "pipeline parallelism: " << e.pipeline << " stages; the numbers below are stage 0's (rank 0's). Per stage:\n";
-    for (const Estimate& st : e.stages)
-      os << "  stage " << st.pipeline_stage << ": layers " << st.first_layer << "-" << st.first_layer + st.layers - 1
-         << ", activations of " << st.activation_slots << " micro-batch(es) in flight "
+    for (const Estimate& st : e.stages) {
+      os << "  stage " << st.pipeline_stage << ": layers ";
+      for (size_t c = 0; c < st.layer_runs.size(); ++c) {
+        const auto [first, n] = st.layer_runs[c];
+        os << (c ? "," : "") << first;
+        if (n > 1) os << "-" << first + n - 1;
+      }
+      os << ", activations of " << st.activation_slots << " micro-batch(es) in flight "
          << format_bytes(double(st.recompute.activation_bytes)) << ", total "
          << format_bytes(double(st.tier_total(st.backend_tier))) << "\n";
+    }
   }
   if (e.replicas > 1)
     os << "hybrid sharding: " << e.replicas << " shard groups of " << e.shard_group

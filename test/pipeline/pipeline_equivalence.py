@@ -65,7 +65,8 @@ class Row:
         return s
 
     def ref_key(self):
-        same = {k: v for k, v in self.extra.items() if not k.startswith("mesh.")}
+        # offload moves the optimizer state, not its arithmetic: the reference keeps it in memory
+        same = {k: v for k, v in self.extra.items() if not k.startswith(("mesh.", "offload."))}
         return (self.m, self.B * self.data, tuple(sorted(same.items())))
 
     def name(self):
@@ -80,6 +81,7 @@ ROWS = [
     Row(2, 4, "1f1b", 4, stage=1, B=1), Row(2, 4, "gpipe", 2, stage=0, B=1),
     Row(2, 8, "1f1b", 4, stage=1, T=2, B=1),
     Row(2, 4, "1f1b", 2, stage=1, B=1, extra={"zero.shard_group": "1"}),
+    Row(2, 4, "gpipe", 3, stage=1, B=1, extra={"offload.optimizer": "nvme", "offload.nvme_dir": "@nvme"}),
     Row(3, 3, "1f1b", 4, extra={"recompute.policy": "selective"}),
     Row(2, 2, "gpipe", 3, extra={"recompute.classifier_chunk": 8, "recompute.policy": "block"}),
     Row(3, 3, "1f1b", 3, extra={"optim.grad_clip": 0.0}),
@@ -92,7 +94,8 @@ REFUSALS = [
     (2, {"mesh.pipeline": 2, "zero.stage": 2}, [r"zero\.stage", r"every micro-batch", r"0 or 1"]),
     (2, {"mesh.pipeline": 2, "zero.stage": 3}, [r"zero\.stage", r"every micro-batch", r"0 or 1"]),
     (2, {"mesh.pipeline": 2, "mesh.schedule": "interleaved"}, [r"mesh\.schedule", r"interleaved"]),
-    (2, {"mesh.pipeline": 2, "zero.stage": 1, "offload.optimizer": "cpu"}, [r"offload", r"mesh\.pipeline 2"]),
+    (2, {"mesh.pipeline": 2, "zero.stage": 1, "offload.params": "nvme", "offload.nvme_dir": "@nvme"},
+     [r"offload\.params", r"zero\.stage 3"]),
 ]
 
 
@@ -102,7 +105,9 @@ def plan_sets(workdir, extra):
          "optim.lr": 3e-3, "optim.warmup_steps": 2, "optim.grad_clip": 1.0, "device": "cpu",
          "run.steps": STEPS, "run.eval_every": 0, "run.eval_batches": 2, "run.sample_every": 0,
          "run.threads": 1, "comm.timeout_s": 60, "run.log": os.path.join(workdir, "metrics.jsonl")}
-    s.update(extra)
+    # "@name": a path in the run's directory
+    s.update({k: (os.path.join(workdir, v[1:]) if isinstance(v, str) and v.startswith("@") else v)
+              for k, v in extra.items()})
     out = []
     for k, v in s.items():
         out += ["--set", f"{k}={v}"]
@@ -310,8 +315,7 @@ def refusal(train, mpirun, work, i, how):
     W, extra, says = REFUSALS[i]
     d = os.path.join(work, f"refusal{i}_{how}")
     os.makedirs(d)
-    x = {k: (os.path.join(d, v[1:]) if isinstance(v, str) and v.startswith("@") else v) for k, v in extra.items()}
-    sets = plan_sets(d, x)
+    sets = plan_sets(d, extra)
     cmd = ([train, "estimate", "plans/default.json", "--world", str(W)] if how == "estimate"
            else zm.launcher(mpirun, W) + [train, "plans/default.json"]) + sets
     p = subprocess.run(cmd, cwd=ROOT, env=zm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

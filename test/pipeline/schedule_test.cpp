@@ -86,6 +86,38 @@ TEST(PipeSchedule, ActivationsInFlight) {
   }
 }
 
+// Slots of whole micro-batches (slot = micro mod slots, every chunk of a micro-batch in its slot):
+// pipe_activation_slots is the fewest with which no micro-batch's slot is still held by another,
+// walking each rank's table; with one chunk it is the simulator's peak.
+int first_slot_clash(const std::vector<PipeOp>& ops, int m, int v, int slots) {
+  std::vector<int> holder(size_t(slots), -1), left(size_t(m), v);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const PipeOp& op = ops[i];
+    int& h = holder[size_t(op.micro % slots)];
+    if (op.kind == PipeOp::forward) {
+      if (h != -1 && h != op.micro) return int(i);
+      h = op.micro;
+    } else if (--left[size_t(op.micro)] == 0) {
+      h = -1;
+    }
+  }
+  return -1;
+}
+
+TEST(PipeSchedule, ActivationSlotsAreTheFewestWithoutAClash) {
+  for (PipeSchedule s : {PipeSchedule::gpipe, PipeSchedule::one_f_one_b, PipeSchedule::interleaved})
+    for (const PipeShape& sh : shapes(s)) {
+      const PipeTimeline t = simulate_pipe(s, sh, 1, 2);
+      for (int r = 0; r < sh.P; ++r) {
+        const int slots = pipe_activation_slots(s, sh, r);
+        const std::vector<PipeOp> ops = pipe_ops(s, sh, r);
+        EXPECT_EQ(first_slot_clash(ops, sh.m, sh.v, slots), -1) << name(s, sh) << " rank " << r;
+        if (slots > 1) EXPECT_NE(first_slot_clash(ops, sh.m, sh.v, slots - 1), -1) << name(s, sh) << " rank " << r;
+        if (sh.v == 1) EXPECT_EQ(slots, t.peak_alive[size_t(r)]) << name(s, sh) << " rank " << r;
+      }
+    }
+}
+
 // Point-to-point messages match in posting order (comm/comm.h): a receiver that posts its receives in
 // the order it uses them gets the right activation or gradient because that is the sender's order,
 // for every pair of ranks, both kinds mixed, every schedule (one channel per pair suffices).
