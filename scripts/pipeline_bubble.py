@@ -1,19 +1,19 @@
 #!/usr/bin/env python3
 """The pipeline's bubble measured from run.trace (docs/pipeline.md): trains a model cut into P stages
 with mesh.pipeline for each m (batch.grad_accum), traced, and from each rank's "pipeline stage" track
-(spans F<i> / B<i>) computes per step
+(spans F<i> / B<i>, with chunks F<i><chunk letter>) computes per step
 
   measured   1 - (a rank's busy time in its passes) / (the step's pipeline span: the first forward's
              start to the last backward's end over all ranks), averaged over ranks and steps
              (the first step, warm-up, left out)
   replayed   the same fraction for the schedule's table replayed with the measured mean forward and
              backward time of each stage (what the dependencies alone cost: unequal stages too)
-  formula    (P-1)/(m+P-1), which assumes equal stages
+  formula    (P-1)/(m+P-1), interleaved (P-1)/(v m+P-1), which assumes equal stages
 
 Stages are balanced by FLOPs, so on a machine with a core per rank the three agree within the noise of
 the passes' timing; `measured - replayed` is what the messages and the runner add.
 
-usage: scripts/pipeline_bubble.py [--train build/train] [--P 2] [--m 1,2,4,8] [--schedule 1f1b]
+usage: scripts/pipeline_bubble.py [--train build/train] [--P 2] [--m 1,2,4,8] [--schedule 1f1b] [--chunks 1]
                                   [--sets model.n_embd=512 ...]
 """
 import argparse
@@ -36,41 +36,52 @@ def passes(trace):
     return steps, ops
 
 
-def table(schedule, P, m, s):
-    """Rank s's passes in order (pipeline/schedule.h pipe_ops, v = 1)."""
+def table(schedule, P, m, s, v=1):
+    """Rank s's passes in order as (kind, micro-batch, chunk) (pipeline/schedule.h pipe_ops)."""
     if schedule == "gpipe":
-        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+    if schedule == "interleaved":  # Megatron-LM's order: groups of P micro-batches, chunk by chunk
+        def op(k, kind):
+            c = (k % (P * v)) // P
+            return (kind, (k // (P * v)) * P + k % P, v - 1 - c if kind == "B" else c)
+        total = m * v
+        warm = min((P - s - 1) * 2 + (v - 1) * P, total)
+        out = [op(k, "F") for k in range(warm)]
+        for k in range(total - warm):
+            out += [op(warm + k, "F"), op(k, "B")]
+        return out + [op(k, "B") for k in range(total - warm, total)]
     warm = min(P - s - 1, m)
-    out = [("F", i) for i in range(warm)]
+    out = [("F", i, 0) for i in range(warm)]
     f, b = warm, 0
     while f < m:
-        out += [("F", f), ("B", b)]
+        out += [("F", f, 0), ("B", b, 0)]
         f += 1
         b += 1
-    out += [("B", i) for i in range(b, m)]
+    out += [("B", i, 0) for i in range(b, m)]
     return out
 
 
-def replay(schedule, P, m, tf, tb):
-    """Bubble of the tables run with per-stage pass times tf[s], tb[s]."""
+def replay(schedule, P, m, tf, tb, v=1):
+    """Bubble of the tables run with per-rank pass times tf[s], tb[s] (each of its chunks alike)."""
     end, busy = {}, [0.0] * P
     free = [0.0] * P
-    order = [table(schedule, P, m, s) for s in range(P)]
+    order = [table(schedule, P, m, s, v) for s in range(P)]
     pos = [0] * P
-    done = 0
-    while done < P * 2 * m:
+    done, last = 0, P * v - 1
+    while done < P * 2 * m * v:
         moved = False
         for s in range(P):
             if pos[s] == len(order[s]):
                 continue
-            k, i = order[s][pos[s]]
-            dep = ("F", s - 1, i) if k == "F" and s > 0 else ("B", s + 1, i) if k == "B" and s < P - 1 else \
-                ("F", s, i) if k == "B" else None
+            k, i, c = order[s][pos[s]]
+            j = c * P + s  # the virtual stage
+            dep = ("F", j - 1, i) if k == "F" and j > 0 else ("B", j + 1, i) if k == "B" and j < last else \
+                ("F", j, i) if k == "B" else None
             if dep and dep not in end:
                 continue
             t0 = max(free[s], end[dep] if dep else 0.0)
             d = tf[s] if k == "F" else tb[s]
-            end[(k, s, i)] = free[s] = t0 + d
+            end[(k, j, i)] = free[s] = t0 + d
             busy[s] += d
             pos[s] += 1
             done += 1
@@ -81,10 +92,10 @@ def replay(schedule, P, m, tf, tb):
     return sum(1 - b / span for b in busy) / P
 
 
-def measure(train, P, m, schedule, sets, work):
+def measure(train, P, m, schedule, sets, work, v=1):
     d = os.path.join(work, f"P{P}m{m}")
     os.makedirs(d, exist_ok=True)
-    s = {"mesh.pipeline": P, "mesh.schedule": schedule, "batch.grad_accum": m, "run.steps": 4,
+    s = {"mesh.pipeline": P, "mesh.schedule": schedule, "mesh.chunks": v, "batch.grad_accum": m, "run.steps": 4,
          "run.eval_every": 0, "run.eval_batches": 1, "run.threads": 1, "device": "cpu", "data.tokenizer": "",
          "data.train": "data/sample/train_*.bin", "data.val": "data/sample/val.bin",
          "run.trace": os.path.join(d, "trace.json"), "run.log": os.path.join(d, "metrics.jsonl")}
@@ -97,7 +108,7 @@ def measure(train, P, m, schedule, sets, work):
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         sys.exit(f"P {P} m {m}: exit {p.returncode}\n{p.stdout[-2000:]}")
-    split = re.search(r"layers ([0-9| -]+),", p.stdout)
+    split = re.search(r"layers ([0-9|, -]+), cut", p.stdout)
     ranks = [passes(os.path.join(d, f"trace.rank{r}.json")) for r in range(P)]
     nsteps = min(len(st) for st, _ in ranks)
     fracs, tf, tb = [], [[] for _ in range(P)], [[] for _ in range(P)]
@@ -115,7 +126,7 @@ def measure(train, P, m, schedule, sets, work):
     mean = lambda xs: sum(xs) / len(xs)
     tfm, tbm = [mean(x) for x in tf], [mean(x) for x in tb]
     return {"P": P, "m": m, "split": split.group(1) if split else "?", "measured": mean(fracs),
-            "replayed": replay(schedule, P, m, tfm, tbm), "formula": (P - 1) / (m + P - 1),
+            "replayed": replay(schedule, P, m, tfm, tbm, v), "formula": (P - 1) / (v * m + P - 1),
             "tf_ms": [x / 1e3 for x in tfm], "tb_ms": [x / 1e3 for x in tbm]}
 
 
@@ -125,17 +136,18 @@ def main():
     ap.add_argument("--P", type=int, default=2)
     ap.add_argument("--m", default="1,2,4,8")
     ap.add_argument("--schedule", default="1f1b")
+    ap.add_argument("--chunks", type=int, default=1, help="mesh.chunks (interleaved: at least 2)")
     ap.add_argument("--sets", nargs="*", default=["model.n_layer=10", "model.n_embd=512", "model.n_head=8",
                                                   "model.seq_len=64", "batch.micro_batch=2"])
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     sets = dict(x.split("=", 1) for x in a.sets)
     work = tempfile.mkdtemp(prefix="pipeline_bubble.")
-    rows = [measure(os.path.realpath(a.train), a.P, int(m), a.schedule, sets, work) for m in a.m.split(",")]
+    rows = [measure(os.path.realpath(a.train), a.P, int(m), a.schedule, sets, work, a.chunks) for m in a.m.split(",")]
     if a.json:
         print(json.dumps(rows, indent=1))
         return
-    print(f"{a.schedule}, P {a.P}, {' '.join(a.sets)} (stages {rows[0]['split']}); bubble = idle fraction of a rank")
+    print(f"{a.schedule}{f' v {a.chunks}' if a.chunks > 1 else ''}, P {a.P}, {' '.join(a.sets)} (stages {rows[0]['split']}); bubble = idle fraction of a rank")
     print(f"{'m':>3} {'measured':>9} {'replayed':>9} {'formula':>8}   forward / backward ms per stage")
     for r in rows:
         per = "  ".join(f"{f:.1f}/{b:.1f}" for f, b in zip(r["tf_ms"], r["tb_ms"]))

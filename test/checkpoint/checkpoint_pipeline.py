@@ -15,6 +15,9 @@ per step (micro_batch x grad_accum x world / (mesh.pipeline x mesh.tensor)), 6 s
              3 resumes (every stage's blocks come from another stage's file)
   p2hto1     mesh.pipeline 2 x data 2 at stage 1 with zero.shard_group 1 (hybrid sharding inside the
              stages: two replicas of one-rank shard groups, each saving half of what it holds) -> 1 rank
+  interleaved  mesh.pipeline 2 x mesh.chunks 2 (each stage two runs of layers) -> 1 rank, and ref's
+             step 3 -> mesh.pipeline 2 x mesh.chunks 2
+  p2offto1   mesh.pipeline 2 x data 2 at stage 1 with offload.optimizer nvme -> 1 rank
   files      at optim.lr ~0 (weights stay the initial ones), mesh.pipeline 2 and 1 rank each save step
              3: model.h5 of the two, weights bit for bit, AdamW moments within 1e-6 of each tensor's
              largest; the last stage's rank file holds no wte (saved once, by the first stage); the
@@ -119,6 +122,24 @@ def case_p2hto1(tmp):
     resume(tmp, "p2hto1", ref, tt.step_dir(a, SAVE), 1, 1, 1, 0, "world 4 mesh.pipeline 2 stage 1 zero.shard_group 1")
 
 
+def case_interleaved(tmp):
+    """Interleaved chunks: stage 0 of mesh.pipeline 2 x mesh.chunks 2 holds layers 0 and 2, stage 1
+    layers 1, 3-4 (runs, not one range): its checkpoint -> 1 rank, and ref's -> the same mesh."""
+    ref = reference(tmp)
+    il = {"mesh__schedule": "interleaved", "mesh__chunks": 2}
+    a = save_at(tmp, "p2v2", 2, 2, 1, 0, **il)
+    resume(tmp, "p2v2to1", ref, tt.step_dir(a, SAVE), 1, 1, 1, 0, "world 2 mesh.pipeline 2 mesh.chunks 2")
+    resume(tmp, "1top2v2", ref, tt.step_dir(ref, SAVE), 2, 2, 1, 0, "1 rank", **il)
+
+
+def case_p2offto1(tmp):
+    """The optimizer state offloaded to disk inside the stages (offload.optimizer nvme, P 2 x data 2 at
+    stage 1): its checkpoint -> 1 rank."""
+    ref = reference(tmp)
+    a = save_at(tmp, "p2off", 4, 2, 1, 1, offload__optimizer="nvme", offload__nvme_dir=os.path.join(tmp, "nvme"))
+    resume(tmp, "p2offto1", ref, tt.step_dir(a, SAVE), 1, 1, 1, 0, "world 4 mesh.pipeline 2 stage 1 offload nvme")
+
+
 def case_files(tmp):
     """At optim.lr ~0: model.h5 of a mesh.pipeline 2 checkpoint against a 1-rank one of the same step
     (weights bit for bit, moments within 1e-6), what each stage's file holds, the llm.c exports."""
@@ -175,4 +196,4 @@ def case_init(tmp):
 
 
 if __name__ == "__main__":
-    sys.exit(ct.run_case_script("checkpoint_pipeline", ["p2t2to1", "1top3", "p2d2top3", "p2hto1", "files", "init"], globals(), True))
+    sys.exit(ct.run_case_script("checkpoint_pipeline", ["p2t2to1", "1top3", "p2d2top3", "p2hto1", "interleaved", "p2offto1", "files", "init"], globals(), True))

@@ -22,9 +22,10 @@ small=(--set data.train='data/sample/train_*.bin' --set data.val=data/sample/val
 # The oracles of the scripts that compare a mesh with one rank (tensor_emu, pipeline_emu), over the
 # caller's `common` plan arguments: `oracle_cpu NAME ACCUM` the CPU backend on one rank (with final
 # weights), `oracle_bf16 NAME ACCUM` one emulated rank in bf16; each logs to $work/NAME/metrics.jsonl.
-oracle_cpu() {
-  "$TRAIN" "${common[@]}" --set device=cpu --set batch.grad_accum="$2" --set run.log="$work/$1/metrics.jsonl" \
-    --set run.final_weights="$work/$1/final.bin" > "$work/$1.out" 2>&1 || { cat "$work/$1.out"; exit 1; }
+oracle_cpu() {  # name grad_accum [extra --set ...]
+  local name=$1 accum=$2; shift 2
+  "$TRAIN" "${common[@]}" --set device=cpu --set batch.grad_accum="$accum" --set run.log="$work/$name/metrics.jsonl" \
+    --set run.final_weights="$work/$name/final.bin" "$@" > "$work/$name.out" 2>&1 || { cat "$work/$name.out"; exit 1; }
 }
 oracle_bf16() {
   "$EMU" "${common[@]}" --set device=cuda --set precision.compute=bf16 --set batch.grad_accum="$2" \

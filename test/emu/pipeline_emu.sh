@@ -6,7 +6,9 @@
 # device comm (host-staged "mpi" or NCCL). EMULATED: this is not a GPU run.
 #   fp32, against the CPU backend on one rank with the same global batch, 3 steps, every loss and
 #         grad norm within 1e-5 relative: P 2 (3 blocks: uneven) under 1F1B on the host-staged comm,
-#         P 2 GPipe on NCCL, P 2 x data 2 at ZeRO stage 1 (NCCL), P 2 x T 2 (NCCL tensor groups).
+#         P 2 GPipe on NCCL, P 2 x data 2 at ZeRO stage 1 (NCCL), P 2 x T 2 (NCCL tensor groups),
+#         interleaved P 2 x 2 chunks (4 blocks), P 2 x data 2 at stage 1 with the optimizer state in
+#         pinned host memory (offload.optimizer cpu).
 #   bf16 (each boundary moves bf16 bits: 2 bytes an element), P 2 against one emulated rank in bf16
 #         with the same global batch, within 2e-2 (test/gpu TenTrainingSteps' bound).
 #   final weights (rank 0 writes, the last stage's blocks sent to it): P 2 against the CPU one-rank
@@ -42,6 +44,10 @@ bg run f32_p2_nccl_gpipe 2 nccl fp32 --set mesh.pipeline=2 --set mesh.schedule=g
 bg run f32_p2d2_s1 4 nccl fp32 --set mesh.pipeline=2 --set zero.stage=1
 bg run f32_p2t2 4 nccl fp32 --set mesh.pipeline=2 --set mesh.tensor=2
 bg run b16_p2 2 nccl bf16 --set mesh.pipeline=2
+bg oracle_cpu cpu_a2_l4 2 --set model.n_layer=4
+bg run f32_p2v2 2 nccl fp32 --set mesh.pipeline=2 --set mesh.schedule=interleaved --set mesh.chunks=2 \
+  --set model.n_layer=4
+bg run f32_p2d2_off 4 nccl fp32 --set mesh.pipeline=2 --set zero.stage=1 --set offload.optimizer=cpu
 join
 
 "$PY" - "$work" <<'PY'
@@ -58,7 +64,7 @@ def check(name, ref, bound):
     ok &= good
     print(line)
 for name, ref in (("f32_p2", "cpu_a2"), ("f32_p2_nccl_gpipe", "cpu_a2"), ("f32_p2d2_s1", "cpu_a4"),
-                  ("f32_p2t2", "cpu_a2")):
+                  ("f32_p2t2", "cpu_a2"), ("f32_p2v2", "cpu_a2_l4"), ("f32_p2d2_off", "cpu_a4")):
     check(name, ref, 1e-5)
 check("b16_p2", "b16_a2", 2e-2)
 err = runs.weights_rel_l2("f32_p2", "cpu_a2")  # inf: the headers differ

@@ -6,24 +6,31 @@ uneven: 5 blocks, the head on the last stage) under each schedule (gpipe, 1f1b),
 micro-batches (batch.grad_accum = m) than stages, as many, and more; P 2 x T 2 (tensor parallelism
 inside each stage, with and without sequence parallelism), P 2 x data 2 at ZeRO stages 0 and 1, and
 the 8-rank P 2 x T 2 x data 2, P 2 x data 2 with hybrid sharding inside the stages (zero.shard_group
-1: two replicas of one-rank shard groups per stage); recompute inside the stages and a chunked classifier under GPipe
-(every forward before the first backward); gradient clipping on and off. The oracle: one rank,
-ZeRO stage 0, the same global batch (micro_batch x data axis) and m.
+1: two replicas of one-rank shard groups per stage) and with the optimizer state offloaded to disk
+(offload.optimizer nvme); recompute inside the stages and a chunked classifier under GPipe (every
+forward before the first backward); gradient clipping on and off; interleaved 1F1B with 2 and 3
+model chunks per rank (mesh.chunks; P 2 and P 3, 5-7 layers, m = P to 3P), with recompute, with
+P 2 x T 2 + sequence parallelism and with P 2 x data 2 at stage 1. The oracle: one rank, ZeRO stage
+0, the same global batch (micro_batch x data axis) and m.
 
 Per row:
   * every step's loss within 1e-5 relative, grad norm within 1e-4 (clipping spans all stages: the
     norm sums every stage's units and the tied embedding once), the final val loss within 1e-5
     (evaluation runs through the stages);
-  * the banner's stage split equals the rule (blocks cut by forward FLOPs, the last stage paying for
-    the head; of equal splits the later stages hold more) computed here from the model's FLOPs;
+  * the banner's stage split equals the rule (blocks cut by forward FLOPs into P v parts, the last
+    paying for the head; of equal splits the later parts hold more; stage s holds parts c P + s)
+    computed here from the model's FLOPs;
   * every rank's tracked peak activations and total equal `train estimate`'s for its stage
     (pipeline_stages[s]), and the activations are its schedule's in-flight micro-batches: at m > P,
-    1F1B's first stage holds P micro-batches, GPipe's m (so 1F1B's first stage is below GPipe's).
+    1F1B's first stage holds P micro-batches, GPipe's m (so 1F1B's first stage is below GPipe's);
+  * rank 0's bytes on the pipeline group (one tensor and data rank) equal the byte model.
+
+Samples through the stages (P 3, P 2 x T 2 + SP, interleaved P 2 x 2 chunks) equal one rank's text.
 
 Refusals (one line starting with "error", non-zero exit, nothing written; under mpirun and by
 `train estimate`): more stages than blocks, a world the stages do not divide, ZeRO stage 2 and 3
-(their per-micro-batch traffic, stated), the interleaved schedule (tables only so far), and what is
-not built with stages yet (offload).
+(their per-micro-batch traffic, stated), interleaved with one chunk, with m not a multiple of P and
+with more virtual stages than blocks, chunks without "interleaved", parameter offload (stage 3 only).
 
   /usr/bin/python3 test/pipeline/pipeline_equivalence.py [--train ./train] [--mpirun mpirun] [--keep]
 """
@@ -50,9 +57,10 @@ RSS_SLACK = 8 << 20  # as test/zero/memory_formulas.py
 
 
 class Row:
-    def __init__(self, P, W, sched, m, stage=0, T=1, B=2, extra=None):
-        self.P, self.W, self.sched, self.m, self.stage, self.T, self.B = P, W, sched, m, stage, T, B
+    def __init__(self, P, W, sched, m, stage=0, T=1, B=2, extra=None, v=1):
+        self.P, self.W, self.sched, self.m, self.stage, self.T, self.B, self.v = P, W, sched, m, stage, T, B, v
         self.extra = extra or {}
+        self.L = int(self.extra.get("model.n_layer", L))
 
     @property
     def data(self):
@@ -60,7 +68,7 @@ class Row:
 
     def sets(self):
         s = {"mesh.pipeline": self.P, "mesh.schedule": self.sched, "mesh.tensor": self.T,
-             "zero.stage": self.stage, "batch.micro_batch": self.B, "batch.grad_accum": self.m}
+             "mesh.chunks": self.v, "zero.stage": self.stage, "batch.micro_batch": self.B, "batch.grad_accum": self.m}
         s.update(self.extra)
         return s
 
@@ -71,7 +79,8 @@ class Row:
 
     def name(self):
         x = "".join(f" {k.split('.')[-1]}={v}" for k, v in self.extra.items())
-        return f"P{self.P} T{self.T} data{self.data} W{self.W} {self.sched:5s} m{self.m} stage{self.stage}{x}"
+        v = f" v{self.v}" if self.v > 1 else ""
+        return f"P{self.P} T{self.T} data{self.data} W{self.W} {self.sched:5s}{v} m{self.m} stage{self.stage}{x}"
 
 
 ROWS = [
@@ -85,6 +94,12 @@ ROWS = [
     Row(3, 3, "1f1b", 4, extra={"recompute.policy": "selective"}),
     Row(2, 2, "gpipe", 3, extra={"recompute.classifier_chunk": 8, "recompute.policy": "block"}),
     Row(3, 3, "1f1b", 3, extra={"optim.grad_clip": 0.0}),
+    # interleaved: v model chunks per rank, m a multiple of P
+    Row(2, 2, "interleaved", 2, v=2), Row(2, 2, "interleaved", 6, v=2),
+    Row(3, 3, "interleaved", 3, v=2, extra={"model.n_layer": 7}),
+    Row(2, 2, "interleaved", 4, v=3, extra={"model.n_layer": 6, "recompute.policy": "selective"}),
+    Row(2, 4, "interleaved", 2, v=2, T=2, extra={"mesh.sequence_parallel": "true"}),
+    Row(2, 4, "interleaved", 4, v=2, stage=1, B=1),
 ]
 
 # (world, plan fields, regexes the one error line must match)
@@ -93,7 +108,12 @@ REFUSALS = [
     (3, {"mesh.pipeline": 2}, [r"mesh\.pipeline", r"\b2\b", r"divide", r"\b3\b"]),
     (2, {"mesh.pipeline": 2, "zero.stage": 2}, [r"zero\.stage", r"every micro-batch", r"0 or 1"]),
     (2, {"mesh.pipeline": 2, "zero.stage": 3}, [r"zero\.stage", r"every micro-batch", r"0 or 1"]),
-    (2, {"mesh.pipeline": 2, "mesh.schedule": "interleaved"}, [r"mesh\.schedule", r"interleaved"]),
+    (2, {"mesh.pipeline": 2, "mesh.schedule": "interleaved"}, [r"mesh\.chunks", r"at least 2", r"1f1b"]),
+    (2, {"mesh.pipeline": 2, "mesh.schedule": "interleaved", "mesh.chunks": 2, "batch.grad_accum": 3},
+     [r"batch\.grad_accum", r"\b3\b", r"multiple of 2"]),
+    (2, {"mesh.pipeline": 2, "mesh.schedule": "interleaved", "mesh.chunks": 3, "batch.grad_accum": 2},
+     [r"mesh\.chunks", r"\b6\b", r"n_layer 5"]),
+    (2, {"mesh.pipeline": 2, "mesh.chunks": 2}, [r"mesh\.chunks", r"interleaved", r"1f1b"]),
     (2, {"mesh.pipeline": 2, "zero.stage": 1, "offload.params": "nvme", "offload.nvme_dir": "@nvme"},
      [r"offload\.params", r"zero\.stage 3"]),
 ]
@@ -148,7 +168,7 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
 
-def flops_split(P, B, T=1):
+def flops_split(P, B, T=1, layers=L):
     """The stage split the run must make: blocks by forward FLOPs (GPT::forward_flops: 2 per multiply-add
     of the matmuls, 12 C^2 / T per token; causal attention B (C / T) Tn (Tn + 1) multiply-adds), the
     head's 2 N C Vp / T on the last stage. The rule (pipeline/schedule.h balance_blocks): the last stage
@@ -171,15 +191,16 @@ def flops_split(P, B, T=1):
             if choice is None or c < choice[0]:
                 choice = (c, counts + [b - a])
         return choice
-    return best(P - 1, L)[1]
+    return best(P - 1, layers)[1]
 
 
-def describe_split(s):
-    out, first = [], 0
+def describe_split(s, P):
+    """Stage by stage; with chunks (len(s) = P v parts) a stage's parts p = c P + stage, comma-separated."""
+    runs, first = [], 0
     for n in s:
-        out.append(f"{first}-{first + n - 1}" if n > 1 else f"{first}")
+        runs.append(f"{first}-{first + n - 1}" if n > 1 else f"{first}")
         first += n
-    return " | ".join(out)
+    return " | ".join(",".join(runs[j] for j in range(st, len(s), P)) for st in range(P))
 
 
 def check_row(r, res, ref, errs):
@@ -196,8 +217,8 @@ def check_row(r, res, ref, errs):
     if m["norm"] > NORM_TOL:
         errs.append(f"{r.name()}: grad norm rel err {m['norm']:.2e} (tol {NORM_TOL})")
     # The split.
-    want = describe_split(flops_split(r.P, r.B, r.T))
-    got = re.search(r"mesh: pipeline of \d+ stages \(layers ([0-9| -]+),", res["out"])
+    want = describe_split(flops_split(r.P * r.v, r.B, r.T, r.L), r.P)
+    got = re.search(r"mesh: pipeline of \d+ stages \(layers ([0-9|, -]+), cut", res["out"])
     m["split"] = got.group(1) if got else "?"
     if m["split"] != want:
         errs.append(f"{r.name()}: stage split {m['split']!r}, the FLOPs rule gives {want!r}")
@@ -220,9 +241,10 @@ def check_row(r, res, ref, errs):
     m["acts0"] = acts[0] if acts else None
     # Rank 0's bytes on the pipeline group (one tensor and data rank: the byte model is plain): m
     # (B, T, C) boundaries forward, and the tied embedding's gradient (the embedding unit: wte's
-    # padded rows and wpe, padded to the unit multiple) once, to the last stage.
+    # padded rows and wpe, padded to the unit multiple) once, to the last stage. With v chunks, each
+    # chunk's forward sends its output, and each but the first's backward its input gradient.
     if r.T == 1 and r.data == 1:
-        want_b = r.m * r.B * SEQ * C * 4 + (VP + SEQ) * C * 4
+        want_b = (2 * r.v - 1) * r.m * r.B * SEQ * C * 4 + (VP + SEQ) * C * 4
         got_b = s.get("bytes_pipeline_group_per_step", 0)
         if abs(got_b - want_b) > 0.01 * want_b:
             errs.append(f"{r.name()}: bytes_pipeline_group_per_step {got_b}, the byte model {want_b}")
@@ -263,22 +285,23 @@ def shipped_plan(train, mpirun, work, timeout):
 
 
 def samples(train, mpirun, work, timeout):
-    """Sampling through the stages (run.sample_every): P 3 (1F1B, m 3) and P 2 x T 2 with sequence
+    """Sampling through the stages (run.sample_every): P 3 (1F1B, m 4), interleaved P 2 x 2 chunks and P 2 x T 2 with sequence
     parallelism (each token's (1, t, C) boundary is t padded to a multiple of T, cut T ways) print the
     text one rank prints after the same 2 steps."""
     out = {}
     for name, W, mesh in (("one", 1, {}), ("P3", 3, {"mesh.pipeline": 3}),
-                          ("P2T2sp", 4, {"mesh.pipeline": 2, "mesh.tensor": 2, "mesh.sequence_parallel": "true"})):
+                          ("P2T2sp", 4, {"mesh.pipeline": 2, "mesh.tensor": 2, "mesh.sequence_parallel": "true"}),
+                          ("P2v2", 2, {"mesh.pipeline": 2, "mesh.schedule": "interleaved", "mesh.chunks": 2})):
         d = os.path.join(work, "sample_" + name)
         os.makedirs(d)
         extra = dict(mesh, **{"data.tokenizer": "data/sample/gpt2_tokenizer.bin", "run.sample_every": 2,
-                              "run.sample_tokens": 15, "run.steps": 2, "batch.grad_accum": 3, "batch.micro_batch": 2})
+                              "run.sample_tokens": 15, "run.steps": 2, "batch.grad_accum": 4, "batch.micro_batch": 2})
         p = subprocess.run(zm.launcher(mpirun, W) + [train, "plans/default.json"] + plan_sets(d, extra), cwd=ROOT,
                            env=zm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
         out[name] = re.findall(r"---- sample at step 2 ----\n(.*)\n", p.stdout) if p.returncode == 0 else \
             [f"exit {p.returncode}: {p.stdout.strip()[-200:]}"]
     errs = []
-    for name in ("P3", "P2T2sp"):
+    for name in ("P3", "P2T2sp", "P2v2"):
         ok = len(out["one"]) == 1 and out["one"][0].strip() and out[name] == out["one"]
         print(f"  {'ok ' if ok else 'BAD'} {name} samples what one rank samples: {out[name]}", flush=True)
         if not ok:
@@ -351,18 +374,18 @@ def main():
                           dict(same, **{"batch.micro_batch": B, "batch.grad_accum": m}), a.timeout)
             print(f"reference m {m} B {B} {dict(same)}: loss {refs[k]['steps'][0]['loss']:.4f} -> "
                   f"{refs[k]['steps'][-1]['loss']:.4f}, val {refs[k]['val']:.4f}, {refs[k]['secs']:.1f} s", flush=True)
-        print(f"\n{'row':62s} {'loss err':>9s} {'norm err':>9s} {'val err':>9s}  {'split':14s} {'slots':10s} mem   sec")
+        print(f"\n{'row':72s} {'loss err':>9s} {'norm err':>9s} {'val err':>9s}  {'split':14s} {'slots':10s} mem   sec")
         results = {}
         for i, r in enumerate(ROWS):
             try:
                 res = run(train, a.mpirun, r.W, os.path.join(work, f"row{i}"), r.sets(), a.timeout)
             except (zm.RunFailed, subprocess.TimeoutExpired) as e:
                 errs.append(f"{r.name()}: {e}")
-                print(f"{r.name():62s} FAILED: {str(e).splitlines()[0][:120]}", flush=True)
+                print(f"{r.name():72s} FAILED: {str(e).splitlines()[0][:120]}", flush=True)
                 continue
             m = check_row(r, res, refs[r.ref_key()], errs)
             results[i] = m
-            print(f"{r.name():62s} {m['loss']:9.2e} {m['norm']:9.2e} {m['val']:9.2e}  {m['split']:14s} "
+            print(f"{r.name():72s} {m['loss']:9.2e} {m['norm']:9.2e} {m['val']:9.2e}  {m['split']:14s} "
                   f"{'|'.join(map(str, m['slots'])):10s} {'ok' if m['mem'] else 'BAD':4s} {res['secs']:5.1f}", flush=True)
         # 1F1B against GPipe at m > P: the first stage holds P micro-batches, not m.
         for a_i, b_i in ((8, 9), (0, 1)):
