@@ -22,9 +22,10 @@ per step (micro_batch x grad_accum x world / (mesh.pipeline x mesh.tensor)), 6 s
              3: model.h5 of the two, weights bit for bit, AdamW moments within 1e-6 of each tensor's
              largest; the last stage's rank file holds no wte (saved once, by the first stage); the
              first stage's file no block of the last; `train export --format llmc` of the two equal; the
-             run.final_weights of mesh.pipeline 2 and of mesh.pipeline 2 x mesh.tensor 2 equal one rank's
-  init       model.init (ref's final weights): mesh.pipeline 3 and mesh.pipeline 2 x mesh.tensor 2 train
-             3 steps from it within 1e-5 of one rank
+             run.final_weights of mesh.pipeline 2, of mesh.pipeline 2 x mesh.chunks 2 and of mesh.pipeline
+             2 x mesh.tensor 2 equal one rank's; model.h5 of mesh.pipeline 2 x mesh.chunks 2 too
+  init       model.init (ref's final weights): mesh.pipeline 3, mesh.pipeline 2 x mesh.tensor 2 and
+             mesh.pipeline 2 x mesh.chunks 2 train 3 steps from it within 1e-5 of one rank
 
 Resumed losses of steps 4-6 within 1e-5 relative of ref's (the tolerance of checkpoint_test.py's
 reshard part): the state loads exactly, what differs is the order of the fp32 sums. A wrong mapping
@@ -46,6 +47,7 @@ STEPS, SAVE, MB, GLOBAL = 6, 3, 2, 4
 TOL = 1e-5
 LR0 = 1e-30  # optim.lr must be > 0: an update of ~1e-30 leaves every nonzero initial weight as it is
 MODEL = {"model__n_layer": 5, "model__n_head": 6, "model__n_embd": 48, "model__seq_len": 32}
+INTERLEAVED = {"mesh__schedule": "interleaved", "mesh__chunks": 2}  # at mesh.pipeline 2: layers 0, 2-3 | 1, 4
 
 
 def sets(work, world, pipeline, tensor, stage, steps, **extra):
@@ -126,7 +128,7 @@ def case_interleaved(tmp):
     """Interleaved chunks: stage 0 of mesh.pipeline 2 x mesh.chunks 2 holds layers 0 and 2, stage 1
     layers 1, 3-4 (runs, not one range): its checkpoint -> 1 rank, and ref's -> the same mesh."""
     ref = reference(tmp)
-    il = {"mesh__schedule": "interleaved", "mesh__chunks": 2}
+    il = INTERLEAVED
     a = save_at(tmp, "p2v2", 2, 2, 1, 0, **il)
     resume(tmp, "p2v2to1", ref, tt.step_dir(a, SAVE), 1, 1, 1, 0, "world 2 mesh.pipeline 2 mesh.chunks 2")
     resume(tmp, "1top2v2", ref, tt.step_dir(ref, SAVE), 2, 2, 1, 0, "1 rank", **il)
@@ -147,15 +149,19 @@ def case_files(tmp):
     a = save_at(tmp, "p2lr0", 2, 2, 1, 0, optim__lr=LR0)
     r = save_at(tmp, "p1lr0", 1, 1, 1, 0, optim__lr=LR0)
     t = save_at(tmp, "p2t2lr0", 4, 2, 2, 0, optim__lr=LR0)
-    finals = [os.path.join(w, "final.bin") for w in (a, t, r)]
-    ok = all(os.path.exists(f) for f in finals) and ct.same_bytes(finals[0], finals[2])
+    v = save_at(tmp, "p2v2lr0", 2, 2, 1, 0, optim__lr=LR0, **INTERLEAVED)
+    finals = [os.path.join(w, "final.bin") for w in (a, t, r, v)]
+    ok = all(os.path.exists(f) for f in finals) and ct.same_bytes(finals[0], finals[2]) and \
+        ct.same_bytes(finals[3], finals[2])
     if ok:  # the tensor group's sums in another order: the zero-initialized biases' ~lr steps differ
         ok = tt.same_at_lr0(ct.llmc_tensors(finals[1]), ct.llmc_tensors(finals[2]))
-    ct.check(ok, "run.final_weights (later stages' blocks sent to rank 0): mesh.pipeline 2's equal the 1-rank run's "
-                 "byte for byte, mesh.pipeline 2 x mesh.tensor 2's bit for bit (zero-initialized biases within 1e-25)")
-    if not (os.path.isdir(tt.step_dir(a, SAVE)) and os.path.isdir(tt.step_dir(r, SAVE))):
+    ct.check(ok, "run.final_weights (later stages' blocks sent to rank 0): mesh.pipeline 2's and mesh.pipeline 2 x "
+                 "mesh.chunks 2's equal the 1-rank run's byte for byte, mesh.pipeline 2 x mesh.tensor 2's bit for bit "
+                 "(zero-initialized biases within 1e-25)")
+    if not all(os.path.isdir(tt.step_dir(w, SAVE)) for w in (a, r, v)):
         return
     tt.same_model_h5(tt.step_dir(a, SAVE), tt.step_dir(r, SAVE), "mesh.pipeline 2")
+    tt.same_model_h5(tt.step_dir(v, SAVE), tt.step_dir(r, SAVE), "mesh.pipeline 2 x mesh.chunks 2")
     held = []
     for r_ in (0, 1):
         with h5py.File(os.path.join(tt.step_dir(a, SAVE), f"rank_{r_:05d}.h5"), "r") as f:
@@ -185,8 +191,9 @@ def case_init(tmp):
     init = os.path.join(ref, "final.bin")
     one, p = train(tmp, "init1", 1, 1, 1, 0, SAVE, model__init=init)
     ct.check(p.returncode == 0, f"1 rank trains from ref's final weights (exit {p.returncode}: {tt.why(p)})")
-    for name, world, pipeline, tensor in (("initp3", 3, 3, 1), ("initp2t2", 4, 2, 2)):
-        w, q = train(tmp, name, world, pipeline, tensor, 0, SAVE, model__init=init)
+    for name, world, pipeline, tensor, extra in (("initp3", 3, 3, 1, {}), ("initp2t2", 4, 2, 2, {}),
+                                                 ("initp2v2", 2, 2, 1, INTERLEAVED)):
+        w, q = train(tmp, name, world, pipeline, tensor, 0, SAVE, model__init=init, **extra)
         la, lb = ct.losses(one) if p.returncode == 0 else {}, ct.losses(w) if q.returncode == 0 else {}
         ok = sorted(lb) == list(range(1, SAVE + 1)) and sorted(la) == sorted(lb)
         worst = max(abs(lb[s] - la[s]) / abs(la[s]) for s in lb) if ok else float("inf")
