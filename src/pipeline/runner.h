@@ -1,8 +1,8 @@
 // One pipeline rank's step (docs/pipeline.md, docs/design.md §3.14): the passes of its schedule's
 // table (pipeline/schedule.h), with the activations and gradients that cross stage boundaries moved
 // point to point over the pipeline group. What a pass computes is the caller's (PipeStageWork): the
-// runner knows the table and the messages, nothing of a model. The model-side stages are not built
-// yet; the tests drive it with a toy stack of linear layers against one process.
+// runner knows the table and the messages, nothing of a model: train/pipeline_step.cpp makes a model
+// stage its work, and the tests drive it with a toy stack of linear layers against one process.
 //
 // Messages: a forward of virtual stage j sends its output to the rank of j + 1, a backward of j > 0
 // its input gradient to the rank of j - 1, each `floats` long, host memory (the CPU backend's). Sends

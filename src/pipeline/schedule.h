@@ -1,8 +1,7 @@
 // Pipeline parallelism's schedules (docs/pipeline.md; docs/design.md §3.14): which forward and
 // backward passes each of the P pipeline ranks runs, in which order, for m micro-batches, written as
-// tables a reader can follow and a simulator can check. The engine that runs them is not built yet;
-// this is the part every later piece (the step loop, the point-to-point traffic, the estimate's
-// in-flight activations, the planner's bubble) reads.
+// tables a reader can follow and a simulator can check: what the runner (pipeline/runner.h) executes,
+// and what the step loop, the estimate's in-flight activations and the banner's bubble read.
 //
 // Virtual stages: with v model chunks per rank (interleaved), rank s holds chunks c = 0..v-1, and
 // chunk c is virtual stage j = c P + s of the P v in the model (Megatron-LM's layout: a micro-batch
