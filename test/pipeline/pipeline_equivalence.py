@@ -310,28 +310,35 @@ def samples(train, mpirun, work, timeout):
 
 
 def resident(train, mpirun, work, timeout):
+    return resident_case(train, mpirun, work, timeout, "P 3", 3, {"mesh.pipeline": 3}) + resident_case(
+        train, mpirun, work, timeout, "P 2 x 3 chunks", 2,
+        {"mesh.pipeline": 2, "mesh.schedule": "interleaved", "mesh.chunks": 3, "batch.grad_accum": 4})
+
+
+def resident_case(train, mpirun, work, timeout, label, P, mesh):
     """Real memory per stage: 3 stages hold very different buffers (the first the embedding, the middle
     neither embedding nor head, the last the embedding and the head's logits), so each rank's VmHWM minus
     `train estimate`'s total for its stage (what the process holds besides the tracked buffers: libraries,
     runtimes, MPI) must be the same on every rank within RSS_SLACK. A buffer a stage allocates that its
-    estimate does not count, or one it counts and never allocates, of more than that fails."""
-    d = os.path.join(work, "resident")
+    estimate does not count, or one it counts and never allocates, of more than that fails. The same for
+    interleaved P 2 x 3 chunks (each stage three runs of blocks, the slots of whole micro-batches)."""
+    d = os.path.join(work, "resident" + str(P))
     os.makedirs(d)
-    extra = {"model.n_layer": 6, "model.n_embd": 128, "model.seq_len": 64, "batch.micro_batch": 4,
-             "batch.grad_accum": 3, "mesh.pipeline": 3, "run.steps": 2}
-    res = run(train, mpirun, 3, d, extra, timeout, n_steps=2)
+    extra = dict({"model.n_layer": 6, "model.n_embd": 128, "model.seq_len": 64, "batch.micro_batch": 4,
+                  "batch.grad_accum": 3, "run.steps": 2}, **mesh)
+    res = run(train, mpirun, P, d, extra, timeout, n_steps=2)
     rss = res["summary"].get("peak_rss_bytes_per_rank", [])
     est = [st["memory"]["host"]["total"] for st in res["estimate"].get("pipeline_stages", [])]
-    if len(rss) != 3 or len(est) != 3:
-        return [f"resident: {len(rss)} RSS values, {len(est)} stage estimates"]
+    if len(rss) != P or len(est) != P:
+        return [f"resident {label}: {len(rss)} RSS values, {len(est)} stage estimates"]
     over = [r - e for r, e in zip(rss, est)]
     spread = max(over) - min(over)
     ok = spread <= RSS_SLACK
     mib = lambda x: f"{x / 2**20:.1f}"
-    print(f"  {'ok ' if ok else 'BAD'} resident per stage (P 3, 6 x 128 channels): estimate {'/'.join(map(mib, est))} MiB, "
+    print(f"  {'ok ' if ok else 'BAD'} resident per stage ({label}, 6 x 128 channels): estimate {'/'.join(map(mib, est))} MiB, "
           f"VmHWM {'/'.join(map(mib, rss))} MiB, untracked {'/'.join(map(mib, over))} MiB: spread "
           f"{mib(spread)} MiB (slack {mib(RSS_SLACK)})", flush=True)
-    return [] if ok else [f"resident: VmHWM - estimate per stage {over} spreads {spread} B > {RSS_SLACK}"]
+    return [] if ok else [f"resident {label}: VmHWM - estimate per stage {over} spreads {spread} B > {RSS_SLACK}"]
 
 
 def refusal(train, mpirun, work, i, how):

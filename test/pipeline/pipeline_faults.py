@@ -4,7 +4,9 @@
 1. A stage that never sends: at step 2, world rank 1 (stage 1 of P 2; then the middle stage of P 3)
    drops its first send (comm.fault_skip_rank / fault_skip_step, comm/comm.h). The stage waiting for
    it must time out after comm.timeout_s (5 s) naming the recv, the stage it waited for ("from stage
-   1") and the group "pipeline", and the whole job must end non-zero within the timeout + 15 s.
+   1") and the group "pipeline", and the whole job must end non-zero within the timeout + 15 s. The
+   same at P 2 under the interleaved schedule (2 chunks per stage: the first send is chunk 0's
+   output, which stage 0's chunk 1 waits for).
 2. A stage that stops: SIGSTOP on the last stage's process once step 3 has been logged (mid-run,
    between or inside steps). Its neighbour must time out naming "stage 2" (P 3) and the job end
    non-zero within the timeout + 15 s of the stop.
@@ -59,11 +61,11 @@ def rank_pid(train, rank):
     return None
 
 
-def dropped_send(train, mpirun, work, P, errs):
-    d = os.path.join(work, f"drop{P}")
+def dropped_send(train, mpirun, work, P, errs, extra=None, what=""):
+    d = os.path.join(work, f"drop{P}{'_'.join(str(v) for v in (extra or {}).values())}")
     os.makedirs(d)
     cmd = zm.launcher(mpirun, P) + [train, "plans/default.json"] + sets(
-        d, P, 6, {"comm.fault_skip_rank": 1, "comm.fault_skip_step": 2})
+        d, P, 6, dict(extra or {}, **{"comm.fault_skip_rank": 1, "comm.fault_skip_step": 2}))
     t0 = time.monotonic()
     p = subprocess.run(cmd, cwd=ROOT, env=zm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=120)
@@ -72,10 +74,10 @@ def dropped_send(train, mpirun, work, P, errs):
     named = [l for l in lines if re.search(r'recv #\d+ from stage 1 .*in group "pipeline" .*did not complete within '
                                            rf'{TIMEOUT_S} s', l)]
     ok = p.returncode != 0 and named and secs < TIMEOUT_S + SLACK_S and "skipped (fault injection)" in p.stdout
-    print(f"  {'ok ' if ok else 'BAD'} P {P}: stage 1 drops its first send at step 2: exit {p.returncode} after "
+    print(f"  {'ok ' if ok else 'BAD'} P {P}{what}: stage 1 drops its first send at step 2: exit {p.returncode} after "
           f"{secs:.0f} s: {named[0][:150] if named else p.stdout.strip()[-300:]}", flush=True)
     if not ok:
-        errs.append(f"dropped send at P {P}: exit {p.returncode} after {secs:.0f} s, error lines {lines[:2]}")
+        errs.append(f"dropped send at P {P}{what}: exit {p.returncode} after {secs:.0f} s, error lines {lines[:2]}")
 
 
 def signalled(train, mpirun, work, sig, rank, P, want, errs):
@@ -132,6 +134,8 @@ def main():
     errs = []
     dropped_send(train, a.mpirun, work, 2, errs)
     dropped_send(train, a.mpirun, work, 3, errs)
+    dropped_send(train, a.mpirun, work, 2, errs, {"model.n_layer": 4, "mesh.schedule": "interleaved", "mesh.chunks": 2},
+                 " interleaved x 2 chunks")
     signalled(train, a.mpirun, work, signal.SIGSTOP, 2, 3, r'from stage 2 .*in group "pipeline"', errs)
     signalled(train, a.mpirun, work, signal.SIGKILL, 1, 3, None, errs)
     if errs:
