@@ -1,10 +1,12 @@
-// Helpers shared by the two halves of plan loading (plan_json.cpp: parse, schema, merge;
-// plan.cpp: typed reads and validation). Internal to src/plan.
+// Helpers shared by the parts of plan loading (plan_json.cpp: parse, schema, merge; plan.cpp: typed
+// reads and validation; plan_pipeline.cpp: the pipeline axis's checks). Internal to src/plan.
 #pragma once
 #include <cstddef>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "plan/plan.h"
 
 namespace zt::plan_detail {
 
@@ -22,5 +24,10 @@ void check_schema(const json& s, const json& v, const std::string& path, const s
 void unset_nulls(const json& s, json& v);
 // Objects merge key by key, recursively; any other value replaces.
 void deep_merge(json& dst, const json& src);
+
+// Throws zt::Error "plan: <path>: <what>".
+[[noreturn]] void bad(const std::string& path, const std::string& what);
+// The pipeline axis (mesh.pipeline, schedule, chunks) against the rest of the plan (plan_pipeline.cpp).
+void check_pipeline(const Plan& p);
 
 }  // namespace zt::plan_detail
