@@ -144,6 +144,10 @@ class GPT {
   // of the last), and the boundaries are that chunk's: its input is where the block before it
   // would have written its output (residual3, which no backward reads: the slot's place for it).
   void use_activation_slot(int k);
+  // A stage boundary's bytes at (B, Tn): (B, Tn, C) of T, this rank's rows under sequence parallelism.
+  static size_t boundary_bytes(const GPTConfig& cfg, int B, int Tn) {
+    return cfg.sp_rows(size_t(B) * size_t(Tn)) * size_t(cfg.C) * sizeof(T);
+  }
   void use_chunk(int c) {
     ZT_ASSERT(c >= 0 && c < cfg_.chunks());
     chunk_ = c;

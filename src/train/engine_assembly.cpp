@@ -60,8 +60,9 @@ EngineParts<Ops> assemble_engine(const Plan& plan, const EngineSettings& es, Com
   // across them; inside a stage, tensor groups of T adjacent ranks, the data axis across them; on the
   // data axis, shard groups of consecutive ranks, replicated across. Every rank makes every split, in
   // this order (Comm::split is collective).
-  // The pipeline group is the host comm's even on the CUDA backend: the stages' messages cross
-  // through host memory (train/pipeline_step.cpp), like the host-staged collectives.
+  // The pipeline group is the host comm's even on the CUDA backend (the tied embedding's sum,
+  // evaluation, samples, final weights cross through host memory, train/pipeline_step.cpp); on NCCL
+  // the boundaries get a device pipeline group of their own.
   p.stage_comm = p.comm;
   if (const int P = es.model.whole_L > 0 ? plan.mesh.pipeline : 1; P > 1) {
     const int rank = p.comm->rank(), per_stage = p.comm->world() / P;
@@ -69,6 +70,18 @@ EngineParts<Ops> assemble_engine(const Plan& plan, const EngineSettings& es, Com
     p.stage_group = p.comm->split(rank / per_stage, rank, "stage");
     p.pipe_comm = p.pipe_group.get();
     p.stage_comm = p.stage_group.get();
+    p.boundary_comm = p.pipe_comm;
+    if (es.pipe_messages > 0) {  // NCCL: the boundaries between the stages' devices
+      p.boundary_group = p.comm->split(rank % per_stage, rank, "pipeline");
+      p.boundary_comm = p.boundary_group.get();
+      const size_t n = size_t(es.pipe_messages), each = es.pipe_message_bytes;
+      p.boundary_mem = mem.alloc(n * each, Ops::tier, Category::comm, "pipeline messages");
+      float* at = p.boundary_mem.template as<float>();
+      for (size_t i = 0; i < n; ++i, at += each / sizeof(float)) {
+        if (i < 2) p.boundary_buffers.recv[i] = at;  // two receives, then one per send of the step
+        else p.boundary_buffers.send.push_back(at);
+      }
+    }
   }
   p.data_comm = p.stage_comm;
   if (const int T = es.zero.tensor; T > 1) {

@@ -8,6 +8,7 @@
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "offload/swap_file.h"
+#include "pipeline/runner.h"
 #include "plan/plan.h"
 #include "runtime/memory.h"
 #include "tensor/tensor_group.h"
@@ -35,6 +36,15 @@ struct EngineParts {
   std::unique_ptr<Comm> pipe_group, stage_group;
   Comm* pipe_comm = nullptr;
   Comm* stage_comm = nullptr;
+  // The group the stage boundaries cross: pipe_comm, or on NCCL (es.pipe_messages > 0) a pipeline
+  // group of its own on the devices with its message buffers (tracked: the estimate's "pipeline
+  // messages"; pipeline/runner.h PipeBuffers). The tied embedding's sum, evaluation, samples and
+  // final weights stay on pipe_comm (host memory).
+  std::unique_ptr<Comm> boundary_group;
+  Comm* boundary_comm = nullptr;
+  Allocation boundary_mem;
+  PipeBuffers boundary_buffers;
+  const PipeBuffers* device_messages() const { return boundary_group ? &boundary_buffers : nullptr; }
   // Tensor parallelism (mesh.tensor > 1, zero/data_mesh.h): the tensor group and the data axis,
   // split from `comm` once; the model completes its split products over tensor_ops. Without, the
   // data axis is `comm` itself and tensor_comm nullptr.
@@ -53,7 +63,8 @@ struct EngineParts {
   // shard group, carries only the trainer's scalars).
   CommStepStats step_stats() const {
     CommStepStats s = comm->step_stats();
-    for (const Comm* c : {pipe_comm, tensor_comm, data_comm == shard_comm ? nullptr : data_comm, shard_comm, replica_comm}) {
+    for (const Comm* c : {pipe_comm, boundary_comm == pipe_comm ? nullptr : boundary_comm, tensor_comm,
+                          data_comm == shard_comm ? nullptr : data_comm, shard_comm, replica_comm}) {
       if (!c || c == comm) continue;
       const CommStepStats& g = c->step_stats();
       s.bytes += g.bytes, s.control_bytes += g.control_bytes, s.collectives += g.collectives;
@@ -63,7 +74,8 @@ struct EngineParts {
   }
   void set_tracer(Tracer* t) {  // a lane per group (docs/traces.md)
     comm->set_tracer(t);
-    for (Comm* c : {pipe_comm, tensor_comm, data_comm == shard_comm ? nullptr : data_comm, shard_comm, replica_comm})
+    for (Comm* c : {pipe_comm, boundary_comm == pipe_comm ? nullptr : boundary_comm, tensor_comm,
+                    data_comm == shard_comm ? nullptr : data_comm, shard_comm, replica_comm})
       if (c && c != comm) c->set_tracer(t);
   }
 };

@@ -33,49 +33,51 @@ struct PassSpan {
 // The stage's passes for the runner: each micro-batch's forward and backward on its own activation
 // slot (slot = micro mod slots: a stage's micro-batches in flight are consecutive, at most `slots`),
 // in the model chunk the pass names (interleaved: every chunk of a micro-batch in its slot).
-// The runner's messages are host memory: on the CUDA backend each boundary crosses through it
-// (d2h, MPI, h2d; the pipeline group is the host comm, train/engine_assembly.cpp), as the
-// host-staged collectives do; its elements are the backend's (bf16: 2 bytes).
+// The runner's messages: host memory (the CPU backend's; on the CUDA backend over MPI each boundary
+// crosses through it: d2h, MPI, h2d, as the host-staged collectives do), or with device buffers
+// (PipeBuffers: the pipeline group on NCCL) device memory, copied on the device. Their elements are
+// the backend's (bf16: 2 bytes).
 template <class Ops>
 class ModelStage final : public PipeStageWork {
  public:
   using S = typename Ops::S;
+  using T = typename Ops::T;
   ModelStage(GPT<Ops>& model, ZeroEngine<Ops>& engine, const StepBatches& b, int B, int Tn, S dloss, int slots,
-             Tracer* tr)
+             Tracer* tr, bool device_messages)
       : model_(model), engine_(engine), b_(b), B_(B), Tn_(Tn), dloss_(dloss), slots_(slots),
-        bytes_(boundary_bytes(model.config(), B, Tn)), tr_(tr) {}
-
-  // (B, Tn, C) of the backend's elements, this rank's rows under sequence parallelism.
-  static size_t boundary_bytes(const GPTConfig& cfg, int B, int Tn) {
-    return cfg.sp_rows(size_t(B) * size_t(Tn)) * size_t(cfg.C) * sizeof(typename Ops::T);
-  }
-  // The runner's message: those bytes in whole floats.
-  static size_t boundary_floats(const GPTConfig& cfg, int B, int Tn) {
-    return (boundary_bytes(cfg, B, Tn) + sizeof(float) - 1) / sizeof(float);
-  }
+        bytes_(GPT<Ops>::boundary_bytes(model.config(), B, Tn)), tr_(tr), device_(device_messages) {}
 
   void forward(int chunk, int micro, const float* input, float* output) override {
     const PassSpan span(tr_, pass_name('F', chunk, micro));
     model_.use_activation_slot(micro % slots_);
     model_.use_chunk(chunk);
     engine_.begin_pass(micro, true);
-    if (input) Ops::h2d(model_.stage_input(), input, bytes_);
+    if (input) take(model_.stage_input(), input);
     const size_t i = size_t(micro);
     loss_ += model_.forward(b_.inputs[i].data(), b_.targets[i].data(), B_, Tn_, true, dloss_);
-    if (output) Ops::d2h(output, model_.stage_output(), bytes_);
+    if (output) give(output, model_.stage_output());
   }
   void backward(int chunk, int micro, const float* output_grad, float* input_grad) override {
     const PassSpan span(tr_, pass_name('B', chunk, micro));
     model_.use_activation_slot(micro % slots_);
     model_.use_chunk(chunk);
     engine_.begin_pass(micro, true);
-    if (output_grad) Ops::h2d(model_.stage_output_grad(), output_grad, bytes_);
+    if (output_grad) take(model_.stage_output_grad(), output_grad);
     model_.backward();
-    if (input_grad) Ops::d2h(input_grad, model_.stage_input_grad(), bytes_);
+    if (input_grad) give(input_grad, model_.stage_input_grad());
   }
   double loss_sum() const { return loss_; }
 
  private:
+  // A message into the model, and the model's boundary into a message.
+  void take(T* dst, const float* message) {
+    if (device_) Ops::copy(dst, reinterpret_cast<const T*>(message), bytes_ / sizeof(T));
+    else Ops::h2d(dst, message, bytes_);
+  }
+  void give(float* message, const T* src) {
+    if (device_) Ops::copy(reinterpret_cast<T*>(message), src, bytes_ / sizeof(T));
+    else Ops::d2h(message, src, bytes_);
+  }
   // "F3", or with chunks "F3b" (chunk 1), as pipeline/schedule.h's render_pipe writes it.
   std::string pass_name(char kind, int chunk, int micro) const {
     std::string n = kind + std::to_string(micro);
@@ -91,6 +93,7 @@ class ModelStage final : public PipeStageWork {
   const int slots_;
   const size_t bytes_;
   Tracer* tr_;
+  const bool device_;
   double loss_ = 0.0;
 };
 
@@ -99,11 +102,11 @@ class ModelStage final : public PipeStageWork {
 template <class Ops>
 double pipeline_train_step(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe, PipeSchedule schedule,
                            const StepBatches& batches, int B, int Tn, typename Ops::S dloss, int slots,
-                           Tracer* tracer, PipeStepStats* stats) {
+                           const PipeBuffers* device_messages, Tracer* tracer, PipeStepStats* stats) {
   const int m = int(batches.inputs.size());
-  ModelStage<Ops> work(model, engine, batches, B, Tn, dloss, slots, tracer);
+  ModelStage<Ops> work(model, engine, batches, B, Tn, dloss, slots, tracer, device_messages != nullptr);
   const PipeStepStats s = run_pipe_step(schedule, PipeShape{pipe.world(), m, model.config().chunks()}, pipe, work,
-                                        ModelStage<Ops>::boundary_floats(model.config(), B, Tn));
+                                        pipe_message_floats<Ops>(model.config(), B, Tn), device_messages);
   if (stats) *stats = s;
   model.use_activation_slot(0);
   model.use_chunk(0);
@@ -169,7 +172,7 @@ double pipeline_forward(GPT<Ops>& model, Comm& pipe, const int* inputs, const in
 template <class Ops>
 double pipeline_eval_sum(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe, DataLoader& val, int64_t n, int B,
                          int Tn, int V) {
-  const size_t bytes = ModelStage<Ops>::boundary_bytes(model.config(), B, Tn);
+  const size_t bytes = GPT<Ops>::boundary_bytes(model.config(), B, Tn);
   std::vector<int> inputs(size_t(B) * Tn), targets(size_t(B) * Tn);
   std::vector<float> boundary;
   double sum = 0.0;
@@ -212,7 +215,7 @@ std::string describe_pipeline(const Plan& plan, const GPTConfig& whole) {
 #define ZT_PIPELINE_STEP(Ops)                                                                                     \
   template std::string describe_pipeline<Ops>(const Plan&, const GPTConfig&);                                   \
   template double pipeline_train_step<Ops>(GPT<Ops>&, ZeroEngine<Ops>&, Comm&, PipeSchedule, const StepBatches&, \
-                                           int, int, Ops::S, int, Tracer*, PipeStepStats*);                     \
+                                           int, int, Ops::S, int, const PipeBuffers*, Tracer*, PipeStepStats*); \
   template void sum_tied_embedding<Ops>(GPT<Ops>&, ZeroEngine<Ops>&, Comm&);                                     \
   template double pipeline_eval_sum<Ops>(GPT<Ops>&, ZeroEngine<Ops>&, Comm&, DataLoader&, int64_t, int, int, int); \
   template double pipeline_forward<Ops>(GPT<Ops>&, Comm&, const int*, const int*, int, int, size_t, std::vector<float>&);

@@ -35,10 +35,13 @@ struct StepBatches {
 // Runs this stage's table for one step; returns the mean loss over the m micro-batches on the last
 // stage, 0 on the others. tracer (run.trace): each pass a span "F<micro>" / "B<micro>" on the
 // "pipeline stage" track. dloss as the trainer gives it to forward (1 / tokens in the global batch).
+// pipe: the group the boundaries cross (the host pipeline group, or on NCCL the device one, with
+// device_messages its buffers: pipeline/runner.h PipeBuffers; nullptr for host messages).
 template <class Ops>
 double pipeline_train_step(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe, PipeSchedule schedule,
                            const StepBatches& batches, int B, int Tn, typename Ops::S dloss, int slots,
-                           Tracer* tracer = nullptr, PipeStepStats* stats = nullptr);
+                           const PipeBuffers* device_messages = nullptr, Tracer* tracer = nullptr,
+                           PipeStepStats* stats = nullptr);
 
 // After the engine completed the gradients: the first and the last stage each hold the gradient of
 // their copy of the embedding (the lookup's part, the head's part); both add the other's, so their

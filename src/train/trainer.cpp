@@ -73,6 +73,7 @@ class Trainer {
       engine_->begin_step(step);
       if (parts_.tensor_comm) parts_.tensor_comm->begin_step(step);  // the engine's groups are the data axis's
       if (parts_.pipe_comm) parts_.pipe_comm->begin_step(step);
+      if (parts_.boundary_comm && parts_.boundary_comm != parts_.pipe_comm) parts_.boundary_comm->begin_step(step);
       if (plan_.optim.grad_clip <= 0.0) engine_->update_args_known(lr);  // clip_scale is then 1
       double loss = 0.0;
       double first_micro_ms = 0;
@@ -119,7 +120,9 @@ class Trainer {
         bytes_shard_group_ = parts_.shard_comm->step_stats().bytes;
       if (parts_.replica_comm) bytes_replicas_ = parts_.replica_comm->step_stats().bytes;  // hybrid sharding
       if (parts_.tensor_comm) bytes_tensor_ = parts_.tensor_comm->step_stats().bytes;    // tensor parallelism
-      if (parts_.pipe_comm) bytes_pipeline_ = parts_.pipe_comm->step_stats().bytes;     // pipeline stages
+      if (parts_.pipe_comm)  // pipeline stages (the boundaries on their device group on NCCL)
+        bytes_pipeline_ = parts_.pipe_comm->step_stats().bytes +
+                          (parts_.boundary_comm != parts_.pipe_comm ? parts_.boundary_comm->step_stats().bytes : 0);
       if (root_)
         report_step(*log_, plan_, {step, loss, lr, norm, ms, tokens_per_step, cs, gradients_ms, res.update_ms.back(),
                                    train_seconds}, decorate_);
@@ -140,9 +143,9 @@ class Trainer {
       data_.train->train_batch(step, micro, accum, b.inputs[size_t(micro)].data(), b.targets[size_t(micro)].data());
       check_tokens(b.inputs[size_t(micro)], b.targets[size_t(micro)], cfg_.V);
     }
-    return pipeline_train_step<Ops>(*model_, *engine_, *parts_.pipe_comm,
+    return pipeline_train_step<Ops>(*model_, *engine_, *parts_.boundary_comm,
                                     parse_pipe_schedule("mesh.schedule", plan_.mesh.schedule), b, B, Tn, dloss,
-                                    activation_slots_, tracer_.get());
+                                    activation_slots_, parts_.device_messages(), tracer_.get());
   }
   void tied_embedding() {
     sum_tied_embedding<Ops>(*model_, *engine_, *parts_.pipe_comm);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/gpt.h"
+#include "pipeline/runner.h"
 #include "pipeline/schedule.h"
 #include "plan/plan.h"
 #include "zero/data_mesh.h"
@@ -25,6 +26,12 @@ struct EngineSettings {
   // Pipeline parallelism: micro-batches whose activations this stage holds at once, each in all its
   // chunks (pipeline/schedule.h pipe_activation_slots); 1 without.
   int activation_slots = 1;
+  // Pipeline stages on NCCL (the CUDA backend, comm.backend "nccl"): the boundaries cross between the
+  // stages' devices in device buffers (pipeline/runner.h PipeBuffers), pipe_messages of
+  // pipe_message_bytes each (one message, aligned); none otherwise (host messages: on the host-staged
+  // comm, and for shapes whose launches would close a cycle on NCCL, pipe_device_messages).
+  int pipe_messages = 0;
+  size_t pipe_message_bytes = 0;
   ZeroConfig zero;
   StateTypes types;
 
@@ -46,6 +53,12 @@ std::vector<std::pair<int, int>> stage_runs(const GPTConfig& whole, int B, int T
   for (int j = 0, first = 0; j < P * v; first += n[size_t(j)], ++j)
     if (j % P == stage) runs.emplace_back(first, n[size_t(j)]);
   return runs;
+}
+
+// A stage boundary (GPT::boundary_bytes) as the pipeline runner's message: whole floats.
+template <class Ops>
+size_t pipe_message_floats(const GPTConfig& cfg, int B, int Tn) {
+  return (GPT<Ops>::boundary_bytes(cfg, B, Tn) + sizeof(float) - 1) / sizeof(float);
 }
 
 // For rank mesh.rank of the mesh on the backend of op table Ops. The partition is the shard group's:
@@ -93,6 +106,13 @@ EngineSettings engine_settings(const Plan& plan, const DataMesh& mesh) {
   s.types.host_shards = Ops::tier == Tier::device && plan.offload.params == "cpu";
   // comm.backend as resolved (train/backend_choice.h): NCCL needs no host mirrors.
   s.types.host_mirror_comm = plan.comm.backend != "nccl";
+  const PipeShape shape{mesh.pipeline, plan.batch.grad_accum, plan.mesh.chunks};
+  const PipeSchedule sched = parse_pipe_schedule("mesh.schedule", plan.mesh.schedule);
+  if (Ops::tier == Tier::device && !s.types.host_mirror_comm && pipe_device_messages(sched, shape)) {
+    s.pipe_messages = 2 + int(pipe_message_sends(sched, shape, mesh.stage));  // 2 receives, each send its own
+    s.pipe_message_bytes = (pipe_message_floats<Ops>(s.model, s.micro_batch, s.seq_len) * sizeof(float) +
+                            MemoryTracker::kAlign - 1) / MemoryTracker::kAlign * MemoryTracker::kAlign;
+  }
   return s;
 }
 

@@ -90,6 +90,9 @@ Estimate estimate_for(const Plan& plan, int world, int ranks_per_host, int rank 
     e.layer_runs.emplace_back(cfg.whole_layer(cfg.chunk_begin(c)), cfg.chunk_begin(c + 1) - cfg.chunk_begin(c));
   e.activation_slots = s.activation_slots;
   count(Category::activations, "activations and activation gradients", Ops::tier, act);
+  if (s.pipe_messages > 0)
+    count(Category::comm, "pipeline messages (stage boundaries on NCCL)", Tier::device,
+          size_t(s.pipe_messages) * s.pipe_message_bytes);
   e.bytes_per_step = part.bytes_per_step();
   e.bytes_formula = part.bytes_formula();
   e.shard_group = mesh.shard;

@@ -3,7 +3,8 @@
 # each rank an MPI process with its own emulated device (ZT_EMU_DEVICES=4). The stages' activations,
 # their gradients and the tied embedding's gradient cross through host memory on the pipeline group
 # (the host MPI comm, train/engine_assembly.cpp); inside a stage the data and tensor axes run on the
-# device comm (host-staged "mpi" or NCCL). EMULATED: this is not a GPU run.
+# device comm (host-staged "mpi" or NCCL); on NCCL the boundaries cross between the devices on a
+# device pipeline group of their own. EMULATED: this is not a GPU run.
 #   fp32, against the CPU backend on one rank with the same global batch, 3 steps, every loss and
 #         grad norm within 1e-5 relative: P 2 (3 blocks: uneven) under 1F1B on the host-staged comm,
 #         P 2 GPipe on NCCL, P 2 x data 2 at ZeRO stage 1 (NCCL), P 2 x T 2 (NCCL tensor groups),
@@ -71,6 +72,19 @@ err = runs.weights_rel_l2("f32_p2", "cpu_a2")  # inf: the headers differ
 good = err <= 1e-5
 ok &= good
 print(f"final weights, P 2 vs the CPU backend on one rank: rel L2 {err:.2e} (bound 1e-5) {'ok' if good else 'FAILED'}")
+# On NCCL the boundaries cross between the devices in buffers of their own (pipeline/runner.h
+# PipeBuffers): rank 0 holds 2 receive buffers and one per message it sends in a step, each (B, T, C)
+# of the backend's element (B 2, T 32, C 96): 1F1B / GPipe m 2 send 2 activations; interleaved x 2
+# chunks 2 per chunk forward and 2 gradients back (chunk 1's backward). The host-staged run has none.
+msg = 2 * 32 * 96
+want = {"f32_p2": 0, "f32_p2_nccl_gpipe": 4 * msg * 4, "f32_p2d2_s1": 4 * msg * 4, "f32_p2t2": 4 * msg * 4,
+        "f32_p2v2": 8 * msg * 4, "f32_p2d2_off": 4 * msg * 4, "b16_p2": 4 * msg * 2}
+for name, bytes_ in want.items():
+    est = json.load(open(f"{w}/{name}.est"))
+    got = sum(b["bytes"] for b in est["buffers"] if b["name"].startswith("pipeline messages") and b["tier"] == "device")
+    good = got == bytes_
+    ok &= good
+    print(f"{name:18s} pipeline message buffers on the device {got} bytes (want {bytes_}): {'ok' if good else 'FAILED'}")
 for name in sorted(os.path.basename(p)[:-4] for p in os.listdir(w) if p.endswith(".est")):
     sm, est = summary(name), json.load(open(f"{w}/{name}.est"))
     good = est["memory"] == sm["peak_memory_bytes"] and sm["bytes_pipeline_group_per_step"] > 0

@@ -123,13 +123,20 @@ struct ToyStages : zt::PipeStageWork {
   std::map<int, float> losses;
 };
 
-void check(zt::Comm& pipe, zt::PipeSchedule s, const zt::PipeShape& sh) {
+// given_buffers: the runner's messages in buffers given to it (PipeBuffers, here host memory over
+// MPI), each send its own, receives alternating between two, posted with the pass before's send.
+void check(zt::Comm& pipe, zt::PipeSchedule s, const zt::PipeShape& sh, bool given_buffers = false) {
   const int me = pipe.rank();
   const std::string what = std::string(zt::pipe_schedule_name(s)) + " P " + std::to_string(sh.P) + " m " +
-                           std::to_string(sh.m) + " v " + std::to_string(sh.v);
+                           std::to_string(sh.m) + " v " + std::to_string(sh.v) + (given_buffers ? " given" : "");
   ToyStages stages(sh, me);
+  std::vector<std::vector<float>> memory(2 + zt::pipe_message_sends(s, sh, me), std::vector<float>(kN));
+  zt::PipeBuffers buffers;
+  buffers.recv[0] = memory[0].data();
+  buffers.recv[1] = memory[1].data();
+  for (size_t i = 2; i < memory.size(); ++i) buffers.send.push_back(memory[i].data());
   pipe.begin_step(0);
-  const zt::PipeStepStats st = zt::run_pipe_step(s, sh, pipe, stages, kN);
+  const zt::PipeStepStats st = zt::run_pipe_step(s, sh, pipe, stages, kN, given_buffers ? &buffers : nullptr);
   const uint64_t bytes = pipe.step_stats().bytes;
   std::vector<float> ref_losses;
   const std::vector<Layer> ref = reference(sh.virtual_stages(), sh.m, ref_losses);
@@ -162,6 +169,15 @@ TEST(PipeRunner, EveryScheduleMatchesOneProcess) {
       if (m >= 1) check(*g_world, s, {P, m, 1});
   for (int m : {P, 2 * P}) check(*g_world, zt::PipeSchedule::interleaved, {P, m, 2});
   check(*g_world, zt::PipeSchedule::interleaved, {P, P, 3});
+}
+
+// The same with the runner's messages in given buffers (the device messages' path, NCCL's order).
+TEST(PipeRunner, GivenBuffersMatchOneProcess) {
+  const int P = g_world->world();
+  if (P < 2) GTEST_SKIP() << "given buffers need another stage";
+  for (zt::PipeSchedule s : {zt::PipeSchedule::gpipe, zt::PipeSchedule::one_f_one_b})
+    for (int m : {1, P, 2 * P + 1}) check(*g_world, s, {P, m, 1}, true);
+  check(*g_world, zt::PipeSchedule::interleaved, {P, 2 * P, 2}, true);
 }
 
 // One rank holding every virtual stage (a group of one): the chunks hand their outputs over in memory.

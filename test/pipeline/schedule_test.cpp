@@ -1,6 +1,8 @@
 // The pipeline schedules' tables (src/pipeline/schedule.h) against arithmetic: every pass once and in
 // order, no table that hangs, the bubble and the activations in flight the papers state, messages
-// used in the order they are sent, the layer split, and the drawing docs/pipeline.md shows.
+// used in the order they are sent, the layer split, and the drawing docs/pipeline.md shows; the
+// runner's device launches (pipeline/runner.h) run as NCCL runs them, without a cycle.
+#include "pipeline/runner.h"
 #include "pipeline/schedule.h"
 
 #include <gtest/gtest.h>
@@ -116,6 +118,40 @@ TEST(PipeSchedule, ActivationSlotsAreTheFewestWithoutAClash) {
         if (sh.v == 1) EXPECT_EQ(slots, t.peak_alive[size_t(r)]) << name(s, sh) << " rank " << r;
       }
     }
+}
+
+// Device messages (pipeline/runner.h): NCCL runs each rank's launches in order on one stream, a
+// launch done when each of its sends and receives has met its peer's in the peer's current launch.
+// pipe_launches_stuck runs them so. GPipe's and 1F1B's paired launches finish for every shape; the
+// host order (each receive launched alone a pass ahead) does not at P 3 (a middle stage's receive
+// holds its stream, its send behind it); interleaved's paired launches close a cycle across the
+// wrap-around at m >= 2P (worked by hand for P 2, m 4, v 2: rank 0's send of B(0,b)'s gradient waits
+// behind nothing but for rank 1's receive, which is behind rank 1's send of B(1,b)'s gradient, which
+// rank 0 receives only in its next launch), so those runs keep host messages (pipe_device_messages).
+TEST(PipeRunner, DeviceLaunchesNeverWaitInACycle) {
+  auto all = [](PipeSchedule s, const PipeShape& sh) {
+    std::vector<std::vector<PipeLaunch>> l;
+    for (int r = 0; r < sh.P; ++r) l.push_back(pipe_launches(s, sh, r));
+    return l;
+  };
+  for (PipeSchedule s : {PipeSchedule::gpipe, PipeSchedule::one_f_one_b, PipeSchedule::interleaved})
+    for (const PipeShape& sh : shapes(s)) {
+      if (sh.P < 2) continue;
+      const bool finishes = pipe_launches_stuck(all(s, sh)) == -1;
+      if (s != PipeSchedule::interleaved) EXPECT_TRUE(finishes) << name(s, sh);
+      EXPECT_EQ(pipe_device_messages(s, sh), finishes) << name(s, sh);
+    }
+  EXPECT_FALSE(pipe_device_messages(PipeSchedule::interleaved, {2, 4, 2}));
+  EXPECT_TRUE(pipe_device_messages(PipeSchedule::interleaved, {2, 2, 2}));
+  // The hazard the pairing avoids: the host order on one stream.
+  const PipeShape sh{3, 4, 1};
+  std::vector<std::vector<PipeLaunch>> ahead(3);
+  for (int r = 0; r < 3; ++r)
+    for (const PipeLaunch& x : pipe_launches(PipeSchedule::one_f_one_b, sh, r)) {
+      if (x.recv_from >= 0) ahead[size_t(r)].push_back({-1, x.recv_from});
+      if (x.send_to >= 0) ahead[size_t(r)].push_back({x.send_to, -1});
+    }
+  EXPECT_NE(pipe_launches_stuck(ahead), -1) << "receives launched ahead of sends on one stream";
 }
 
 // Point-to-point messages match in posting order (comm/comm.h): a receiver that posts its receives in
