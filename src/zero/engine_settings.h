@@ -108,7 +108,7 @@ EngineSettings engine_settings(const Plan& plan, const DataMesh& mesh) {
   s.types.host_mirror_comm = plan.comm.backend != "nccl";
   const PipeShape shape{mesh.pipeline, plan.batch.grad_accum, plan.mesh.chunks};
   const PipeSchedule sched = parse_pipe_schedule("mesh.schedule", plan.mesh.schedule);
-  if (Ops::tier == Tier::device && !s.types.host_mirror_comm && pipe_device_messages(sched, shape)) {
+  if (mesh.pipeline > 1 && Ops::tier == Tier::device && !s.types.host_mirror_comm && pipe_device_messages(sched, shape)) {
     s.pipe_messages = 2 + int(pipe_message_sends(sched, shape, mesh.stage));  // 2 receives, each send its own
     s.pipe_message_bytes = (pipe_message_floats<Ops>(s.model, s.micro_batch, s.seq_len) * sizeof(float) +
                             MemoryTracker::kAlign - 1) / MemoryTracker::kAlign * MemoryTracker::kAlign;
