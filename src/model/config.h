@@ -109,10 +109,15 @@ struct GPTConfig {
   // The whole model this rank holds a part of: tp 1, the vocabulary padded as for tp (the shapes
   // checkpoints and llm.c files address elements by).
   GPTConfig whole() const {
-    GPTConfig c = *this;
+    GPTConfig c = unstaged();
     c.tp = 1;
     c.tp_rank = 0;
     c.sp = false;
+    return c;
+  }
+  // This tensor rank's part of the model before it was cut into pipeline stages.
+  GPTConfig unstaged() const {
+    GPTConfig c = *this;
     if (c.whole_L > 0) c.L = c.whole_L;
     c.whole_L = 0;
     c.layer0 = 0;

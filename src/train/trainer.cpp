@@ -240,12 +240,7 @@ class Trainer {
     if (!root_) return;
     report_start(moved, outputs_.checkpoint.note, resume_, plan_, state_.step);
     log_ = std::make_unique<MetricsLog>(outputs_.log);
-    GPTConfig all_layers = cfg_;  // this tensor rank's model before it was cut into stages (engine_settings)
-    all_layers.L = cfg_.layers();
-    all_layers.whole_L = all_layers.layer0 = 0;
-    all_layers.first_stage = all_layers.last_stage = true;
-    all_layers.chunk_first.clear();
-    all_layers.chunk_blocks.clear();
+    const GPTConfig all_layers = cfg_.unstaged();  // as engine_settings cut it into stages
     print_banner(plan_, {Ops::name, Ops::tier == Tier::device, world, threads, cfg_, &model_->layout(), &data_,
                          parts_.partition->buckets().size(), &swap_, &mem_,
                          plan_.mesh.pipeline > 1 ? describe_pipeline<Ops>(plan_, all_layers) : ""});
