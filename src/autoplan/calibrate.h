@@ -68,13 +68,21 @@ class Calibration {
   // 3-block model under it (docs/autoplan.md, "Calibration"). classifier_chunk as the plan has it;
   // embedding_rows as the engine splits the embedding (stage 3 at N > 1: the chunked LM head then
   // recomputes each chunk's logits in backward, GPT::classifier_regathers).
+  // tp > 1: the model as one tensor rank holds it (cfg.split(tp, rank % tp, sp)), its tensor
+  // collectives left out (each rank alone: they are the tensor link's, priced apart).
   std::map<int, MicroStepCost> micro_steps(const GPTConfig& cfg, const std::set<int>& bs, int T, Recompute::Policy policy,
-                                           int classifier_chunk, int embedding_rows);
+                                           int classifier_chunk, int embedding_rows, int tp = 1, bool sp = false);
   // CPU AdamW over a shard, seconds per parameter.
   double adamw_s_per_param();
   // The collective `op` ("all_reduce", "reduce_scatter", "all_gather") on the ranks of the
   // communicator at full-buffer sizes around `bytes` (fp32): alpha and bandwidth from two sizes.
-  LinkCost link(const std::string& op, size_t bytes);
+  // On `group` (one of a split the caller made, every rank in one at once; null: every rank), its
+  // name ("data P2T1": which groups of the mesh) part of the key.
+  LinkCost link(const std::string& op, size_t bytes, Comm* group = nullptr, const std::string& group_name = "");
+  // A message and its reply at once between neighbouring pipeline stages (stage s with s ^ 1, of P
+  // stages cut from the ranks in order, as the mesh cuts them): latency and bandwidth of one
+  // stage boundary, around `bytes`.
+  LinkCost stage_link(int P, size_t bytes);
   // What overlap leaves exposed where ranks share the cores: one block's forward + backward run
   // while the comm thread all-gathers messages of `bytes`, against each alone; the share of the
   // shorter of the two not hidden, 0 (all hidden) to 1. 0 at one rank.

@@ -16,8 +16,13 @@
 
 namespace zt::autoplan {
 
-std::vector<Choice> enumerate(const Plan& base, int world, long per_rank_sequences, bool offload,
-                              const std::string& offload_to) {
+namespace {
+
+// The data axis at `data` ranks, as before the mesh: micro-batch x accumulation, recomputation,
+// ZeRO stage and offload, bucket and overlap.
+void data_axis(const Plan& base, const Choice& mesh, long per_rank_sequences, bool offload,
+               const std::string& offload_to, std::vector<Choice>& out) {
+  const int data = mesh.data;
   std::vector<int> batches;
   for (long b = 1; b <= per_rank_sequences; ++b)
     if (per_rank_sequences % b == 0) batches.push_back(int(b));
@@ -28,7 +33,7 @@ std::vector<Choice> enumerate(const Plan& base, int world, long per_rank_sequenc
     bool opt, params;
   };
   std::vector<Placement> placements;
-  if (world == 1) {
+  if (data == 1) {
     placements.push_back({0, false, false});
     if (offload) placements.insert(placements.end(), {{2, true, false}, {3, true, true}});
   } else {
@@ -36,31 +41,73 @@ std::vector<Choice> enumerate(const Plan& base, int world, long per_rank_sequenc
     if (offload) placements.insert(placements.end(), {{1, true, false}, {2, true, false}, {3, true, false}, {3, true, true}});
   }
   std::vector<double> buckets = {base.zero.bucket_mb};
-  if (world > 1 && base.zero.bucket_mb / 4 >= 0.25) buckets.push_back(base.zero.bucket_mb / 4);
-  std::vector<bool> overlaps = world > 1 ? std::vector<bool>{true, false} : std::vector<bool>{base.zero.overlap_comm};
-
-  std::vector<Choice> out;
+  if (data > 1 && base.zero.bucket_mb / 4 >= 0.25) buckets.push_back(base.zero.bucket_mb / 4);
+  std::vector<bool> overlaps = data > 1 ? std::vector<bool>{true, false} : std::vector<bool>{base.zero.overlap_comm};
   for (const Placement& pl : placements)
     for (const auto& [policy, every] : policies)
       for (int b : batches)
         for (double bucket : buckets)
           for (bool ov : overlaps) {
-            Choice c;
+            Choice c = mesh;
             c.stage = pl.stage, c.optimizer_offloaded = pl.opt, c.params_offloaded = pl.params, c.offload_to = offload_to;
             c.policy = policy, c.every = every;
             c.micro_batch = b, c.grad_accum = int(per_rank_sequences / b);
             c.bucket_mb = bucket, c.overlap = ov;
             out.push_back(c);
           }
+}
+
+}  // namespace
+
+std::vector<Choice> enumerate(const Plan& base, int world, long global, bool offload, const std::string& offload_to,
+                              bool mesh, std::map<std::string, long>& dropped) {
+  std::vector<Choice> out;
+  for (int P = 1; P <= (mesh ? world : 1); ++P)
+    for (int T = 1; T <= (mesh ? world / P : 1); ++T) {
+      if (world % (P * T) != 0) continue;
+      Choice m;
+      m.pipeline = P, m.tensor = T, m.data = world / (P * T);
+      if (global % m.data != 0) {
+        dropped["the data axis does not divide the global batch"] += 1;
+        continue;
+      }
+      // Offload's rates come from engine runs of the data axis alone (docs/autoplan.md, "Calibration").
+      const bool offload_here = offload && !m.meshed();
+      for (int chunks : P > 1 ? std::vector<int>{1, 2} : std::vector<int>{1})
+        for (bool sp : T > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+          m.chunks = chunks, m.sequence_parallel = sp;
+          data_axis(base, m, global / m.data, offload_here, offload_to, out);
+        }
+    }
   return out;
 }
 
-std::vector<Candidate> size_candidates(const PlanRequest& req, const PlanInputs& in, Comm& comm) {
+namespace {
+
+// Why the plan's own checks refused a candidate, by the field they name (plan: FIELD: ...), in
+// words the count in the first line can use.
+std::string refusal_reason(const std::string& message) {
+  static const std::pair<const char*, const char*> known[] = {
+      {"plan: mesh.tensor:", "the tensor ranks do not divide the heads"},
+      {"plan: mesh.sequence_parallel:", "the tensor ranks do not divide the sequence"},
+      {"plan: mesh.pipeline:", "a stage would hold no block"},
+      {"plan: mesh.chunks:", "a model chunk would hold no block"},
+      {"plan: zero.stage:", "ZeRO stages 2-3 with pipeline stages"},
+      {"plan: batch.grad_accum:", "interleaved micro-batches not a multiple of the stages"}};
+  for (const auto& [prefix, why] : known)
+    if (message.rfind(prefix, 0) == 0) return why;
+  const size_t colon = message.find(':', 6);
+  return "refused by the plan's checks (" + message.substr(0, colon == std::string::npos ? 60 : colon) + ")";
+}
+
+}  // namespace
+
+std::vector<Candidate> size_candidates(const PlanRequest& req, const PlanInputs& in, Comm& comm,
+                                       std::map<std::string, long>& dropped) {
   const int world = in.world, local = in.local;
   const bool root = comm.rank() == 0, on_device = in.on_device, nvme = in.nvme, direct = in.direct;
   const Plan& base = in.base;
   const std::string& backend = in.backend;
-  const long per_rank = in.per_rank;
   const HostMemory& avail = in.avail;
   const uint64_t nvme_free = in.nvme_free, device_avail = in.device_avail;
   const std::string& nvme_why = in.nvme_why;
@@ -70,12 +117,13 @@ std::vector<Candidate> size_candidates(const PlanRequest& req, const PlanInputs&
   std::vector<std::string> fixed;
   for (const std::string& o : req.overrides) {
     const std::string key = o.substr(0, o.find('='));
-    for (const char* k : {"zero.stage", "zero.overlap_comm", "offload.optimizer", "offload.params", "recompute.policy",
+    for (const char* k : {"mesh.pipeline", "mesh.tensor", "mesh.chunks", "mesh.sequence_parallel", "zero.stage", "zero.overlap_comm", "offload.optimizer", "offload.params", "recompute.policy",
                           "recompute.every"})
       if (key == k && std::find(fixed.begin(), fixed.end(), key) == fixed.end()) fixed.push_back(key);
   }
   std::vector<Choice> choices;
-  for (const Choice& ch : enumerate(base, world, per_rank, nvme, on_device ? "cpu" : "nvme")) {
+  // The CUDA backend is planned for memory on the data axis alone (docs/autoplan.md, "On the CUDA backend").
+  for (const Choice& ch : enumerate(base, world, in.global, nvme, on_device ? "cpu" : "nvme", !on_device, dropped)) {
     const nlohmann::json cj = ch.to_json();
     bool keeps = true;
     for (const std::string& k : fixed) {
@@ -103,13 +151,23 @@ std::vector<Candidate> size_candidates(const PlanRequest& req, const PlanInputs&
     c.resolved = base.resolved;
     ch.apply(c.resolved);
     c.resolved["batch"]["world"] = world;  // its batch is for this world: training at another is refused
-    Plan p = plan_from_json(c.resolved, false);
-    p.source = base.source;
-    record_backend(p, backend);
-    record_comm_backend(p, planned_comm_backend(p, backend, world));
-    const Estimate est = estimate_plan(p, world);
+    Plan p;
+    Estimate est;
+    try {
+      p = plan_from_json(c.resolved, false);
+      p.source = base.source;
+      record_backend(p, backend);
+      record_comm_backend(p, planned_comm_backend(p, backend, world));
+      est = estimate_plan(p, world);
+    } catch (const Error& e) {
+      dropped[refusal_reason(e.what())] += 1;
+      continue;
+    }
     const uint64_t transient = uint64_t(GPTConfig::pad_vocab(p.model.vocab_size)) * uint64_t(p.model.n_embd) * 4;
-    c.host = est.tier_total(Tier::host) + est.tier_total(Tier::pinned) + transient + kRuntimeOverhead;
+    // Stages hold different blocks: the fullest stage's rank counts (every rank of a host may be it).
+    uint64_t tracked = est.tier_total(Tier::host) + est.tier_total(Tier::pinned);
+    for (const Estimate& st : est.stages) tracked = std::max<uint64_t>(tracked, st.tier_total(Tier::host) + st.tier_total(Tier::pinned));
+    c.host = tracked + transient + kRuntimeOverhead;
     c.nvme = est.tier_total(Tier::nvme);
     c.fits = (avail.bytes == 0 || c.host * uint64_t(local) <= avail.bytes) && (c.nvme == 0 || c.nvme * uint64_t(local) <= nvme_free);
     if (on_device) {
@@ -145,8 +203,15 @@ std::vector<Candidate*> fitting(std::vector<Candidate>& all) {
   return fit;
 }
 
-void print_fit(const PlanRequest& req, const PlanInputs& in, size_t all, size_t fit, bool root) {
+void print_fit(const PlanRequest& req, const PlanInputs& in, size_t all, size_t fit,
+               const std::map<std::string, long>& dropped, bool root) {
   const HostMemory& avail = in.avail;
+  if (root && !dropped.empty()) {
+    long n = 0;
+    std::string why;
+    for (const auto& [reason, count] : dropped) n += count, why += (why.empty() ? "" : "; ") + reason + ": " + std::to_string(count);
+    std::printf("plan: %ld mesh candidate(s) left out before sizing (%s)\n", n, why.c_str());
+  }
   if (root)
     std::printf("plan: %s at %d rank(s), %ld sequences per step (%ld per rank): %zu candidates, %zu fit in %s per host (%s)%s%s\n",
                 req.base.c_str(), in.world, in.global, in.per_rank, all, fit,

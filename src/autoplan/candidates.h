@@ -3,6 +3,7 @@
 // (zero/estimate.h) against what this host (and GPU) offers, and its step's shape for the cost model.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -25,6 +26,11 @@ constexpr uint64_t kRuntimeOverhead = uint64_t(256) << 20;
 
 // One point of the space the planner searches (docs/autoplan.md, "Candidates").
 struct Choice {
+  // The mesh (docs/autoplan.md, "Candidates"): pipeline stages, tensor ranks, model chunks per rank
+  // (> 1: the interleaved schedule, else 1F1B), sequence parallelism; the data axis is the rest:
+  // data = world / (pipeline x tensor) ranks, over which everything below is chosen as before.
+  int pipeline = 1, tensor = 1, chunks = 1, data = 1;
+  bool sequence_parallel = false;
   int stage = 0;
   bool optimizer_offloaded = false, params_offloaded = false;  // to offload_to
   std::string offload_to = "nvme";  // where: "nvme" (CPU backend), "cpu" (CUDA backend: pinned host memory)
@@ -34,7 +40,14 @@ struct Choice {
   double bucket_mb = 25;
   bool overlap = true;
 
+  bool meshed() const { return pipeline > 1 || tensor > 1; }
+  std::string schedule() const { return chunks > 1 ? "interleaved" : "1f1b"; }
   void apply(nlohmann::json& j) const {
+    j["mesh"]["pipeline"] = pipeline;
+    j["mesh"]["tensor"] = tensor;
+    j["mesh"]["chunks"] = chunks;
+    j["mesh"]["schedule"] = schedule();
+    j["mesh"]["sequence_parallel"] = sequence_parallel;
     j["zero"]["stage"] = stage;
     j["zero"]["bucket_mb"] = bucket_mb;
     j["zero"]["overlap_comm"] = overlap;
@@ -50,14 +63,23 @@ struct Choice {
     return offload_to == "cpu" && optimizer_offloaded ? what + " cpu" : what;
   }
   std::string recompute() const { return policy == "block" && every > 1 ? "block/" + std::to_string(every) : policy; }
+  // "P2 x T1 x D2" (with "/2" chunks and "+sp" where they apply): pipeline x tensor x data.
+  std::string mesh() const {
+    std::ostringstream os;
+    os << "P" << pipeline << (chunks > 1 ? "/" + std::to_string(chunks) : "") << " x T" << tensor
+       << (sequence_parallel ? "+sp" : "") << " x D" << data;
+    return os.str();
+  }
   std::string label() const {
     std::ostringstream os;
+    if (meshed()) os << "mesh " << mesh() << ", ";
     os << "stage " << stage << ", B " << micro_batch << " x " << grad_accum << ", recompute " << recompute();
     if (optimizer_offloaded) os << ", offload " << offload();
     return os.str();
   }
   nlohmann::json to_json() const {
-    return {{"zero.stage", stage},       {"offload.optimizer", optimizer_offloaded ? offload_to : "none"},
+    return {{"mesh.pipeline", pipeline}, {"mesh.tensor", tensor}, {"mesh.chunks", chunks},
+            {"mesh.sequence_parallel", sequence_parallel}, {"zero.stage", stage},       {"offload.optimizer", optimizer_offloaded ? offload_to : "none"},
             {"offload.params", params_offloaded ? offload_to : "none"}, {"recompute.policy", policy},
             {"recompute.every", every},  {"batch.micro_batch", micro_batch}, {"batch.grad_accum", grad_accum},
             {"zero.bucket_mb", bucket_mb}, {"zero.overlap_comm", overlap}};
@@ -93,19 +115,29 @@ struct Candidate {
 // only where the offload needs them (optimizer: 2; parameters: 3). Offload goes to `offload_to`:
 // "nvme" on the CPU backend (where `offload` says the directory takes it), "cpu" on the CUDA
 // backend (pinned host memory, the memory ladder's GPU rung; docs/plans.md).
-std::vector<Choice> enumerate(const Plan& base, int world, long per_rank_sequences, bool offload,
-                              const std::string& offload_to);
+// Over the mesh: every pipeline x tensor x data factorisation of `world` whose data axis divides
+// `global` sequences, with chunks 1 and 2 (pipeline > 1) and sequence parallelism off and on
+// (tensor > 1); offload only where the data axis is the whole world. Meshes whose data axis does not
+// divide the global batch are counted in `dropped` (reason -> candidates). mesh false: the data
+// axis alone (the CUDA backend's memory plan).
+std::vector<Choice> enumerate(const Plan& base, int world, long global, bool offload, const std::string& offload_to,
+                              bool mesh, std::map<std::string, long>& dropped);
 
 // Every candidate of the space that keeps the keys --set fixes, sized (memory, fit, shape, the
 // offload layout its probes need). Rank 0 says what --set fixed.
-std::vector<Candidate> size_candidates(const PlanRequest& req, const PlanInputs& in, Comm& comm);
+// Candidates the plan's own checks refuse (heads the tensor ranks do not divide, a stage or chunk
+// without a block, ZeRO stages 2-3 with stages, ...) are counted in `dropped` by reason, not sized.
+std::vector<Candidate> size_candidates(const PlanRequest& req, const PlanInputs& in, Comm& comm,
+                                       std::map<std::string, long>& dropped);
 
 // Those that fit. Overlap off sends the same bytes and waits for all of them: a candidate only
 // where its twin with overlap on (two staging slots and a prefetched unit more) does not fit.
 std::vector<Candidate*> fitting(std::vector<Candidate>& all);
 
 // Rank 0's line: how many candidates, how many fit in what.
-void print_fit(const PlanRequest& req, const PlanInputs& in, size_t all, size_t fit, bool root);
+// `dropped`: candidates left out before sizing, by reason (docs/autoplan.md, "Candidates").
+void print_fit(const PlanRequest& req, const PlanInputs& in, size_t all, size_t fit,
+               const std::map<std::string, long>& dropped, bool root);
 
 // The CPU backend's refusal when none fits: what the smallest needs against what there is.
 [[noreturn]] void refuse_no_fit(const std::vector<Candidate>& all, const PlanInputs& in);

@@ -3,7 +3,10 @@
 #include <algorithm>
 
 #include "backend/ops_cpu.h"
+#include "model/gpt.h"
 #include "model/layout.h"
+#include "model/recompute.h"
+#include "model/tensor_parallel.h"
 #include "zero/engine_settings.h"
 #include "zero/partition.h"
 
@@ -12,10 +15,30 @@ namespace zt::autoplan {
 // docs/autoplan.md, "The cost model": each line below is one formula there.
 Prediction predict(const StepShape& s, const Rates& r) {
   Prediction p;
-  const double A = s.grad_accum, L = s.layers, Lr = s.recomputed_blocks;
-  // Forward + backward: the blocks (those recomputed at their own measured cost) and the rest.
-  p.compute_s = A * (r.fixed_s + (L - Lr) * r.block_s + Lr * r.block_recomputed_s) + s.grad_path_bytes / r.memory_bytes_per_s;
-  p.recompute_s = A * Lr * std::max(0.0, r.block_recomputed_s - r.block_s);
+  const double A = s.grad_accum;
+  // Forward + backward of one micro-batch on each stage: its blocks (those recomputed at their own
+  // measured cost) and, on the last, the rest (the head and loss; the lookup is a small part of it).
+  const int P = std::max(1, s.pipeline);
+  double busiest = 0, all_stages = 0, recomputed = 0;
+  for (int i = 0; i < P; ++i) {
+    const double blocks = i < int(s.stage_blocks.size()) ? s.stage_blocks[i] : 0;
+    const double lr = i < int(s.stage_recomputed.size()) ? s.stage_recomputed[i] : 0;
+    const double t = (blocks - lr) * r.block_s + lr * r.block_recomputed_s + (i == P - 1 ? r.fixed_s : 0);
+    p.stage_s.push_back(t);
+    if (t > busiest) busiest = t, recomputed = lr;
+    all_stages += t;
+  }
+  p.compute_s = A * busiest + s.grad_path_bytes / r.memory_bytes_per_s;
+  p.recompute_s = A * recomputed * std::max(0.0, r.block_recomputed_s - r.block_s);
+  // The pipeline (docs/pipeline.md): the busiest stage runs its m micro-batches back to back; before
+  // its first and after its last it waits for the other stages' work on one micro-batch, a
+  // v-th of it with v chunks per rank (interleaved); each boundary on that path is a message, and
+  // the tied embedding's gradient is summed between the first and the last stage after backward.
+  p.bubble_s = (all_stages - busiest) / std::max(1, s.chunks);
+  if (P > 1)
+    p.p2p_s = 2 * (P - 1) * (r.p2p_alpha_s + s.p2p_bytes / r.p2p_bytes_per_s) + r.p2p_alpha_s + s.tie_bytes / r.p2p_bytes_per_s;
+  // The tensor group's collectives complete each split product before the next op can start.
+  p.tensor_comm_s = A * s.tensor_collectives * r.tensor_alpha_s + s.tensor_bytes / r.tensor_bytes_per_s;
   // Communication: gathers and reductions at their own measured latency and bandwidth.
   if (s.world > 1) {
     const double gather_bytes = s.all_gather_share * s.comm_bytes, reduce_bytes = s.comm_bytes - gather_bytes;
@@ -41,13 +64,14 @@ Prediction predict(const StepShape& s, const Rates& r) {
   // pipeline moves at the rate its probe measured (transfers and update overlapped).
   const bool offloaded = s.optimizer_io_bytes > 0;
   p.optimizer_s = offloaded ? s.optimizer_io_bytes * r.pipeline_s_per_byte : s.shard_params * r.adamw_s_per_param;
-  p.step_s = p.compute_s + p.pass_io_s + p.exposed_comm_s + p.optimizer_s;
+  p.step_s = p.compute_s + p.tensor_comm_s + p.bubble_s + p.p2p_s + p.pass_io_s + p.exposed_comm_s + p.optimizer_s;
 
   const double io_s = p.pass_io_s + (offloaded ? p.optimizer_s : 0);
   const double opt_s = offloaded ? 0 : p.optimizer_s;
   p.bound = "compute";
   double most = std::min(p.compute_s, p.step_s);
-  for (const auto& [name, t] : {std::pair<const char*, double>{"comm", p.exposed_comm_s}, {"I/O", io_s}, {"optimizer", opt_s}})
+  for (const auto& [name, t] : {std::pair<const char*, double>{"comm", p.exposed_comm_s}, {"I/O", io_s}, {"optimizer", opt_s},
+                                {"tensor comm", p.tensor_comm_s}, {"bubble", p.bubble_s + p.p2p_s}})
     if (t > most) most = t, p.bound = name;
   return p;
 }
@@ -60,26 +84,42 @@ double transfers_behind(double exposed, double compute, double share) {
 }
 
 nlohmann::json Prediction::to_json() const {
-  return {{"compute_s", compute_s},   {"recompute_s", recompute_s},       {"comm_s", comm_s}, {"tail_s", tail_s},
+  return {{"stage_s", stage_s}, {"tensor_comm_s", tensor_comm_s}, {"bubble_s", bubble_s}, {"p2p_s", p2p_s},
+          {"compute_s", compute_s},   {"recompute_s", recompute_s},       {"comm_s", comm_s}, {"tail_s", tail_s},
           {"exposed_comm_s", exposed_comm_s}, {"pass_io_s", pass_io_s},
           {"optimizer_s", optimizer_s}, {"step_s", step_s},             {"bound", bound}};
 }
 
 // docs/autoplan.md, "The cost model": the shape's terms.
-StepShape step_shape(const Plan& plan, const Estimate& est, int world) {
-  const EngineSettings s = engine_settings<CpuOps<float>>(plan, DataMesh::of(plan, world, 0, 0));
+StepShape step_shape(const Plan& plan, const Estimate& est, int whole_world) {
+  const EngineSettings s = engine_settings<CpuOps<float>>(plan, DataMesh::of(plan, whole_world, 0, 0));
   const ParamLayout layout = s.layout();
   const Partition part(layout, s.zero);
+  const int world = est.data_world;  // the data axis: ZeRO's ranks (shard group and replicas)
   StepShape sh;
   sh.stage = plan.zero.stage;
   sh.world = world;
   sh.grad_accum = plan.batch.grad_accum;
   sh.layers = plan.model.n_layer;
-  sh.recomputed_blocks = plan.recompute.policy == "block" ? (sh.layers + plan.recompute.every - 1) / plan.recompute.every : 0;
+  const Recompute rc = Recompute::from(plan.recompute.policy, plan.recompute.every, 0);
+  sh.recomputed_blocks = rc.blocks_recomputed_before(sh.layers);
+  sh.pipeline = plan.mesh.pipeline, sh.chunks = plan.mesh.chunks, sh.tensor = plan.mesh.tensor;
+  if (est.stages.empty()) {
+    sh.stage_blocks = {double(sh.layers)}, sh.stage_recomputed = {double(sh.recomputed_blocks)};
+  } else {
+    for (const Estimate& st : est.stages)
+      sh.stage_blocks.push_back(st.layers), sh.stage_recomputed.push_back(rc.blocks_recomputed_before(st.layers));
+  }
+  sh.tensor_bytes = double(est.bytes_tensor);
+  sh.tensor_collectives = double(tensor_collectives_per_micro_step(s.model, rc));
+  if (sh.pipeline > 1) {
+    sh.p2p_bytes = double(GPT<CpuOps<float>>::boundary_bytes(s.model, s.micro_batch, s.seq_len));
+    sh.tie_bytes = 4.0 * double(part.unit_shard_numel(0));
+  }
   sh.overlap = plan.zero.overlap_comm;
   const double psi = double(part.total()), N = world, A = sh.grad_accum;
   sh.shard_params = sh.stage == 0 ? psi : psi / N;
-  sh.comm_bytes = double(est.bytes_per_step);
+  sh.comm_bytes = double(est.bytes_per_step - est.bytes_tensor);  // the data axis's
   const double buckets = double(part.buckets().size()), units = double(layout.units().size());
   sh.padded_params = psi, sh.units = units, sh.buckets = buckets;
   sh.collectives = sh.stage == 0 ? buckets : sh.stage == 1 ? buckets + units : sh.stage == 2 ? A * buckets + units
@@ -106,6 +146,7 @@ EngineBase back_out_passes(const StepShape& shape, double one_block_s, double on
   StepShape s1 = shape;
   const double A = s1.grad_accum;
   s1.grad_accum = 1, s1.recomputed_blocks = 0;
+  s1.stage_recomputed.assign(s1.stage_recomputed.size(), 0.0);
   s1.comm_bytes /= A, s1.grad_path_bytes /= A;  // parameter offload is at stage 3: all of them per micro-step
   s1.collectives = s1.buckets + 2 * s1.units, s1.optimizer_io_bytes = 0;
   const Prediction p1 = predict(s1, r1);

@@ -3,6 +3,7 @@
 // and the rates calibrate.h measured. Pure arithmetic: no probes, no allocation.
 #pragma once
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -13,7 +14,17 @@ namespace zt::autoplan {
 
 // What the model needs to know of one candidate plan (all per rank, per optimizer step).
 struct StepShape {
+  // world: the data axis's ranks (the whole world without tensor or pipeline parallelism); the
+  // ZeRO terms below are over them. grad_accum: micro-batches per step (with stages: the pipeline's).
   int stage = 0, world = 1, grad_accum = 1, layers = 0;
+  // The mesh: pipeline stages, model chunks per rank, tensor ranks; per stage its blocks and how
+  // many of them are recomputed (one entry without stages).
+  int pipeline = 1, chunks = 1, tensor = 1;
+  std::vector<double> stage_blocks, stage_recomputed;
+  double tensor_bytes = 0;            // sent on the tensor group per step (train estimate's bytes_tensor)
+  double tensor_collectives = 0;      // the tensor group's collectives per micro-step (latency count)
+  double p2p_bytes = 0;               // one micro-batch's activations (or their gradient) at a stage boundary
+  double tie_bytes = 0;               // the tied embedding's gradient shard summed between the first and last stage
   int recomputed_blocks = 0;          // blocks under the block policy (blocks 0, every, 2*every, ...)
   bool overlap = true;
   double padded_params = 0;           // Ψ: the model's parameters as padded for N ranks
@@ -43,10 +54,16 @@ struct Rates {
   double pass_flush_s = 0;  // and the gradient writes the step waits for after the last backward (engine run)
   double pass_exposed = 1;            // share of their overlap with compute not hidden (the pass probe)
   double memory_bytes_per_s = 1e30;   // the AdamW probe's: 28 bytes per parameter
+  double tensor_alpha_s = 0, tensor_bytes_per_s = 1e30;  // all-reduce on the tensor group, at activation sizes
+  double p2p_alpha_s = 0, p2p_bytes_per_s = 1e30;        // send + receive between neighbouring stages
 };
 
 struct Prediction {
-  double compute_s = 0;        // forward + backward of every micro-step, recomputation included, and the gradient path
+  std::vector<double> stage_s;  // one micro-batch's forward + backward on each stage (tensor collectives apart)
+  double compute_s = 0;        // forward + backward of every micro-step on the busiest stage, recomputation included, and the gradient path
+  double tensor_comm_s = 0;    // the tensor group's collectives (blocking: all of it waited for)
+  double bubble_s = 0;         // the pipeline's fill and drain: the other stages' work the busiest waits for
+  double p2p_s = 0;            // stage boundaries on the fill's and drain's critical path, and the tied embedding's sum
   double recompute_s = 0;      // the part of compute_s that recomputes forward work
   double comm_s = 0;           // every collective of the step, back to back
   double tail_s = 0;           // the last unit's collective, which nothing overlaps

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,9 +25,10 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   const PlanInputs in = check_inputs(req, comm);
   const int world = in.world;
   const bool root = comm.rank() == 0;
-  std::vector<Candidate> all = size_candidates(req, in, comm);
+  std::map<std::string, long> dropped;  // candidates the plan's checks refuse, by reason
+  std::vector<Candidate> all = size_candidates(req, in, comm, dropped);
   std::vector<Candidate*> fit = fitting(all);
-  print_fit(req, in, all.size(), fit.size(), root);
+  print_fit(req, in, all.size(), fit.size(), dropped, root);
   if (in.on_device) return plan_for_device(req, in, all, fit, comm);
   if (fit.empty()) refuse_no_fit(all, in);
 
@@ -57,11 +59,11 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   rank(fit);
   print_ranking(req, in, fit, root);
 
-  write_outputs(req, in, fit, m, cal, threads, root);
+  write_outputs(req, in, all, fit, dropped, m, cal, threads, root);
   if (root) std::printf("wrote %s (run it: %s./train %s) and %s\n", in.out.c_str(),
                         world > 1 ? ("mpirun -np " + std::to_string(world) + " ").c_str() : "", in.out.c_str(),
                         in.report.c_str());
-  if (validate(req, in, fit, comm, out_dir)) write_outputs(req, in, fit, m, cal, threads, root);
+  if (validate(req, in, fit, comm, out_dir)) write_outputs(req, in, all, fit, dropped, m, cal, threads, root);
   return 0;
 }
 

@@ -23,6 +23,7 @@
 #include "backend/ops_cpu.h"
 #include "kernels/adamw.h"
 #include "model/gpt.h"
+#include "model/tensor_parallel.h"
 #include "offload/shard_source.h"
 #include "offload/swap_file.h"
 #include "offload/swap_pipeline.h"
@@ -48,15 +49,39 @@ double time_micro_step(Comm& comm, Model& model, int V, int b, int T, bool warm_
   });
 }
 
+// A tensor rank's model run without its group: the sums left partial (this rank's part stands for
+// the whole), gathers and scatters copies of this rank's part. What the split products compute is
+// measured; what their collectives cost is the tensor link's (docs/autoplan.md, "Calibration").
+class AloneTensorGroup final : public TensorGroupOps {
+ public:
+  AloneTensorGroup(int tp, int rank) : tp_(tp), rank_(rank) {}
+  int elem_bytes() const override { return 4; }
+  void all_reduce(void*, size_t) override {}
+  void all_gather(const void* send, void* recv, size_t send_n) override { all_gather_bytes(send, recv, send_n * 4); }
+  void reduce_scatter(const void* send, void* recv, size_t recv_n) override {
+    std::memcpy(recv, static_cast<const char*>(send) + size_t(rank_) * recv_n * 4, recv_n * 4);
+  }
+  void all_gather_bytes(const void* send, void* recv, size_t send_bytes) override {
+    for (int i = 0; i < tp_; ++i) std::memcpy(static_cast<char*>(recv) + size_t(i) * send_bytes, send, send_bytes);
+  }
+  void broadcast_host(void*, size_t, int) override {}
+
+ private:
+  int tp_, rank_;
+};
+
 }  // namespace
 
 std::map<int, MicroStepCost> Calibration::micro_steps(const GPTConfig& cfg, const std::set<int>& bs, int T,
-                                                      Recompute::Policy policy, int classifier_chunk, int embedding_rows) {
+                                                      Recompute::Policy policy, int classifier_chunk, int embedding_rows,
+                                                      int tp, bool sp) {
   static const char* names[] = {"none", "selective", "block"};
   auto key = [&](Recompute::Policy p, int L, int b) {
     std::ostringstream k;
     k << "micro_step C" << cfg.C << " NH" << cfg.NH << " V" << cfg.V << " T" << T << " B" << b << " " << names[int(p)]
-      << " chunk" << classifier_chunk << " embedding_rows" << embedding_rows << " threads" << threads_ << " ranks/host" << comm_.local_world() << " L" << L;
+      << " chunk" << classifier_chunk << " embedding_rows" << embedding_rows;
+    if (tp > 1) k << " tp" << tp << (sp ? " sp" : "");
+    k << " threads" << threads_ << " ranks/host" << comm_.local_world() << " L" << L;
     return k.str();
   };
   // Seconds per micro-step of a model of L blocks under p, for every b: one model, built at the
@@ -68,14 +93,17 @@ std::map<int, MicroStepCost> Calibration::micro_steps(const GPTConfig& cfg, cons
       if (!has(key(p, L, b))) largest = b;  // bs is ascending
     MemoryTracker mem;  // before the model: destroyed after it, which releases into it
     std::unique_ptr<GPT<CpuOps<float>>> model;
+    AloneTensorGroup alone(tp, comm_.rank() % tp);
     if (largest > 0) {
       GPTConfig c = cfg;
       c.L = L;
+      if (tp > 1) c = c.split(tp, comm_.rank() % tp, sp);
       Recompute rc;
       rc.policy = p;
       rc.every = 1;
       rc.classifier_chunk = classifier_chunk;
       model = std::make_unique<GPT<CpuOps<float>>>(c, largest, T, mem, 128, true, true, rc, embedding_rows);
+      if (tp > 1) model->set_tensor_group(&alone);
       model->init_gpt2(1);
     }
     // Largest first: its untimed first call touches every buffer, so the smaller ones need none.

@@ -34,8 +34,9 @@
 
 namespace zt::autoplan {
 
-LinkCost Calibration::link(const std::string& op, size_t bytes) {
-  const int N = comm_.world();
+LinkCost Calibration::link(const std::string& op, size_t bytes, Comm* group, const std::string& group_name) {
+  Comm& g = group ? *group : comm_;
+  const int N = g.world();
   if (N == 1) return {0, 1e30};
   // Whole buffers of n floats, n a multiple of N, at `bytes` and at a sixteenth of it.
   auto time_at = [&](size_t full_bytes, double& sent) {
@@ -45,12 +46,13 @@ LinkCost Calibration::link(const std::string& op, size_t bytes) {
     if (op == "all_reduce") sent = double(2 * (N - 1)) * 4.0 * double(n) / N;
     else sent = double(N - 1) * 4.0 * double(share);
     std::ostringstream k;
-    k << "link " << op << " N" << N << " ranks/host" << comm_.local_world() << " bytes" << n * 4 << " " << comm_settings_;
+    k << "link " << op << " N" << N << (group_name.empty() ? "" : " " + group_name) << " ranks/host" << comm_.local_world()
+      << " bytes" << n * 4 << " " << comm_settings_;
     return cached(k.str(), [&] {
       return best_time(3, [&] {
-        if (op == "all_reduce") comm_.wait(comm_.all_reduce(a.data(), n));
-        else if (op == "reduce_scatter") comm_.wait(comm_.reduce_scatter(a.data(), r.data(), share));
-        else comm_.wait(comm_.all_gather(a.data(), r.data(), share));
+        if (op == "all_reduce") g.wait(g.all_reduce(a.data(), n));
+        else if (op == "reduce_scatter") g.wait(g.reduce_scatter(a.data(), r.data(), share));
+        else g.wait(g.all_gather(a.data(), r.data(), share));
       });
     });
   };
@@ -63,6 +65,36 @@ LinkCost Calibration::link(const std::string& op, size_t bytes) {
     c.alpha_s = std::max(0.0, t_small - small_sent / c.bytes_per_s);
   } else {  // the two sizes did not tell latency from bandwidth apart: all of it bandwidth
     c.bytes_per_s = big_sent / t_big;
+  }
+  return c;
+}
+
+LinkCost Calibration::stage_link(int P, size_t bytes) {
+  const int N = comm_.world(), per_stage = N / P, rank = comm_.rank();
+  const int stage = rank / per_stage, peer_stage = stage ^ 1;
+  const int peer = peer_stage < P ? peer_stage * per_stage + rank % per_stage : -1;  // an odd last stage waits
+  auto time_at = [&](size_t n) {
+    std::vector<char> out(n, 1), in(n, 0);
+    std::ostringstream k;
+    k << "stage_link P" << P << " N" << N << " ranks/host" << comm_.local_world() << " bytes" << n << " " << comm_settings_;
+    return cached(k.str(), [&] {
+      return best_time(3, [&] {
+        if (peer < 0) return;
+        const CommHandle r = comm_.recv(in.data(), n, peer);
+        const CommHandle s = comm_.send(out.data(), n, peer);
+        comm_.wait(s);
+        comm_.wait(r);
+      });
+    });
+  };
+  const size_t big = std::max<size_t>(bytes, 64 << 10), small = big / 16;
+  const double t_big = time_at(big), t_small = time_at(small);
+  LinkCost c;
+  if (t_big > t_small) {
+    c.bytes_per_s = double(big - small) / (t_big - t_small);
+    c.alpha_s = std::max(0.0, t_small - double(small) / c.bytes_per_s);
+  } else {
+    c.bytes_per_s = double(big) / t_big;
   }
   return c;
 }

@@ -1,8 +1,11 @@
 #include "autoplan/probes.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <set>
+#include <tuple>
 #include <sstream>
 
 #include "autoplan/engine_runs.h"
@@ -19,9 +22,34 @@ std::string comm_key(const Plan& base) {
   return comm_key.str();
 }
 
+std::string data_group_name(const Choice& c) {
+  return c.meshed() ? "data P" + std::to_string(c.pipeline) + "T" + std::to_string(c.tensor) : "";
+}
+std::string tensor_group_name(const Choice& c) {
+  return "tensor P" + std::to_string(c.pipeline) + "T" + std::to_string(c.tensor);
+}
+
+size_t stage_link_bytes(const Candidate& c) { return size_t(std::max(c.shape.p2p_bytes, c.shape.tie_bytes)); }
+
+namespace {
+
+// The mesh's groups as training forms them (train/engine_assembly.cpp): stages of consecutive
+// ranks, in a stage tensor groups of adjacent ranks, the data axis across them.
+struct MeshGroups {
+  std::unique_ptr<Comm> data, tensor;
+};
+MeshGroups split_mesh(Comm& comm, int P, int T) {
+  const int rank = comm.rank(), per_stage = comm.world() / P, stage = rank / per_stage, in_stage = rank % per_stage;
+  MeshGroups g;
+  g.data = comm.split(stage * T + in_stage % T, rank, "data");
+  g.tensor = comm.split(stage * (per_stage / T) + in_stage / T, rank, "tensor");
+  return g;
+}
+
+}  // namespace
+
 Measurements measure_candidates(const PlanInputs& in, std::vector<Candidate*>& fit, Calibration& cal, Comm& comm,
                                 const std::string& out_dir, int threads) {
-  const int world = in.world;
   const bool root = comm.rank() == 0, direct = in.direct;
   const Plan& base = in.base;
   const std::string& cache = in.cache;
@@ -35,29 +63,55 @@ Measurements measure_candidates(const PlanInputs& in, std::vector<Candidate*>& f
   };
   std::set<MicroKey> needed;
   for (Candidate* c : fit) {
-    needed.insert({c->choice.micro_batch, "none", c->embedding_rows});
-    needed.insert({c->choice.micro_batch, c->choice.policy, c->embedding_rows});
-    if (c->choice.params_offloaded) needed.insert({1, "none", c->embedding_rows});  // the engine run's micro-steps
+    const int tp = c->choice.tensor;
+    const bool sp = c->choice.sequence_parallel;
+    needed.insert({c->choice.micro_batch, "none", c->embedding_rows, tp, sp});
+    needed.insert({c->choice.micro_batch, c->choice.policy, c->embedding_rows, tp, sp});
+    if (c->choice.params_offloaded) needed.insert({1, "none", c->embedding_rows, 1, false});  // the engine run's micro-steps
   }
   if (root) std::printf("calibrating (%d thread(s) per rank; cache %s)...\n", threads, cache.c_str());
   const auto t_cal = std::chrono::steady_clock::now();
   std::fflush(stdout);
-  std::map<std::pair<std::string, int>, std::set<int>> batches;  // (policy, embedding rows) -> micro-batches
-  for (const auto& [b, pol, rows] : needed) batches[{pol, rows}].insert(b);
-  for (const auto& [what, bs] : batches)
-    for (const auto& [b, cost] : cal.micro_steps(cfg, bs, T, policy_of(what.first), chunk, what.second))
-      micro[{b, what.first, what.second}] = cost;
+  // (policy, embedding rows, tensor ranks, sp) -> micro-batches
+  std::map<std::tuple<std::string, int, int, bool>, std::set<int>> batches;
+  for (const auto& [b, pol, rows, tp, sp] : needed) batches[{pol, rows, tp, sp}].insert(b);
+  for (const auto& [what, bs] : batches) {
+    const auto& [pol, rows, tp, sp] = what;
+    for (const auto& [b, cost] : cal.micro_steps(cfg, bs, T, policy_of(pol), chunk, rows, tp, sp))
+      micro[{b, pol, rows, tp, sp}] = cost;
+  }
   m.adamw = cal.adamw_s_per_param();
-  std::map<std::pair<std::string, double>, LinkCost>& links = m.links;
+  std::map<LinkKey, LinkCost>& links = m.links;
   std::map<double, double>& overlap = m.overlap;
   bool any_nvme = false;
+  // The mesh's groups, split once per mesh (Comm::split is collective: every rank, the same order).
+  std::map<std::pair<int, int>, MeshGroups> groups;
+  for (Candidate* c : fit)
+    if (c->choice.meshed() && !groups.count({c->choice.pipeline, c->choice.tensor}))
+      groups[{c->choice.pipeline, c->choice.tensor}] = split_mesh(comm, c->choice.pipeline, c->choice.tensor);
   for (Candidate* c : fit) {
     any_nvme |= c->choice.optimizer_offloaded;
-    if (world == 1) continue;
-    const size_t bytes = size_t(c->choice.bucket_mb * double(1 << 20));
+    const Choice& ch = c->choice;
+    MeshGroups* g = ch.meshed() ? &groups[{ch.pipeline, ch.tensor}] : nullptr;
+    if (ch.tensor > 1) {  // the tensor group's collectives, at one micro-batch's activations
+      const double act_mb = double(size_t(ch.micro_batch) * size_t(T) * size_t(cfg.C) * 4) / double(1 << 20);
+      const LinkKey k{"all_reduce", act_mb, tensor_group_name(ch)};
+      if (!links.count(k)) links[k] = cal.link("all_reduce", size_t(act_mb * double(1 << 20)), g->tensor.get(), std::get<2>(k));
+    }
+    // The stage boundary at the larger of its two messages (a micro-batch's activations, the tied
+    // embedding's gradient shard) and a sixteenth of it: latency and bandwidth apart.
+    const size_t stage_bytes = stage_link_bytes(*c);
+    if (ch.pipeline > 1 && !m.stage_links.count({ch.pipeline, stage_bytes}))
+      m.stage_links[{ch.pipeline, stage_bytes}] = cal.stage_link(ch.pipeline, stage_bytes);
+    if (ch.data == 1) continue;
+    const size_t bytes = size_t(ch.bucket_mb * double(1 << 20));
+    const std::string name = data_group_name(ch);
     for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"})
-      if (!links.count({op, c->choice.bucket_mb})) links[{op, c->choice.bucket_mb}] = cal.link(op, bytes);
-    if (!overlap.count(c->choice.bucket_mb)) overlap[c->choice.bucket_mb] = cal.overlap_exposed_share(cfg, T, bytes);
+      if (!links.count({op, ch.bucket_mb, name}))
+        links[{op, ch.bucket_mb, name}] = cal.link(op, bytes, g ? g->data.get() : nullptr, name);
+    // The share overlap leaves exposed is the world's at that bucket: every rank computes and runs
+    // its comm thread at once whatever group it sends on.
+    if (!overlap.count(ch.bucket_mb)) overlap[ch.bucket_mb] = cal.overlap_exposed_share(cfg, T, bytes);
   }
   // Offload, measured as it runs (docs/autoplan.md, "Calibration"): the optimizer step and
   // parameter offload's passes from short runs of the engine itself where the data is there to

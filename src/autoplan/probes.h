@@ -17,16 +17,25 @@
 
 namespace zt::autoplan {
 
-using MicroKey = std::tuple<int, std::string, int>;  // micro-batch, policy, embedding rows
+using MicroKey = std::tuple<int, std::string, int, int, bool>;  // micro-batch, policy, embedding rows, tensor ranks, sp
+using LinkKey = std::tuple<std::string, double, std::string>;    // collective, bytes (MiB), group ("" = the world)
 
 // What the probes measured, shared by the candidates (keyed by what they differ in).
 struct Measurements {
   std::map<MicroKey, MicroStepCost> micro;
   double adamw = 0;  // seconds per parameter
-  std::map<std::pair<std::string, double>, LinkCost> links;  // (collective, bucket_mb)
+  std::map<LinkKey, LinkCost> links;  // the data axis's at bucket_mb, the tensor group's at a micro-batch's activations
+  std::map<std::pair<int, size_t>, LinkCost> stage_links;  // (stages, bytes): a stage boundary
   std::map<double, double> overlap;  // bucket_mb -> exposed share
   double disk = 0;  // bytes per second, mixed reads and writes (0 without offload)
 };
+
+// The group names of a mesh's data axis and tensor group (the link probes' keys): "" where the
+// group is the whole world.
+std::string data_group_name(const Choice& c);
+std::string tensor_group_name(const Choice& c);
+// The size the stage-boundary probe runs at for a candidate with stages (its stage_links key).
+size_t stage_link_bytes(const Candidate& c);
 
 // What the link, overlap and engine probes ran on (the comm settings), part of their cache keys.
 std::string comm_key(const Plan& base);

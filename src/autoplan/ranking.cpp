@@ -27,20 +27,22 @@ void write_plan_and_report(const std::string& out, const nlohmann::json& plan, c
 }
 
 void print_table(const std::vector<const Candidate*>& rows, int world, bool measured) {
-  std::printf("  #  stage  offload     recompute  B x GA   bucket  overlap |  host/rank  nvme/rank | compute   comm exposed  "
-              "I/O  optim |  ms/step   tok/s  bound%s\n",
+  std::printf("  #  mesh             stage  offload     recompute  B x GA   bucket  overlap |  host/rank  nvme/rank | compute "
+              "tensor bubble   comm exposed  I/O  optim |  ms/step   tok/s  bound%s\n",
               measured ? " |  measured  error" : "");
   int i = 0;
   for (const Candidate* c : rows) {
     const Choice& ch = c->choice;
     const Prediction& p = c->pred;
-    const double tokens = double(ch.micro_batch) * ch.grad_accum * world * c->resolved["model"]["seq_len"].get<double>();
+    (void)world;
+    const double tokens = double(ch.micro_batch) * ch.grad_accum * ch.data * c->resolved["model"]["seq_len"].get<double>();
     char bucket[32] = "-";
-    if (world > 1) std::snprintf(bucket, sizeof bucket, "%.2f", ch.bucket_mb);
-    std::printf("%3d  %5d  %-10s  %-9s  %2d x %-3d %6s  %-7s | %10s %10s | %7s %6s %7s %4s %6s | %8s %7.0f  %-9s", ++i,
-                ch.stage, ch.offload().c_str(), ch.recompute().c_str(), ch.micro_batch, ch.grad_accum,
-                bucket, world > 1 ? (ch.overlap ? "on" : "off") : "-", mib(double(c->host)).c_str(),
-                mib(double(c->nvme)).c_str(), ms(p.compute_s).c_str(), ms(p.comm_s).c_str(), ms(p.exposed_comm_s).c_str(),
+    if (ch.data > 1) std::snprintf(bucket, sizeof bucket, "%.2f", ch.bucket_mb);
+    std::printf("%3d  %-15s  %5d  %-10s  %-9s  %2d x %-3d %6s  %-7s | %10s %10s | %7s %6s %6s %6s %7s %4s %6s | %8s %7.0f  %-11s",
+                ++i, ch.mesh().c_str(), ch.stage, ch.offload().c_str(), ch.recompute().c_str(), ch.micro_batch,
+                ch.grad_accum, bucket, ch.data > 1 ? (ch.overlap ? "on" : "off") : "-", mib(double(c->host)).c_str(),
+                mib(double(c->nvme)).c_str(), ms(p.compute_s).c_str(), ms(p.tensor_comm_s).c_str(),
+                ms(p.bubble_s + p.p2p_s).c_str(), ms(p.comm_s).c_str(), ms(p.exposed_comm_s).c_str(),
                 ms(p.pass_io_s).c_str(), ms(p.optimizer_s).c_str(), ms(p.step_s).c_str(),
                 tokens / p.step_s, p.bound.c_str());
     if (measured && c->measured_s > 0)
@@ -55,13 +57,17 @@ namespace {
 std::string why(const Candidate& best, const Candidate* next) {
   std::ostringstream os;
   const Prediction& p = best.pred;
-  os << "chosen: " << best.choice.label() << ": " << ms(p.step_s) << " ms/step predicted (compute " << ms(p.compute_s)
-     << ", communication waited for " << ms(p.exposed_comm_s) << ", I/O " << ms(p.pass_io_s)
+  os << "chosen: " << best.choice.label() << ": " << ms(p.step_s) << " ms/step predicted (compute " << ms(p.compute_s);
+  if (best.choice.tensor > 1) os << ", tensor collectives " << ms(p.tensor_comm_s);
+  if (best.choice.pipeline > 1) os << ", pipeline bubble " << ms(p.bubble_s) << " and messages " << ms(p.p2p_s);
+  os << ", communication waited for " << ms(p.exposed_comm_s) << ", I/O " << ms(p.pass_io_s)
      << ", optimizer step " << ms(p.optimizer_s) << "; " << p.bound << "-bound)";
   if (next) {
     const Prediction& q = next->pred;
     const std::pair<const char*, double> diffs[] = {
         {"compute", q.compute_s - p.compute_s},
+        {"tensor collectives", q.tensor_comm_s - p.tensor_comm_s},
+        {"pipeline bubble and messages", q.bubble_s + q.p2p_s - p.bubble_s - p.p2p_s},
         {"communication waited for", q.exposed_comm_s - p.exposed_comm_s},
         {"I/O", q.pass_io_s - p.pass_io_s},
         {"optimizer", q.optimizer_s - p.optimizer_s}};
@@ -107,7 +113,8 @@ void print_ranking(const PlanRequest& req, const PlanInputs& in, const std::vect
   }
 }
 
-void write_outputs(const PlanRequest& req, const PlanInputs& in, const std::vector<Candidate*>& fit,
+void write_outputs(const PlanRequest& req, const PlanInputs& in, const std::vector<Candidate>& all,
+                   const std::vector<Candidate*>& fit, const std::map<std::string, long>& dropped,
                    const Measurements& measured, const Calibration& cal, int threads, bool root) {
   const int world = in.world, local = in.local;
   const long global = in.global;
@@ -115,6 +122,7 @@ void write_outputs(const PlanRequest& req, const PlanInputs& in, const std::vect
   const uint64_t nvme_free = in.nvme_free;
   const std::string &out = in.out, &report = in.report;
   const auto& links = measured.links;
+  const auto& stage_links = measured.stage_links;
   const auto& micro = measured.micro;
   const double adamw = measured.adamw, disk = measured.disk;
   const Candidate& best = *fit[0];
@@ -128,6 +136,10 @@ void write_outputs(const PlanRequest& req, const PlanInputs& in, const std::vect
                         {"shape",
                          {{"stage", s.stage}, {"world", s.world}, {"grad_accum", s.grad_accum}, {"layers", s.layers},
                           {"recomputed_blocks", s.recomputed_blocks}, {"overlap", s.overlap},
+                          {"pipeline", s.pipeline}, {"chunks", s.chunks}, {"tensor", s.tensor},
+                          {"stage_blocks", s.stage_blocks}, {"stage_recomputed", s.stage_recomputed},
+                          {"tensor_bytes", s.tensor_bytes}, {"tensor_collectives", s.tensor_collectives},
+                          {"p2p_bytes", s.p2p_bytes}, {"tie_bytes", s.tie_bytes},
                           {"padded_params", s.padded_params}, {"units", s.units}, {"buckets", s.buckets},
                           {"shard_params", s.shard_params}, {"comm_bytes", s.comm_bytes}, {"collectives", s.collectives},
                           {"tail_bytes", s.tail_bytes}, {"all_gather_share", s.all_gather_share},
@@ -144,7 +156,9 @@ void write_outputs(const PlanRequest& req, const PlanInputs& in, const std::vect
                           {"pass_first_s", c->rates.pass_first_s}, {"pass_next_s", c->rates.pass_next_s},
                           {"pass_flush_s", c->rates.pass_flush_s},
                           {"pass_exposed", c->rates.pass_exposed},
-                          {"memory_bytes_per_s", c->rates.memory_bytes_per_s}}},
+                          {"memory_bytes_per_s", c->rates.memory_bytes_per_s},
+                          {"tensor_alpha_s", c->rates.tensor_alpha_s}, {"tensor_bytes_per_s", c->rates.tensor_bytes_per_s},
+                          {"p2p_alpha_s", c->rates.p2p_alpha_s}, {"p2p_bytes_per_s", c->rates.p2p_bytes_per_s}}},
                         {"predicted", c->pred.to_json()}};
     if (c->measured_s > 0) {
       j["measured_step_s"] = c->measured_s;
@@ -158,12 +172,26 @@ void write_outputs(const PlanRequest& req, const PlanInputs& in, const std::vect
     cands.push_back(j);
   }
   nlohmann::json links_json = nlohmann::json::object();
-  for (const auto& [k, l] : links)
-    links_json[k.first + " bucket_mb " + std::to_string(k.second)] = {{"alpha_s", l.alpha_s}, {"bytes_per_s", l.bytes_per_s}};
+  for (const auto& [k, l] : links) {
+    const auto& [op, size_mb, group] = k;
+    links_json[op + (group.empty() ? "" : " " + group) + " bucket_mb " + std::to_string(size_mb)] = {
+        {"alpha_s", l.alpha_s}, {"bytes_per_s", l.bytes_per_s}};
+  }
+  for (const auto& [k, l] : stage_links)
+    links_json["stage_link P" + std::to_string(k.first) + " bytes " + std::to_string(k.second)] = {
+        {"alpha_s", l.alpha_s}, {"bytes_per_s", l.bytes_per_s}};
   nlohmann::json micro_json = nlohmann::json::object();
-  for (const auto& [k, m] : micro)
-    micro_json["B" + std::to_string(std::get<0>(k)) + " " + std::get<1>(k) + " embedding_rows " +
-               std::to_string(std::get<2>(k))] = {{"block_s", m.block_s}, {"fixed_s", m.fixed_s}};
+  for (const auto& [k, m] : micro) {
+    const auto& [b, policy, rows, tp, sp] = k;
+    micro_json["B" + std::to_string(b) + " " + policy + " embedding_rows " + std::to_string(rows) +
+               (tp > 1 ? " tp" + std::to_string(tp) + (sp ? " sp" : "") : "")] = {{"block_s", m.block_s}, {"fixed_s", m.fixed_s}};
+  }
+  // What was left out, and why (docs/autoplan.md, "Candidates"): the plan's checks, and memory.
+  nlohmann::json left_out = nlohmann::json::object();
+  for (const auto& [reason, n] : dropped) left_out[reason] = n;
+  long over = 0;
+  for (const Candidate& c : all) over += c.fits ? 0 : 1;
+  if (over > 0) left_out["over the memory available"] = over;
   const nlohmann::json rep = {
       {"base", req.base},
       {"world", world},
@@ -176,6 +204,7 @@ void write_outputs(const PlanRequest& req, const PlanInputs& in, const std::vect
       {"threads_per_rank", threads},
       {"rates", {{"micro_step", micro_json}, {"adamw_s_per_param", adamw}, {"links", links_json}, {"disk_bytes_per_s", disk}}},
       {"probes", cal.used()},
+      {"left_out", left_out},
       {"candidates", cands}};
   write_plan_and_report(out, best.resolved, report, rep);
 }

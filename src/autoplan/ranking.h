@@ -1,6 +1,7 @@
 // The candidates that fit ranked by predicted step time, shown (the table, why the first won) and
 // written: the chosen plan and its report (docs/autoplan.md, "The report").
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,8 @@ void print_ranking(const PlanRequest& req, const PlanInputs& in, const std::vect
 // Rank 0: the first of `fit` as the plan and the report: every candidate that fits with its
 // shape, rates and prediction (and measured times once --validate ran), the calibrated rates and
 // the probes used.
-void write_outputs(const PlanRequest& req, const PlanInputs& in, const std::vector<Candidate*>& fit,
+void write_outputs(const PlanRequest& req, const PlanInputs& in, const std::vector<Candidate>& all,
+                   const std::vector<Candidate*>& fit, const std::map<std::string, long>& dropped,
                    const Measurements& measured, const Calibration& cal, int threads, bool root);
 
 }  // namespace zt::autoplan

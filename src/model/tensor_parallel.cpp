@@ -75,4 +75,11 @@ uint64_t tensor_bytes_per_micro_step(const GPTConfig& cfg, int B, int Tn, const 
   return parts * half + (2 * L + 1) * all_reduce(2 * uint64_t(cfg.C)) + loss;
 }
 
+uint64_t tensor_collectives_per_micro_step(const GPTConfig& cfg, const Recompute& rc) {
+  if (cfg.tp == 1) return 0;
+  const uint64_t L = uint64_t(cfg.L), recomputed = uint64_t(rc.blocks_recomputed_before(cfg.L));
+  if (!cfg.sp) return 1 + 2 * L + 1 + 2 * L + recomputed + 1;  // tensor_bytes_per_micro_step's sums, the loss's gather
+  return (1 + 4 * L + 1 + 1 + 6 * L + 1 + 3 * recomputed) + (2 * L + 1) + 1;  // parts, LayerNorm weights, loss
+}
+
 }  // namespace zt

@@ -60,6 +60,8 @@ size_t global_run(const TensorSlot& s, const GPTConfig& cfg, size_t i);
 // (half its bytes each), with more of them (model/gpt_block_sp.cpp). 0 with tp = 1. docs/tensor.md
 // has the table.
 uint64_t tensor_bytes_per_micro_step(const GPTConfig& cfg, int B, int Tn, const Recompute& rc, int elem);
+// How many collectives those bytes travel in (the latencies a micro-step pays), the same list.
+uint64_t tensor_collectives_per_micro_step(const GPTConfig& cfg, const Recompute& rc);
 
 // What the model needs of its tensor group (docs/design.md §3.13): blocking collectives in the
 // backend's memory (host for the CPU backend, device on CUDA). The three sums move the model's
