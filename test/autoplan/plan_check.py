@@ -50,6 +50,11 @@ def formulas(name):
     return out
 
 
+def evaluate(formula, env):
+    """A docs formula over a candidate's terms (the terms as globals, so comprehensions see them)."""
+    return eval(formula, dict(env, __builtins__={}))
+
+
 def close(a, b):
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
@@ -92,7 +97,7 @@ def main():
 
     # Shape and time, from the document's formulas.
     shape_f, time_f = formulas("shape"), formulas("time")
-    check(len(shape_f) == 5 and len(time_f) == 7, "the formula tables changed size")
+    check(len(shape_f) == 5 and len(time_f) == 11, "the formula tables changed size")
     worst = 0.0
     for i, c in enumerate(cands):
         s, ch = c["shape"], c["choice"]
@@ -104,34 +109,39 @@ def main():
                 break
         env_t = dict(s)
         env_t.update(c["rates"])
-        env_t.update(min=min, max=max)
+        env_t.update(min=min, max=max, sum=sum, range=range)
         for term, f in time_f:
-            v = eval(f, {"__builtins__": {}}, env_t)
+            v = evaluate(f, env_t)
             env_t[term] = v
             got = c["predicted"][term]
-            if abs(got) > 1e-9:
-                worst = max(worst, abs(v - got) / abs(got))
-            if not check(close(v, got), f"candidate {i}: {term} = {got}, docs formula gives {v}"):
+            for vi, gi in zip(v, got) if isinstance(v, list) else [(v, got)]:
+                if abs(gi) > 1e-9:
+                    worst = max(worst, abs(vi - gi) / abs(gi))
+            same = len(v) == len(got) and all(close(a, b) for a, b in zip(v, got)) if isinstance(v, list) else close(v, got)
+            if not check(same, f"candidate {i}: {term} = {got}, docs formula gives {v}"):
                 break
     print(f"formulas: every candidate recomputed, largest relative difference {worst:.2e}")
 
     # Rates from the raw probes.
     probes = rep["probes"]
-    def probe(b, pol, L, rows):
-        ks = [k for k in probes if k.startswith("micro_step ") and f" {b} {pol} " in k and f"embedding_rows{rows} " in k and k.endswith(f" L{L}")]
-        check(len(ks) == 1, f"probe {b} {pol} L{L} embedding_rows{rows}: {ks}")
+    def probe(b, pol, L, rows, tp):
+        # tp: "" (the whole model) or "tp2" / "tp2 sp" (a tensor rank's)
+        ks = [k for k in probes if k.startswith("micro_step ") and f" {b} {pol} " in k and k.endswith(f" L{L}")
+              and f"embedding_rows{rows} {tp + ' ' if tp else ''}threads" in k]
+        check(len(ks) == 1, f"probe {b} {pol} L{L} embedding_rows{rows} {tp}: {ks}")
         return probes[ks[0]]
     for key, m in rep["rates"]["micro_step"].items():
-        b, policy, _, rows = key.split()
-        t1, t3 = probe(b, "none", 1, rows), probe(b, "none", 3, rows)
+        b, policy, _, rows, *tpw = key.split()
+        tp = " ".join(tpw)
+        t1, t3 = probe(b, "none", 1, rows, tp), probe(b, "none", 3, rows, tp)
         block = max(0.0, (t3 - t1) / 2)
         if policy != "none":
             # What the policy's 3 blocks add, per sequence, over every micro-batch it is probed at.
             added = sequences = 0.0
             for other in rep["rates"]["micro_step"]:
-                ob, opol, _, orows = other.split()
-                if opol == policy and orows == rows:
-                    added += (probe(ob, policy, 3, rows) - probe(ob, "none", 3, rows)) / 3
+                ob, opol, _, orows, *otp = other.split()
+                if opol == policy and orows == rows and " ".join(otp) == tp:
+                    added += (probe(ob, policy, 3, rows, tp) - probe(ob, "none", 3, rows, tp)) / 3
                     sequences += int(ob[1:])
             block += max(0.0, added / sequences) * int(b[1:])
         check(close(m["fixed_s"], max(0.0, t1 - max(0.0, (t3 - t1) / 2))), f"{key}: fixed_s {m['fixed_s']} not t1 - block")
@@ -183,16 +193,17 @@ def main():
                 # on one micro-step of micro-batch 1 without recomputation, its collectives alone.
                 s1 = dict(c["shape"])
                 A = s1["grad_accum"]
-                s1.update(grad_accum=1, recomputed_blocks=0, comm_bytes=s1["comm_bytes"] / A,
+                s1.update(grad_accum=1, recomputed_blocks=0, stage_recomputed=[0.0] * len(s1["stage_recomputed"]),
+                          comm_bytes=s1["comm_bytes"] / A,
                           grad_path_bytes=s1["grad_path_bytes"] / A, collectives=s1["buckets"] + 2 * s1["units"],
                           optimizer_io_bytes=0)
                 one = rep["rates"]["micro_step"][f"B1 none embedding_rows {c['embedding_rows']}"]
                 e1 = dict(s1)
                 e1.update(r)
                 e1.update(block_s=one["block_s"], block_recomputed_s=one["block_s"], fixed_s=one["fixed_s"],
-                          pass_first_s=0, pass_next_s=0, min=min, max=max)
+                          pass_first_s=0, pass_next_s=0, min=min, max=max, sum=sum, range=range)
                 for term, f in time_f:
-                    e1[term] = eval(f, {"__builtins__": {}}, e1)
+                    e1[term] = evaluate(f, e1)
                 check(close(ep["base_compute_s"], e1["compute_s"]) and close(ep["base_micro_s"], e1["compute_s"] + e1["exposed_comm_s"])
                       and close(ep["tail_s"], e1["tail_s"]),
                       f"candidate {i}: engine base {ep}, the formulas give compute {e1['compute_s']} + comm {e1['exposed_comm_s']}")
@@ -214,6 +225,28 @@ def main():
             check(r["pass_first_s"] == 0 and r["pass_flush_s"] == 0, f"candidate {i}: pass rates without parameter offload")
     check(offloaded > 0, "no offload candidate in the report")
 
+    # The mesh: what the plan's checks refuse is counted by reason, not sized (2 layers: interleaved
+    # 2 x 2 chunks hold no block); each mesh axis priced from its own link.
+    left = rep.get("left_out", {})
+    check(left.get("a model chunk would hold no block", 0) > 0, f"left_out {left}: wanted the chunk refusals counted")
+    check("mesh candidate(s) left out before sizing" in p.stdout, "the first lines do not count the refused mesh candidates")
+    links = rep["rates"]["links"]
+    for i, c in enumerate(cands):
+        ch, r = c["choice"], c["rates"]
+        if ch["mesh.tensor"] > 1:
+            own = [v for k, v in links.items() if k.startswith(f"all_reduce tensor P{ch['mesh.pipeline']}T{ch['mesh.tensor']} ")]
+            check(any(v["bytes_per_s"] == r["tensor_bytes_per_s"] and v["alpha_s"] == r["tensor_alpha_s"] for v in own),
+                  f"candidate {i}: tensor rates {r['tensor_alpha_s']}, {r['tensor_bytes_per_s']} are not its tensor group's link {own}")
+        else:
+            check(c["predicted"]["tensor_comm_s"] == 0, f"candidate {i}: tensor collectives without a tensor group")
+        if ch["mesh.pipeline"] > 1:
+            own = [v for k, v in links.items() if k.startswith(f"stage_link P{ch['mesh.pipeline']} ")]
+            check(any(v["bytes_per_s"] == r["p2p_bytes_per_s"] for v in own), f"candidate {i}: stage link not probed: {own}")
+            check(c["choice"]["zero.stage"] <= 1 and len(c["shape"]["stage_blocks"]) == ch["mesh.pipeline"],
+                  f"candidate {i}: stages {c['shape']['stage_blocks']} at ZeRO stage {c['choice']['zero.stage']}")
+        else:
+            check(c["predicted"]["bubble_s"] == 0 and c["predicted"]["p2p_s"] == 0, f"candidate {i}: a bubble without stages")
+
     # Sorted, and the written plan is the first.
     steps = [c["predicted"]["step_s"] for c in cands]
     check(steps == sorted(steps), "the report's candidates are not sorted by predicted step time")
@@ -223,7 +256,12 @@ def main():
         check(best[sec][key] == v, f"--out's {k} = {best[sec][key]}, the first candidate's is {v}")
 
     # Memory against train estimate, plan by plan (a sample: first, last, and a few between).
-    sample = sorted({0, len(cands) - 1, len(cands) // 3, 2 * len(cands) // 3})
+    sample = {0, len(cands) - 1, len(cands) // 3, 2 * len(cands) // 3}
+    for axis in ("mesh.pipeline", "mesh.tensor"):  # and the first of each mesh axis
+        meshed = [i for i, c in enumerate(cands) if c["choice"][axis] > 1]
+        if check(meshed, f"no candidate with {axis} > 1 in the report"):
+            sample.add(meshed[0])
+    sample = sorted(sample)
     for i in sample:
         c = cands[i]
         cset = [a for k, v in c["choice"].items() for a in ("--set", f"{k}={json.dumps(v) if isinstance(v, bool) else v}")]
@@ -232,12 +270,19 @@ def main():
             continue
         est = json.loads(e.stdout)
         mem = est["memory"]
-        host = mem.get("host", {}).get("total", 0) + mem.get("pinned", {}).get("total", 0)
+        # With stages, the fullest stage's rank counts; its blocks are the shape's.
+        host = max(m.get("host", {}).get("total", 0) + m.get("pinned", {}).get("total", 0)
+                   for m in [mem] + [st["memory"] for st in est.get("pipeline_stages", [])])
+        if est.get("pipeline_stages"):
+            blocks = [float(st["layers"]) for st in est["pipeline_stages"]]
+            check(c["shape"]["stage_blocks"] == blocks, f"candidate {i}: stage blocks {c['shape']['stage_blocks']}, the estimate's {blocks}")
         vp = (50257 + 127) // 128 * 128
         want = host + vp * 64 * 4 + OVERHEAD
         check(c["host_bytes_per_rank"] == want, f"candidate {i}: host {c['host_bytes_per_rank']}, estimate + transient + overhead {want}")
         check(c["nvme_bytes_per_rank"] == mem.get("nvme", {}).get("total", 0), f"candidate {i}: nvme bytes differ from the estimate")
-        check(c["shape"]["comm_bytes"] == est["bytes_per_step"], f"candidate {i}: comm bytes differ from the estimate")
+        check(c["shape"]["comm_bytes"] == est["bytes_per_step"] - est["bytes_per_step_tensor_group"],
+              f"candidate {i}: data-axis bytes differ from the estimate's")
+        check(c["shape"]["tensor_bytes"] == est["bytes_per_step_tensor_group"], f"candidate {i}: tensor bytes differ from the estimate's")
     e = run([train, "estimate", out, "--world", "2"], world=1)
     check(e.returncode == 0, f"train estimate refused the written plan: {e.stdout[-300:]}")
 
