@@ -6,6 +6,9 @@
 #include <algorithm>
 
 #include "autoplan/cost_model.h"
+#include "backend/ops_cpu.h"
+#include "model/gpt.h"
+#include "model/tensor_parallel.h"
 
 namespace zt::autoplan {
 namespace {
@@ -50,6 +53,91 @@ TEST(CostModel, TransfersBehindInvertsTheOverlapTerm) {
         ++checked;
       }
   EXPECT_EQ(checked, 28);  // of 32: at share 0, io 0.01 within 0.03 s and 0.01, 0.05, 0.2 within 0.2 s are all hidden
+}
+
+// Two stages of {2, 2} blocks, the last with the head: one micro-batch takes 0.02 s on the first,
+// 0.04 s on the last.
+StepShape two_stages(int chunks) {
+  StepShape s;
+  s.pipeline = 2, s.chunks = chunks, s.grad_accum = 4, s.layers = 4;
+  s.stage_blocks = {2, 2}, s.stage_recomputed = {0, 0};
+  s.p2p_bytes = 1000, s.tie_bytes = 2000;
+  return s;
+}
+
+TEST(CostModel, PipelineWaitsForTheOtherStagesOverChunksAndItsBoundaries) {
+  Rates r;
+  r.block_s = 0.01, r.fixed_s = 0.02, r.adamw_s_per_param = 0;
+  r.p2p_alpha_s = 1e-3, r.p2p_bytes_per_s = 1e6;
+  const Prediction p = predict(two_stages(1), r);
+  ASSERT_EQ(p.stage_s.size(), 2u);
+  EXPECT_DOUBLE_EQ(p.stage_s[0], 0.02);
+  EXPECT_DOUBLE_EQ(p.stage_s[1], 0.04);
+  EXPECT_DOUBLE_EQ(p.compute_s, 4 * 0.04);  // the busiest stage's 4 micro-batches
+  EXPECT_DOUBLE_EQ(p.bubble_s, 0.02);       // the first stage's work on one micro-batch
+  // One boundary each way on the fill's and drain's path, 1 ms + 1 ms each, and the tied sum 1 + 2 ms.
+  EXPECT_NEAR(p.p2p_s, 2 * (1e-3 + 1e-3) + 1e-3 + 2e-3, 1e-15);
+  EXPECT_NEAR(p.step_s, 0.16 + 0.02 + 0.007, 1e-15);
+  // Two chunks per rank: each wait is half as long.
+  EXPECT_DOUBLE_EQ(predict(two_stages(2), r).bubble_s, 0.01);
+  // One stage: no bubble, no boundaries.
+  StepShape one = two_stages(1);
+  one.pipeline = 1, one.stage_blocks = {4}, one.stage_recomputed = {0};
+  const Prediction q = predict(one, r);
+  EXPECT_EQ(q.bubble_s, 0);
+  EXPECT_EQ(q.p2p_s, 0);
+  EXPECT_DOUBLE_EQ(q.compute_s, 4 * 0.06);
+}
+
+TEST(CostModel, TensorCollectivesPayEachMicroStepsLatenciesAndTheBytes) {
+  StepShape s;
+  s.grad_accum = 3, s.tensor = 2, s.tensor_collectives = 10, s.tensor_bytes = 3e6;
+  Rates r;
+  r.adamw_s_per_param = 0, r.tensor_alpha_s = 1e-4, r.tensor_bytes_per_s = 1e9;
+  const Prediction p = predict(s, r);
+  EXPECT_NEAR(p.tensor_comm_s, 3 * 10 * 1e-4 + 3e-3, 1e-15);
+  EXPECT_NEAR(p.step_s, p.tensor_comm_s, 1e-15);  // nothing else in this step
+  EXPECT_EQ(p.bound, "tensor comm");
+}
+
+// Counts what the model asks of its tensor group, each rank alone (copies stand in for the sums).
+struct CountingTensorGroup final : TensorGroupOps {
+  int tp, calls = 0;
+  explicit CountingTensorGroup(int t) : tp(t) {}
+  int elem_bytes() const override { return 4; }
+  void all_reduce(void*, size_t) override { ++calls; }
+  void all_gather(const void* send, void* recv, size_t n) override { all_gather_bytes(send, recv, n * 4); }
+  void reduce_scatter(const void* send, void* recv, size_t n) override {
+    ++calls;
+    std::copy_n(static_cast<const char*>(send), n * 4, static_cast<char*>(recv));
+  }
+  void all_gather_bytes(const void* send, void* recv, size_t bytes) override {
+    ++calls;
+    for (int i = 0; i < tp; ++i) std::copy_n(static_cast<const char*>(send), bytes, static_cast<char*>(recv) + i * bytes);
+  }
+  void broadcast_host(void*, size_t, int) override {}
+};
+
+// The planner's latency count (tensor_collectives_per_micro_step) against what one micro-step of a
+// tensor rank's model calls, with and without sequence parallelism and recomputation.
+TEST(TensorCollectives, CountIsWhatAMicroStepCalls) {
+  for (bool sp : {false, true})
+    for (const char* policy : {"none", "block"}) {
+      GPTConfig cfg = GPTConfig::make(3, 4, 32, 8, 300).split(2, 0, sp);
+      const Recompute rc = Recompute::from(policy, 2, 0);
+      MemoryTracker mem;
+      GPT<CpuOps<float>> model(cfg, 2, 8, mem, 128, true, true, rc);
+      CountingTensorGroup group(2);
+      model.set_tensor_group(&group);
+      model.init_gpt2(1);
+      std::vector<int> in(16), tg(16);
+      for (int i = 0; i < 16; ++i) in[size_t(i)] = (i * 37) % 300, tg[size_t(i)] = (i * 53 + 1) % 300;
+      group.calls = 0;
+      model.zero_grad();
+      model.forward(in.data(), tg.data(), 2, 8, true, 1.0f / 16);
+      model.backward();
+      EXPECT_EQ(uint64_t(group.calls), tensor_collectives_per_micro_step(cfg, rc)) << "sp " << sp << " " << policy;
+    }
 }
 
 }  // namespace
