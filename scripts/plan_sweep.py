@@ -50,11 +50,13 @@ def label(ch):
     rc = ch["recompute.policy"] + (f"/{ch['recompute.every']}" if ch["recompute.policy"] == "block" and ch["recompute.every"] > 1 else "")
     off = "opt+params" if ch["offload.params"] == "nvme" else "opt" if ch["offload.optimizer"] == "nvme" else "-"
     return mesh + (f"st{ch['zero.stage']} {off:10s} {rc:9s} B{ch['batch.micro_batch']}x{ch['batch.grad_accum']} "
-            f"bkt {ch['zero.bucket_mb']:g} ovl {'on' if ch['zero.overlap_comm'] else 'off'}")
+            f"bkt {ch['zero.bucket_mb']:g} ovl {'on' if ch['zero.overlap_comm'] else 'off'}" +
+            (f" shard {ch['zero.shard_group']}" if ch.get("zero.shard_group", "world") != "world" else ""))
 
 
 def mesh_of(ch):
-    return f"P{ch.get('mesh.pipeline', 1)} T{ch.get('mesh.tensor', 1)}"
+    hybrid = ch.get("zero.shard_group", "world")
+    return f"P{ch.get('mesh.pipeline', 1)} T{ch.get('mesh.tensor', 1)}" + (f" shard {hybrid}" if hybrid != "world" else "")
 
 
 def main():

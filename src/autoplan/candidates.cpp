@@ -8,6 +8,7 @@
 #include "backend/ops_cpu.h"
 #include "model/gpt.h"
 #include "runtime/error.h"
+#include "runtime/launcher.h"
 #include "train/backend_choice.h"
 #include "zero/engine_settings.h"
 #include "zero/estimate.h"
@@ -21,7 +22,7 @@ namespace {
 // The data axis at `data` ranks, as before the mesh: micro-batch x accumulation, recomputation,
 // ZeRO stage and offload, bucket and overlap.
 void data_axis(const Plan& base, const Choice& mesh, long per_rank_sequences, bool offload,
-               const std::string& offload_to, std::vector<Choice>& out) {
+               const std::string& offload_to, int ranks_per_host, std::vector<Choice>& out) {
   const int data = mesh.data;
   std::vector<int> batches;
   for (long b = 1; b <= per_rank_sequences; ++b)
@@ -43,7 +44,11 @@ void data_axis(const Plan& base, const Choice& mesh, long per_rank_sequences, bo
   std::vector<double> buckets = {base.zero.bucket_mb};
   if (data > 1 && base.zero.bucket_mb / 4 >= 0.25) buckets.push_back(base.zero.bucket_mb / 4);
   std::vector<bool> overlaps = data > 1 ? std::vector<bool>{true, false} : std::vector<bool>{base.zero.overlap_comm};
+  // Hybrid sharding where the data axis is the world and spans hosts (docs/autoplan.md, "Candidates").
+  const bool hybrid = !mesh.meshed() && ranks_per_host > 1 && ranks_per_host < data && data % ranks_per_host == 0;
   for (const Placement& pl : placements)
+   for (const std::string& group : hybrid && pl.stage > 0 && !pl.opt ? std::vector<std::string>{"world", std::to_string(ranks_per_host)}
+                                                         : std::vector<std::string>{"world"})
     for (const auto& [policy, every] : policies)
       for (int b : batches)
         for (double bucket : buckets)
@@ -53,6 +58,7 @@ void data_axis(const Plan& base, const Choice& mesh, long per_rank_sequences, bo
             c.policy = policy, c.every = every;
             c.micro_batch = b, c.grad_accum = int(per_rank_sequences / b);
             c.bucket_mb = bucket, c.overlap = ov;
+            c.shard_group = group;
             out.push_back(c);
           }
 }
@@ -60,7 +66,7 @@ void data_axis(const Plan& base, const Choice& mesh, long per_rank_sequences, bo
 }  // namespace
 
 std::vector<Choice> enumerate(const Plan& base, int world, long global, bool offload, const std::string& offload_to,
-                              bool mesh, std::map<std::string, long>& dropped) {
+                              bool mesh, int ranks_per_host, std::map<std::string, long>& dropped) {
   std::vector<Choice> out;
   for (int P = 1; P <= (mesh ? world : 1); ++P)
     for (int T = 1; T <= (mesh ? world / P : 1); ++T) {
@@ -76,7 +82,7 @@ std::vector<Choice> enumerate(const Plan& base, int world, long global, bool off
       for (int chunks : P > 1 ? std::vector<int>{1, 2} : std::vector<int>{1})
         for (bool sp : T > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
           m.chunks = chunks, m.sequence_parallel = sp;
-          data_axis(base, m, global / m.data, offload_here, offload_to, out);
+          data_axis(base, m, global / m.data, offload_here, offload_to, ranks_per_host, out);
         }
     }
   return out;
@@ -117,13 +123,15 @@ std::vector<Candidate> size_candidates(const PlanRequest& req, const PlanInputs&
   std::vector<std::string> fixed;
   for (const std::string& o : req.overrides) {
     const std::string key = o.substr(0, o.find('='));
-    for (const char* k : {"mesh.pipeline", "mesh.tensor", "mesh.chunks", "mesh.sequence_parallel", "zero.stage", "zero.overlap_comm", "offload.optimizer", "offload.params", "recompute.policy",
+    for (const char* k : {"mesh.pipeline", "mesh.tensor", "mesh.chunks", "mesh.sequence_parallel", "zero.shard_group", "zero.stage", "zero.overlap_comm", "offload.optimizer", "offload.params", "recompute.policy",
                           "recompute.every"})
       if (key == k && std::find(fixed.begin(), fixed.end(), key) == fixed.end()) fixed.push_back(key);
   }
+  // Threads per rank as the planner's probes run them (planner.cpp), for the cores' share.
+  const int threads = base.run.threads > 0 ? base.run.threads : threads_per_rank(this_launch(), affinity_cpus(), local);
   std::vector<Choice> choices;
   // The CUDA backend is planned for memory on the data axis alone (docs/autoplan.md, "On the CUDA backend").
-  for (const Choice& ch : enumerate(base, world, in.global, nvme, on_device ? "cpu" : "nvme", !on_device, dropped)) {
+  for (const Choice& ch : enumerate(base, world, in.global, nvme, on_device ? "cpu" : "nvme", !on_device, on_device ? 1 : local, dropped)) {
     const nlohmann::json cj = ch.to_json();
     bool keeps = true;
     for (const std::string& k : fixed) {
@@ -175,6 +183,8 @@ std::vector<Candidate> size_candidates(const PlanRequest& req, const PlanInputs&
       c.fits = c.fits && c.device <= device_avail;
     }
     c.shape = step_shape(p, est, world);
+    c.shape.ranks = world, c.shape.ranks_per_host = local;
+    c.shape.rank_slots = std::max(1.0, double(affinity_cpus()) / threads);
     const EngineSettings es = engine_settings<CpuOps<float>>(p, DataMesh::of(p, world, 0, 0));
     c.embedding_rows = es.embedding_rows;
     c.swap = swap_spec_of(p.offload, comm.rank(), direct);

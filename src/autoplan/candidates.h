@@ -38,6 +38,10 @@ struct Choice {
   int every = 1;
   int micro_batch = 1, grad_accum = 1;
   double bucket_mb = 25;
+  // ZeRO's shard group (zero.shard_group): "world" (the data axis), or a number of consecutive ranks,
+  // one host's, whose shards the other hosts' groups replicate (hybrid sharding: only the
+  // replicas' sums cross between hosts).
+  std::string shard_group = "world";
   bool overlap = true;
 
   bool meshed() const { return pipeline > 1 || tensor > 1; }
@@ -51,6 +55,7 @@ struct Choice {
     j["zero"]["stage"] = stage;
     j["zero"]["bucket_mb"] = bucket_mb;
     j["zero"]["overlap_comm"] = overlap;
+    j["zero"]["shard_group"] = shard_group;
     j["offload"]["optimizer"] = optimizer_offloaded ? offload_to : "none";
     j["offload"]["params"] = params_offloaded ? offload_to : "none";
     j["recompute"]["policy"] = policy;
@@ -75,6 +80,7 @@ struct Choice {
     if (meshed()) os << "mesh " << mesh() << ", ";
     os << "stage " << stage << ", B " << micro_batch << " x " << grad_accum << ", recompute " << recompute();
     if (optimizer_offloaded) os << ", offload " << offload();
+    if (shard_group != "world") os << ", shard group " << shard_group;
     return os.str();
   }
   nlohmann::json to_json() const {
@@ -82,7 +88,7 @@ struct Choice {
             {"mesh.sequence_parallel", sequence_parallel}, {"zero.stage", stage},       {"offload.optimizer", optimizer_offloaded ? offload_to : "none"},
             {"offload.params", params_offloaded ? offload_to : "none"}, {"recompute.policy", policy},
             {"recompute.every", every},  {"batch.micro_batch", micro_batch}, {"batch.grad_accum", grad_accum},
-            {"zero.bucket_mb", bucket_mb}, {"zero.overlap_comm", overlap}};
+            {"zero.bucket_mb", bucket_mb}, {"zero.overlap_comm", overlap}, {"zero.shard_group", shard_group}};
   }
 };
 
@@ -119,9 +125,10 @@ struct Candidate {
 // `global` sequences, with chunks 1 and 2 (pipeline > 1) and sequence parallelism off and on
 // (tensor > 1); offload only where the data axis is the whole world. Meshes whose data axis does not
 // divide the global batch are counted in `dropped` (reason -> candidates). mesh false: the data
-// axis alone (the CUDA backend's memory plan).
+// axis alone (the CUDA backend's memory plan). ranks_per_host: where the data axis is the world and
+// spans hosts, ZeRO stages 1-3 also with one host's ranks as the shard group (hybrid sharding).
 std::vector<Choice> enumerate(const Plan& base, int world, long global, bool offload, const std::string& offload_to,
-                              bool mesh, std::map<std::string, long>& dropped);
+                              bool mesh, int ranks_per_host, std::map<std::string, long>& dropped);
 
 // Every candidate of the space that keeps the keys --set fixes, sized (memory, fit, shape, the
 // offload layout its probes need). Rank 0 says what --set fixed.

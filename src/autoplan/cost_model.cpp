@@ -28,8 +28,17 @@ Prediction predict(const StepShape& s, const Rates& r) {
     if (t > busiest) busiest = t, recomputed = lr;
     all_stages += t;
   }
+  // The probes measured every rank of the host computing at once. With stages on one host that
+  // shares its cores among more ranks than they run at full speed, a rank of a lighter stage idles
+  // part of the step (its share of the busiest stage's time), and the busy ones get the cores it
+  // leaves: the ranks busy on average, against the probes' all, in cores' worth.
+  if (s.ranks_per_host == s.ranks && busiest > 0) {
+    const double busy = s.ranks_per_host * all_stages / (P * busiest);
+    p.core_share = std::max(1.0, busy / s.rank_slots) / std::max(1.0, s.ranks_per_host / s.rank_slots);
+  }
+  busiest *= p.core_share, all_stages *= p.core_share;
   p.compute_s = A * busiest + s.grad_path_bytes / r.memory_bytes_per_s;
-  p.recompute_s = A * recomputed * std::max(0.0, r.block_recomputed_s - r.block_s);
+  p.recompute_s = A * recomputed * std::max(0.0, r.block_recomputed_s - r.block_s) * p.core_share;
   // The pipeline (docs/pipeline.md): the busiest stage runs its m micro-batches back to back; before
   // its first and after its last it waits for the other stages' work on one micro-batch, a
   // v-th of it with v chunks per rank (interleaved); each boundary on that path is a message, and
@@ -43,13 +52,16 @@ Prediction predict(const StepShape& s, const Rates& r) {
   if (s.world > 1) {
     const double gather_bytes = s.all_gather_share * s.comm_bytes, reduce_bytes = s.comm_bytes - gather_bytes;
     const double gathers = s.all_gather_share * s.collectives, reductions = s.collectives - gathers;
+    // Hybrid sharding: the replicas' sums of each shard, once a step; at stage 1 of the whole shard
+    // after the last bucket (nothing left to overlap it with), at stages 2-3 bucket by bucket.
+    p.replica_s = s.replica_collectives * r.replica_alpha_s + s.replica_bytes / r.replica_bytes_per_s;
     p.comm_s = reductions * r.reduce_alpha_s + reduce_bytes / r.reduce_bytes_per_s + gathers * r.gather_alpha_s +
-               gather_bytes / r.gather_bytes_per_s;
+               gather_bytes / r.gather_bytes_per_s + p.replica_s;
     // With overlap, the communication thread runs beside forward and backward, except the last
     // unit's collective, which starts when backward ends: what could be hidden is the shorter of
     // the rest and the compute, and of that the overlap probe's share stays exposed (ranks that
     // share their cores with the comm thread).
-    p.tail_s = std::min(p.comm_s, r.reduce_alpha_s + s.tail_bytes / r.reduce_bytes_per_s);
+    p.tail_s = std::min(p.comm_s, r.reduce_alpha_s + s.tail_bytes / r.reduce_bytes_per_s + (s.stage == 1 ? p.replica_s : 0));
     const double hideable = std::min(p.comm_s - p.tail_s, p.compute_s);
     p.exposed_comm_s = s.overlap ? p.comm_s - (1 - r.overlap_exposed) * hideable : p.comm_s;
   }
@@ -85,7 +97,7 @@ double transfers_behind(double exposed, double compute, double share) {
 
 nlohmann::json Prediction::to_json() const {
   return {{"stage_s", stage_s}, {"tensor_comm_s", tensor_comm_s}, {"bubble_s", bubble_s}, {"p2p_s", p2p_s},
-          {"compute_s", compute_s},   {"recompute_s", recompute_s},       {"comm_s", comm_s}, {"tail_s", tail_s},
+          {"replica_s", replica_s}, {"core_share", core_share}, {"compute_s", compute_s},   {"recompute_s", recompute_s},       {"comm_s", comm_s}, {"tail_s", tail_s},
           {"exposed_comm_s", exposed_comm_s}, {"pass_io_s", pass_io_s},
           {"optimizer_s", optimizer_s}, {"step_s", step_s},             {"bound", bound}};
 }
@@ -95,7 +107,7 @@ StepShape step_shape(const Plan& plan, const Estimate& est, int whole_world) {
   const EngineSettings s = engine_settings<CpuOps<float>>(plan, DataMesh::of(plan, whole_world, 0, 0));
   const ParamLayout layout = s.layout();
   const Partition part(layout, s.zero);
-  const int world = est.data_world;  // the data axis: ZeRO's ranks (shard group and replicas)
+  const int world = est.shard_group;  // ZeRO's ranks: the data axis, or with hybrid sharding its shard group
   StepShape sh;
   sh.stage = plan.zero.stage;
   sh.world = world;
@@ -119,7 +131,10 @@ StepShape step_shape(const Plan& plan, const Estimate& est, int whole_world) {
   sh.overlap = plan.zero.overlap_comm;
   const double psi = double(part.total()), N = world, A = sh.grad_accum;
   sh.shard_params = sh.stage == 0 ? psi : psi / N;
-  sh.comm_bytes = double(est.bytes_per_step - est.bytes_tensor);  // the data axis's
+  sh.comm_bytes = double(est.bytes_shard_group);  // the data axis's (within the shard group)
+  sh.replicas = est.replicas;
+  if (est.replicas > 1)
+    sh.replica_collectives = double(part.replica_all_reduces().size()), sh.replica_bytes = double(est.bytes_replicas);
   const double buckets = double(part.buckets().size()), units = double(layout.units().size());
   sh.padded_params = psi, sh.units = units, sh.buckets = buckets;
   sh.collectives = sh.stage == 0 ? buckets : sh.stage == 1 ? buckets + units : sh.stage == 2 ? A * buckets + units

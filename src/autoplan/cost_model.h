@@ -25,6 +25,15 @@ struct StepShape {
   double tensor_collectives = 0;      // the tensor group's collectives per micro-step (latency count)
   double p2p_bytes = 0;               // one micro-batch's activations (or their gradient) at a stage boundary
   double tie_bytes = 0;               // the tied embedding's gradient shard summed between the first and last stage
+  // Hybrid sharding: world is then the shard group's ranks, comm_bytes what moves within it, and
+  // these the replicas' all-reduces of each shard (once a step) and their bytes.
+  int replicas = 1;
+  double replica_collectives = 0, replica_bytes = 0;
+  // Where ranks outnumber the cores (the CPU backend, oversubscribed): the world's ranks, this
+  // host's, and how many ranks its cores run at full speed (cores / threads per rank). The probes
+  // ran every rank at once; a pipeline's stages are not all busy at once.
+  int ranks = 1, ranks_per_host = 1;
+  double rank_slots = 1e9;
   int recomputed_blocks = 0;          // blocks under the block policy (blocks 0, every, 2*every, ...)
   bool overlap = true;
   double padded_params = 0;           // Ψ: the model's parameters as padded for N ranks
@@ -56,15 +65,18 @@ struct Rates {
   double memory_bytes_per_s = 1e30;   // the AdamW probe's: 28 bytes per parameter
   double tensor_alpha_s = 0, tensor_bytes_per_s = 1e30;  // all-reduce on the tensor group, at activation sizes
   double p2p_alpha_s = 0, p2p_bytes_per_s = 1e30;        // send + receive between neighbouring stages
+  double replica_alpha_s = 0, replica_bytes_per_s = 1e30;  // all-reduce across the replicas (hybrid sharding)
 };
 
 struct Prediction {
   std::vector<double> stage_s;  // one micro-batch's forward + backward on each stage (tensor collectives apart)
+  double core_share = 1;       // compute's time where fewer ranks than the probes' are busy at once, over the probes' (<= 1)
   double compute_s = 0;        // forward + backward of every micro-step on the busiest stage, recomputation included, and the gradient path
   double tensor_comm_s = 0;    // the tensor group's collectives (blocking: all of it waited for)
   double bubble_s = 0;         // the pipeline's fill and drain: the other stages' work the busiest waits for
   double p2p_s = 0;            // stage boundaries on the fill's and drain's critical path, and the tied embedding's sum
   double recompute_s = 0;      // the part of compute_s that recomputes forward work
+  double replica_s = 0;        // the replicas' all-reduces (hybrid sharding), part of comm_s
   double comm_s = 0;           // every collective of the step, back to back
   double tail_s = 0;           // the last unit's collective, which nothing overlaps
   double exposed_comm_s = 0;   // the part of comm_s the step waits for

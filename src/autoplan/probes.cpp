@@ -23,8 +23,10 @@ std::string comm_key(const Plan& base) {
 }
 
 std::string data_group_name(const Choice& c) {
+  if (c.shard_group != "world") return "shard S" + c.shard_group;
   return c.meshed() ? "data P" + std::to_string(c.pipeline) + "T" + std::to_string(c.tensor) : "";
 }
+std::string replica_group_name(const Choice& c) { return "replica S" + c.shard_group; }
 std::string tensor_group_name(const Choice& c) {
   return "tensor P" + std::to_string(c.pipeline) + "T" + std::to_string(c.tensor);
 }
@@ -38,6 +40,13 @@ namespace {
 struct MeshGroups {
   std::unique_ptr<Comm> data, tensor;
 };
+// Hybrid sharding's (the data axis the world): shard groups of S consecutive ranks, replicas across.
+MeshGroups split_shards(Comm& comm, int S) {
+  MeshGroups g;
+  g.data = comm.split(comm.rank() / S, comm.rank(), "shard");
+  g.tensor = comm.split(comm.rank() % S, comm.rank(), "replicate");
+  return g;
+}
 MeshGroups split_mesh(Comm& comm, int P, int T) {
   const int rank = comm.rank(), per_stage = comm.world() / P, stage = rank / per_stage, in_stage = rank % per_stage;
   MeshGroups g;
@@ -85,14 +94,23 @@ Measurements measure_candidates(const PlanInputs& in, std::vector<Candidate*>& f
   std::map<double, double>& overlap = m.overlap;
   bool any_nvme = false;
   // The mesh's groups, split once per mesh (Comm::split is collective: every rank, the same order).
-  std::map<std::pair<int, int>, MeshGroups> groups;
-  for (Candidate* c : fit)
-    if (c->choice.meshed() && !groups.count({c->choice.pipeline, c->choice.tensor}))
-      groups[{c->choice.pipeline, c->choice.tensor}] = split_mesh(comm, c->choice.pipeline, c->choice.tensor);
+  // Keyed (stages, tensor ranks, shard group): with hybrid sharding `tensor` holds the replica group.
+  std::map<std::tuple<int, int, std::string>, MeshGroups> groups;
+  auto key_of = [](const Choice& ch) { return std::make_tuple(ch.pipeline, ch.tensor, ch.shard_group); };
+  for (Candidate* c : fit) {
+    const Choice& ch = c->choice;
+    if ((!ch.meshed() && ch.shard_group == "world") || groups.count(key_of(ch))) continue;
+    groups[key_of(ch)] = ch.shard_group != "world" ? split_shards(comm, std::stoi(ch.shard_group))
+                                                   : split_mesh(comm, ch.pipeline, ch.tensor);
+  }
   for (Candidate* c : fit) {
     any_nvme |= c->choice.optimizer_offloaded;
     const Choice& ch = c->choice;
-    MeshGroups* g = ch.meshed() ? &groups[{ch.pipeline, ch.tensor}] : nullptr;
+    MeshGroups* g = groups.count(key_of(ch)) ? &groups[key_of(ch)] : nullptr;
+    if (ch.shard_group != "world") {  // the replicas' all-reduce, at the bucket size
+      const LinkKey k{"all_reduce", ch.bucket_mb, replica_group_name(ch)};
+      if (!links.count(k)) links[k] = cal.link("all_reduce", size_t(ch.bucket_mb * double(1 << 20)), g->tensor.get(), std::get<2>(k));
+    }
     if (ch.tensor > 1) {  // the tensor group's collectives, at one micro-batch's activations
       const double act_mb = double(size_t(ch.micro_batch) * size_t(T) * size_t(cfg.C) * 4) / double(1 << 20);
       const LinkKey k{"all_reduce", act_mb, tensor_group_name(ch)};

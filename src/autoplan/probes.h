@@ -34,6 +34,7 @@ struct Measurements {
 // group is the whole world.
 std::string data_group_name(const Choice& c);
 std::string tensor_group_name(const Choice& c);
+std::string replica_group_name(const Choice& c);  // hybrid sharding's replicas
 // The size the stage-boundary probe runs at for a candidate with stages (its stage_links key).
 size_t stage_link_bytes(const Candidate& c);
 

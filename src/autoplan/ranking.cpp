@@ -39,7 +39,7 @@ void print_table(const std::vector<const Candidate*>& rows, int world, bool meas
     char bucket[32] = "-";
     if (ch.data > 1) std::snprintf(bucket, sizeof bucket, "%.2f", ch.bucket_mb);
     std::printf("%3d  %-15s  %5d  %-10s  %-9s  %2d x %-3d %6s  %-7s | %10s %10s | %7s %6s %6s %6s %7s %4s %6s | %8s %7.0f  %-11s",
-                ++i, ch.mesh().c_str(), ch.stage, ch.offload().c_str(), ch.recompute().c_str(), ch.micro_batch,
+                ++i, (ch.mesh() + (ch.shard_group != "world" ? " S" + ch.shard_group : "")).c_str(), ch.stage, ch.offload().c_str(), ch.recompute().c_str(), ch.micro_batch,
                 ch.grad_accum, bucket, ch.data > 1 ? (ch.overlap ? "on" : "off") : "-", mib(double(c->host)).c_str(),
                 mib(double(c->nvme)).c_str(), ms(p.compute_s).c_str(), ms(p.tensor_comm_s).c_str(),
                 ms(p.bubble_s + p.p2p_s).c_str(), ms(p.comm_s).c_str(), ms(p.exposed_comm_s).c_str(),
@@ -139,7 +139,8 @@ void write_outputs(const PlanRequest& req, const PlanInputs& in, const std::vect
                           {"pipeline", s.pipeline}, {"chunks", s.chunks}, {"tensor", s.tensor},
                           {"stage_blocks", s.stage_blocks}, {"stage_recomputed", s.stage_recomputed},
                           {"tensor_bytes", s.tensor_bytes}, {"tensor_collectives", s.tensor_collectives},
-                          {"p2p_bytes", s.p2p_bytes}, {"tie_bytes", s.tie_bytes},
+                          {"p2p_bytes", s.p2p_bytes}, {"tie_bytes", s.tie_bytes}, {"replicas", s.replicas}, {"ranks", s.ranks}, {"ranks_per_host", s.ranks_per_host}, {"rank_slots", s.rank_slots},
+                          {"replica_collectives", s.replica_collectives}, {"replica_bytes", s.replica_bytes},
                           {"padded_params", s.padded_params}, {"units", s.units}, {"buckets", s.buckets},
                           {"shard_params", s.shard_params}, {"comm_bytes", s.comm_bytes}, {"collectives", s.collectives},
                           {"tail_bytes", s.tail_bytes}, {"all_gather_share", s.all_gather_share},
@@ -158,7 +159,8 @@ void write_outputs(const PlanRequest& req, const PlanInputs& in, const std::vect
                           {"pass_exposed", c->rates.pass_exposed},
                           {"memory_bytes_per_s", c->rates.memory_bytes_per_s},
                           {"tensor_alpha_s", c->rates.tensor_alpha_s}, {"tensor_bytes_per_s", c->rates.tensor_bytes_per_s},
-                          {"p2p_alpha_s", c->rates.p2p_alpha_s}, {"p2p_bytes_per_s", c->rates.p2p_bytes_per_s}}},
+                          {"p2p_alpha_s", c->rates.p2p_alpha_s}, {"p2p_bytes_per_s", c->rates.p2p_bytes_per_s},
+                          {"replica_alpha_s", c->rates.replica_alpha_s}, {"replica_bytes_per_s", c->rates.replica_bytes_per_s}}},
                         {"predicted", c->pred.to_json()}};
     if (c->measured_s > 0) {
       j["measured_step_s"] = c->measured_s;

@@ -29,6 +29,10 @@ void price(Candidate* c, Measurements& m, int world, const std::string& cache) {
     r.gather_alpha_s = gat.alpha_s, r.gather_bytes_per_s = gat.bytes_per_s;
     r.overlap_exposed = overlap[c->choice.bucket_mb];
   }
+  if (ch.shard_group != "world") {
+    const LinkKey k{"all_reduce", ch.bucket_mb, replica_group_name(ch)};
+    r.replica_alpha_s = links[k].alpha_s, r.replica_bytes_per_s = links[k].bytes_per_s;
+  }
   if (ch.tensor > 1) {
     const double act_mb = double(size_t(ch.micro_batch) * size_t(c->resolved["model"]["seq_len"].get<int>()) *
                                  size_t(c->resolved["model"]["n_embd"].get<int>()) * 4) / double(1 << 20);

@@ -89,6 +89,40 @@ TEST(CostModel, PipelineWaitsForTheOtherStagesOverChunksAndItsBoundaries) {
   EXPECT_DOUBLE_EQ(q.compute_s, 4 * 0.06);
 }
 
+TEST(CostModel, StagesOnOversubscribedCoresShareWhatTheIdleRanksLeave) {
+  Rates r;
+  r.block_s = 0.01, r.fixed_s = 0.02, r.adamw_s_per_param = 0;
+  // 4 ranks on one host whose cores run 2 at full speed; stages of 0.02 s and 0.04 s a micro-batch:
+  // on average 4 x 0.06 / (2 x 0.04) = 3 ranks busy, against the probes' 4: 1.5 / 2 of their time.
+  StepShape s = two_stages(1);
+  s.ranks = 4, s.ranks_per_host = 4, s.rank_slots = 2;
+  const Prediction p = predict(s, r);
+  EXPECT_DOUBLE_EQ(p.core_share, 0.75);
+  EXPECT_DOUBLE_EQ(p.compute_s, 4 * 0.04 * 0.75);
+  EXPECT_DOUBLE_EQ(p.bubble_s, 0.02 * 0.75);
+  // Cores for every rank, or ranks on other hosts: as the probes measured.
+  s.rank_slots = 4;
+  EXPECT_EQ(predict(s, r).core_share, 1);
+  s.rank_slots = 2, s.ranks = 8;
+  EXPECT_EQ(predict(s, r).core_share, 1);
+}
+
+// Hybrid sharding: the replicas' all-reduce of the shard, 1 ms + 1 MB at 1 GB/s. At stage 1 it
+// follows the last bucket, so nothing hides it; at stages 2-3 it goes bucket by bucket beside backward.
+TEST(CostModel, ReplicaSumsAreExposedAtStage1AndOverlappedAbove) {
+  for (int stage : {1, 2}) {
+    StepShape s;
+    s.world = 2, s.stage = stage, s.replicas = 2, s.replica_collectives = 1, s.replica_bytes = 1e6;
+    Rates r;
+    r.fixed_s = 0.1, r.adamw_s_per_param = 0, r.overlap_exposed = 0;
+    r.replica_alpha_s = 1e-3, r.replica_bytes_per_s = 1e9;
+    const Prediction p = predict(s, r);
+    EXPECT_DOUBLE_EQ(p.replica_s, 2e-3);
+    EXPECT_DOUBLE_EQ(p.comm_s, 2e-3);
+    EXPECT_DOUBLE_EQ(p.exposed_comm_s, stage == 1 ? 2e-3 : 0.0) << "stage " << stage;
+  }
+}
+
 TEST(CostModel, TensorCollectivesPayEachMicroStepsLatenciesAndTheBytes) {
   StepShape s;
   s.grad_accum = 3, s.tensor = 2, s.tensor_collectives = 10, s.tensor_bytes = 3e6;

@@ -97,7 +97,7 @@ def main():
 
     # Shape and time, from the document's formulas.
     shape_f, time_f = formulas("shape"), formulas("time")
-    check(len(shape_f) == 5 and len(time_f) == 11, "the formula tables changed size")
+    check(len(shape_f) == 5 and len(time_f) == 13, "the formula tables changed size")
     worst = 0.0
     for i, c in enumerate(cands):
         s, ch = c["shape"], c["choice"]
@@ -280,7 +280,8 @@ def main():
         want = host + vp * 64 * 4 + OVERHEAD
         check(c["host_bytes_per_rank"] == want, f"candidate {i}: host {c['host_bytes_per_rank']}, estimate + transient + overhead {want}")
         check(c["nvme_bytes_per_rank"] == mem.get("nvme", {}).get("total", 0), f"candidate {i}: nvme bytes differ from the estimate")
-        check(c["shape"]["comm_bytes"] == est["bytes_per_step"] - est["bytes_per_step_tensor_group"],
+        check(c["shape"]["comm_bytes"] == est["bytes_per_step_shard_group"] and
+              c["shape"]["comm_bytes"] + c["shape"]["replica_bytes"] + c["shape"]["tensor_bytes"] == est["bytes_per_step"],
               f"candidate {i}: data-axis bytes differ from the estimate's")
         check(c["shape"]["tensor_bytes"] == est["bytes_per_step_tensor_group"], f"candidate {i}: tensor bytes differ from the estimate's")
     e = run([train, "estimate", out, "--world", "2"], world=1)
