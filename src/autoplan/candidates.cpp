@@ -46,21 +46,23 @@ void data_axis(const Plan& base, const Choice& mesh, long per_rank_sequences, bo
   std::vector<bool> overlaps = data > 1 ? std::vector<bool>{true, false} : std::vector<bool>{base.zero.overlap_comm};
   // Hybrid sharding where the data axis is the world and spans hosts (docs/autoplan.md, "Candidates").
   const bool hybrid = !mesh.meshed() && ranks_per_host > 1 && ranks_per_host < data && data % ranks_per_host == 0;
-  for (const Placement& pl : placements)
-   for (const std::string& group : hybrid && pl.stage > 0 && !pl.opt ? std::vector<std::string>{"world", std::to_string(ranks_per_host)}
-                                                         : std::vector<std::string>{"world"})
-    for (const auto& [policy, every] : policies)
-      for (int b : batches)
-        for (double bucket : buckets)
-          for (bool ov : overlaps) {
-            Choice c = mesh;
-            c.stage = pl.stage, c.optimizer_offloaded = pl.opt, c.params_offloaded = pl.params, c.offload_to = offload_to;
-            c.policy = policy, c.every = every;
-            c.micro_batch = b, c.grad_accum = int(per_rank_sequences / b);
-            c.bucket_mb = bucket, c.overlap = ov;
-            c.shard_group = group;
-            out.push_back(c);
-          }
+  for (const Placement& pl : placements) {
+    std::vector<std::string> groups = {"world"};
+    if (hybrid && pl.stage > 0 && !pl.opt) groups.push_back(std::to_string(ranks_per_host));
+    for (const std::string& group : groups)
+      for (const auto& [policy, every] : policies)
+        for (int b : batches)
+          for (double bucket : buckets)
+            for (bool ov : overlaps) {
+              Choice c = mesh;
+              c.stage = pl.stage, c.optimizer_offloaded = pl.opt, c.params_offloaded = pl.params, c.offload_to = offload_to;
+              c.policy = policy, c.every = every;
+              c.micro_batch = b, c.grad_accum = int(per_rank_sequences / b);
+              c.bucket_mb = bucket, c.overlap = ov;
+              c.shard_group = group;
+              out.push_back(c);
+            }
+  }
 }
 
 }  // namespace
@@ -123,7 +125,8 @@ std::vector<Candidate> size_candidates(const PlanRequest& req, const PlanInputs&
   std::vector<std::string> fixed;
   for (const std::string& o : req.overrides) {
     const std::string key = o.substr(0, o.find('='));
-    for (const char* k : {"mesh.pipeline", "mesh.tensor", "mesh.chunks", "mesh.sequence_parallel", "zero.shard_group", "zero.stage", "zero.overlap_comm", "offload.optimizer", "offload.params", "recompute.policy",
+    for (const char* k : {"mesh.pipeline", "mesh.tensor", "mesh.chunks", "mesh.sequence_parallel", "zero.shard_group",
+                          "zero.stage", "zero.overlap_comm", "offload.optimizer", "offload.params", "recompute.policy",
                           "recompute.every"})
       if (key == k && std::find(fixed.begin(), fixed.end(), key) == fixed.end()) fixed.push_back(key);
   }
@@ -131,7 +134,8 @@ std::vector<Candidate> size_candidates(const PlanRequest& req, const PlanInputs&
   const int threads = base.run.threads > 0 ? base.run.threads : threads_per_rank(this_launch(), affinity_cpus(), local);
   std::vector<Choice> choices;
   // The CUDA backend is planned for memory on the data axis alone (docs/autoplan.md, "On the CUDA backend").
-  for (const Choice& ch : enumerate(base, world, in.global, nvme, on_device ? "cpu" : "nvme", !on_device, on_device ? 1 : local, dropped)) {
+  for (const Choice& ch :
+       enumerate(base, world, in.global, nvme, on_device ? "cpu" : "nvme", !on_device, on_device ? 1 : local, dropped)) {
     const nlohmann::json cj = ch.to_json();
     bool keeps = true;
     for (const std::string& k : fixed) {

@@ -55,7 +55,7 @@ int plan_command(const PlanRequest& req, Comm& comm) {
   if (root)
     for (const std::string& n : notes) std::fprintf(n.rfind("warning:", 0) == 0 ? stderr : stdout, "%s\n", n.c_str());
   Measurements m = measure_candidates(in, fit, cal, comm, out_dir, threads);
-  for (Candidate* c : fit) price(c, m, world, in.cache);
+  for (Candidate* c : fit) price(c, m, in.cache);
   rank(fit);
   print_ranking(req, in, fit, root);
 

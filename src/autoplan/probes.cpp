@@ -31,6 +31,12 @@ std::string tensor_group_name(const Choice& c) {
   return "tensor P" + std::to_string(c.pipeline) + "T" + std::to_string(c.tensor);
 }
 
+double tensor_link_mb(const Candidate& c) {
+  const nlohmann::json& model = c.resolved["model"];
+  return double(size_t(c.choice.micro_batch) * model["seq_len"].get<size_t>() * model["n_embd"].get<size_t>() * 4) /
+         double(1 << 20);
+}
+
 size_t stage_link_bytes(const Candidate& c) { return size_t(std::max(c.shape.p2p_bytes, c.shape.tie_bytes)); }
 
 namespace {
@@ -112,7 +118,7 @@ Measurements measure_candidates(const PlanInputs& in, std::vector<Candidate*>& f
       if (!links.count(k)) links[k] = cal.link("all_reduce", size_t(ch.bucket_mb * double(1 << 20)), g->tensor.get(), std::get<2>(k));
     }
     if (ch.tensor > 1) {  // the tensor group's collectives, at one micro-batch's activations
-      const double act_mb = double(size_t(ch.micro_batch) * size_t(T) * size_t(cfg.C) * 4) / double(1 << 20);
+      const double act_mb = tensor_link_mb(*c);
       const LinkKey k{"all_reduce", act_mb, tensor_group_name(ch)};
       if (!links.count(k)) links[k] = cal.link("all_reduce", size_t(act_mb * double(1 << 20)), g->tensor.get(), std::get<2>(k));
     }

@@ -35,6 +35,9 @@ struct Measurements {
 std::string data_group_name(const Choice& c);
 std::string tensor_group_name(const Choice& c);
 std::string replica_group_name(const Choice& c);  // hybrid sharding's replicas
+// The size the tensor link is probed at for a candidate with tensor ranks (MiB: its links key): one
+// micro-batch's activations, (B, T, C) fp32.
+double tensor_link_mb(const Candidate& c);
 // The size the stage-boundary probe runs at for a candidate with stages (its stage_links key).
 size_t stage_link_bytes(const Candidate& c);
 

@@ -7,7 +7,7 @@
 
 namespace zt::autoplan {
 
-void price(Candidate* c, Measurements& m, int world, const std::string& cache) {
+void price(Candidate* c, Measurements& m, const std::string& cache) {
   std::map<MicroKey, MicroStepCost>& micro = m.micro;
   std::map<LinkKey, LinkCost>& links = m.links;
   std::map<double, double>& overlap = m.overlap;
@@ -20,7 +20,6 @@ void price(Candidate* c, Measurements& m, int world, const std::string& cache) {
   r.block_recomputed_s = own.block_s;
   r.fixed_s = own.fixed_s;
   r.adamw_s_per_param = adamw;
-  (void)world;
   if (ch.data > 1) {
     const std::string group = data_group_name(ch);
     const LinkCost red = links[{c->shape.stage == 0 ? "all_reduce" : "reduce_scatter", ch.bucket_mb, group}];
@@ -34,8 +33,7 @@ void price(Candidate* c, Measurements& m, int world, const std::string& cache) {
     r.replica_alpha_s = links[k].alpha_s, r.replica_bytes_per_s = links[k].bytes_per_s;
   }
   if (ch.tensor > 1) {
-    const double act_mb = double(size_t(ch.micro_batch) * size_t(c->resolved["model"]["seq_len"].get<int>()) *
-                                 size_t(c->resolved["model"]["n_embd"].get<int>()) * 4) / double(1 << 20);
+    const double act_mb = tensor_link_mb(*c);
     const LinkCost t = links[{"all_reduce", act_mb, tensor_group_name(ch)}];
     r.tensor_alpha_s = t.alpha_s, r.tensor_bytes_per_s = t.bytes_per_s;
   }

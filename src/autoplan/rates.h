@@ -11,6 +11,6 @@
 namespace zt::autoplan {
 
 // Fills c->rates and c->pred. `cache`: named when a prediction comes out as nonsense.
-void price(Candidate* c, Measurements& m, int world, const std::string& cache);
+void price(Candidate* c, Measurements& m, const std::string& cache);
 
 }  // namespace zt::autoplan
