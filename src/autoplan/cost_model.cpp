@@ -19,13 +19,14 @@ Prediction predict(const StepShape& s, const Rates& r) {
   // Forward + backward of one micro-batch on each stage: its blocks (those recomputed at their own
   // measured cost) and, on the last, the rest (the head and loss; the lookup is a small part of it).
   const int P = std::max(1, s.pipeline);
-  double busiest = 0, all_stages = 0, recomputed = 0;
+  double busiest = 0, all_stages = 0, recomputed = 0, busiest_blocks = 0;
   for (int i = 0; i < P; ++i) {
     const double blocks = i < int(s.stage_blocks.size()) ? s.stage_blocks[i] : 0;
     const double lr = i < int(s.stage_recomputed.size()) ? s.stage_recomputed[i] : 0;
-    const double t = (blocks - lr) * r.block_s + lr * r.block_recomputed_s + (i == P - 1 ? r.fixed_s : 0);
+    const double t_blocks = (blocks - lr) * r.block_s + lr * r.block_recomputed_s;
+    const double t = t_blocks + (i == P - 1 ? r.fixed_s : 0);
     p.stage_s.push_back(t);
-    if (t > busiest) busiest = t, recomputed = lr;
+    if (t > busiest) busiest = t, recomputed = lr, busiest_blocks = t_blocks;
     all_stages += t;
   }
   // The probes measured every rank of the host computing at once. With stages on one host that
@@ -37,6 +38,13 @@ Prediction predict(const StepShape& s, const Rates& r) {
     p.core_share = std::max(1.0, busy / s.rank_slots) / std::max(1.0, s.ranks_per_host / s.rank_slots);
   }
   busiest *= p.core_share, all_stages *= p.core_share;
+  // What the data axis's collectives can run beside: the blocks of the micro-steps that have them.
+  // A unit's gradient is ready only after its backward and its parameters are needed at its forward;
+  // the embedding (the first unit reduced and, with the lookup on the shards, the last gathered)
+  // waits for the head's backward and is needed at the head's forward, so the head and the loss
+  // hide none of it. Stages 0-1 sum the gradients in the last micro-step's backward (and gather at
+  // stage 1 in the next step's first forward): one micro-step's blocks; stages 2-3 every micro-step's.
+  p.overlap_window_s = (s.stage >= 2 ? A : 1) * busiest_blocks * p.core_share;
   p.compute_s = A * busiest + s.grad_path_bytes / r.memory_bytes_per_s;
   p.recompute_s = A * recomputed * std::max(0.0, r.block_recomputed_s - r.block_s) * p.core_share;
   // The pipeline (docs/pipeline.md): the busiest stage runs its m micro-batches back to back; before
@@ -59,10 +67,10 @@ Prediction predict(const StepShape& s, const Rates& r) {
                gather_bytes / r.gather_bytes_per_s + p.replica_s;
     // With overlap, the communication thread runs beside forward and backward, except the last
     // unit's collective, which starts when backward ends: what could be hidden is the shorter of
-    // the rest and the compute, and of that the overlap probe's share stays exposed (ranks that
-    // share their cores with the comm thread).
+    // the rest and the blocks' compute it runs beside, and of that the overlap probe's share stays
+    // exposed (ranks that share their cores with the comm thread).
     p.tail_s = std::min(p.comm_s, r.reduce_alpha_s + s.tail_bytes / r.reduce_bytes_per_s + (s.stage == 1 ? p.replica_s : 0));
-    const double hideable = std::min(p.comm_s - p.tail_s, p.compute_s);
+    const double hideable = std::min(p.comm_s - p.tail_s, p.overlap_window_s);
     p.exposed_comm_s = s.overlap ? p.comm_s - (1 - r.overlap_exposed) * hideable : p.comm_s;
   }
   // Parameters on disk: each micro-step's transfers as measured, less the part the overlap probe
@@ -97,7 +105,7 @@ double transfers_behind(double exposed, double compute, double share) {
 
 nlohmann::json Prediction::to_json() const {
   return {{"stage_s", stage_s}, {"tensor_comm_s", tensor_comm_s}, {"bubble_s", bubble_s}, {"p2p_s", p2p_s},
-          {"replica_s", replica_s}, {"core_share", core_share}, {"compute_s", compute_s},   {"recompute_s", recompute_s},       {"comm_s", comm_s}, {"tail_s", tail_s},
+          {"replica_s", replica_s}, {"core_share", core_share}, {"compute_s", compute_s},   {"recompute_s", recompute_s},       {"comm_s", comm_s}, {"tail_s", tail_s}, {"overlap_window_s", overlap_window_s},
           {"exposed_comm_s", exposed_comm_s}, {"pass_io_s", pass_io_s},
           {"optimizer_s", optimizer_s}, {"step_s", step_s},             {"bound", bound}};
 }

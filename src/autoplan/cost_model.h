@@ -79,6 +79,7 @@ struct Prediction {
   double replica_s = 0;        // the replicas' all-reduces (hybrid sharding), part of comm_s
   double comm_s = 0;           // every collective of the step, back to back
   double tail_s = 0;           // the last unit's collective, which nothing overlaps
+  double overlap_window_s = 0; // the blocks' compute the data axis's other collectives can run beside
   double exposed_comm_s = 0;   // the part of comm_s the step waits for
   double pass_io_s = 0;        // parameter offload's transfers during forward and backward
   double optimizer_s = 0;      // AdamW over the shard (streamed through its swap files where offloaded)

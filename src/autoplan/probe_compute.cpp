@@ -37,14 +37,20 @@ namespace zt::autoplan {
 namespace {
 
 // One forward + backward of a model of cfg.L blocks at micro-batch b <= the model's: what the
-// trainer's micro-step runs.
+// trainer's micro-step runs. A first pipeline stage (no head) starts its backward from the gradient
+// of its output, as the runner writes it there: a small constant each call (the blocks' backward
+// leaves the gradient of the stage's input in the same buffer; fed back, it would grow or vanish
+// over the calls, and denormals run slower).
 template <class Model>
 double time_micro_step(Comm& comm, Model& model, int V, int b, int T, bool warm_up) {
   std::vector<int> in(size_t(b) * T), tg(in.size());
   for (size_t i = 0; i < in.size(); ++i) in[i] = int((i * 7919) % size_t(V)), tg[i] = int((i * 104729 + 1) % size_t(V));
+  const bool headless = !model.config().last_stage;
+  const size_t boundary = Model::boundary_bytes(model.config(), b, T) / sizeof(typename Model::T);
   return steady_best_time(comm, 3, 5, 0.02, warm_up, [&] {
     model.zero_grad();
     model.forward(in.data(), tg.data(), b, T, true, typename Model::S(1.0 / (double(b) * T)));
+    if (headless) std::fill_n(model.stage_output_grad(), boundary, typename Model::T(1e-3));
     model.backward();
   });
 }
@@ -76,28 +82,31 @@ std::map<int, MicroStepCost> Calibration::micro_steps(const GPTConfig& cfg, cons
                                                       Recompute::Policy policy, int classifier_chunk, int embedding_rows,
                                                       int tp, bool sp) {
   static const char* names[] = {"none", "selective", "block"};
-  auto key = [&](Recompute::Policy p, int L, int b) {
+  // Models of the base shape: `L` blocks with the lookup and the head ("L1"), or the first stage of
+  // a pipeline holding L blocks, the lookup and no head ("stage L2").
+  auto key = [&](Recompute::Policy p, int L, bool headless, int b) {
     std::ostringstream k;
     k << "micro_step C" << cfg.C << " NH" << cfg.NH << " V" << cfg.V << " T" << T << " B" << b << " " << names[int(p)]
       << " chunk" << classifier_chunk << " embedding_rows" << embedding_rows;
     if (tp > 1) k << " tp" << tp << (sp ? " sp" : "");
-    k << " threads" << threads_ << " ranks/host" << comm_.local_world() << " L" << L;
+    k << " threads" << threads_ << " ranks/host" << comm_.local_world() << (headless ? " stage L" : " L") << L;
     return k.str();
   };
-  // Seconds per micro-step of a model of L blocks under p, for every b: one model, built at the
-  // largest b not yet cached (its build and initialisation cost more than a step), run at each b
-  // (a smaller batch uses the first rows of its buffers, as the engine's last micro-batch would).
-  auto timings = [&](Recompute::Policy p, int L) {
+  // Seconds per micro-step of such a model under p, for every b: one model, built at the largest b
+  // not yet cached (its build and initialisation cost more than a step), run at each b (a smaller
+  // batch uses the first rows of its buffers, as the engine's last micro-batch would).
+  auto timings = [&](Recompute::Policy p, int L, bool headless) {
     int largest = 0;
     for (int b : bs)
-      if (!has(key(p, L, b))) largest = b;  // bs is ascending
+      if (!has(key(p, L, headless, b))) largest = b;  // bs is ascending
     MemoryTracker mem;  // before the model: destroyed after it, which releases into it
     std::unique_ptr<GPT<CpuOps<float>>> model;
     AloneTensorGroup alone(tp, comm_.rank() % tp);
     if (largest > 0) {
       GPTConfig c = cfg;
-      c.L = L;
+      c.L = headless ? L + 1 : L;
       if (tp > 1) c = c.split(tp, comm_.rank() % tp, sp);
+      if (headless) c = c.stage(2, 0, 0, L);
       Recompute rc;
       rc.policy = p;
       rc.every = 1;
@@ -110,32 +119,39 @@ std::map<int, MicroStepCost> Calibration::micro_steps(const GPTConfig& cfg, cons
     std::map<int, double> t;
     bool touched = false;
     for (auto b = bs.rbegin(); b != bs.rend(); ++b)
-      t[*b] = cached(key(p, L, *b), [&] {
+      t[*b] = cached(key(p, L, headless, *b), [&] {
         const double s = time_micro_step(comm_, *model, cfg.V, *b, T, /*warm_up=*/!touched);
         touched = true;
         return s;
       });
     return t;
   };
-  // A block and the rest from models of 1 and 3 blocks without recomputation. A policy's block
-  // costs what its 3-block model adds to that, per sequence of the micro-batch: the sum of what it
-  // adds at every b over the sum of the b (recomputation is a forward again, its work per
-  // sequence), never less than nothing (recomputing saves no time, and a difference of two timings
-  // can come out negative). One probe disturbed then moves it by its share, not whole: scenario 1's
-  // selective 3-block model at B 2 added 1.9 ms a block where B 1, 4 and 8 added 0 to 0.2 ms, and
-  // its B 2 x 4 candidate came out +21% (docs/autoplan.md, "Measured").
-  const std::map<int, double> t1 = timings(Recompute::Policy::none, 1), t3 = timings(Recompute::Policy::none, 3);
+  // A block timed on its own: the first stage of a pipeline with kBlocks blocks (the lookup, a small
+  // part of it, included), per block; the rest (the head and loss) what a 1-block model adds to one
+  // block. Until 2026-12-03 the block was the difference of a 3- and a 1-block model, both with the
+  // head: where the head is most of a micro-step (the small models of docs/autoplan.md, "Measured:
+  // the mesh"), two timings' noise was larger than the blocks, and stage 0 of a pipeline came out
+  // at next to nothing, tensor ranks' blocks at 0 or at twice their cost. A policy's block costs
+  // what its stage model adds to that, per sequence of the micro-batch: the sum of what it adds at
+  // every b over the sum of the b (recomputation is a forward again, its work per sequence), never
+  // less than nothing (recomputing saves no time, and a difference of two timings can come out
+  // negative). One probe disturbed then moves it by its share, not whole: scenario 1's selective
+  // 3-block model at B 2 added 1.9 ms a block where B 1, 4 and 8 added 0 to 0.2 ms, and its B 2 x 4
+  // candidate came out +21% (docs/autoplan.md, "Measured").
+  constexpr int kBlocks = 2;
+  const std::map<int, double> t1 = timings(Recompute::Policy::none, 1, false),
+                              blocks = timings(Recompute::Policy::none, kBlocks, true);
   double recompute_per_sequence_s = 0;
   if (policy != Recompute::Policy::none) {
-    const std::map<int, double> tp = timings(policy, 3);
+    const std::map<int, double> tp = timings(policy, kBlocks, true);
     double added = 0, sequences = 0;
-    for (int b : bs) added += (tp.at(b) - t3.at(b)) / 3, sequences += b;
+    for (int b : bs) added += (tp.at(b) - blocks.at(b)) / kBlocks, sequences += b;
     recompute_per_sequence_s = std::max(0.0, added / sequences);
   }
   std::map<int, MicroStepCost> out;
   for (int b : bs) {
     MicroStepCost& m = out[b];
-    m.block_s = std::max(0.0, (t3.at(b) - t1.at(b)) / 2);
+    m.block_s = blocks.at(b) / kBlocks;
     m.fixed_s = std::max(0.0, t1.at(b) - m.block_s);
     m.block_s += recompute_per_sequence_s * b;
   }

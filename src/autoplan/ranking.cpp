@@ -26,7 +26,7 @@ void write_plan_and_report(const std::string& out, const nlohmann::json& plan, c
   write_by_rename({{"--out (its report)", report, nullptr, rep.dump(1) + "\n"}, {"--out", out, nullptr, plan.dump(2) + "\n"}});
 }
 
-void print_table(const std::vector<const Candidate*>& rows, int world, bool measured) {
+void print_table(const std::vector<const Candidate*>& rows, bool measured) {
   std::printf("  #  mesh             stage  offload     recompute  B x GA   bucket  overlap |  host/rank  nvme/rank | compute "
               "tensor bubble   comm exposed  I/O  optim |  ms/step   tok/s  bound%s\n",
               measured ? " |  measured  error" : "");
@@ -34,7 +34,6 @@ void print_table(const std::vector<const Candidate*>& rows, int world, bool meas
   for (const Candidate* c : rows) {
     const Choice& ch = c->choice;
     const Prediction& p = c->pred;
-    (void)world;
     const double tokens = double(ch.micro_batch) * ch.grad_accum * ch.data * c->resolved["model"]["seq_len"].get<double>();
     char bucket[32] = "-";
     if (ch.data > 1) std::snprintf(bucket, sizeof bucket, "%.2f", ch.bucket_mb);
@@ -101,13 +100,12 @@ void rank(std::vector<Candidate*>& fit) {
 }
 
 void print_ranking(const PlanRequest& req, const PlanInputs& in, const std::vector<Candidate*>& fit, bool root) {
-  const int world = in.world;
   const std::string& report = in.report;
   const Candidate& best = *fit[0];
   if (root) {
     std::printf("\n");
     std::vector<const Candidate*> rows(fit.begin(), fit.begin() + std::min<size_t>(fit.size(), size_t(std::max(1, req.show))));
-    print_table(rows, world, false);
+    print_table(rows, false);
     if (fit.size() > rows.size()) std::printf("  ... %zu more that fit (all in %s)\n", fit.size() - rows.size(), report.c_str());
     std::printf("\n%s\n", why(best, fit.size() > 1 ? fit[1] : nullptr).c_str());
   }

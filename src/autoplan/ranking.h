@@ -25,7 +25,7 @@ void write_plan_and_report(const std::string& out, const nlohmann::json& plan, c
 
 // One row per candidate: its choice, memory, predicted parts and step time (with `measured`, its
 // measured time and the prediction's error).
-void print_table(const std::vector<const Candidate*>& rows, int world, bool measured);
+void print_table(const std::vector<const Candidate*>& rows, bool measured);
 
 // Fastest predicted first; of equal predictions, the one with less host memory.
 void rank(std::vector<Candidate*>& fit);

@@ -10,7 +10,6 @@ namespace zt::autoplan {
 
 bool validate(const PlanRequest& req, const PlanInputs& in, std::vector<Candidate*>& fit, Comm& comm,
               const std::string& out_dir) {
-  const int world = in.world;
   const bool root = comm.rank() == 0;
   const size_t k = req.validate < 0 ? fit.size() : std::min(fit.size(), size_t(req.validate));
   if (k == 0) return false;
@@ -42,7 +41,7 @@ bool validate(const PlanRequest& req, const PlanInputs& in, std::vector<Candidat
     }
   if (root) {
     std::printf("\n");
-    print_table(std::vector<const Candidate*>(fit.begin(), fit.begin() + long(k)), world, true);
+    print_table(std::vector<const Candidate*>(fit.begin(), fit.begin() + long(k)), true);
     const auto fastest = std::min_element(fit.begin(), fit.begin() + long(k),
                                           [](auto* a, auto* b) { return a->measured_s < b->measured_s; });
     if (*fastest != fit[0])

@@ -107,14 +107,35 @@ TEST(CostModel, StagesOnOversubscribedCoresShareWhatTheIdleRanksLeave) {
   EXPECT_EQ(predict(s, r).core_share, 1);
 }
 
+// The data axis's collectives hide behind the blocks of the micro-steps that have them, never
+// behind the head: 4 blocks of 10 ms and a 100 ms head, 2 micro-steps, 200 ms of collectives none
+// of which is the last unit's. Stages 0-1 sum the gradients in the last micro-step only (40 ms of
+// blocks beside them); stage 2 in every one (80 ms).
+TEST(CostModel, CollectivesHideBehindTheBlocksOfTheMicroStepsThatHaveThem) {
+  for (int stage : {0, 1, 2}) {
+    StepShape s;
+    s.world = 2, s.stage = stage, s.grad_accum = 2, s.stage_blocks = {4}, s.stage_recomputed = {0};
+    s.collectives = 1, s.comm_bytes = 0.2e9, s.overlap = true;
+    Rates r;
+    r.block_s = 0.01, r.fixed_s = 0.1, r.adamw_s_per_param = 0, r.overlap_exposed = 0;
+    r.reduce_bytes_per_s = r.gather_bytes_per_s = 1e9;
+    const Prediction p = predict(s, r);
+    EXPECT_DOUBLE_EQ(p.compute_s, 2 * (0.04 + 0.1));
+    EXPECT_NEAR(p.comm_s, 0.2, 1e-12);
+    EXPECT_NEAR(p.overlap_window_s, stage == 2 ? 0.08 : 0.04, 1e-12) << "stage " << stage;
+    EXPECT_NEAR(p.exposed_comm_s, stage == 2 ? 0.12 : 0.16, 1e-12) << "stage " << stage;
+  }
+}
+
 // Hybrid sharding: the replicas' all-reduce of the shard, 1 ms + 1 MB at 1 GB/s. At stage 1 it
 // follows the last bucket, so nothing hides it; at stages 2-3 it goes bucket by bucket beside backward.
 TEST(CostModel, ReplicaSumsAreExposedAtStage1AndOverlappedAbove) {
   for (int stage : {1, 2}) {
     StepShape s;
     s.world = 2, s.stage = stage, s.replicas = 2, s.replica_collectives = 1, s.replica_bytes = 1e6;
+    s.stage_blocks = {4}, s.stage_recomputed = {0};  // 40 ms of blocks to hide behind
     Rates r;
-    r.fixed_s = 0.1, r.adamw_s_per_param = 0, r.overlap_exposed = 0;
+    r.block_s = 0.01, r.fixed_s = 0.1, r.adamw_s_per_param = 0, r.overlap_exposed = 0;
     r.replica_alpha_s = 1e-3, r.replica_bytes_per_s = 1e9;
     const Prediction p = predict(s, r);
     EXPECT_DOUBLE_EQ(p.replica_s, 2e-3);
