@@ -45,12 +45,13 @@ namespace {
 // ranks, in a stage tensor groups of adjacent ranks, the data axis across them.
 struct MeshGroups {
   std::unique_ptr<Comm> data, tensor;
+  std::unique_ptr<Comm> replica;  // hybrid sharding: one rank of each shard group
 };
 // Hybrid sharding's (the data axis the world): shard groups of S consecutive ranks, replicas across.
 MeshGroups split_shards(Comm& comm, int S) {
   MeshGroups g;
   g.data = comm.split(comm.rank() / S, comm.rank(), "shard");
-  g.tensor = comm.split(comm.rank() % S, comm.rank(), "replicate");
+  g.replica = comm.split(comm.rank() % S, comm.rank(), "replicate");
   return g;
 }
 MeshGroups split_mesh(Comm& comm, int P, int T) {
@@ -100,7 +101,7 @@ Measurements measure_candidates(const PlanInputs& in, std::vector<Candidate*>& f
   std::map<double, double>& overlap = m.overlap;
   bool any_nvme = false;
   // The mesh's groups, split once per mesh (Comm::split is collective: every rank, the same order).
-  // Keyed (stages, tensor ranks, shard group): with hybrid sharding `tensor` holds the replica group.
+  // Keyed (stages, tensor ranks, shard group).
   std::map<std::tuple<int, int, std::string>, MeshGroups> groups;
   auto key_of = [](const Choice& ch) { return std::make_tuple(ch.pipeline, ch.tensor, ch.shard_group); };
   for (Candidate* c : fit) {
@@ -115,7 +116,7 @@ Measurements measure_candidates(const PlanInputs& in, std::vector<Candidate*>& f
     MeshGroups* g = groups.count(key_of(ch)) ? &groups[key_of(ch)] : nullptr;
     if (ch.shard_group != "world") {  // the replicas' all-reduce, at the bucket size
       const LinkKey k{"all_reduce", ch.bucket_mb, replica_group_name(ch)};
-      if (!links.count(k)) links[k] = cal.link("all_reduce", size_t(ch.bucket_mb * double(1 << 20)), g->tensor.get(), std::get<2>(k));
+      if (!links.count(k)) links[k] = cal.link("all_reduce", size_t(ch.bucket_mb * double(1 << 20)), g->replica.get(), std::get<2>(k));
     }
     if (ch.tensor > 1) {  // the tensor group's collectives, at one micro-batch's activations
       const double act_mb = tensor_link_mb(*c);
