@@ -75,7 +75,8 @@ class Calibration {
   // CPU AdamW over a shard, seconds per parameter.
   double adamw_s_per_param();
   // The collective `op` ("all_reduce", "reduce_scatter", "all_gather") on the ranks of the
-  // communicator at full-buffer sizes around `bytes` (fp32): alpha and bandwidth from two sizes.
+  // communicator at full-buffer sizes around `bytes` (fp32): alpha and bandwidth from two sizes,
+  // each timed per collective of a run of them back to back (as training sends them).
   // On `group` (one of a split the caller made, every rank in one at once; null: every rank), its
   // name ("data P2T1": which groups of the mesh) part of the key.
   LinkCost link(const std::string& op, size_t bytes, Comm* group = nullptr, const std::string& group_name = "");
@@ -87,6 +88,12 @@ class Calibration {
   // while the comm thread all-gathers messages of `bytes`, against each alone; the share of the
   // shorter of the two not hidden, 0 (all hidden) to 1. 0 at one rank.
   double overlap_exposed_share(const GPTConfig& cfg, int T, size_t bytes);
+  // Where a pipeline's P stages share this host's cores: the last stage's ranks running a
+  // micro-step of the 1-block model at micro-batch b while the other stages' ranks wait in a
+  // receive from them (as a light stage waits for its next micro-batch), over every rank running
+  // it at once (what the micro-step probes measure). Below 1 as far as the waiting ranks leave
+  // their cores to the busy ones: a receive that polls leaves less than one that sleeps.
+  double stage_idle_share(const GPTConfig& cfg, int P, int b, int T);
   // io_uring reads and writes at once (O_DIRECT where the filesystem takes it) in `dir`, every
   // rank of this host at once: bytes per second per rank, reads and writes together. direct: the
   // directory takes O_DIRECT (offload::check_nvme_dir), as the swap files will use it.

@@ -130,8 +130,6 @@ std::vector<Candidate> size_candidates(const PlanRequest& req, const PlanInputs&
                           "recompute.every"})
       if (key == k && std::find(fixed.begin(), fixed.end(), key) == fixed.end()) fixed.push_back(key);
   }
-  // Threads per rank as the planner's probes run them (planner.cpp), for the cores' share.
-  const int threads = base.run.threads > 0 ? base.run.threads : threads_per_rank(this_launch(), affinity_cpus(), local);
   std::vector<Choice> choices;
   // The CUDA backend is planned for memory on the data axis alone (docs/autoplan.md, "On the CUDA backend").
   for (const Choice& ch :
@@ -188,7 +186,6 @@ std::vector<Candidate> size_candidates(const PlanRequest& req, const PlanInputs&
     }
     c.shape = step_shape(p, est, world);
     c.shape.ranks = world, c.shape.ranks_per_host = local;
-    c.shape.rank_slots = std::max(1.0, double(affinity_cpus()) / threads);
     const EngineSettings es = engine_settings<CpuOps<float>>(p, DataMesh::of(p, world, 0, 0));
     c.embedding_rows = es.embedding_rows;
     c.swap = swap_spec_of(p.offload, comm.rank(), direct);

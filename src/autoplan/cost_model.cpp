@@ -29,13 +29,15 @@ Prediction predict(const StepShape& s, const Rates& r) {
     if (t > busiest) busiest = t, recomputed = lr, busiest_blocks = t_blocks;
     all_stages += t;
   }
-  // The probes measured every rank of the host computing at once. With stages on one host that
-  // shares its cores among more ranks than they run at full speed, a rank of a lighter stage idles
-  // part of the step (its share of the busiest stage's time), and the busy ones get the cores it
-  // leaves: the ranks busy on average, against the probes' all, in cores' worth.
-  if (s.ranks_per_host == s.ranks && busiest > 0) {
-    const double busy = s.ranks_per_host * all_stages / (P * busiest);
-    p.core_share = std::max(1.0, busy / s.rank_slots) / std::max(1.0, s.ranks_per_host / s.rank_slots);
+  // The probes measured every rank of the host computing at once. With stages on one host, a rank
+  // of a lighter stage waits part of the step (all of it but its share of the busiest stage's
+  // time), and the busy ones get what its wait leaves of the cores: the idle-share probe measured
+  // the busiest computing while every other stage waits; in between, in proportion to the wait.
+  // Until 2026-12-03 this was derived from the cores and the ranks (as if a waiting rank left its
+  // core whole): 0.52-0.56 where the steps said ~0.7 (docs/autoplan.md, "Measured: the mesh").
+  if (s.ranks_per_host == s.ranks && P > 1 && busiest > 0) {
+    const double others_wait = (P * busiest - all_stages) / ((P - 1) * busiest);
+    p.core_share = 1 - (1 - r.idle_share) * others_wait;
   }
   busiest *= p.core_share, all_stages *= p.core_share;
   // What the data axis's collectives can run beside: the blocks of the micro-steps that have them.

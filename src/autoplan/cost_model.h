@@ -29,11 +29,9 @@ struct StepShape {
   // these the replicas' all-reduces of each shard (once a step) and their bytes.
   int replicas = 1;
   double replica_collectives = 0, replica_bytes = 0;
-  // Where ranks outnumber the cores (the CPU backend, oversubscribed): the world's ranks, this
-  // host's, and how many ranks its cores run at full speed (cores / threads per rank). The probes
-  // ran every rank at once; a pipeline's stages are not all busy at once.
+  // The world's ranks and this host's. The probes ran every rank at once; a pipeline's stages on
+  // one host are not all busy at once, and where they share the cores the busy ones get more.
   int ranks = 1, ranks_per_host = 1;
-  double rank_slots = 1e9;
   int recomputed_blocks = 0;          // blocks under the block policy (blocks 0, every, 2*every, ...)
   bool overlap = true;
   double padded_params = 0;           // Ψ: the model's parameters as padded for N ranks
@@ -66,6 +64,7 @@ struct Rates {
   double tensor_alpha_s = 0, tensor_bytes_per_s = 1e30;  // all-reduce on the tensor group, at activation sizes
   double p2p_alpha_s = 0, p2p_bytes_per_s = 1e30;        // send + receive between neighbouring stages
   double replica_alpha_s = 0, replica_bytes_per_s = 1e30;  // all-reduce across the replicas (hybrid sharding)
+  double idle_share = 1;  // stages on one host: the busiest's compute while the others wait, over all busy (the probe's)
 };
 
 struct Prediction {

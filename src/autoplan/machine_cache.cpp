@@ -102,6 +102,7 @@ std::string bad_entry(const std::string& key, const nlohmann::json& v) {
     return key.size() >= tail.size() && key.compare(key.size() - tail.size(), tail.size(), tail) == 0;
   };
   if (key.rfind("overlap ", 0) == 0 || ends(" exposed")) return x >= 0 && x <= 1 ? "" : "not a share from 0 to 1";
+  if (key.rfind("stage_idle_share ", 0) == 0) return x > 0 && x <= 1 ? "" : "not a share above 0 up to 1";
   // Differences of two times (the engine run's later micro-steps and flush) may come out 0.
   if (x == 0 && (ends(" next") || ends(" flush"))) return "";
   if (x < kLeastSeconds || x > kMostSeconds) return "not a time a probe measures (1e-15 to 86400 s)";

@@ -42,17 +42,32 @@ namespace {
 // leaves the gradient of the stage's input in the same buffer; fed back, it would grow or vanish
 // over the calls, and denormals run slower).
 template <class Model>
+class MicroStep {
+ public:
+  MicroStep(Model& model, int V, int b, int T)
+      : model_(model), b_(b), T_(T), in_(size_t(b) * T), tg_(in_.size()),
+        boundary_(Model::boundary_bytes(model.config(), b, T) / sizeof(typename Model::T)) {
+    for (size_t i = 0; i < in_.size(); ++i)
+      in_[i] = int((i * 7919) % size_t(V)), tg_[i] = int((i * 104729 + 1) % size_t(V));
+  }
+  void operator()() {
+    model_.zero_grad();
+    model_.forward(in_.data(), tg_.data(), b_, T_, true, typename Model::S(1.0 / (double(b_) * T_)));
+    if (!model_.config().last_stage) std::fill_n(model_.stage_output_grad(), boundary_, typename Model::T(1e-3));
+    model_.backward();
+  }
+
+ private:
+  Model& model_;
+  int b_, T_;
+  std::vector<int> in_, tg_;
+  size_t boundary_;
+};
+
+template <class Model>
 double time_micro_step(Comm& comm, Model& model, int V, int b, int T, bool warm_up) {
-  std::vector<int> in(size_t(b) * T), tg(in.size());
-  for (size_t i = 0; i < in.size(); ++i) in[i] = int((i * 7919) % size_t(V)), tg[i] = int((i * 104729 + 1) % size_t(V));
-  const bool headless = !model.config().last_stage;
-  const size_t boundary = Model::boundary_bytes(model.config(), b, T) / sizeof(typename Model::T);
-  return steady_best_time(comm, 3, 5, 0.02, warm_up, [&] {
-    model.zero_grad();
-    model.forward(in.data(), tg.data(), b, T, true, typename Model::S(1.0 / (double(b) * T)));
-    if (headless) std::fill_n(model.stage_output_grad(), boundary, typename Model::T(1e-3));
-    model.backward();
-  });
+  MicroStep<Model> step(model, V, b, T);
+  return steady_best_time(comm, 3, 5, 0.02, warm_up, step);
 }
 
 // A tensor rank's model run without its group: the sums left partial (this rank's part stands for
@@ -156,6 +171,38 @@ std::map<int, MicroStepCost> Calibration::micro_steps(const GPTConfig& cfg, cons
     m.block_s += recompute_per_sequence_s * b;
   }
   return out;
+}
+
+double Calibration::stage_idle_share(const GPTConfig& cfg, int P, int b, int T) {
+  const int N = comm_.world(), rank = comm_.rank(), per_stage = N / P;
+  if (P < 2 || per_stage < 1) return 1;
+  std::ostringstream k;
+  k << "stage_idle_share P" << P << " N" << N << " C" << cfg.C << " NH" << cfg.NH << " V" << cfg.V << " T" << T << " B"
+    << b << " threads" << threads_ << " ranks/host" << comm_.local_world() << " " << comm_settings_;
+  return cached(k.str(), [&] {
+    GPTConfig c = cfg;
+    c.L = 1;
+    MemoryTracker mem;
+    GPT<CpuOps<float>> model(c, b, T, mem, 128, true, true, Recompute{});
+    model.init_gpt2(1);
+    MicroStep<GPT<CpuOps<float>>> step(model, c.V, b, T);
+    // The last stage's ranks compute and then release the ranks of the other stages in their column
+    // (the same rank within the stage), which wait in a receive meanwhile.
+    const int first_busy = (P - 1) * per_stage;
+    const bool busy = rank >= first_busy;
+    char token = 0;
+    auto partial = [&] {
+      if (!busy) {
+        comm_.wait(comm_.recv(&token, 1, first_busy + rank % per_stage));
+        return;
+      }
+      step();
+      for (int w = rank % per_stage; w < first_busy; w += per_stage) comm_.wait(comm_.send(&token, 1, w));
+    };
+    const double all = max_over_ranks(comm_, steady_best_time(comm_, 3, 5, 0.02, true, step));
+    const double some = max_over_ranks(comm_, steady_best_time(comm_, 3, 5, 0.02, true, partial));
+    return std::clamp(some / all, 0.05, 1.0);
+  });
 }
 
 double Calibration::adamw_s_per_param() {

@@ -38,22 +38,32 @@ LinkCost Calibration::link(const std::string& op, size_t bytes, Comm* group, con
   Comm& g = group ? *group : comm_;
   const int N = g.world();
   if (N == 1) return {0, 1e30};
-  // Whole buffers of n floats, n a multiple of N, at `bytes` and at a sixteenth of it.
+  // Whole buffers of n floats, n a multiple of N, at `bytes` and at a sixteenth of it; each timed
+  // as a run of collectives back to back, kRunBytes sent in all (up to kMostInRun of them), per
+  // collective. Training sends them back to back; one alone on an idle link can cross faster than
+  // the link's rate where the link lets a burst through first (tc's token bucket: a 1 MB burst let
+  // a tensor group's sub-MB all-reduce cross a 125 MB/s link at 289 MB/s; docs/autoplan.md,
+  // "Measured: the mesh").
+  constexpr double kRunBytes = 8 << 20;
+  constexpr double kMostInRun = 128;
   auto time_at = [&](size_t full_bytes, double& sent) {
     const size_t share = std::max<size_t>(1024, full_bytes / 4 / size_t(N));
     const size_t n = share * size_t(N);
     std::vector<float> a(n, 1.0f), r(n, 0.0f);
     if (op == "all_reduce") sent = double(2 * (N - 1)) * 4.0 * double(n) / N;
     else sent = double(N - 1) * 4.0 * double(share);
+    const int run = int(std::clamp(std::ceil(kRunBytes / sent), 1.0, kMostInRun));
     std::ostringstream k;
     k << "link " << op << " N" << N << (group_name.empty() ? "" : " " + group_name) << " ranks/host" << comm_.local_world()
-      << " bytes" << n * 4 << " " << comm_settings_;
+      << " bytes" << n * 4 << " run" << run << " " << comm_settings_;
     return cached(k.str(), [&] {
       return best_time(3, [&] {
-        if (op == "all_reduce") g.wait(g.all_reduce(a.data(), n));
-        else if (op == "reduce_scatter") g.wait(g.reduce_scatter(a.data(), r.data(), share));
-        else g.wait(g.all_gather(a.data(), r.data(), share));
-      });
+        for (int i = 0; i < run; ++i) {
+          if (op == "all_reduce") g.wait(g.all_reduce(a.data(), n));
+          else if (op == "reduce_scatter") g.wait(g.reduce_scatter(a.data(), r.data(), share));
+          else g.wait(g.all_gather(a.data(), r.data(), share));
+        }
+      }) / run;
     });
   };
   double big_sent = 0, small_sent = 0;

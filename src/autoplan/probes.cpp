@@ -128,6 +128,9 @@ Measurements measure_candidates(const PlanInputs& in, std::vector<Candidate*>& f
     const size_t stage_bytes = stage_link_bytes(*c);
     if (ch.pipeline > 1 && !m.stage_links.count({ch.pipeline, stage_bytes}))
       m.stage_links[{ch.pipeline, stage_bytes}] = cal.stage_link(ch.pipeline, stage_bytes);
+    // Stages sharing one host's cores: what a busy stage gets while the others wait.
+    if (ch.pipeline > 1 && c->shape.ranks_per_host == c->shape.ranks && !m.idle_shares.count({ch.pipeline, ch.micro_batch}))
+      m.idle_shares[{ch.pipeline, ch.micro_batch}] = cal.stage_idle_share(cfg, ch.pipeline, ch.micro_batch, T);
     if (ch.data == 1) continue;
     const size_t bytes = size_t(ch.bucket_mb * double(1 << 20));
     const std::string name = data_group_name(ch);

@@ -27,6 +27,7 @@ struct Measurements {
   std::map<LinkKey, LinkCost> links;  // the data axis's at bucket_mb, the tensor group's at a micro-batch's activations
   std::map<std::pair<int, size_t>, LinkCost> stage_links;  // (stages, bytes): a stage boundary
   std::map<double, double> overlap;  // bucket_mb -> exposed share
+  std::map<std::pair<int, int>, double> idle_shares;  // (stages, micro-batch) on one host -> Calibration::stage_idle_share
   double disk = 0;  // bytes per second, mixed reads and writes (0 without offload)
 };
 

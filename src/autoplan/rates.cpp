@@ -40,6 +40,7 @@ void price(Candidate* c, Measurements& m, const std::string& cache) {
   if (ch.pipeline > 1) {
     const LinkCost p = m.stage_links[{ch.pipeline, stage_link_bytes(*c)}];
     r.p2p_alpha_s = p.alpha_s, r.p2p_bytes_per_s = p.bytes_per_s;
+    if (m.idle_shares.count({ch.pipeline, ch.micro_batch})) r.idle_share = m.idle_shares[{ch.pipeline, ch.micro_batch}];
   }
   r.memory_bytes_per_s = 28 / adamw;  // AdamW reads p, g, m, v and writes p, m, v: 28 bytes a parameter
   if (c->engine_first_micro_s > 0) {

@@ -89,21 +89,24 @@ TEST(CostModel, PipelineWaitsForTheOtherStagesOverChunksAndItsBoundaries) {
   EXPECT_DOUBLE_EQ(q.compute_s, 4 * 0.06);
 }
 
-TEST(CostModel, StagesOnOversubscribedCoresShareWhatTheIdleRanksLeave) {
+TEST(CostModel, StagesOnOneHostShareWhatTheWaitingRanksLeave) {
   Rates r;
   r.block_s = 0.01, r.fixed_s = 0.02, r.adamw_s_per_param = 0;
-  // 4 ranks on one host whose cores run 2 at full speed; stages of 0.02 s and 0.04 s a micro-batch:
-  // on average 4 x 0.06 / (2 x 0.04) = 3 ranks busy, against the probes' 4: 1.5 / 2 of their time.
+  r.idle_share = 0.6;  // the busiest stage alone computes in 0.6 of the time every rank at once takes
+  // 4 ranks on one host, stages of 0.02 s and 0.04 s a micro-batch: the first waits half of the
+  // busiest's time, so the busiest gets half of what the probe found: 1 - 0.4 x 0.5.
   StepShape s = two_stages(1);
-  s.ranks = 4, s.ranks_per_host = 4, s.rank_slots = 2;
+  s.ranks = 4, s.ranks_per_host = 4;
   const Prediction p = predict(s, r);
-  EXPECT_DOUBLE_EQ(p.core_share, 0.75);
-  EXPECT_DOUBLE_EQ(p.compute_s, 4 * 0.04 * 0.75);
-  EXPECT_DOUBLE_EQ(p.bubble_s, 0.02 * 0.75);
-  // Cores for every rank, or ranks on other hosts: as the probes measured.
-  s.rank_slots = 4;
-  EXPECT_EQ(predict(s, r).core_share, 1);
-  s.rank_slots = 2, s.ranks = 8;
+  EXPECT_DOUBLE_EQ(p.core_share, 0.8);
+  EXPECT_DOUBLE_EQ(p.compute_s, 4 * 0.04 * 0.8);
+  EXPECT_DOUBLE_EQ(p.bubble_s, 0.02 * 0.8);
+  // Balanced stages never wait (the probes' case); ranks on other hosts share no cores.
+  s.stage_blocks = {2, 2}, s.stage_recomputed = {0, 0};
+  r.fixed_s = 0;
+  EXPECT_DOUBLE_EQ(predict(s, r).core_share, 1);
+  s = two_stages(1), r.fixed_s = 0.02;
+  s.ranks = 8, s.ranks_per_host = 4;
   EXPECT_EQ(predict(s, r).core_share, 1);
 }
 

@@ -246,6 +246,11 @@ def main():
         if ch["mesh.pipeline"] > 1:
             own = [v for k, v in links.items() if k.startswith(f"stage_link P{ch['mesh.pipeline']} ")]
             check(any(v["bytes_per_s"] == r["p2p_bytes_per_s"] for v in own), f"candidate {i}: stage link not probed: {own}")
+            if c["shape"]["ranks_per_host"] == c["shape"]["ranks"]:  # stages sharing the host's cores
+                own = [v for k, v in probes.items()
+                       if k.startswith(f"stage_idle_share P{ch['mesh.pipeline']} ") and f" B{ch['batch.micro_batch']} " in k]
+                check(len(own) == 1 and r["idle_share"] == own[0] and 0 < own[0] <= 1,
+                      f"candidate {i}: idle_share {r['idle_share']} is not its stage idle probe's {own}")
             check(c["choice"]["zero.stage"] <= 1 and len(c["shape"]["stage_blocks"]) == ch["mesh.pipeline"],
                   f"candidate {i}: stages {c['shape']['stage_blocks']} at ZeRO stage {c['choice']['zero.stage']}")
         else:
