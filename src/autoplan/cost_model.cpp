@@ -7,6 +7,7 @@
 #include "model/layout.h"
 #include "model/recompute.h"
 #include "model/tensor_parallel.h"
+#include "train/pipeline_step.h"
 #include "zero/engine_settings.h"
 #include "zero/partition.h"
 
@@ -52,10 +53,12 @@ Prediction predict(const StepShape& s, const Rates& r) {
   // The pipeline (docs/pipeline.md): the busiest stage runs its m micro-batches back to back; before
   // its first and after its last it waits for the other stages' work on one micro-batch, a
   // v-th of it with v chunks per rank (interleaved); each boundary on that path is a message, and
-  // the tied embedding's gradient is summed between the first and the last stage after backward.
+  // the tied embedding's gradient is summed between the first and the last stage after backward,
+  // piece by piece, each exchange waited for (a latency each).
   p.bubble_s = (all_stages - busiest) / std::max(1, s.chunks);
   if (P > 1)
-    p.p2p_s = 2 * (P - 1) * (r.p2p_alpha_s + s.p2p_bytes / r.p2p_bytes_per_s) + r.p2p_alpha_s + s.tie_bytes / r.p2p_bytes_per_s;
+    p.p2p_s = 2 * (P - 1) * (r.p2p_alpha_s + s.p2p_bytes / r.p2p_bytes_per_s) + s.tie_pieces * r.p2p_alpha_s +
+              s.tie_bytes / r.p2p_bytes_per_s;
   // The tensor group's collectives complete each split product before the next op can start.
   p.tensor_comm_s = A * s.tensor_collectives * r.tensor_alpha_s + s.tensor_bytes / r.tensor_bytes_per_s;
   // Communication: gathers and reductions at their own measured latency and bandwidth.
@@ -136,7 +139,10 @@ StepShape step_shape(const Plan& plan, const Estimate& est, int whole_world) {
   sh.tensor_collectives = double(tensor_collectives_per_micro_step(s.model, rc));
   if (sh.pipeline > 1) {
     sh.p2p_bytes = double(GPT<CpuOps<float>>::boundary_bytes(s.model, s.micro_batch, s.seq_len));
-    sh.tie_bytes = 4.0 * double(part.unit_shard_numel(0));
+    // The optimizer's gradient of the embedding: its shard above stage 0, the whole unit at stage 0.
+    const size_t tie_numel = sh.stage == 0 ? part.unit_padded(0) : part.unit_shard_numel(0);
+    sh.tie_bytes = 4.0 * double(tie_numel);
+    sh.tie_pieces = double((tie_numel + kTiePieceNumel - 1) / kTiePieceNumel);
   }
   sh.overlap = plan.zero.overlap_comm;
   const double psi = double(part.total()), N = world, A = sh.grad_accum;

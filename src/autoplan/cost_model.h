@@ -24,7 +24,8 @@ struct StepShape {
   double tensor_bytes = 0;            // sent on the tensor group per step (train estimate's bytes_tensor)
   double tensor_collectives = 0;      // the tensor group's collectives per micro-step (latency count)
   double p2p_bytes = 0;               // one micro-batch's activations (or their gradient) at a stage boundary
-  double tie_bytes = 0;               // the tied embedding's gradient shard summed between the first and last stage
+  double tie_bytes = 0;               // the tied embedding's gradient (its shard above stage 0) summed between the first and last stage
+  double tie_pieces = 0;              // the exchanges it is summed in (train/pipeline_step.h, kTiePieceNumel)
   // Hybrid sharding: world is then the shard group's ranks, comm_bytes what moves within it, and
   // these the replicas' all-reduces of each shard (once a step) and their bytes.
   int replicas = 1;

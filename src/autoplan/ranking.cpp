@@ -137,7 +137,7 @@ void write_outputs(const PlanRequest& req, const PlanInputs& in, const std::vect
                           {"pipeline", s.pipeline}, {"chunks", s.chunks}, {"tensor", s.tensor},
                           {"stage_blocks", s.stage_blocks}, {"stage_recomputed", s.stage_recomputed},
                           {"tensor_bytes", s.tensor_bytes}, {"tensor_collectives", s.tensor_collectives},
-                          {"p2p_bytes", s.p2p_bytes}, {"tie_bytes", s.tie_bytes}, {"replicas", s.replicas}, {"ranks", s.ranks}, {"ranks_per_host", s.ranks_per_host},
+                          {"p2p_bytes", s.p2p_bytes}, {"tie_bytes", s.tie_bytes}, {"tie_pieces", s.tie_pieces}, {"replicas", s.replicas}, {"ranks", s.ranks}, {"ranks_per_host", s.ranks_per_host},
                           {"replica_collectives", s.replica_collectives}, {"replica_bytes", s.replica_bytes},
                           {"padded_params", s.padded_params}, {"units", s.units}, {"buckets", s.buckets},
                           {"shard_params", s.shard_params}, {"comm_bytes", s.comm_bytes}, {"collectives", s.collectives},

@@ -129,7 +129,7 @@ void sum_tied_embedding(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe) {
   // would be untracked copies of it on both stages. Each piece is added only once its send has
   // completed.
   constexpr bool on_host = Ops::tier == Tier::host;
-  constexpr size_t kPiece = size_t(1) << 18;
+  constexpr size_t kPiece = kTiePieceNumel;
   std::vector<T> staged(on_host ? 0 : std::min(n, kPiece)), theirs(std::min(n, kPiece));
   for (size_t at = 0; at < n; at += kPiece) {
     const size_t k = std::min(kPiece, n - at);

@@ -45,7 +45,9 @@ double pipeline_train_step(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe,
 
 // After the engine completed the gradients: the first and the last stage each hold the gradient of
 // their copy of the embedding (the lookup's part, the head's part); both add the other's, so their
-// copies take the same update and stay equal. Nothing on the other stages.
+// copies take the same update and stay equal. Nothing on the other stages. In pieces of
+// kTiePieceNumel elements (1 MiB in fp32), each exchanged and waited for before the next.
+inline constexpr size_t kTiePieceNumel = size_t(1) << 18;
 template <class Ops>
 void sum_tied_embedding(GPT<Ops>& model, ZeroEngine<Ops>& engine, Comm& pipe);
 

@@ -61,7 +61,7 @@ StepShape two_stages(int chunks) {
   StepShape s;
   s.pipeline = 2, s.chunks = chunks, s.grad_accum = 4, s.layers = 4;
   s.stage_blocks = {2, 2}, s.stage_recomputed = {0, 0};
-  s.p2p_bytes = 1000, s.tie_bytes = 2000;
+  s.p2p_bytes = 1000, s.tie_bytes = 2000, s.tie_pieces = 3;
   return s;
 }
 
@@ -75,9 +75,10 @@ TEST(CostModel, PipelineWaitsForTheOtherStagesOverChunksAndItsBoundaries) {
   EXPECT_DOUBLE_EQ(p.stage_s[1], 0.04);
   EXPECT_DOUBLE_EQ(p.compute_s, 4 * 0.04);  // the busiest stage's 4 micro-batches
   EXPECT_DOUBLE_EQ(p.bubble_s, 0.02);       // the first stage's work on one micro-batch
-  // One boundary each way on the fill's and drain's path, 1 ms + 1 ms each, and the tied sum 1 + 2 ms.
-  EXPECT_NEAR(p.p2p_s, 2 * (1e-3 + 1e-3) + 1e-3 + 2e-3, 1e-15);
-  EXPECT_NEAR(p.step_s, 0.16 + 0.02 + 0.007, 1e-15);
+  // One boundary each way on the fill's and drain's path, 1 ms + 1 ms each, and the tied sum in 3
+  // exchanges: 3 x 1 + 2 ms.
+  EXPECT_NEAR(p.p2p_s, 2 * (1e-3 + 1e-3) + 3e-3 + 2e-3, 1e-15);
+  EXPECT_NEAR(p.step_s, 0.16 + 0.02 + 0.009, 1e-15);
   // Two chunks per rank: each wait is half as long.
   EXPECT_DOUBLE_EQ(predict(two_stages(2), r).bubble_s, 0.01);
   // One stage: no bubble, no boundaries.

@@ -97,7 +97,7 @@ def main():
 
     # Shape and time, from the document's formulas.
     shape_f, time_f = formulas("shape"), formulas("time")
-    check(len(shape_f) == 5 and len(time_f) == 14, "the formula tables changed size")
+    check(len(shape_f) == 6 and len(time_f) == 14, "the formula tables changed size")
     worst = 0.0
     for i, c in enumerate(cands):
         s, ch = c["shape"], c["choice"]
