@@ -34,6 +34,14 @@ struct LinkCost {
   double seconds(double bytes, double collectives) const { return collectives * alpha_s + bytes / bytes_per_s; }
 };
 
+// One timing of a link probe: bytes sent (under the ring byte model) and seconds per collective.
+struct LinkPoint {
+  double bytes = 0, seconds = 0;
+};
+// alpha and bandwidth fitted to `points` (least squares); where they do not tell the two apart
+// (no positive slope), all of it bandwidth at the largest.
+LinkCost fit_link(const std::vector<LinkPoint>& points);
+
 // One forward + backward of one micro-batch on the CPU backend, split as the model is: the part
 // every block repeats and the rest (embedding, final norm, LM head and loss).
 struct MicroStepCost {
@@ -79,7 +87,9 @@ class Calibration {
   // each timed per collective of a run of them back to back (as training sends them).
   // On `group` (one of a split the caller made, every rank in one at once; null: every rank), its
   // name ("data P2T1": which groups of the mesh) part of the key.
-  LinkCost link(const std::string& op, size_t bytes, Comm* group = nullptr, const std::string& group_name = "");
+  // `points`: where given, the two timings are appended to it (for a fit over more sizes).
+  LinkCost link(const std::string& op, size_t bytes, Comm* group = nullptr, const std::string& group_name = "",
+                std::vector<LinkPoint>* points = nullptr);
   // A message and its reply at once between neighbouring pipeline stages (stage s with s ^ 1, of P
   // stages cut from the ranks in order, as the mesh cuts them): latency and bandwidth of one
   // stage boundary, around `bytes`.

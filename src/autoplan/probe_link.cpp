@@ -34,7 +34,8 @@
 
 namespace zt::autoplan {
 
-LinkCost Calibration::link(const std::string& op, size_t bytes, Comm* group, const std::string& group_name) {
+LinkCost Calibration::link(const std::string& op, size_t bytes, Comm* group, const std::string& group_name,
+                           std::vector<LinkPoint>* points) {
   Comm& g = group ? *group : comm_;
   const int N = g.world();
   if (N == 1) return {0, 1e30};
@@ -69,12 +70,26 @@ LinkCost Calibration::link(const std::string& op, size_t bytes, Comm* group, con
   double big_sent = 0, small_sent = 0;
   const double t_big = time_at(bytes, big_sent);
   const double t_small = time_at(bytes / 16, small_sent);
+  const std::vector<LinkPoint> mine = {{small_sent, t_small}, {big_sent, t_big}};
+  if (points) points->insert(points->end(), mine.begin(), mine.end());
+  return fit_link(mine);
+}
+
+LinkCost fit_link(const std::vector<LinkPoint>& points) {
+  // Least squares of seconds = alpha + bytes / bytes_per_s.
+  const double n = double(points.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0, most = 0, most_t = 1;
+  for (const LinkPoint& p : points) {
+    sx += p.bytes, sy += p.seconds, sxx += p.bytes * p.bytes, sxy += p.bytes * p.seconds;
+    if (p.bytes > most) most = p.bytes, most_t = p.seconds;
+  }
+  const double det = n * sxx - sx * sx, slope = det > 0 ? (n * sxy - sx * sy) / det : 0;
   LinkCost c;
-  if (t_big > t_small && big_sent > small_sent) {
-    c.bytes_per_s = (big_sent - small_sent) / (t_big - t_small);
-    c.alpha_s = std::max(0.0, t_small - small_sent / c.bytes_per_s);
-  } else {  // the two sizes did not tell latency from bandwidth apart: all of it bandwidth
-    c.bytes_per_s = big_sent / t_big;
+  if (slope > 0) {
+    c.bytes_per_s = 1 / slope;
+    c.alpha_s = std::max(0.0, (sy - slope * sx) / n);
+  } else {  // the sizes did not tell latency from bandwidth apart: all of it bandwidth
+    c.bytes_per_s = most / most_t;
   }
   return c;
 }

@@ -100,6 +100,8 @@ Measurements measure_candidates(const PlanInputs& in, std::vector<Candidate*>& f
   std::map<LinkKey, LinkCost>& links = m.links;
   std::map<double, double>& overlap = m.overlap;
   bool any_nvme = false;
+  // Each tensor group's link timings at every micro-batch's size: one fit over all of them below.
+  std::map<std::string, std::vector<LinkPoint>> tensor_points;
   // The mesh's groups, split once per mesh (Comm::split is collective: every rank, the same order).
   // Keyed (stages, tensor ranks, shard group).
   std::map<std::tuple<int, int, std::string>, MeshGroups> groups;
@@ -121,7 +123,9 @@ Measurements measure_candidates(const PlanInputs& in, std::vector<Candidate*>& f
     if (ch.tensor > 1) {  // the tensor group's collectives, at one micro-batch's activations
       const double act_mb = tensor_link_mb(*c);
       const LinkKey k{"all_reduce", act_mb, tensor_group_name(ch)};
-      if (!links.count(k)) links[k] = cal.link("all_reduce", size_t(act_mb * double(1 << 20)), g->tensor.get(), std::get<2>(k));
+      if (!links.count(k))
+        links[k] = cal.link("all_reduce", size_t(act_mb * double(1 << 20)), g->tensor.get(), std::get<2>(k),
+                            &tensor_points[std::get<2>(k)]);
     }
     // The stage boundary at the larger of its two messages (a micro-batch's activations, the tied
     // embedding's gradient shard) and a sixteenth of it: latency and bandwidth apart.
@@ -141,6 +145,12 @@ Measurements measure_candidates(const PlanInputs& in, std::vector<Candidate*>& f
     // its comm thread at once whatever group it sends on.
     if (!overlap.count(ch.bucket_mb)) overlap[ch.bucket_mb] = cal.overlap_exposed_share(cfg, T, bytes);
   }
+  // A tensor group's collectives are the same ops at every micro-batch, in bytes proportional to it:
+  // one latency and one bandwidth fitted over every size probed, where fits of two sizes each
+  // scattered (the 2-host bed: 111-163 MB/s and 0.82-0.90 ms on one 125 MB/s link, which ranked
+  // B 4 x 2 ahead of B 8 x 1 and measured 13% slower; docs/autoplan.md, "Measured: the mesh").
+  for (auto& [key, cost] : links)
+    if (tensor_points.count(std::get<2>(key))) cost = fit_link(tensor_points[std::get<2>(key)]);
   // Offload, measured as it runs (docs/autoplan.md, "Calibration"): the optimizer step and
   // parameter offload's passes from short runs of the engine itself where the data is there to
   // train on, else from the optimizer pipeline and pass probes; the passes' overlap with compute

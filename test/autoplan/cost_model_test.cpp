@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "autoplan/calibrate.h"
 #include "autoplan/cost_model.h"
 #include "backend/ops_cpu.h"
 #include "model/gpt.h"
@@ -197,6 +198,23 @@ TEST(TensorCollectives, CountIsWhatAMicroStepCalls) {
       model.backward();
       EXPECT_EQ(uint64_t(group.calls), tensor_collectives_per_micro_step(cfg, rc)) << "sp " << sp << " " << policy;
     }
+}
+
+// A link's latency and bandwidth from every size probed (a tensor group's micro-batches): the line
+// through timings that lie on one, and all bandwidth where they show no slope.
+TEST(LinkFit, LeastSquaresOverEverySize) {
+  std::vector<LinkPoint> on_line;
+  for (double bytes : {1e4, 1e5, 1e6, 4e6}) on_line.push_back({bytes, 1e-3 + bytes / 125e6});
+  const LinkCost c = fit_link(on_line);
+  EXPECT_NEAR(c.alpha_s, 1e-3, 1e-12);
+  EXPECT_NEAR(c.bytes_per_s, 125e6, 1e-3);
+  // Two sizes scattered either way of the line: the fit splits the difference, not one pair's.
+  const LinkCost d = fit_link({{1e5, 1e-3 + 1e5 / 125e6 + 2e-4}, {1e6, 1e-3 + 1e6 / 125e6 - 2e-4},
+                               {2e5, 1e-3 + 2e5 / 125e6 - 2e-4}, {2e6, 1e-3 + 2e6 / 125e6 + 2e-4}});
+  EXPECT_NEAR(d.bytes_per_s, 125e6, 125e6 * 0.05);
+  const LinkCost flat = fit_link({{1e5, 2e-3}, {1e6, 2e-3}});
+  EXPECT_EQ(flat.alpha_s, 0);
+  EXPECT_DOUBLE_EQ(flat.bytes_per_s, 1e6 / 2e-3);
 }
 
 }  // namespace
