@@ -35,7 +35,8 @@ Prediction predict(const StepShape& s, const Rates& r) {
   // time), and the busy ones get what its wait leaves of the cores: the idle-share probe measured
   // the busiest computing while every other stage waits; in between, in proportion to the wait.
   // Until 2026-12-03 this was derived from the cores and the ranks (as if a waiting rank left its
-  // core whole): 0.52-0.56 where the steps said ~0.7 (docs/autoplan.md, "Measured: the mesh").
+  // core whole); on this machine the probe agrees with that (0.50-0.65 against 0.52-0.56), and it
+  // also holds where a wait polls and leaves less (docs/autoplan.md, "Measured: the mesh").
   if (s.ranks_per_host == s.ranks && P > 1 && busiest > 0) {
     const double others_wait = (P * busiest - all_stages) / ((P - 1) * busiest);
     p.core_share = 1 - (1 - r.idle_share) * others_wait;
