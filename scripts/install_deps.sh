@@ -8,7 +8,7 @@ set -euo pipefail
 
 PKGS=(build-essential cmake g++ make pkg-config git
       libopenblas-dev libopenblas-openmp-dev libcli11-dev nlohmann-json3-dev
-      libopenmpi-dev openmpi-bin libhdf5-dev liburing-dev
+      libopenmpi-dev openmpi-bin libhdf5-dev liburing-dev libdnnl-dev
       nodejs npm)
 TEST_PKGS=(libgtest-dev hdf5-tools python3 python3-numpy python3-torch python3-h5py python3-matplotlib
            slurmctld slurmd slurm-client munge)  # a real Slurm for test/slurm (scripts/cluster slurm up)

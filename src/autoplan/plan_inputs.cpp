@@ -40,7 +40,10 @@ PlanInputs check_inputs(const PlanRequest& req, Comm& comm) {
   const std::string backend = planned_backend(base, world);
   // The cost model is calibrated on the CPU backend only; on the CUDA backend the planner sizes
   // memory and predicts nothing (docs/autoplan.md, "On the CUDA backend").
-  const bool on_device = backend != "cpu-fp32";
+  const bool on_device = backend.rfind("cpu-", 0) != 0;
+  ZT_REQUIRE(backend != "cpu-bf16", "plan: precision.compute \"bf16\" on the CPU backend is not planned yet (its "
+                                    "probes time fp32 products and its count has no bf16 workspace); plan with "
+                                    "precision.compute \"fp32\", then train the chosen plan with \"bf16\"");
   ZT_REQUIRE(!on_device || req.validate == 0,
              "plan: --validate compares predicted with measured step times, and on the CUDA backend nothing is "
              "predicted (no rates are measured for it): train the chosen plan itself");

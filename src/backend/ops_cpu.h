@@ -10,12 +10,15 @@
 // Here all three are T. The CUDA table has T = bf16 with S = M = float (mixed precision).
 // Fused ops (residual_layernorm_forward, matmul_gelu_forward) are the unfused pair here; CUDA
 // fuses them. Ops taking `scratch` get kernel working memory the model sized with scratch_bytes().
+// Backend "cpu-bf16" is this table with T = float while a bf16 workspace is bound (the Trainer binds
+// it): its linear layers then multiply in bf16 (kernels/matmul_bf16.h), everything else as fp32.
 // run.trace draws every op as a span on the ops track (Tracer::kOps; the two halves of a fused op
 // and a linear layer's bias gradient apart), so a trace gives the step's time per op
 // (scripts/bench_cpu.sh sums them).
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
@@ -24,6 +27,7 @@
 #include "kernels/global_norm.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_bf16.h"
 #include "kernels/residual.h"
 #include "kernels/softmax_xent.h"
 #include "runtime/memory.h"
@@ -92,6 +96,8 @@ struct CpuOps {
   // ld: row stride of out / dout (OC when < 0; matmul.h).
   static void matmul_forward(T* out, const T* inp, const T* w, const T* b, int N, int C, int OC, int ld = -1) {
     Span s("matmul_forward");
+    if constexpr (std::is_same_v<T, float>)
+      if (cpu::bf16::active()) return cpu::bf16::matmul_forward(out, inp, w, b, N, C, OC, ld);
     cpu::matmul_forward(out, inp, w, b, N, C, OC, ld);
   }
   // pre_gelu = inp @ w^T + b, out = gelu(pre_gelu)
@@ -103,7 +109,10 @@ struct CpuOps {
                               void* scratch, int ld = -1, Dinp dinp_write = Dinp::accumulate) {
     if (dinp || dw) {
       Span s("matmul_backward");
-      cpu::matmul_backward(dinp, dw, (T*)nullptr, dout, inp, w, N, C, OC, ld, dinp_write);
+      bool done = false;
+      if constexpr (std::is_same_v<T, float>)
+        if ((done = cpu::bf16::active())) cpu::bf16::matmul_backward(dinp, dw, nullptr, dout, inp, w, N, C, OC, ld, dinp_write);
+      if (!done) cpu::matmul_backward(dinp, dw, (T*)nullptr, dout, inp, w, N, C, OC, ld, dinp_write);
     }
     if (db) {
       Span s("bias_backward");

@@ -6,6 +6,7 @@
 // stay the model's; the helpers below give this rank's part of each split matrix, and Vp is padded
 // to a multiple of lcm(128, tp) so that every rank holds the same number of vocabulary rows.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <numeric>
 #include <utility>
@@ -127,5 +128,15 @@ struct GPTConfig {
     return c;
   }
 };
+
+// The bf16 workspace of backend "cpu-bf16" (kernels/matmul_bf16.h) for micro-batches of B x Tn: the
+// widest product of this rank's part of the model (the head's output its vocabulary rows, the MLP's
+// 4 C / tp). The Trainer allocates it, the estimate counts it: both from here.
+inline size_t cpu_bf16_workspace_bytes(const GPTConfig& c, int B, int Tn) {
+  const size_t rows = size_t(B) * size_t(Tn), C = size_t(c.C), A = size_t(c.attn_C()), H = size_t(c.mlp_C());
+  const size_t widest_out = std::max({3 * A, H, C, size_t(c.vocab())}), widest_in = std::max({C, A, H});
+  const size_t largest_weight = std::max({3 * A * C, A * C, H * C, size_t(c.vocab()) * C});
+  return (rows * std::max(widest_out, widest_in) + largest_weight + rows * widest_in) * 2;  // bf16: 2 bytes
+}
 
 }  // namespace zt

@@ -143,7 +143,8 @@ void check_supported_by_this_build(const Plan& p) {
                 quoted(devices) + "; this build has no CUDA backend: build where nvcc is installed");
   if (p.precision.compute != "auto" && !support::precision_built(p.precision.compute))
     unsupported("precision.compute", shown(json(p.precision.compute)),
-                quoted(precisions) + "; the CPU backend computes in fp32, bf16 needs the CUDA backend");
+                quoted(precisions) + "; bf16 needs the CUDA backend, or oneDNN (libdnnl-dev) at build time for the "
+                                     "CPU backend");
   const support::Features& f = support::features();
   if (!p.precision.master_weights && !f.master_weights_off)
     unsupported("precision.master_weights", "false", "true; the optimizer always updates fp32 weights");
@@ -175,9 +176,6 @@ void check_supported_by_this_build(const Plan& p) {
 
 // Combinations that no build can run, whatever it supports.
 void check_combinations(const Plan& p) {
-  if (p.precision.compute == "bf16" && p.device == "cpu")
-    bad("precision.compute", "\"bf16\" needs device \"cuda\" (or \"auto\" on a machine with a GPU); the CPU "
-                             "backend computes in fp32");
   if (p.comm.backend == "nccl" && p.device == "cpu")
     bad("comm.backend", "\"nccl\" needs device \"cuda\" (NCCL moves device buffers, one GPU per rank); the CPU "
                         "backend's collectives run over MPI: set comm.backend to \"mpi\" or \"auto\"");

@@ -176,7 +176,7 @@ nlohmann::json resolve_plan(const std::string& path, const std::vector<std::stri
 // directory, not to the plan file) and run.threads is at most 4 x its cores.
 Plan plan_from_json(const nlohmann::json& resolved, bool check_files);
 
-// Writes the backend that will run ("cpu-fp32", "cuda-fp32", "cuda-bf16", from choose_backend)
+// Writes the backend that will run ("cpu-fp32", "cpu-bf16", "cuda-fp32", "cuda-bf16", from choose_backend)
 // into the plan, typed fields and `resolved` alike, so the published plan names the device and
 // precision that ran instead of "auto".
 void record_backend(Plan& plan, const std::string& backend);

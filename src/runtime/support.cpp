@@ -27,7 +27,18 @@ const std::vector<Backend>& backends() {
     Backend bf16 = gpu, fp32 = gpu;
     bf16.name = "cuda-bf16", bf16.precision = "bf16";
     fp32.name = "cuda-fp32", fp32.precision = "fp32";
-    return std::vector<Backend>{cpu, bf16, fp32};
+    // The CPU backend with its linear layers multiplied in bf16 by oneDNN (kernels/matmul_bf16.h);
+    // whether this CPU can is asked where the backend is chosen (train/backend_choice.cpp).
+    Backend cpu_bf16 = cpu;
+    cpu_bf16.name = "cpu-bf16", cpu_bf16.precision = "bf16", cpu_bf16.library = "oneDNN";
+    cpu_bf16.note = "the linear layers multiply bf16 operands with fp32 accumulation (oneDNN), the rest as "
+                    "cpu-fp32; needs a CPU with AVX512-BF16 or AMX-BF16";
+#if ZT_HAVE_DNNL
+    cpu_bf16.built = true;
+#else
+    cpu_bf16.built = false;
+#endif
+    return std::vector<Backend>{cpu, cpu_bf16, bf16, fp32};
   }();
   return table;
 }
@@ -76,10 +87,12 @@ std::string help() {
   std::ostringstream os;
   os << "Backends (device \"auto\": the GPU when the CUDA backend is built and one is visible, else the CPU):\n";
   for (const Backend& b : backends()) {
-    os << "  " << b.name << (b.built ? "" : " (not in this build: nvcc was not found at configure time)") << ": "
-       << b.world_note << ", zero.stage " << join(b.zero_stages);
+    const std::string missing = b.library == "oneDNN" ? "oneDNN (libdnnl-dev)" : "nvcc";
+    os << "  " << b.name << (b.built ? "" : " (not in this build: " + missing + " was not found at configure time)")
+       << ": " << b.world_note << ", zero.stage " << join(b.zero_stages);
     if (!b.head_sizes.empty()) os << ", head size " << join(b.head_sizes);
     if (b.n_embd_multiple > 1) os << ", n_embd a multiple of " << b.n_embd_multiple;
+    if (!b.note.empty()) os << "; " << b.note;
     os << "\n";
   }
   os << "Offload: offload.optimizer \"nvme\" (zero.stage 1-3, both backends) and \"cpu\" (zero.stage 1-3, CUDA backend:\n"

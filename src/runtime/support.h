@@ -15,7 +15,7 @@
 namespace zt::support {
 
 struct Backend {
-  std::string name;       // what choose_backend returns: "cpu-fp32", "cuda-fp32", "cuda-bf16"
+  std::string name;       // what choose_backend returns: "cpu-fp32", "cpu-bf16", "cuda-fp32", "cuda-bf16"
   std::string device;     // plan "device"
   std::string precision;  // plan "precision.compute" as run
   std::string library;    // "CPU", "CUDA": "this build has no <library> backend"
@@ -29,6 +29,7 @@ struct Backend {
   std::string n_embd_note;          // why the multiple
   int64_t max_seq_x_embd = 0;       // seq_len x n_embd (position-table indexing); 0 = no limit here
   int64_t max_batch_x_heads = 0;    // micro_batch x n_head (attention grid); 0 = no limit here
+  std::string note;                 // what else --help says of it ("" = nothing)
 };
 
 // Every backend this source tree has, built into this binary or not, in the order --help lists them.

@@ -10,6 +10,7 @@
 #include <omp.h>
 
 #include "comm/comm.h"
+#include "kernels/matmul_bf16.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/launcher.h"
@@ -134,13 +135,19 @@ void check_backend_limits(const support::Backend& b, const Plan& plan, int world
 std::string pick_backend(const Plan& plan, int world, bool need_device) {
   const std::string dev = resolve_device(plan);
   if (dev == "cpu") {
-    // Only "auto" gets here with bf16 (the plan refuses it with device "cpu"): training in fp32
-    // instead would silently be another run than the one asked for.
-    ZT_REQUIRE(plan.precision.compute != "bf16",
-               "precision.compute: \"bf16\" needs a GPU, and device \"auto\" found none (it would train in fp32 on "
-               "the CPU); set precision.compute to \"auto\" or \"fp32\", or run where nvidia-smi lists a GPU");
-    check_backend_limits(support::backend("cpu-fp32"), plan, world);
-    return "cpu-fp32";
+    if (plan.precision.compute != "bf16") {
+      check_backend_limits(support::backend("cpu-fp32"), plan, world);
+      return "cpu-fp32";
+    }
+    // bf16 on the CPU (device "cpu", or "auto" without a GPU): oneDNN's bf16 products, on a CPU that
+    // has them; training in fp32 instead would silently be another run than the one asked for.
+    const std::string why = plan.device == "auto" ? "device \"auto\" found no GPU, and " : "";
+    ZT_REQUIRE(cpu::bf16::built(), "precision.compute: \"bf16\": " << why << "this build's CPU backend has no bf16 "
+               "products (oneDNN, libdnnl-dev, was not found at configure time); set precision.compute to \"fp32\"");
+    ZT_REQUIRE(cpu::bf16::cpu_supported(), "precision.compute: \"bf16\": " << why << "this CPU has no "
+               << cpu::bf16::required_isa() << " for the CPU backend's bf16 products; set precision.compute to \"fp32\"");
+    check_backend_limits(support::backend("cpu-bf16"), plan, world);
+    return "cpu-bf16";
   }
   // What the CUDA path cannot run is refused first, on any machine; then whether a GPU is there.
   const std::string name = plan.precision.compute == "fp32" ? "cuda-fp32" : "cuda-bf16";
@@ -185,7 +192,7 @@ std::string comm_backend_for(const Plan& plan, const std::string& backend, int l
 std::string choose_comm_backend(const Plan& plan, const std::string& backend, Comm& comm) {
   std::string mine, refusal;
   try {
-    mine = comm_backend_for(plan, backend, comm.local_world(), backend == "cpu-fp32" ? 0 : device::count());
+    mine = comm_backend_for(plan, backend, comm.local_world(), backend.rfind("cpu-", 0) == 0 ? 0 : device::count());
   } catch (const Error& e) {
     refusal = e.what();
   }

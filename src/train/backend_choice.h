@@ -10,8 +10,8 @@ namespace zt {
 
 class Comm;  // comm/comm.h
 
-// The backend train() will use for this plan on `world` ranks: "cpu-fp32", "cuda-fp32" or
-// "cuda-bf16". Throws (one clear line) when this build or machine cannot run it, so the caller
+// The backend train() will use for this plan on `world` ranks: "cpu-fp32", "cpu-bf16" (bf16 on a
+// CPU with AVX512-BF16, oneDNN), "cuda-fp32" or "cuda-bf16". Throws (one clear line) when this build or machine cannot run it, so the caller
 // can check before writing anything.
 std::string choose_backend(const Plan& plan, int world);
 // The same choice and checks for planning (train estimate): device "cuda" needs no GPU here, so that

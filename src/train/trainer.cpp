@@ -185,7 +185,7 @@ class Trainer {
       *ctl_.end = state_;
       capture_buffers<Ops>(*parts_.store, *ctl_.end);
     }
-    const RunTotals totals{Ops::name, comm_.world(), first, seconds_since(t_start), train_seconds, tokens_per_step,
+    const RunTotals totals{backend_name_, comm_.world(), first, seconds_since(t_start), train_seconds, tokens_per_step,
                            bytes_per_step_, engine_->max_gathered_alive(), dev_use_.to_json(),
                            bytes_shard_group_, bytes_replicas_, plan_.mesh.tensor, bytes_tensor_,
                            uint64_t(plan_.batch.grad_accum) * tensor_bytes_per_micro_step(cfg_, plan_.batch.micro_batch,
@@ -219,6 +219,13 @@ class Trainer {
     run_id_ = cont.run_id;
 
     parts_ = assemble_engine<Ops>(plan_, es, comm_, mem_, swap_, *data_.train);
+    // Backend "cpu-bf16" (train/backend_choice.cpp): the CPU table with its products in bf16.
+    if (Ops::tier == Tier::host && plan_.precision.compute == "bf16") {
+      const size_t bytes = cpu_bf16_workspace_bytes(cfg_, es.micro_batch, es.seq_len);
+      bf16_workspace_.memory = mem_.alloc(bytes, Tier::host, Category::activations, "bf16 copies of product operands");
+      cpu::bf16::bind_workspace(bf16_workspace_.memory.data(), bytes);
+      backend_name_ = "cpu-bf16";
+    }
     model_ = parts_.model.get();
     engine_ = parts_.engine.get();
     engine_comm_ = parts_.comm;
@@ -241,7 +248,7 @@ class Trainer {
     report_start(moved, outputs_.checkpoint.note, resume_, plan_, state_.step);
     log_ = std::make_unique<MetricsLog>(outputs_.log);
     const GPTConfig all_layers = cfg_.unstaged();  // as engine_settings cut it into stages
-    print_banner(plan_, {Ops::name, Ops::tier == Tier::device, world, threads, cfg_, &model_->layout(), &data_,
+    print_banner(plan_, {backend_name_, Ops::tier == Tier::device, world, threads, cfg_, &model_->layout(), &data_,
                          parts_.partition->buckets().size(), &swap_, &mem_,
                          plan_.mesh.pipeline > 1 ? describe_pipeline<Ops>(plan_, all_layers) : ""});
   }
@@ -254,6 +261,14 @@ class Trainer {
   GPTConfig cfg_;
   int activation_slots_ = 1;  // pipeline: micro-batches this stage holds at once (engine_settings)
   MemoryTracker mem_;
+  // cpu-bf16's workspace, bound while the run lasts (kernels/matmul_bf16.h).
+  struct BoundWorkspace {
+    Allocation memory;
+    ~BoundWorkspace() {
+      if (memory.data()) cpu::bf16::bind_workspace(nullptr, 0);
+    }
+  } bf16_workspace_;
+  const char* backend_name_ = Ops::name;
   DataLoaders data_;
   std::unique_ptr<Tokenizer> tokenizer_;
   EngineParts<Ops> parts_;  // model, partition, store, the engine's comm, engine (train/engine_assembly.h)
@@ -288,7 +303,8 @@ TrainResult run_trainer(const Plan& plan, Comm& comm, const RunControl& ctl) {
 
 TrainResult train(const Plan& plan, Comm& comm, const RunControl& ctl) {
   const std::string backend = choose_backend(plan, comm.world());
-  if (backend == "cpu-fp32") return run_trainer<CpuOps<float>>(plan, comm, ctl);
+  // cpu-bf16: the same table; the Trainer binds the bf16 workspace that routes its products to oneDNN.
+  if (backend == "cpu-fp32" || backend == "cpu-bf16") return run_trainer<CpuOps<float>>(plan, comm, ctl);
 #if ZT_HAVE_CUDA
   select_gpu(comm);
   if (backend == "cuda-fp32") return run_trainer<CudaOps<float>>(plan, comm, ctl);

@@ -59,8 +59,11 @@ Estimate estimate_for(const Plan& plan, int world, int ranks_per_host, int rank 
   e.num_params = layout.num_params();
   e.padded_params = layout.total();
   e.backend_tier = Ops::tier;
-  e.backend_name = Ops::name;
-  e.cpu_for_gpu_plan = Ops::tier == Tier::host && (plan.device == "cuda" || plan.precision.compute == "bf16");
+  // bf16 with the CPU op table: backend "cpu-bf16" (train/backend_choice.cpp), the CPU's tables plus
+  // the bf16 copies of the products' operands.
+  const bool cpu_bf16 = Ops::tier == Tier::host && plan.device != "cuda" && plan.precision.compute == "bf16";
+  e.backend_name = cpu_bf16 ? "cpu-bf16" : Ops::name;
+  e.cpu_for_gpu_plan = Ops::tier == Tier::host && plan.device == "cuda";
 
   const std::string what = "model: per-rank memory (bytes)";
   auto count = [&](Category c, const std::string& name, Tier t, size_t bytes) {
@@ -90,6 +93,7 @@ Estimate estimate_for(const Plan& plan, int world, int ranks_per_host, int rank 
     e.layer_runs.emplace_back(cfg.whole_layer(cfg.chunk_begin(c)), cfg.chunk_begin(c + 1) - cfg.chunk_begin(c));
   e.activation_slots = s.activation_slots;
   count(Category::activations, "activations and activation gradients", Ops::tier, act);
+  if (cpu_bf16) count(Category::activations, "bf16 copies of product operands", Tier::host, cpu_bf16_workspace_bytes(cfg, B, Tn));
   if (s.pipe_messages > 0)
     count(Category::comm, "pipeline messages (stage boundaries on NCCL)", Tier::device,
           size_t(s.pipe_messages) * s.pipe_message_bytes);

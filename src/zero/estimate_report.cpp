@@ -130,6 +130,9 @@ std::string estimate_text(const Estimate& e) {
   if (e.backend_tier == Tier::device)
     os << "backend " << e.backend_name << " (device \"cuda\"): device memory as the run tracks it; the CUDA context and\n"
           "cuBLASLt's workspace are not counted\n\n";
+  else if (e.backend_name == "cpu-bf16")
+    os << "backend cpu-bf16: host memory as the run tracks it; oneDNN's primitives (one per product shape, made on\n"
+          "first use) are not counted\n\n";
   else if (e.cpu_for_gpu_plan)
     os << "note: this estimate models the CPU backend (fp32, host memory); with device \"cuda\" in a CUDA build it\n"
           "models the CUDA backend's sizes (bf16 storage, fp32 master weights and AdamW state, device memory)\n\n";

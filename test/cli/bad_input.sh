@@ -44,7 +44,9 @@ ZT_COMM_COLLECTIVES=1 expect comm_collectives_env 'ZT_COMM_COLLECTIVES=1: expect
 ZT_COMM_THREAD=2 expect comm_thread_switch 'ZT_COMM_THREAD=2: expected 0 (off) or 1 (on)' "{$good_data}"
 expect bad_override  'zero.stage'           "{$good_data}" --set zero.stage=abc
 expect unsupported   'offload.optimizer'    "{$good_data}" --set offload.optimizer=cpu
-expect bf16_on_cpu   'needs device "cuda"'  "{$good_data}" --set device=cpu --set precision.compute=bf16
+# bf16 on a CPU without AVX512-BF16 (oneDNN held below it: ONEDNN_MAX_CPU_ISA, the library's own cap).
+ONEDNN_MAX_CPU_ISA=AVX512_CORE expect bf16_on_cpu_without_isa 'precision.compute: "bf16": this CPU has no AVX512-BF16' \
+       "{$good_data}" --set device=cpu --set precision.compute=bf16
 expect bad_recompute 'recompute.policy: must be "none", "selective" or "block", got "full"' "{$good_data}" \
        --set recompute.policy=full
 expect every_without_block 'recompute.every: only applies to recompute.policy "block"' "{$good_data}" \
@@ -194,8 +196,9 @@ SLURM_CPUS_PER_TASK=100000 expect slurm_cpus_above_cores 'SLURM_CPUS_PER_TASK=10
        --set run.threads=0 $small_plan
 expect tokens_past_int32 'micro_batch x model.seq_len = 65536000000' "{$good_data}" --set model.seq_len=65536 --set batch.micro_batch=1000000
 expect n_embd_past_int32 'model.n_embd: must be <= 536870911' "{$good_data}" --set model.n_embd=2147483646 --set model.n_head=2
-if ! nvidia-smi -L >/dev/null 2>&1; then  # without a GPU, bf16 cannot run: refused, never silently fp32
-  expect bf16_auto_no_gpu 'precision.compute: "bf16"' "{$good_data}" --set precision.compute=bf16 $small_plan
+if ! nvidia-smi -L >/dev/null 2>&1; then  # without a GPU nor a bf16 CPU, bf16 cannot run: refused, never silently fp32
+  ONEDNN_MAX_CPU_ISA=AVX512_CORE expect bf16_auto_no_gpu 'precision.compute: "bf16": device "auto" found no GPU, and' \
+       "{$good_data}" --set precision.compute=bf16 $small_plan
 fi
 # A legal plan with warmup longer than the run: trains, with one warning line; the written plan
 # records the device and precision that ran, not "auto".

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/matmul_bf16.h"
 #include "runtime/device.h"
 #include "train/backend_choice.h"
 #include "zero/estimate.h"
@@ -259,13 +260,26 @@ TEST(PlanMachine, ThreadsFarAboveTheCoresAreRefused) {
 
 // ---- what actually runs -------------------------------------------------------------------------
 
-// bf16 with device "auto" on a machine without a GPU used to train in fp32 while plan.json said bf16.
-TEST(PlanBackend, Bf16WithAutoDeviceAndNoGpuIsRefused) {
-  if (!zt::device::built_with_cuda() || zt::device::available()) GTEST_SKIP() << "needs a CUDA build without a GPU";
-  const std::string e = error_of([&] { zt::choose_backend(plan_with({"precision.compute=bf16"}), 1); });
-  EXPECT_EQ(e, "precision.compute: \"bf16\" needs a GPU, and device \"auto\" found none (it would train in fp32 on "
-               "the CPU); set precision.compute to \"auto\" or \"fp32\", or run where nvidia-smi lists a GPU");
-  EXPECT_EQ(zt::choose_backend(plan_with({}), 1), "cpu-fp32");
+// bf16 without a GPU (device "cpu", or "auto" where none is visible) used to train in fp32 while
+// plan.json said bf16; now it is the CPU's bf16 products, or refused where this CPU or build has none.
+TEST(PlanBackend, Bf16OnTheCpuRunsOnlyWhereTheCpuHasIt) {
+  if (zt::device::available()) GTEST_SKIP() << "needs a machine without a visible GPU";
+  for (const std::string device : {"cpu", "auto"}) {
+    SCOPED_TRACE(device);
+    const zt::Plan p = plan_with({"device=" + device, "precision.compute=bf16"});
+    const std::string why = device == "auto" ? "device \"auto\" found no GPU, and " : "";
+    if (!zt::cpu::bf16::built())
+      EXPECT_EQ(error_of([&] { zt::choose_backend(p, 1); }),
+                "precision.compute: \"bf16\": " + why + "this build's CPU backend has no bf16 products (oneDNN, "
+                "libdnnl-dev, was not found at configure time); set precision.compute to \"fp32\"");
+    else if (!zt::cpu::bf16::cpu_supported())
+      EXPECT_EQ(error_of([&] { zt::choose_backend(p, 1); }),
+                "precision.compute: \"bf16\": " + why + "this CPU has no AVX512-BF16 or AMX-BF16 for the CPU "
+                "backend's bf16 products; set precision.compute to \"fp32\"");
+    else
+      EXPECT_EQ(zt::choose_backend(p, 1), "cpu-bf16");
+  }
+  EXPECT_EQ(zt::choose_backend(plan_with({"device=cpu"}), 1), "cpu-fp32");
 }
 
 TEST(PlanBackend, ResolvedPlanRecordsWhatRuns) {
@@ -280,6 +294,9 @@ TEST(PlanBackend, ResolvedPlanRecordsWhatRuns) {
   EXPECT_EQ(p.resolved["precision"]["compute"], "bf16");
   zt::record_backend(p, "cuda-fp32");
   EXPECT_EQ(p.resolved["precision"]["compute"], "fp32");
+  zt::record_backend(p, "cpu-bf16");
+  EXPECT_EQ(p.resolved["device"], "cpu");
+  EXPECT_EQ(p.resolved["precision"]["compute"], "bf16");
   // The recorded plan is a valid plan that chooses the same backend again.
   zt::record_backend(p, "cpu-fp32");
   EXPECT_EQ(zt::choose_backend(zt::plan_from_json(p.resolved, false), 1), "cpu-fp32");
