@@ -352,7 +352,7 @@ add_test(NAME cli_bad_input COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/bad_input.
 add_test(NAME cli_train_sample COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/train_sample.sh $<TARGET_FILE:train>
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(cli_bad_input cli_train_sample PROPERTIES LABELS cli ENVIRONMENT "OMP_NUM_THREADS=2")
-# Backend cpu-bf16 against the same run in fp32 (loss within 2e-2), 2 ranks at ZeRO-3 against one,
+# Backend cpu-bf16 against the same run in fp32 (loss within 2e-2), 2 ranks (ZeRO-3, tensor, pipeline) against one,
 # its workspace estimated = tracked; skipped (77) without oneDNN or AVX512-BF16.
 add_test(NAME cli_cpu_bf16 COMMAND bash ${CMAKE_SOURCE_DIR}/test/cli/cpu_bf16.sh $<TARGET_FILE:train> ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/checked.h"
+
 namespace zt {
 
 struct GPTConfig {
@@ -130,13 +132,18 @@ struct GPTConfig {
 };
 
 // The bf16 workspace of backend "cpu-bf16" (kernels/matmul_bf16.h) for micro-batches of B x Tn: the
-// widest product of this rank's part of the model (the head's output its vocabulary rows, the MLP's
-// 4 C / tp). The Trainer allocates it, the estimate counts it: both from here.
+// widest product of this rank's part of the model (the MLP's 4 C / tp; the head's output, its
+// vocabulary rows, on the stage that has the head). The Trainer allocates it, the estimate counts
+// it: both from here. Checked: the sizes come from a plan.
 inline size_t cpu_bf16_workspace_bytes(const GPTConfig& c, int B, int Tn) {
-  const size_t rows = size_t(B) * size_t(Tn), C = size_t(c.C), A = size_t(c.attn_C()), H = size_t(c.mlp_C());
-  const size_t widest_out = std::max({3 * A, H, C, size_t(c.vocab())}), widest_in = std::max({C, A, H});
-  const size_t largest_weight = std::max({3 * A * C, A * C, H * C, size_t(c.vocab()) * C});
-  return (rows * std::max(widest_out, widest_in) + largest_weight + rows * widest_in) * 2;  // bf16: 2 bytes
+  const char* what = "model: the bf16 workspace (micro_batch x seq_len x the widest product)";
+  const size_t rows = checked_mul(size_t(B), size_t(Tn), what), C = size_t(c.C), A = size_t(c.attn_C()),
+               H = size_t(c.mlp_C()), head = c.last_stage ? size_t(c.vocab()) : 0;
+  const size_t widest_out = std::max({3 * A, H, C, head}), widest_in = std::max({C, A, H});
+  const size_t largest_weight = std::max({checked_mul(3 * A, C, what), checked_mul(H, C, what), checked_mul(head, C, what)});
+  size_t elems = checked_add(checked_mul(rows, std::max(widest_out, widest_in), what), largest_weight, what);
+  elems = checked_add(elems, checked_mul(rows, widest_in, what), what);
+  return checked_mul(elems, size_t(2), what);  // bf16: 2 bytes
 }
 
 }  // namespace zt

@@ -2,9 +2,9 @@
 # Backend cpu-bf16 (src/kernels/matmul_bf16.h) end to end, against the same run in fp32:
 #   * the loss curve within 2e-2 relative of fp32 at every step (the bound the CUDA bf16 backend is
 #     held to: test/emu/train_emu.sh), and not equal to it (the bf16 products ran);
-#   * 2 ranks at ZeRO stage 3 (micro-batch 2 each) against one rank (micro-batch 4) in bf16: the
-#     first step within 1e-5 relative (the same bf16 operands; only where the fp32 sums of the
-#     weight gradients split differs), every step within 1e-3: weights one fp32 ulp apart round to
+#   * 2 ranks against one rank in bf16 (ZeRO-3 on the data axis, tensor parallelism with sequence
+#     parallelism, pipeline stages; one global batch): the first step within 1e-5 relative (the
+#     same bf16 operands; only where the fp32 sums split differs), every step within 1e-3: weights one fp32 ulp apart round to
 #     different bf16 values now and then, so the two runs drift apart faster than in fp32 (measured
 #     3.4e-4 by step 20, against 1e-6 in fp32);
 #   * the banner and the resolved plan name cpu-bf16 / bf16;
@@ -35,9 +35,17 @@ if ! "$TRAIN" plans/default.json "${S[@]}" --set precision.compute=bf16 --set ru
   if grep -q 'no AVX512-BF16' "$work/bf16.err"; then echo "cpu_bf16: skipped: $(cat "$work/bf16.err")"; exit 77; fi
   cat "$work/bf16.err"; exit 1
 fi
-"$MPIRUN" --oversubscribe -np 2 "$TRAIN" plans/default.json "${S[@]}" --set precision.compute=bf16 --set zero.stage=3 \
-  --set batch.micro_batch=2 --set run.threads=1 --set run.log="$work/bf16_np2/metrics.jsonl" >"$work/bf16_np2.out" 2>&1 \
-  || { cat "$work/bf16_np2.out"; exit 1; }
+# The other axes on 2 ranks, the same global batch of 4 sequences: the data axis at ZeRO-3, tensor
+# parallelism (the products split by columns and rows, the head by vocabulary), pipeline stages.
+mesh_runs=("np2:--set zero.stage=3 --set batch.micro_batch=2"
+           "tensor2:--set mesh.tensor=2 --set mesh.sequence_parallel=true"
+           "pipeline2:--set mesh.pipeline=2 --set batch.micro_batch=2 --set batch.grad_accum=2")
+for r in "${mesh_runs[@]}"; do
+  name=${r%%:*}; read -r -a sets <<<"${r#*:}"
+  "$MPIRUN" --oversubscribe -np 2 "$TRAIN" plans/default.json "${S[@]}" --set precision.compute=bf16 "${sets[@]}" \
+    --set run.threads=1 --set run.log="$work/bf16_$name/metrics.jsonl" >"$work/bf16_$name.out" 2>&1 \
+    || { cat "$work/bf16_$name.out"; exit 1; }
+done
 grep -q 'cpu-bf16' "$work/bf16.out" || { echo "FAIL: the banner does not name cpu-bf16"; head -20 "$work/bf16.out"; exit 1; }
 
 /usr/bin/python3 - "$work" <<'PY'
@@ -52,11 +60,13 @@ print(f"cpu_bf16: loss fp32 {f32[0]:.4f} -> {f32[-1]:.4f}, bf16 {b16[0]:.4f} -> 
       f"largest relative difference {worst:.2e} (bound 2e-2)")
 assert worst <= 2e-2, worst
 assert f32 != b16, "bf16 losses equal fp32's bit for bit: the bf16 products did not run"
-np2 = losses("bf16_np2")
-ranks = max(abs(b - n) / abs(b) for b, n in zip(b16, np2))
-first = abs(b16[0] - np2[0]) / abs(b16[0])
-print(f"cpu_bf16: 2 ranks at ZeRO-3 against one rank, bf16: first step {first:.1e} (bound 1e-5), largest {ranks:.2e} (bound 1e-3)")
-assert len(np2) == 30 and first <= 1e-5 and ranks <= 1e-3, (len(np2), first, ranks)
+for name in ("np2", "tensor2", "pipeline2"):
+    other = losses("bf16_" + name)
+    ranks = max(abs(b - n) / abs(b) for b, n in zip(b16, other))
+    first = abs(b16[0] - other[0]) / abs(b16[0])
+    print(f"cpu_bf16: 2 ranks ({name}) against one rank, bf16: first step {first:.1e} (bound 1e-5), "
+          f"largest {ranks:.2e} (bound 1e-3)")
+    assert len(other) == 30 and first <= 1e-5 and ranks <= 1e-3, (name, len(other), first, ranks)
 plan = json.load(open(f"{w}/bf16/plan.json"))
 assert plan["device"] == "cpu" and plan["precision"]["compute"] == "bf16", (plan["device"], plan["precision"])
 # The workspace: counted by the estimate, and the run tracked what the estimate says, category by
