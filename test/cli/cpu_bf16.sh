@@ -7,6 +7,7 @@
 #     same bf16 operands; only where the fp32 sums split differs), every step within 1e-3: weights one fp32 ulp apart round to
 #     different bf16 values now and then, so the two runs drift apart faster than in fp32 (measured
 #     3.4e-4 by step 20, against 1e-6 in fp32);
+#   * resumed from its step-15 checkpoint, steps 16-30 bit for bit;
 #   * the banner and the resolved plan name cpu-bf16 / bf16;
 #   * the memory the run tracked for the bf16 workspace is what `train estimate` counts.
 # Exit 77 (skipped) where this build has no oneDNN or this CPU no AVX512-BF16: there the refusal is
@@ -31,10 +32,14 @@ if ! "$TRAIN" estimate plans/default.json "${S[@]}" --set precision.compute=bf16
 fi
 "$TRAIN" plans/default.json "${S[@]}" --set precision.compute=fp32 --set run.log="$work/fp32/metrics.jsonl" >"$work/fp32.out"
 if ! "$TRAIN" plans/default.json "${S[@]}" --set precision.compute=bf16 --set run.log="$work/bf16/metrics.jsonl" \
-     >"$work/bf16.out" 2>"$work/bf16.err"; then
+     --set checkpoint.every=15 --set checkpoint.dir="$work/ckpt" >"$work/bf16.out" 2>"$work/bf16.err"; then
   if grep -q 'no AVX512-BF16' "$work/bf16.err"; then echo "cpu_bf16: skipped: $(cat "$work/bf16.err")"; exit 77; fi
   cat "$work/bf16.err"; exit 1
 fi
+# Resumed from its step-15 checkpoint: steps 16-30 again.
+"$TRAIN" plans/default.json "${S[@]}" --set precision.compute=bf16 --set run.log="$work/bf16_resumed/metrics.jsonl" \
+  --set checkpoint.resume="$work/ckpt/step_00000015" --set checkpoint.dir="$work/ckpt_resumed" >"$work/resumed.out" 2>&1 \
+  || { cat "$work/resumed.out"; exit 1; }
 # The other axes on 2 ranks, the same global batch of 4 sequences: the data axis at ZeRO-3, tensor
 # parallelism (the products split by columns and rows, the head by vocabulary), pipeline stages.
 mesh_runs=("np2:--set zero.stage=3 --set batch.micro_batch=2"
@@ -60,6 +65,9 @@ print(f"cpu_bf16: loss fp32 {f32[0]:.4f} -> {f32[-1]:.4f}, bf16 {b16[0]:.4f} -> 
       f"largest relative difference {worst:.2e} (bound 2e-2)")
 assert worst <= 2e-2, worst
 assert f32 != b16, "bf16 losses equal fp32's bit for bit: the bf16 products did not run"
+resumed = losses("bf16_resumed")
+assert resumed == b16[15:], ("resumed at step 15, not bit for bit", resumed, b16[15:])
+print("cpu_bf16: resumed from the step-15 checkpoint, steps 16-30 bit for bit")
 for name in ("np2", "tensor2", "pipeline2"):
     other = losses("bf16_" + name)
     ranks = max(abs(b - n) / abs(b) for b, n in zip(b16, other))
