@@ -5,8 +5,9 @@
 // bf16 backend's GEMMs (bf16 operands, fp32 accumulation) without its bf16 activation storage.
 //
 // The operands' bf16 copies live in one workspace, allocated before the first step through the
-// memory tracker (Trainer) and counted by the estimate, both from one sizing (below): nothing is
-// allocated inside a step but oneDNN's own primitives (created on each shape's first call).
+// memory tracker (Trainer) and counted by the estimate, both from one sizing (model/config.h:
+// cpu_bf16_workspace_bytes): nothing is allocated inside a step but oneDNN's own primitives (created
+// on each shape's first call).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -22,12 +23,10 @@ bool cpu_supported();
 // What cpu_supported() looked for, for messages: "AVX512-BF16 or AMX-BF16".
 const char* required_isa();
 
-// The workspace holds three slots of bf16 elements: the row operand (x forward, dout backward: N x
-// max(C, OC)), the weight (OC x C), and x again in backward (N x C). model/config.h's
-// cpu_bf16_workspace_bytes sizes it for a model; a product that does not fit is an internal error.
-//
-// Binds the workspace the products below use (nullptr unbinds).
-// While bound, CpuOps<float> routes its matmuls here. Process-wide: one run per process.
+// Binds the workspace the products below use (nullptr unbinds): three slots of bf16 elements, the
+// row operand (x forward, dout backward: N x max(C, OC)), the weight (OC x C) and x again in
+// backward (N x C); a product that does not fit is an internal error. While bound, CpuOps<float>
+// routes its matmuls here. Process-wide: one run per process.
 void bind_workspace(void* p, size_t bytes);
 bool active();
 
