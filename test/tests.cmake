@@ -602,7 +602,7 @@ endif()
 # -j2 started the tests in the order they were added: long ones added late (the Slurm tests, the
 # emulated runs) ran last, with little left to fill the other slot. COST (about their seconds on
 # 2 cores) starts them first. RUN_SERIAL tests run alone whatever their cost.
-foreach(pair "slurm_jobs;75" "cli_bad_input;67" "cli_train_sample;64" "emulated.nccl_world1;61" "slurm_faults;55"
+foreach(pair "cli_cpu_bf16;85" "slurm_jobs;75" "cli_bad_input;67" "cli_train_sample;64" "emulated.nccl_world1;61" "slurm_faults;55"
              "emulated.train_device_cuda;50" "autoplan_faults;45" "zero_doc_formulas;26" "train_parity;20" "unit_openblas_haswell;20")
   list(GET pair 0 name)
   list(GET pair 1 cost)
