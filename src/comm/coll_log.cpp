@@ -145,19 +145,33 @@ bool CollLog::take_fault(CollOp op) {
   return true;
 }
 
-uint64_t CollLog::start(CollOp op, uint64_t bytes, bool skipped) {
+uint64_t CollLog::start(CollOp op, uint64_t bytes, bool skipped) { return start_record(op, bytes, -1, skipped); }
+
+uint64_t CollLog::start_p2p(CollOp op, uint64_t bytes, int peer, bool skipped) {
+  return start_record(op, bytes, peer, skipped);
+}
+
+uint64_t CollLog::start_record(CollOp op, uint64_t bytes, int peer, bool skipped) {
   const uint64_t seq = next_seq_++;
   CollRecord& r = records_[seq % kLogRecords];
   r = CollRecord{};
   r.seq = seq;
   r.op = op;
   r.bytes = bytes;
+  r.peer = peer;
   r.step = step_;
   r.t_start = now();
   if (tracer_) tracer_->started(lanes_, seq);
   if (skipped) {
     r.state = CollState::skipped;
     r.t_end = r.t_start;
+    // Said at once, not only in the log dump: the rank that skipped is often taken down by
+    // another rank's timeout (MPI_Abort) before it reaches its own, and whoever set the fault
+    // must see that it fired and where.
+    std::fprintf(stderr, "note: rank %d: %s (%llu bytes, step %lld) skipped (fault injection: comm.fault_skip_rank)\n",
+                 global_rank(rank_), what(r).c_str(), static_cast<unsigned long long>(bytes),
+                 static_cast<long long>(step_));
+    std::fflush(stderr);
     return seq;
   }
   if (coll_op_is_control(op)) {
@@ -167,12 +181,6 @@ uint64_t CollLog::start(CollOp op, uint64_t bytes, bool skipped) {
     stats_.bytes += bytes;
     stats_.collectives += 1;
   }
-  return seq;
-}
-
-uint64_t CollLog::start_p2p(CollOp op, uint64_t bytes, int peer, bool skipped) {
-  const uint64_t seq = start(op, bytes, skipped);
-  records_[seq % kLogRecords].peer = peer;
   return seq;
 }
 

@@ -118,6 +118,7 @@ class CollLog {
   }
 
  private:
+  uint64_t start_record(CollOp op, uint64_t bytes, int peer, bool skipped);
   std::string what(const CollRecord& r) const;  // "collective all_reduce #3", "send #4 to rank 1", + the group
   int rank_, world_;
   CommOptions opts_;

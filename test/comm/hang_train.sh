@@ -16,9 +16,10 @@
 #   stage 2  reduce_scatter  (the same)
 #   stage 3  all_gather      (the embedding's parameters, gathered before the forward)
 # The waiting ranks 0 and 2 must time out in that op at step 2, both in the same collective (one
-# sequence number); where rank 1's log dump made it out before the abort, its "skipped (fault
-# injection)" record must be that same op and sequence number. A skip that hit the wrong collective,
-# or a diagnostic naming the wrong one, fails.
+# sequence number), and rank 1's note of the skip ("note: rank 1: collective OP #SEQ (...) skipped
+# (fault injection ...", said when it skips) must name that same op and sequence number; where its
+# log dump made it out before the abort, the dump's "skipped" record too. A skip that hit the wrong
+# collective, or a diagnostic naming the wrong one, fails.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TRAIN=$(realpath "${1:-$ROOT/train}")
@@ -68,6 +69,8 @@ for stage in 0 1 2 3; do
     seq=$(head -1 <<<"$seqs")
     grep -qE "^ +$seq +$op .* step 2 pending .*TIMED OUT" "$out" ||
       why+=("the log dump shows no timed-out '$seq $op' at step 2")
+    grep -qE "^note: rank 1: collective $op $seq \([0-9]+ bytes, step 2\) skipped \(fault injection" "$out" ||
+      why+=("rank 1 does not say that it skipped $op $seq at step 2: $(grep -m1 '^note: rank 1:' "$out")")
     skip=$(grep -E "^ +#[0-9]+ +[a-z_]+ .* skipped \(fault injection\)" "$out" | sort -u)
     if [ -n "$skip" ] && ! grep -qE "^ +$seq +$op .* step 2 skipped" <<<"$skip"; then
       why+=("rank 1 skipped '$(head -1 <<<"$skip" | sed 's/^ *//')', not $seq $op at step 2")
