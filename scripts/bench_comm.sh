@@ -3,7 +3,7 @@
 # each, every stage with overlap_comm on and off. A benchmark, not a test: it prints a table
 # (the numbers: docs/multihost.md; every benchmark: docs/benchmarks.md).
 #
-#   scripts/bench_comm.sh [--model gpt2-124m|small|mh|ovl|deep|tiny] [--steps N] [--warmup N] [--np N] [--train PATH]
+#   scripts/bench_comm.sh [--model gpt2-124m|small|mh|ovl|deep|emb|tiny] [--steps N] [--warmup N] [--np N] [--train PATH]
 #                         [--hosts H --rate RATE] [--repeat R] [--trace] [--stages "0 1 2 3"]
 #                         [--set KEY=VALUE]...
 #
@@ -49,7 +49,7 @@ while [ $# -gt 0 ]; do
     --trace) TRACE=1; shift ;;
     --stages) STAGES=$2; shift 2 ;;
     --set) SETS+=(--set "$2"); shift 2 ;;
-    *) echo "usage: $0 [--model gpt2-124m|small|mh|ovl|deep|tiny] [--steps N] [--warmup N] [--np N] [--train PATH] [--hosts H --rate RATE] [--repeat R] [--trace] [--stages \"0 1 2 3\"] [--set KEY=VALUE]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [--model gpt2-124m|small|mh|ovl|deep|emb|tiny] [--steps N] [--warmup N] [--np N] [--train PATH] [--hosts H --rate RATE] [--repeat R] [--trace] [--stages \"0 1 2 3\"] [--set KEY=VALUE]..." >&2; exit 2 ;;
   esac
 done
 [ -n "$MODEL" ] || { [ "$HOSTS" -gt 0 ] && MODEL=ovl || MODEL=gpt2-124m; }

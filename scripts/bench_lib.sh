@@ -26,15 +26,19 @@
 #                     (compute grows with B*T, bytes with the parameters): something to hide.
 #         deep      = ovl with twice the layers (L12 H6 C384, ~41M parameters): the blocks are about
 #                     half the bytes and most of the compute (the head's share of forward halves).
+#         emb       = ovl at micro_batch 4 (issue 55's embedding-heavy model: the embedding's 19.3M
+#                     parameters outweigh the blocks' 10.6M, and at half ovl's tokens compute and
+#                     the 1 Gbit/s link's time per step are about equal).
 #         tiny      = L2 H2 C64 at seq_len 32, micro_batch 2 (~3.3M parameters, nearly all the
 #                     embedding): a run in seconds, for checking a benchmark script, not for numbers.
-BENCH_MODELS="gpt2-124m, small, mh, ovl, deep or tiny"
+BENCH_MODELS="gpt2-124m, small, mh, ovl, deep, emb or tiny"
 
 bench_model() {
   case $1 in
     mh) L=6 NH=6 C=384 T=64 B=2 ;;
     ovl) L=6 NH=6 C=384 T=128 B=8 ;;
     deep) L=12 NH=6 C=384 T=128 B=8 ;;
+    emb) L=6 NH=6 C=384 T=128 B=4 ;;
     gpt2-124m) L=12 NH=12 C=768 T=64 B=1 ;;
     small) L=4 NH=4 C=256 T=64 B=2 ;;
     tiny) L=2 NH=2 C=64 T=32 B=2 ;;
