@@ -4,7 +4,7 @@
 # invocation. A benchmark, not a test: it prints one table (docs/benchmarks.md says what it
 # measures; the numbers: docs/zero.md / docs/multihost.md).
 #
-#   scripts/bench_hybrid.sh [--model ovl|deep|mh|small|gpt2-124m|tiny] [--hosts H] [--per-host P]
+#   scripts/bench_hybrid.sh [--model ovl|deep|emb|mh|small|gpt2-124m|tiny] [--hosts H] [--per-host P]
 #                           [--rate RATE] [--steps K] [--warmup W] [--repeat R] [--stages "1 2"]
 #                           [--train PATH] [--set KEY=VALUE]...
 #

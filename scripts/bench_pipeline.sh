@@ -4,7 +4,7 @@
 # batch, in one invocation on the namespace test bed: bytes that cross the link per step and the
 # step time. A benchmark, not a test: it prints one table (numbers: docs/benchmarks.md).
 #
-#   scripts/bench_pipeline.sh [--model ovl|deep|mh|small|tiny] [--per-host P] [--rate RATE]
+#   scripts/bench_pipeline.sh [--model ovl|deep|emb|mh|small|tiny] [--per-host P] [--rate RATE]
 #                             [--accum A] [--steps K] [--warmup W] [--train PATH] [--set KEY=VALUE]...
 #
 # 2 namespace hosts (scripts/cluster, root) with P ranks each (default 2), by slot (ranks 0..P-1 on
