@@ -6,7 +6,9 @@ Usage (Debian's torch lives in /usr/bin/python3 only):
         --batch 8 --steps 10 --warmup-steps 2 --threads 2
 
 One full step = zero_grad(set_to_none) + forward + loss + backward + clip_grad_norm_ +
-AdamW.step (foreach=True when available), fp32. Warmup steps are untimed. With --attn both
+AdamW.step (foreach=True when available), fp32; with --precision bf16 the forward and loss run
+under torch.autocast("cpu", bfloat16) (PyTorch's CPU mixed precision: its linear layers in bf16
+through oneDNN, fp32 parameters, gradients and AdamW; the anchor of the backend cpu-bf16). Warmup steps are untimed. With --attn both
 (default) each attention implementation available in torch 1.13 is timed (explicit
 matmul+mask+softmax, and the private F._scaled_dot_product_attention with is_causal=True) and
 the faster one is reported in the final JSON line; all variants are listed under "variants".
@@ -34,6 +36,7 @@ def parse():
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--grad-clip", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     return ap.parse_args()
 
 
@@ -68,7 +71,8 @@ def bench(attn_impl):
         x, y = data[s, :, :-1], data[s, :, 1:]
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        _, l = model(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            _, l = model(x, y)
         l.backward()
         if args.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
@@ -104,7 +108,7 @@ def main():
            "L": args.layers, "NH": args.heads, "C": args.embd, "T": args.seq,
            "V": args.vocab, "B": args.batch, "steps": args.steps,
            "warmup_steps": args.warmup_steps, "threads": torch.get_num_threads(),
-           "torch": torch.__version__, "dtype": "float32",
+           "torch": torch.__version__, "dtype": "float32" if args.precision == "fp32" else "autocast bfloat16",
            "variants": [{k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()
                          if k in ("attn", "ms_per_step", "tokens_per_s")} for r in variants]}
     print(json.dumps(out))
