@@ -28,7 +28,7 @@
 namespace zt::cpu {
 namespace {
 
-constexpr int kBlock = 48;  // query rows per block (a multiple of RB below)
+constexpr int kBlock = 48;  // query rows per block (a multiple of both tiles' RB below)
 
 // ---- a small matrix multiply, written so that the compiler vectorises it well ------------------
 //   C (M x N)  =  or +=  A (M x K) * B (K x N)
@@ -39,13 +39,14 @@ constexpr int kBlock = 48;  // query rows per block (a multiple of RB below)
 // so GCC unrolls it completely and keeps the RB x JB accumulators in vector registers through the
 // whole k loop: two vector loads of B and RB broadcasts of A feed 2*RB fused multiply-adds.
 // That is roughly 3-5x the speed of row-by-row dot products (which also need a horizontal sum each).
-// 6 x 16 floats = 12 AVX2 registers of accumulators, which leaves room for the operands even with
-// only 16 vector registers (AVX2); with AVX-512 (32 registers) 8 x 16 is ~10% faster still.
+// Two tile shapes (AttentionTile, attention.h): 6 x 16 floats = 12 AVX2 registers of accumulators,
+// which leaves room for the operands in AVX2's 16 vector registers; 8 x 32 = 16 AVX-512 registers
+// of AVX-512's 32, with two loads of B per k for 16 FMAs instead of one per 6 (the wider tile on
+// AVX2 would spill). Every output element sums its k terms in the same order whatever the tile,
+// so the two give bit-identical results (kernels_test checks it); only the speed differs.
 // (Why not cblas_sgemm: these products are small, e.g. 48 x n x 64, and run on every thread at once
 // inside an OpenMP region; OpenBLAS would add its own threads or a per-call overhead to each.)
-constexpr int RB = 6, JB = 16;
-
-template <class T>
+template <class T, int RB, int JB>
 void tile_full(int K, const T* A, size_t a_row, size_t a_col, const T* B, size_t ldb, T* C, size_t ldc,
                bool accumulate) {
   T acc[RB][JB] = {};
@@ -70,7 +71,7 @@ void tile_full(int K, const T* A, size_t a_row, size_t a_col, const T* B, size_t
 }
 
 // The same for a partial tile at the edge of C (rb <= RB rows, jb <= JB columns).
-template <class T>
+template <class T, int RB, int JB>
 void tile_edge(int rb, int jb, int K, const T* A, size_t a_row, size_t a_col, const T* B, size_t ldb, T* C, size_t ldc,
                bool accumulate) {
   T acc[RB][JB] = {};
@@ -85,7 +86,7 @@ void tile_edge(int rb, int jb, int K, const T* A, size_t a_row, size_t a_col, co
     for (int j = 0; j < jb; j++) C[r * ldc + j] = accumulate ? C[r * ldc + j] + acc[r][j] : acc[r][j];
 }
 
-template <class T>
+template <class T, int RB, int JB>
 void gemm(int M, int N, int K, const T* A, size_t a_row, size_t a_col, const T* B, size_t ldb, T* C, size_t ldc,
           bool accumulate) {
   // Column panels outside, so that the K x JB panel of B stays in L1 while all row tiles use it.
@@ -96,9 +97,9 @@ void gemm(int M, int N, int K, const T* A, size_t a_row, size_t a_col, const T* 
       const T* Ai = A + i * a_row;
       T* Cij = C + i * ldc + j;
       if (rb == RB && jb == JB)
-        tile_full(K, Ai, a_row, a_col, B + j, ldb, Cij, ldc, accumulate);
+        tile_full<T, RB, JB>(K, Ai, a_row, a_col, B + j, ldb, Cij, ldc, accumulate);
       else
-        tile_edge(rb, jb, K, Ai, a_row, a_col, B + j, ldb, Cij, ldc, accumulate);
+        tile_edge<T, RB, JB>(rb, jb, K, Ai, a_row, a_col, B + j, ldb, Cij, ldc, accumulate);
     }
   }
 }
@@ -110,10 +111,9 @@ void transpose(T* __restrict dst, size_t ld, const T* __restrict src, size_t str
     for (int d = 0; d < hs; d++) dst[d * ld + j] = src[j * stride + d];
 }
 
-}  // namespace
-
-template <class T>
-void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int NH) {
+template <class T, int RB, int JB>
+void forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int NH) {
+  static_assert(kBlock % RB == 0);
   const int hs = C / NH;
   const size_t C3 = 3 * (size_t)C;
   const T scale = T(1) / std::sqrt(T(hs));
@@ -138,7 +138,7 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int N
 
           // S = Q K^T   (rows x n)
           transpose(Kt.data(), n, k, C3, n, hs);
-          gemm(rows, n, hs, q, C3, 1, Kt.data(), n, S.data(), n, false);
+          gemm<T, RB, JB>(rows, n, hs, q, C3, 1, Kt.data(), n, S.data(), n, false);
 
           // Row softmax, causal: row r (t = t0 + r) sees keys 0..t.
           for (int r = 0; r < rows; r++) {
@@ -159,7 +159,7 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int N
           }
 
           // O = softmax(S) V = (exp(S - m) V) / sum   (rows x hs)
-          gemm(rows, hs, n, S.data(), n, 1, v, C3, o, C, false);
+          gemm<T, RB, JB>(rows, hs, n, S.data(), n, 1, v, C3, o, C, false);
           for (int r = 0; r < rows; r++) {
             T* orow = o + (size_t)r * C;
 #pragma omp simd
@@ -171,9 +171,8 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int N
   }
 }
 
-template <class T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int Tn, int C,
-                        int NH) {
+template <class T, int RB, int JB>
+void backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int Tn, int C, int NH) {
   const int hs = C / NH;
   const size_t C3 = 3 * (size_t)C;
   const T scale = T(1) / std::sqrt(T(hs));
@@ -205,8 +204,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
           const T* o = out + row0 * C + h * hs;
           T* dq = dqkv + row0 * C3 + h * hs;
 
-          gemm(rows, n, hs, q, C3, 1, Kt.data(), Tn, P.data(), n, false);    // S  = Q K^T
-          gemm(rows, n, hs, dy, C, 1, Vt.data(), Tn, dS.data(), n, false);   // dP = dO V^T
+          gemm<T, RB, JB>(rows, n, hs, q, C3, 1, Kt.data(), Tn, P.data(), n, false);    // S  = Q K^T
+          gemm<T, RB, JB>(rows, n, hs, dy, C, 1, Vt.data(), Tn, dS.data(), n, false);   // dP = dO V^T
           for (int r = 0; r < rows; r++) {
             const int t = t0 + r;
             const T L = lse[((size_t)b * NH + h) * Tn + t];
@@ -222,20 +221,45 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
             }
             for (int j = t + 1; j < n; j++) p[j] = ds[j] = 0;  // causal mask
           }
-          gemm(rows, hs, n, dS.data(), n, 1, k, C3, dq, C3, true);   // dQ      += dS K
-          gemm(n, hs, rows, dS.data(), 1, n, q, C3, dk, C3, true);   // dK[0:n] += dS^T Q
-          gemm(n, hs, rows, P.data(), 1, n, dy, C, dv, C3, true);    // dV[0:n] += P^T dO
+          gemm<T, RB, JB>(rows, hs, n, dS.data(), n, 1, k, C3, dq, C3, true);   // dQ      += dS K
+          gemm<T, RB, JB>(n, hs, rows, dS.data(), 1, n, q, C3, dk, C3, true);   // dK[0:n] += dS^T Q
+          gemm<T, RB, JB>(n, hs, rows, P.data(), 1, n, dy, C, dv, C3, true);    // dV[0:n] += P^T dO
         }
       }
     }
   }
 }
 
-template void attention_forward<float>(float*, float*, const float*, int, int, int, int);
-template void attention_forward<double>(double*, double*, const double*, int, int, int, int);
+}  // namespace
+
+AttentionTile resolve_attention_tile(AttentionTile tile, int Tn) {
+  if (tile != AttentionTile::automatic) return tile;
+#if defined(__AVX512F__)
+  if (Tn >= 512) return AttentionTile::avx512_8x32;
+#endif
+  return AttentionTile::avx2_6x16;
+}
+
+template <class T>
+void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int NH, AttentionTile tile) {
+  tile = resolve_attention_tile(tile, Tn);
+  if (tile == AttentionTile::avx512_8x32) return forward<T, 8, 32>(out, lse, qkv, B, Tn, C, NH);
+  forward<T, 6, 16>(out, lse, qkv, B, Tn, C, NH);
+}
+
+template <class T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int Tn, int C, int NH,
+                        AttentionTile tile) {
+  tile = resolve_attention_tile(tile, Tn);
+  if (tile == AttentionTile::avx512_8x32) return backward<T, 8, 32>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+  backward<T, 6, 16>(dqkv, dout, qkv, out, lse, B, Tn, C, NH);
+}
+
+template void attention_forward<float>(float*, float*, const float*, int, int, int, int, AttentionTile);
+template void attention_forward<double>(double*, double*, const double*, int, int, int, int, AttentionTile);
 template void attention_backward<float>(float*, const float*, const float*, const float*, const float*, int, int, int,
-                                        int);
+                                        int, AttentionTile);
 template void attention_backward<double>(double*, const double*, const double*, const double*, const double*, int, int,
-                                         int, int);
+                                         int, int, AttentionTile);
 
 }  // namespace zt::cpu

@@ -3,11 +3,19 @@
 // qkv (B,T,3C) holds q | k | v, each (NH, hs=C/NH) per position, as GPT-2's c_attn output.
 #pragma once
 namespace zt::cpu {
+// The register tile of the CPU kernels' small products (attention.cpp): 6 x 16 accumulators fit
+// AVX2's 16 vector registers, 8 x 32 use AVX-512's 32. Both give bit-identical results, only the
+// speed differs (bench/bench_cpu_attention.cpp times them side by side; docs/benchmarks.md).
+// automatic: 8 x 32 where the build targets AVX-512 (-march=native on such a CPU) and T >= 512,
+// where it measured faster (backward 1.1x at T 512, 1.3x at T 1024; at T 64 0.95x); else 6 x 16.
+enum class AttentionTile { automatic, avx2_6x16, avx512_8x32 };
+AttentionTile resolve_attention_tile(AttentionTile tile, int Tn);
 // out (B,T,C), lse (B,NH,T) from qkv (B,T,3C). Scale 1/sqrt(hs).
-template <class T> void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int NH);
+template <class T> void attention_forward(T* out, T* lse, const T* qkv, int B, int Tn, int C, int NH,
+                                          AttentionTile tile = AttentionTile::automatic);
 // Overwrites dqkv (B,T,3C). Needs the forward's out and lse.
 template <class T> void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int Tn,
-                                           int C, int NH);
+                                           int C, int NH, AttentionTile tile = AttentionTile::automatic);
 }  // namespace zt::cpu
 
 #if ZT_HAVE_CUDA

@@ -85,6 +85,31 @@ TEST_P(AttentionFloat, AgreesWithDouble) {
   EXPECT_LT(rel_err(dqkvf, dqkv), kFloatTol);
 }
 
+// The two register tiles (attention.h: the AVX2 one and the AVX-512 one, whichever is the default
+// here) give the same bits: each output sums its terms in the same order. Both against double too.
+TEST_P(AttentionFloat, TilesAgreeBitForBit) {
+  const auto [B, Tn, C, NH] = GetParam();
+  std::mt19937_64 rng(29);
+  const Vec qkv = random_vec((size_t)B * Tn * 3 * C, rng, -2.0, 2.0), dy = random_vec((size_t)B * Tn * C, rng);
+  Vec out((size_t)B * Tn * C), lse((size_t)B * NH * Tn), dqkv(qkv.size());
+  attention_forward(out.data(), lse.data(), qkv.data(), B, Tn, C, NH);
+  attention_backward(dqkv.data(), dy.data(), qkv.data(), out.data(), lse.data(), B, Tn, C, NH);
+  const VecF qkvf = to_float(qkv), dyf = to_float(dy);
+  struct Result { VecF out, lse, dqkv; };
+  auto run = [&](AttentionTile tile) {
+    Result r{VecF(out.size()), VecF(lse.size()), VecF(qkv.size())};
+    attention_forward(r.out.data(), r.lse.data(), qkvf.data(), B, Tn, C, NH, tile);
+    attention_backward(r.dqkv.data(), dyf.data(), qkvf.data(), r.out.data(), r.lse.data(), B, Tn, C, NH, tile);
+    EXPECT_LT(rel_err(r.out, out), kFloatTol);
+    EXPECT_LT(rel_err(r.dqkv, dqkv), kFloatTol);
+    return r;
+  };
+  const Result narrow = run(AttentionTile::avx2_6x16), wide = run(AttentionTile::avx512_8x32);
+  EXPECT_EQ(narrow.out, wide.out);
+  EXPECT_EQ(narrow.lse, wide.lse);
+  EXPECT_EQ(narrow.dqkv, wide.dqkv);
+}
+
 // hs = 64 and hs = 32 and hs = 20; T not a multiple of the block or tile sizes
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionFloat,
                          ::testing::Values(AttnShape{2, 67, 192, 3}, AttnShape{1, 130, 96, 3}, AttnShape{2, 200, 60, 3}));
