@@ -21,8 +21,8 @@ sed -e "s|\"gpt2_124M.bin\"|\"$WEIGHTS\"|" \
 for pat in "$WEIGHTS" "int B = $B;" "int T = $T;" "step < $((STEPS + WARM));" "step == 0"; do
   grep -qF "$pat" "$work/train_gpt2.c" || { echo "llmc_cpu: could not patch train_gpt2.c ($pat)" >&2; exit 1; }
 done
-# llm.c's Makefile flags for its CPU build
-gcc -Ofast -march=native -fopenmp -DOMP -Wno-unused-result -I"$LLMC" "$work/train_gpt2.c" -lm -o "$work/train_gpt2"
+# llm.c's Makefile flags for its CPU build (LLMC_MARCH: another CPU kind, scripts/bench_cpu.sh --avx2)
+gcc -Ofast -march=${LLMC_MARCH:-native} -fopenmp -DOMP -Wno-unused-result -I"$LLMC" "$work/train_gpt2.c" -lm -o "$work/train_gpt2"
 (cd "$work" && OMP_NUM_THREADS=$THREADS ./train_gpt2 > log 2>&1) || { cat "$work/log" >&2; exit 1; }
 /usr/bin/python3 - "$work/log" "$WARM" "$B" "$T" <<'EOF'
 import re, statistics, sys

@@ -5,25 +5,38 @@
 # GEMM shapes (bench/cpu_step.py), then llm.c (bench/llmc_cpu.sh) and PyTorch
 # (bench/torch_bench.py). Numbers are medians over the timed steps (first steps untimed).
 # Every benchmark: docs/benchmarks.md.
-#   scripts/bench_cpu.sh [--threads N] [--steps N] [--llmc DIR] [--only NAME,...]
+#   scripts/bench_cpu.sh [--threads N] [--steps N] [--llmc DIR] [--only NAME,...] [--avx2]
 # --llmc: a checkout of github.com/karpathy/llm.c (without it, no llm.c column).
 # --only: these configs (names below) only.
+# --avx2: everything as on a CPU with AVX2 and FMA but no AVX-512 (Haswell to Zen 3), on this one:
+#   OpenBLAS's Haswell kernels (numpy's sgemm, our GEMMs, PyTorch's), llm.c built -march=haswell,
+#   PyTorch's AVX2 kernels, and TRAIN a binary built with cmake -DZT_CPU_ARCH=haswell (refused
+#   if it holds an AVX-512 instruction).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-THREADS=$(nproc); STEPS=8; LLMC=""; ONLY=""
+THREADS=$(nproc); STEPS=8; LLMC=""; ONLY=""; AVX2=0
 while [ $# -gt 0 ]; do
   case $1 in
     --threads) THREADS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --llmc) LLMC=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
-    *) echo "usage: $0 [--threads N] [--steps N] [--llmc DIR] [--only NAME]" >&2; exit 2 ;;
+    --avx2) AVX2=1; shift ;;
+    *) echo "usage: $0 [--threads N] [--steps N] [--llmc DIR] [--only NAME] [--avx2]" >&2; exit 2 ;;
   esac
 done
 PY=/usr/bin/python3
 TRAIN=${TRAIN:-./train}
 [ -x "$TRAIN" ] || { echo "bench_cpu: $TRAIN missing; run make first" >&2; exit 1; }
+if [ $AVX2 = 1 ]; then
+  # (grep -c reads it all: grep -q would stop objdump early, and pipefail would read the SIGPIPE as no match)
+  if [ "$(objdump -d "$TRAIN" | grep -c zmm)" != 0 ]; then
+    echo "bench_cpu: --avx2: $TRAIN uses AVX-512; build one with cmake -DZT_CPU_ARCH=haswell and pass it as TRAIN=" >&2
+    exit 1
+  fi
+  export OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 LLMC_MARCH=haswell
+fi
 [ -f data/brown/val.bin ] || { echo "bench_cpu: data/brown missing; run scripts/prepare_data first" >&2; exit 1; }
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 WARM=2
