@@ -108,6 +108,14 @@ add_test(NAME trace_overlap
                  --mpirun ${MPIEXEC_EXECUTABLE}
          WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(trace_overlap PROPERTIES LABELS zero TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
+# head_rows: stages 1-2 with overlap, whole logits: the LM head computes the embedding's rows as
+# the ring all-gather delivers them; 2 and 3 ranks, bit for bit against overlap off, and the trace
+# shows the head running before the all-gather completed; about 30 s.
+add_test(NAME head_rows
+         COMMAND ${ZT_PYTHON} ${CMAKE_SOURCE_DIR}/test/zero/head_rows.py --train $<TARGET_FILE:train>
+                 --mpirun ${MPIEXEC_EXECUTABLE}
+         WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(head_rows PROPERTIES LABELS zero TIMEOUT 300 RUN_SERIAL TRUE ENVIRONMENT "${ZT_MPI_TEST_ENV}")
 
 # ---- pipeline ---------------------------------------------------------------------------------
 # The schedules' tables are zt_tests suites (test/pipeline/schedule_test.cpp). pipe_runner_np*: the

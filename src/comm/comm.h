@@ -149,6 +149,16 @@ struct CommStepStats {
   uint64_t host_waits = 0;     // wait() calls that found their collective still in flight (the host blocked)
 };
 
+// Position of element `i` of an all_gather's output (world chunks of chunk_n) in the arrival order
+// of Comm::all_gather_arrived at `rank`: it is final once that many elements have arrived plus one;
+// the rank's own chunk is final from the start (returns -1).
+inline long long gather_arrival_position(int rank, int world, size_t chunk_n, size_t i) {
+  const int c = int(i / chunk_n);
+  if (c == rank) return -1;
+  const int round = ((rank - 1 - c) % world + world) % world;  // the ring's gather round that receives c
+  return (long long)(size_t(round) * chunk_n + (i - size_t(c) * chunk_n));
+}
+
 class Comm {
  public:
   virtual ~Comm() = default;
@@ -191,6 +201,17 @@ class Comm {
   // lives in wait(), and a host blocked on a stream that waits for a hung collective has none.
   // Backends whose collectives the host completes (MPI, host-staged): wait(h).
   virtual void order_compute_after(CommHandle h) { wait(h); }
+  // Where an all_gather's output becomes final piece by piece (the ring, comm/ring.h), a reader may
+  // start on the pieces that have arrived (the LM head over the embedding's rows, docs/design.md
+  // §3.4). Arrival order: the chunks of ranks r-1, r-2, ..., r+1 (mod world), each front to back
+  // (gather_arrival_position); this rank's own chunk is final from the start. Elements of h's output
+  // final in that order, at least: here every backend may say 0 until h completes (SIZE_MAX after).
+  virtual size_t all_gather_arrived(CommHandle h) { return test(h) ? SIZE_MAX : 0; }
+  // Blocks until all_gather_arrived(h) >= n, or h completes (waited as wait() is: counted, timed out).
+  virtual void wait_all_gather_arrived(CommHandle h, size_t n) {
+    (void)n;
+    wait(h);
+  }
   void wait_all(std::vector<CommHandle>& hs) {
     for (CommHandle& h : hs) wait(h);
     hs.clear();

@@ -400,6 +400,30 @@ class MpiComm final : public Comm {
     log_.wait_polling([&] { progress(); }, [&] { return !is_pending(h.seq); }, [&] { timeout(h.seq); }, 50);
   }
 
+  size_t all_gather_arrived(CommHandle h) override {
+    if (test(h)) return SIZE_MAX;
+    for (const Pending& p : pending_)
+      if (p.seq == h.seq && p.job) return p.job->arrived.load(std::memory_order_acquire);
+    return 0;
+  }
+
+  void wait_all_gather_arrived(CommHandle h, size_t n) override {
+    if (!h.valid() || !is_pending(h.seq)) return;
+    std::shared_ptr<const Job> job;  // held: progress() may retire its Pending while we poll
+    for (const Pending& p : pending_)
+      if (p.seq == h.seq) {
+        if (p.job) thread_->promote(p.job);  // as wait(): start it now if it is still queued
+        job = p.job;
+        break;
+      }
+    if (!job) return wait(h);  // no comm thread: no progress to read
+    if (job->arrived.load(std::memory_order_acquire) >= n) return;
+    log_.note_wait(h.seq);
+    log_.wait_polling([&] { progress(); },
+                      [&] { return !is_pending(h.seq) || job->arrived.load(std::memory_order_acquire) >= n; },
+                      [&] { timeout(h.seq); }, 50);
+  }
+
   void all_reduce_sum(double* vals, int n) override {
     ZT_REQUIRE(n >= 0, "all_reduce_sum: negative count " << n);
     const uint64_t seq = log_.start(CollOp::scalar_all_reduce, model_bytes_all_reduce(uint64_t(n), world_, 8));

@@ -64,6 +64,10 @@ struct Job {
   std::atomic<bool> urgent{false};  // someone waits for it: start it now, past the in-flight limit
   bool queued_start = false;        // started in issue order (counts against the limit)
   std::atomic<bool> done{false};
+  // A ring all-gather: its output elements final so far, in arrival order (Ring::gather_arrived);
+  // stored with release after the segment's receive completed, so a reader that loads it with
+  // acquire sees the data.
+  std::atomic<size_t> arrived{0};
   std::chrono::steady_clock::time_point t_done;  // written before done is set
   int err = MPI_SUCCESS;  // written before done is set
   // Joined by the comm thread when the worker returns; detached if the job goes first (the worker
@@ -212,6 +216,7 @@ class CommThread {
           if (j.blocking) continue;  // no requests: done when its worker returns (above)
           if (j.req[0] != MPI_REQUEST_NULL || j.req[1] != MPI_REQUEST_NULL) continue;
           if (j.err == MPI_SUCCESS && j.ring && !j.ring->complete_segment()) {
+            j.arrived.store(j.ring->gather_arrived(), std::memory_order_release);
             const int prc = j.ring->post(j.req);
             if (prc == MPI_SUCCESS) continue;
             j.err = prc;

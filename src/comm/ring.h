@@ -110,6 +110,18 @@ class Ring {
     return MPI_Isend(full_ + off(send_chunk_) + out.begin, n_out, MPI_FLOAT, next, kTag, comm_, &req[1]);
   }
 
+  // Elements of an all-gather's received chunks that are final, in the order they arrive (round 0's
+  // chunk, then round 1's, ..., each segment by segment; Comm::all_gather_arrived). 0 in a
+  // reduce-scatter phase, so an all-reduce says nothing until it completes.
+  size_t gather_arrived() const {
+    const int gr = round_ - reduce_rounds();
+    if (gr < 0 || kind_ != Kind::all_gather) return 0;
+    size_t a = 0;
+    for (int s = 0; s < gr && s < gather_rounds(); ++s) a += size(gather_round(rank_, s, world_).recv);
+    if (gr < gather_rounds()) a += std::min(size(gather_round(rank_, gr, world_).recv), seg_ * kSegmentElems);
+    return a;
+  }
+
   // The current segment's two requests have completed: add what came in. True when the collective
   // is done.
   bool complete_segment() {

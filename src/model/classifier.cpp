@@ -45,9 +45,18 @@ double GPT<Ops>::classifier_forward(const int* targets, int N, bool write_dlogit
     case Head::whole:
       for (int e = 0; e < E; ++e) {
         const VocabRows r = layout_.vocab_rows(e);
+        // The rows in the order their parameters arrive (UnitHooks::head_rows; empty: all at once).
+        const std::vector<VocabRows> ranges = targets ? hooks_->head_rows(e) : std::vector<VocabRows>{};
         hooks_->before_forward(e);
-        Ops::matmul_forward(acts_.logits + r.row0, acts_.lnf + size_t(logits_row0_) * size_t(C), wte_rows(e), nullptr,
-                            N - logits_row0_, C, r.rows, cfg_.vocab());
+        const T* lnf = acts_.lnf + size_t(logits_row0_) * size_t(C);
+        if (ranges.empty())
+          Ops::matmul_forward(acts_.logits + r.row0, lnf, wte_rows(e), nullptr, N - logits_row0_, C, r.rows, cfg_.vocab());
+        for (size_t k = 0; k < ranges.size(); ++k) {
+          const VocabRows q = ranges[k];
+          hooks_->before_head_rows(e, int(k));
+          Ops::matmul_forward(acts_.logits + r.row0 + q.row0, lnf, wte_rows(e) + size_t(q.row0) * size_t(C), nullptr,
+                              N - logits_row0_, C, q.rows, cfg_.vocab());
+        }
         hooks_->after_forward(e);
       }
       if (!targets) return 0.0;

@@ -252,13 +252,17 @@ void GPT<Ops>::backward() {
   // A pipeline stage before the last (or chunk) starts from the gradient of its output, which the
   // caller wrote into stage_output_grad() (the residual gradient the blocks accumulate into).
   if (runs_head()) {
-    const T* dlnf = classifier_backward();
     // Deferred lookup: the LM-head part of the embedding's gradient now, so that the engine reduces
     // it while the blocks' backward runs (dlogits and lnf are final from here). Whole logits: written
-    // here from dlogits; in chunks (one unit): already written by classifier_backward into the same
-    // wte_grad_rows(0), so only grads_ready(0) remains. The last of several pipeline stages, which
-    // does no lookup, is done with the embedding here.
-    if (defer_lookup_ || !cfg_.first_stage) embedding_grads(true, false);
+    // from dlogits before the head's input gradient, which does not read it: the reduction starts
+    // under that gradient's matmul too. In chunks (one unit): already written by forward into the
+    // same wte_grad_rows(0), so only grads_ready(0) remains, after the input gradient. The last of
+    // several pipeline stages, which does no lookup, is done with the embedding after its input
+    // gradient (the stage before waits for that one).
+    const bool head_grads_first = defer_lookup_ && head(N, true) == Head::whole;
+    if (head_grads_first) embedding_grads(true, false);
+    const T* dlnf = classifier_backward();
+    if (!head_grads_first && (defer_lookup_ || !cfg_.first_stage)) embedding_grads(true, false);
 
     const int F = layout_.final_unit();
     hooks_->before_backward(F);

@@ -43,7 +43,14 @@ namespace zt {
 // LM-head part, grads_ready(0); chunked: the LM-head part already written chunk by chunk with the
 // input gradient, then grads_ready(0)), the LM-head part only, and at the end of backward
 // embedding_lookup_deferred() hands the lookup part to the engine (lookup_grad_out(),
-// lookup_inputs()): it can reduce the large LM-head part while backward runs.
+// lookup_inputs()): it can reduce the large LM-head part while backward runs. Whole logits with
+// that deferred lookup take the LM-head part before the head's input gradient (before_grads(0), the
+// part, grads_ready(0), then backward's before_backward(0) / after_backward(0)): it reads no
+// parameters, and its reduction starts a third of the head earlier.
+// The head over whole logits asks head_rows(e) before before_forward(e): ranges of unit e's wte rows
+// (row0 relative to the unit's first row) in the order their parameters become present, each
+// waited by before_head_rows(e, k) before its columns of the logits are computed; empty (the
+// default): the unit's rows at once, present from before_forward(e) (docs/design.md §3.4).
 struct UnitHooks {
   virtual ~UnitHooks() = default;
   virtual void before_forward(int unit) {}
@@ -57,6 +64,8 @@ struct UnitHooks {
   // Deferred lookup (set_defer_lookup_grads): the lookup part of the embedding's gradient is for
   // the engine to add, from lookup_grad_out() and lookup_inputs(), valid until the next forward.
   virtual void embedding_lookup_deferred() {}
+  virtual std::vector<VocabRows> head_rows(int unit) { return {}; }
+  virtual void before_head_rows(int unit, int k) {}
 };
 
 template <class Ops>

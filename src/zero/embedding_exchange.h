@@ -91,6 +91,8 @@ class EmbeddingExchange final : public EmbeddingLookup {
   // UnitHooks: the lookup from the shards at before_forward(0), the deferred lookup gradient
   void before_forward(int u) override;
   void after_forward(int u) override { in_.after_forward(u); }
+  std::vector<VocabRows> head_rows(int u) override { return in_.head_rows(u); }
+  void before_head_rows(int u, int k) override { in_.before_head_rows(u, k); }
   void before_backward(int u) override { in_.before_backward(u); }
   void after_backward(int u) override { in_.after_backward(u); }
   void before_grads(int u) override { in_.before_grads(u); }

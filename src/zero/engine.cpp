@@ -165,12 +165,33 @@ void ZeroEngine<Ops>::gather_or_progress(int u) {
 
 template <class Ops>
 void ZeroEngine<Ops>::before_forward(int u) {  // the lookup from the shards: the exchange's before_forward(0)
+  if (head_by_rows_) {
+    group_.test(CommHandle{});  // the head waits for its rows range by range (before_head_rows)
+    return;
+  }
   gather_or_progress(u);
 }
 
 template <class Ops>
 void ZeroEngine<Ops>::after_forward(int u) {
+  head_by_rows_ = false;
   if (rules_.gather_units) gatherer_.release(u);
+}
+
+// The embedding's all-gather after the update, still in flight at the LM head (it goes last,
+// ParamGatherer::after_optimizer_step): the head's logits over this rank's own rows first, then
+// over the other ranks' rows as the ring delivers them, instead of waiting for all of them.
+template <class Ops>
+std::vector<VocabRows> ZeroEngine<Ops>::head_rows(int u) {
+  std::vector<VocabRows> order;
+  if (!rules_.gather_units) order = gatherer_.head_rows(u);
+  head_by_rows_ = !order.empty();
+  return order;
+}
+
+template <class Ops>
+void ZeroEngine<Ops>::before_head_rows(int u, int k) {
+  gatherer_.wait_head_rows(u, k);
 }
 
 template <class Ops>

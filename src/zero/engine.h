@@ -131,6 +131,9 @@ class ZeroEngine : public UnitHooks {
   void after_backward(int u) override;
   void before_grads(int u) override;
   void grads_ready(int u) override;
+  // Stages 1-2 with overlap: the LM head reads the embedding's rows as its all-gather delivers them.
+  std::vector<VocabRows> head_rows(int u) override;
+  void before_head_rows(int u, int k) override;
 
  private:
   GPT<Ops>& model_;
@@ -153,6 +156,7 @@ class ZeroEngine : public UnitHooks {
   void publish_final();
   int micro_ = 0;
   bool in_backward_ = false;  // between before_backward and after_backward of a unit
+  bool head_by_rows_ = false;  // the head's forward waits for its rows range by range (head_rows)
   double last_update_s_ = 0;  // host time: on the CUDA backend only what the host waited for
   Tracer* tr_ = nullptr;
   std::unique_ptr<TracedHooks> traced_;  // the model's hooks while tracing

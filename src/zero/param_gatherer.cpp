@@ -192,6 +192,64 @@ void ParamGatherer<Ops>::wait_all() {
 }
 
 template <class Ops>
+std::vector<VocabRows> ParamGatherer<Ops>::head_rows(int u) {
+  head_need_.clear();
+  std::vector<VocabRows> ranges;
+  if (!params_pending() || !ag_[size_t(u)].valid() || layout_.embedding_units() != 1 || u != 0) return ranges;
+  // Row i of wte is whole once every element of it has arrived: the largest arrival position
+  // (comm.h's gather_arrival_position) among its last elements in each chunk it touches, plus one.
+  const size_t C = size_t(layout_.config().C), n = part_.unit_shard_numel(u);
+  const size_t wte0 = layout_.slot(ParamId::wte).offset - layout_.units()[size_t(u)].offset;
+  const int rows = layout_.vocab_rows(u).rows, rank = comm_.rank(), world = comm_.world();
+  auto need = [&](size_t i) {  // arrived elements row i needs
+    const size_t a = wte0 + i * C, b = a + C - 1;
+    long long pos = gather_arrival_position(rank, world, n, b);
+    for (size_t c = a / n; c < b / n; ++c) pos = std::max(pos, gather_arrival_position(rank, world, n, (c + 1) * n - 1));
+    return size_t(pos + 1);
+  };
+  std::vector<int> order(static_cast<size_t>(rows));
+  std::vector<size_t> needs(static_cast<size_t>(rows));
+  for (int i = 0; i < rows; ++i) order[size_t(i)] = i, needs[size_t(i)] = need(size_t(i));
+  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return needs[size_t(x)] < needs[size_t(y)]; });
+  // Consecutive rows in arrival order, in ranges: the own rows (need 0) in one, the others in ranges
+  // of at most kHeadRangeElems elements and 1/kHeadRanges of the vocabulary, each waited for its
+  // last row (small enough that the head follows the ring closely, large enough for a GEMM).
+  const int cap = int(std::max<size_t>(1, std::min(kHeadRangeElems / C, size_t(rows) / kHeadRanges)));
+  for (int i : order) {
+    const size_t ni = needs[size_t(i)];
+    if (!ranges.empty()) {
+      VocabRows& last = ranges.back();
+      const bool own = head_need_.back() == 0;
+      if (last.row0 + last.rows == i && ((own && ni == 0) || (!own && ni > 0 && last.rows < cap))) {
+        ++last.rows;
+        head_need_.back() = std::max(head_need_.back(), ni);
+        continue;
+      }
+    }
+    ranges.push_back({i, 1});
+    head_need_.push_back(ni);
+  }
+  // A short range joins the one before it where they are adjacent rows: a narrow GEMM is slow, and
+  // BLAS may round it differently from the whole unit's (OpenBLAS's small-matrix kernels).
+  for (size_t k = ranges.size(); k-- > 1;) {
+    VocabRows &prev = ranges[k - 1], &cur = ranges[k];
+    if (cur.rows >= cap / 2 || head_need_[k - 1] == 0 || prev.row0 + prev.rows != cur.row0) continue;
+    prev.rows += cur.rows;
+    head_need_[k - 1] = std::max(head_need_[k - 1], head_need_[k]);
+    ranges.erase(ranges.begin() + long(k));
+    head_need_.erase(head_need_.begin() + long(k));
+  }
+  return ranges;
+}
+
+template <class Ops>
+void ParamGatherer<Ops>::wait_head_rows(int u, int k) {
+  ZT_ASSERT(size_t(k) < head_need_.size());
+  if (params_pending() && ag_[size_t(u)].valid() && head_need_[size_t(k)] > 0)
+    comm_.wait_all_gather_arrived(ag_[size_t(u)], head_need_[size_t(k)]);
+}
+
+template <class Ops>
 const typename ParamGatherer<Ops>::T* ParamGatherer<Ops>::whole_unit(int u) {
   if (rules_.full_params) {
     wait_all();

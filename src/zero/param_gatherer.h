@@ -55,6 +55,13 @@ class ParamGatherer {
   bool params_pending() const { return pending_ > 0; }  // stages 1-2, overlap
   void wait_unit(int u);                // stages 1-2: unit u's gather complete
   void wait_all();                      // stages 1-2: every gather complete (no-op when none pending)
+  // Stages 1-2, overlap, one embedding unit u whose all-gather is in flight: its wte rows (row0
+  // relative to the unit) in ranges, in the order the ring makes them whole (Comm::all_gather_arrived):
+  // this rank's own rows first, then ranges of at most kHeadRangeElems elements; empty otherwise.
+  // wait_head_rows(u, k): range k's rows are present (the unit stays pending for wait_unit).
+  std::vector<VocabRows> head_rows(int u);
+  void wait_head_rows(int u, int k);
+  static constexpr size_t kHeadRangeElems = size_t(1) << 20, kHeadRanges = 16;
   // Unit u's full parameters, valid until the next call (collective at stage 3: gathered into
   // the first slot, between passes).
   const T* whole_unit(int u);
@@ -94,6 +101,7 @@ class ParamGatherer {
   // waited); pending_: how many.
   std::vector<CommHandle> ag_;
   int pending_ = 0;
+  std::vector<size_t> head_need_;  // head_rows' ranges: elements of the gather that must have arrived
   int max_alive_ = 0;
   Tracer* tr_ = nullptr;
   std::unique_ptr<ParamShardSource<Ops>> shards_;  // stage 3: my parameter shard, for slot i

@@ -83,6 +83,10 @@ class TracedHooks : public UnitHooks {
     TraceSpan s(&tr_, "embedding lookup gradient", Tracer::kCompute);
     in_.embedding_lookup_deferred();
   }
+  // The head's waits for its rows fall inside its forward span; the waits themselves are the
+  // comm track's (the collective log).
+  std::vector<VocabRows> head_rows(int u) override { return in_.head_rows(u); }
+  void before_head_rows(int u, int k) override { in_.before_head_rows(u, k); }
 
  private:
   void span(const char* what, int u) {

@@ -9,13 +9,17 @@
 //   - per round the N messages carry N different chunks, and per phase a rank sends every chunk
 //     but one: (N-1)/N of the buffer, the byte model of comm.h;
 //   - a round's segments tile every chunk, at most one segment long each, in a count every rank
-//     computes alike (otherwise a sender and its receiver post different numbers of messages).
+//     computes alike (otherwise a sender and its receiver post different numbers of messages);
+//   - an all-gather's progress (gather_arrived) counts exactly the elements received so far, in the
+//     arrival order Comm::all_gather_arrived promises (gather_arrival_position): what the LM head
+//     reads of the embedding before its all-gather completes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
 #include <vector>
 
+#include "comm/comm.h"
 #include "comm/ring.h"
 
 namespace zt {
@@ -137,6 +141,44 @@ TEST(RingSegments, TileEveryChunkInACountEveryRankShares) {
         if (largest > 0) EXPECT_GT(Ring::segment(k_n - 1, largest, seg).end, Ring::segment(k_n - 1, largest, seg).begin);
       }
   EXPECT_EQ(Ring::segments(size_t(3) << 20, 2), 6u);  // 1.5 Mi floats per chunk, 1 MiB segments
+}
+
+// The segments an all-gather has completed (marked as the schedule receives them) are exactly the
+// elements whose arrival position is below gather_arrived(), after every segment, at every rank.
+TEST(RingProgress, AnAllGatherCountsWhatHasArrivedInTheOrderCommPromises) {
+  const size_t S = Ring::kSegmentElems;
+  for (int N : {2, 3, 5})
+    for (size_t n : {size_t(1), S, 2 * S + 77})
+      for (int r = 0; r < N; ++r) {
+        std::vector<float> buf(n * size_t(N));
+        Ring g = Ring::all_gather(buf.data() + size_t(r) * n, buf.data(), n, r, N, MPI_COMM_NULL);
+        std::vector<char> have(buf.size(), 0);
+        std::fill(have.begin() + long(size_t(r) * n), have.begin() + long(size_t(r + 1) * n), 1);
+        // Every element near a segment's edge, and a stride through the rest.
+        std::vector<size_t> probe;
+        for (size_t i = 0; i < buf.size(); i += 4099) probe.push_back(i);
+        for (int c = 0; c < N; ++c)
+          for (size_t b = 0; b <= n; b += std::min(S, n))
+            for (size_t d : {b, b + 1})
+              if (d >= 1 && d - 1 < n) probe.push_back(size_t(c) * n + d - 1), probe.push_back(std::min(size_t(c) * n + d, buf.size() - 1));
+        EXPECT_EQ(g.gather_arrived(), 0u);
+        bool done = false;
+        const size_t segs = Ring::segments(buf.size(), N);
+        for (int s = 0; s < N - 1; ++s)
+          for (size_t k = 0; k < segs; ++k) {
+            ASSERT_FALSE(done);
+            const int c = Ring::gather_round(r, s, N).recv;
+            const Ring::Span sp = Ring::segment(k, n);
+            std::fill(have.begin() + long(size_t(c) * n + sp.begin), have.begin() + long(size_t(c) * n + sp.end), 1);
+            done = g.complete_segment();
+            if (done) break;
+            const long long a = (long long)g.gather_arrived();
+            for (size_t i : probe)
+              ASSERT_EQ(have[i] != 0, gather_arrival_position(r, N, n, i) < a)
+                  << "N " << N << " n " << n << " rank " << r << " round " << s << " segment " << k << " element " << i;
+          }
+        EXPECT_TRUE(done);
+      }
 }
 
 }  // namespace
