@@ -83,10 +83,14 @@ class TracedHooks : public UnitHooks {
     TraceSpan s(&tr_, "embedding lookup gradient", Tracer::kCompute);
     in_.embedding_lookup_deferred();
   }
-  // The head's waits for its rows fall inside its forward span; the waits themselves are the
-  // comm track's (the collective log).
+  // The head over rows as they arrive: its forward is one span per stretch between waits (a wait
+  // for rows is not compute), the last one closed by after_forward.
   std::vector<VocabRows> head_rows(int u) override { return in_.head_rows(u); }
-  void before_head_rows(int u, int k) override { in_.before_head_rows(u, k); }
+  void before_head_rows(int u, int k) override {
+    if (k > 0) span("fwd u", u);
+    in_.before_head_rows(u, k);
+    t0_ = Tracer::now_us();
+  }
 
  private:
   void span(const char* what, int u) {

@@ -76,16 +76,20 @@ def run(train, mpirun, np_, stage, accum, overlap, work):
 
 
 def head_overlapped_gather(work):
-    """Steps in which rank 0's head forward (a "fwd u0" span) was running when the embedding's
-    all-gather (unit 0) completed."""
+    """Steps in which rank 0's LM head computed logits before the embedding's all-gather (unit 0)
+    completed: a "fwd u0" span (one per stretch between the head's waits for rows) after the final
+    norm's forward ("fwd u{L+1}", so not the lookup's) that ends while the all-gather is in flight."""
     with open(os.path.join(work, "trace.rank0.json")) as f:
         evs = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    final = f"fwd u{MODEL['model.n_layer'] + 1}"
     gathers = [e for e in evs if e["name"].startswith("all_gather") and e.get("args", {}).get("unit") == 0]
+    norms = [e for e in evs if e["name"] == final]
     heads = [e for e in evs if e["name"] == "fwd u0" and e["dur"] > 0]
     n = 0
     for g in gathers:
         end = g["ts"] + g["dur"]
-        n += any(h["ts"] < end < h["ts"] + h["dur"] for h in heads)
+        fs = [f["ts"] + f["dur"] for f in norms if g["ts"] < f["ts"] < end]
+        n += bool(fs) and any(fs[0] <= h["ts"] and h["ts"] + h["dur"] < end for h in heads)
     return n
 
 
