@@ -30,20 +30,14 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zero_equivalence as zm  # noqa: E402  (its tiny model and the runs' environment)
 
-# The tiny model of zero_equivalence.py: C = 35 so that rows straddle the shards' boundaries.
-MODEL = {"model.n_layer": 3, "model.n_head": 5, "model.n_embd": 35, "model.seq_len": 31, "model.vocab_size": 50257}
+ROOT = zm.ROOT
+# zero_equivalence's tiny model: C = 35, so rows straddle the shards' boundaries.
+MODEL = {"model.n_layer": zm.L, "model.n_head": zm.NH, "model.n_embd": zm.C, "model.seq_len": zm.T,
+         "model.vocab_size": zm.V}
 STEPS = 4
-
-
-def env():
-    e = dict(os.environ)
-    e.setdefault("OMP_NUM_THREADS", "1")
-    if os.geteuid() == 0:
-        e.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        e.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    return e
 
 
 def run(train, mpirun, np_, stage, accum, overlap, work):
@@ -61,7 +55,7 @@ def run(train, mpirun, np_, stage, accum, overlap, work):
     cmd = [mpirun, "--oversubscribe", "-np", str(np_), train, "plans/default.json"]
     for k, v in sets.items():
         cmd += ["--set", f"{k}={v}"]
-    p = subprocess.run(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    p = subprocess.run(cmd, cwd=ROOT, env=zm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=600)
     if p.returncode != 0:
         raise SystemExit(f"head_rows: run failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-3000:]}")
@@ -100,6 +94,21 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the runs' directories")
     a = ap.parse_args()
     top = tempfile.mkdtemp(prefix="zt_head_rows_")
+    try:
+        fails = check_all(a, top)
+    finally:
+        if a.keep:
+            print(f"runs kept in {top}")
+        else:
+            shutil.rmtree(top, ignore_errors=True)
+    if not fails:
+        print("head_rows: every overlap-on run matches its overlap-off run bit for bit")
+        return 0
+    print("FAIL:\n  " + "\n  ".join(fails))
+    return 1
+
+
+def check_all(a, top):
     fails = []
     for np_, stage, accum in [(2, 1, 1), (2, 2, 2), (3, 1, 2), (3, 2, 1)]:
         tag = f"N={np_} stage={stage} grad_accum={accum}"
@@ -120,15 +129,7 @@ def main():
                          "nothing was checked")
             ok = False
         print(f"{tag}: {'ok' if ok else 'FAIL'} (steps {len(on[0])}, head ahead of the gather in {ahead} step(s))")
-    if a.keep:
-        print(f"runs kept in {top}")
-    else:
-        shutil.rmtree(top, ignore_errors=True)
-    if fails:
-        print("FAIL:\n  " + "\n  ".join(fails))
-        return 1
-    print("head_rows: every overlap-on run matches its overlap-off run bit for bit")
-    return 0
+    return fails
 
 
 if __name__ == "__main__":
