@@ -193,9 +193,9 @@ void ParamGatherer<Ops>::wait_all() {
 
 template <class Ops>
 std::vector<VocabRows> ParamGatherer<Ops>::head_rows(int u) {
-  head_need_.clear();
-  std::vector<VocabRows> ranges;
-  if (!params_pending() || !ag_[size_t(u)].valid() || layout_.embedding_units() != 1 || u != 0) return ranges;
+  if (!params_pending() || !ag_[size_t(u)].valid() || layout_.embedding_units() != 1 || u != 0) return {};
+  if (!head_ranges_.empty()) return head_ranges_;  // the layout and the partition never change
+  std::vector<VocabRows>& ranges = head_ranges_;
   // Row i of wte is whole once every element of it has arrived: the largest arrival position
   // (comm.h's gather_arrival_position) among its last elements in each chunk it touches, plus one.
   const size_t C = size_t(layout_.config().C), n = part_.unit_shard_numel(u);

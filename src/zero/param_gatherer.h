@@ -101,7 +101,8 @@ class ParamGatherer {
   // waited); pending_: how many.
   std::vector<CommHandle> ag_;
   int pending_ = 0;
-  std::vector<size_t> head_need_;  // head_rows' ranges: elements of the gather that must have arrived
+  std::vector<VocabRows> head_ranges_;  // head_rows' answer, computed once
+  std::vector<size_t> head_need_;       // per range: elements of the gather that must have arrived
   int max_alive_ = 0;
   Tracer* tr_ = nullptr;
   std::unique_ptr<ParamShardSource<Ops>> shards_;  // stage 3: my parameter shard, for slot i
