@@ -275,8 +275,7 @@ class GPT {
   struct GradScratch {
     T* dresidual;   // (B, T, C)   gradient of the residual stream, accumulated through all layers
     T* dC;          // (B, T, C)   dln2 / datty / dln1 / dlnf, one after the other
-    T* d4C_a;       // (B, T, 4C)  dfch_gelu
-    T* d4C_b;       // (B, T, 4C)  dfch
+    T* d4C;         // (B, T, 4C)  dfch (the GELU's backward rides in the product: no dfch_gelu buffer)
     T* dqkv;        // (B, T, 3C)
     // Sequence parallelism only (else nullptr):
     T* dchunk;      // (B T / tp, C) a reduce-scatter's result: this rank's positions of a gradient

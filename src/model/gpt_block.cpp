@@ -64,9 +64,9 @@ void GPT<Ops>::block_backward(int l, const BlockActs& a, const T* x, int B, int 
   // MLP: residual3 = residual2 + fc_proj(gelu(fc(ln_2(residual2))))
   // dfch = gelu'(fch) * (dresidual @ fcprojw): the GELU's backward rides in the projection's epilogue
   // on CUDA, so dfch_gelu (N, 4C) never goes through memory.
-  Ops::matmul_backward_through_gelu(gs_.d4C_b, grad(ParamId::fcprojw, l), grad(ParamId::fcprojb, l), gs_.dresidual,
+  Ops::matmul_backward_through_gelu(gs_.d4C, grad(ParamId::fcprojw, l), grad(ParamId::fcprojb, l), gs_.dresidual,
                                     a.fch_gelu, a.fch, param(ParamId::fcprojw, l), N, H, C, scratch);
-  Ops::matmul_backward(gs_.dC, grad(ParamId::fcw, l), grad(ParamId::fcb, l), gs_.d4C_b, a.ln2, param(ParamId::fcw, l), N,
+  Ops::matmul_backward(gs_.dC, grad(ParamId::fcw, l), grad(ParamId::fcb, l), gs_.d4C, a.ln2, param(ParamId::fcw, l), N,
                        C, H, scratch, -1, Dinp::overwrite);
   tensor_sum(gs_.dC, size_t(N) * size_t(C));
   Ops::layernorm_backward(gs_.dresidual, grad(ParamId::ln2w, l), grad(ParamId::ln2b, l), gs_.dC, a.residual2,

@@ -78,10 +78,10 @@ void GPT<Ops>::block_backward_sp(int l, const BlockActs& a, const T* x, int B, i
 
   // MLP
   tensor_gather(gs_.dresidual, whole, RC);
-  Ops::matmul_backward_through_gelu(gs_.d4C_b, grad(ParamId::fcprojw, l), grad(ParamId::fcprojb, l), whole,
+  Ops::matmul_backward_through_gelu(gs_.d4C, grad(ParamId::fcprojw, l), grad(ParamId::fcprojb, l), whole,
                                     a.fch_gelu, a.fch, param(ParamId::fcprojw, l), N, H, C, scratch);
   tensor_gather(a.ln2, whole, RC);
-  Ops::matmul_backward(partial, grad(ParamId::fcw, l), grad(ParamId::fcb, l), gs_.d4C_b, whole, param(ParamId::fcw, l),
+  Ops::matmul_backward(partial, grad(ParamId::fcw, l), grad(ParamId::fcb, l), gs_.d4C, whole, param(ParamId::fcw, l),
                        N, C, H, scratch, -1, Dinp::overwrite);
   tensor_scatter(partial, gs_.dchunk, RC);
   layernorm_backward_here(gs_.dresidual, ParamId::ln2w, ParamId::ln2b, l, gs_.dchunk, a.residual2, a.ln2_mean,

@@ -107,7 +107,7 @@ std::vector<FieldSize> grad_scratch_sizes(const GPTConfig& cfg, int B, int Tn) {
   const size_t BT = product({size_t(B), size_t(Tn)}), BTC = product({BT, size_t(cfg.C)});
   const size_t BTH = product({BT, size_t(cfg.mlp_C())}), BT3A = product({BT, 3, size_t(cfg.attn_C())});
   const size_t chunk = cfg.sp ? product({cfg.sp_rows(BT), size_t(cfg.C)}) : 0, ln = cfg.sp ? 2 * size_t(cfg.C) : 0;
-  return {{BTC, Elem::t}, {BTC, Elem::t}, {BTH, Elem::t}, {BTH, Elem::t}, {BT3A, Elem::t}, {chunk, Elem::t}, {ln, Elem::t}};
+  return {{BTC, Elem::t}, {BTC, Elem::t}, {BTH, Elem::t}, {BT3A, Elem::t}, {chunk, Elem::t}, {ln, Elem::t}};
 }
 // Each field starts on a 64-byte boundary so kernels get aligned rows (and 128-bit loads).
 size_t aligned_bytes(size_t bytes) { return checked_round_up(bytes, MemoryTracker::kAlign, kActivationSize); }
@@ -173,7 +173,7 @@ GPT<Ops>::GPT(const GPTConfig& cfg, int B, int Tn, MemoryTracker& mem, size_t pa
   // (field pointers stored as void** since the struct mixes int, T and S fields). A pipeline stage
   // keeps activation_slots copies of the activations (micro-batches in flight), one block.
   const std::vector<void**> act_fields = activation_fields();
-  void** grad_fields[] = {(void**)&gs_.dresidual, (void**)&gs_.dC, (void**)&gs_.d4C_a, (void**)&gs_.d4C_b,
+  void** grad_fields[] = {(void**)&gs_.dresidual, (void**)&gs_.dC, (void**)&gs_.d4C,
                           (void**)&gs_.dqkv, (void**)&gs_.dchunk, (void**)&gs_.ln_grads};
   auto carve = [&](void** const* fields, const std::vector<FieldSize>& sizes, Allocation& block, const char* name,
                    size_t copies, std::vector<size_t>* offsets) {

@@ -154,9 +154,11 @@ TEST(PlanSizes, EstimateRefusesSizesPast64Bits) {
 // then (docs/design.md §3.11): fcproj is kept by no layer (one layer of scratch: 11 x 25,165,824
 // fewer), and the classifier runs in auto chunks of 2128 positions (logits 8192 x 50304 x 4 =
 // 1,648,361,472 -> 2128 x 50304 x 4 = 428,187,648; + log-sum-exp and running sum, 2 x 8192 x 4),
-// so activations 7,468,122,112 -> 5,971,189,760 at every stage; at stage 3 the split embedding's
-// units are gathered once more for their gradients: sent + 7/8 x 4 x Pe (Pe = 39,419,904 padded
-// embedding elements) = 1,431,034,752 -> 1,569,004,416.
+// so activations 7,468,122,112 -> 5,971,189,760 at every stage, and -> 5,870,526,464 since the
+// (B, T, 4C) gradient the GELU's backward no longer needs is gone (8 x 1024 x 3072 x 4 =
+// 100,663,296); at stage 3 the split embedding's units are gathered once more for their
+// gradients: sent + 7/8 x 4 x Pe (Pe = 39,419,904 padded embedding elements) = 1,431,034,752 ->
+// 1,569,004,416.
 TEST(PlanSizes, EstimateNumbersUnchangedForSizesThatFit) {
   const struct {
     std::vector<std::string> sets;
@@ -165,16 +167,16 @@ TEST(PlanSizes, EstimateNumbersUnchangedForSizesThatFit) {
     uint64_t bytes_per_step;
   } cases[] = {
       {{"zero.stage=0"}, 8,
-       {{"activations", 5971189760ull}, {"grads", 497903616}, {"optimizer", 995807232}, {"params", 497903616},
-        {"total", 7962804224ull}},
+       {{"activations", 5870526464ull}, {"grads", 497903616}, {"optimizer", 995807232}, {"params", 497903616},
+        {"total", 7862140928ull}},
        871331328},
       {{"zero.stage=1"}, 8,
-       {{"activations", 5971189760ull}, {"grads", 560141568}, {"optimizer", 124475904}, {"params", 497903616},
-        {"total", 7153710848ull}},
+       {{"activations", 5870526464ull}, {"grads", 560141568}, {"optimizer", 124475904}, {"params", 497903616},
+        {"total", 7053047552ull}},
        871331328},
       {{"zero.stage=2"}, 8,
-       {{"activations", 5971189760ull}, {"comm", 241194240}, {"grads", 62237952}, {"optimizer", 124475904},
-        {"params", 497903616}, {"total", 6897001472ull}},
+       {{"activations", 5870526464ull}, {"comm", 241194240}, {"grads", 62237952}, {"optimizer", 124475904},
+        {"params", 497903616}, {"total", 6796338176ull}},
        871331328},
       // Stage 3 since the embedding is six block-sized row chunks (docs/design.md §3.9): comm =
       // 4 x (2 staging buckets of a block + final norm, 7,089,408 each, their 1/8 receive, and 2
@@ -182,8 +184,8 @@ TEST(PlanSizes, EstimateNumbersUnchangedForSizesThatFit) {
       // embedding-sized gather slot and gradient staging, comm 427225344, total 8144299264, sent
       // 1444966656; before that, two embedding-sized slots, comm 556553472, total 8273627392.
       {{"zero.stage=3"}, 8,
-       {{"activations", 5971189760ull}, {"comm", 120507648}, {"grads", 62237952}, {"optimizer", 124475904},
-        {"params", 62237952}, {"total", 6340649216ull}},
+       {{"activations", 5870526464ull}, {"comm", 120507648}, {"grads", 62237952}, {"optimizer", 124475904},
+        {"params", 62237952}, {"total", 6239985920ull}},
        1569004416},
   };
   for (const auto& c : cases) {
@@ -194,13 +196,14 @@ TEST(PlanSizes, EstimateNumbersUnchangedForSizesThatFit) {
     EXPECT_EQ(zt::estimate_json(est)["memory"]["host"], c.memory);
     EXPECT_EQ(est.bytes_per_step, c.bytes_per_step);
   }
-  // Huge but representable: 2.4e18 bytes of activations, exactly (2.5e18 while fcproj was kept).
+  // Huge but representable: 2.4e18 bytes of activations, exactly (2.5e18 while fcproj was kept;
+  // 32767 x 65536 x 65536 x 4 more while the GELU's backward had a (B, T, 4C) gradient of its own).
   const zt::Estimate big = zt::estimate_plan(
       plan_with({"model.n_layer=1000", "model.n_embd=16384", "model.seq_len=65536", "batch.micro_batch=32767",
                  "zero.stage=3"}),
       4);
-  EXPECT_EQ(big.by_tier_category.at({zt::Tier::host, zt::Category::activations}), 2395216873901522944ull);
-  EXPECT_EQ(big.tier_total(zt::Tier::host), 2395229834723033088ull);
+  EXPECT_EQ(big.by_tier_category.at({zt::Tier::host, zt::Category::activations}), 2394653941127970816ull);
+  EXPECT_EQ(big.tier_total(zt::Tier::host), 2394666901949480960ull);
   // 3Ψ x 3/4 x 4 = 9Ψ, Ψ = 3,223,336,419,328: wte is smaller than a block here, so the embedding
   // stays one unit, and backward's lookup no longer gathers it (before: 9Ψ + 3 P0 = 29015721541632).
   EXPECT_EQ(big.bytes_per_step, 29010027773952ull);

@@ -22,13 +22,13 @@ GPT-2 activation shapes, independently of the code:
                        unit (a block); all × 4 bytes. Buckets: blocks in backward order (final norm,
                        blocks L-1..0), closed once they reach bucket_mb MiB (every unit alone
                        without overlap); each embedding unit is a bucket of its own.
-  activations 4 bytes × (B·T × (L·(17C + NH + 4) + 16C + 5) + P·Vp [+ 2·B·T with chunks]):
+  activations 4 bytes × (B·T × (L·(17C + NH + 4) + 12C + 5) + P·Vp [+ 2·B·T with chunks]):
               per layer ln1 C, ln1 mean+rstd 2, qkv 3C, attention output C, attention
               log-sum-exp NH, attention projection C, residual C, ln2 C, ln2 mean+rstd 2, fc 4C,
               gelu 4C, residual C  (17C + NH + 4); the fc projection C once (no layer keeps it);
               once: input and target ids 2, embedding output C, ln_f C + mean+rstd 2, losses 1;
-              backward scratch: residual gradient C, C-sized gradient C, two 4C gradients, qkv
-              gradient 3C (16C + 5 in all); logits: one classifier chunk, P positions × Vp (P =
+              backward scratch: residual gradient C, C-sized gradient C, one 4C gradient (the GELU's
+              backward needs no second), qkv gradient 3C (12C + 5 in all); logits: one classifier chunk, P positions × Vp (P =
               B·T with whole logits; auto: ⌊B·T·(17C + NH + 4)/Vp⌋ clamped to [min(B·T, 256), B·T]), and
               with chunks a log-sum-exp and a running sum per position (2·B·T). The tracker starts every field on 64 bytes; B·T is a multiple
               of 16 here, so every field already is (asserted).
@@ -38,15 +38,15 @@ summary line of a real 1-step run (mpirun for N = 3; overlap on), category by ca
 
 Activations under recompute.policy (docs/design.md §3.11), with W = 17C + NH + 4 one block's
 working set without its output (the 14 fields of a layer: the list above with the fc projection for the output):
-  selective   4·B·T × (L·(10C + NH + 4) + 8C + 15C + 5) + logits: per layer the LayerNorm statistics 4,
+  selective   4·B·T × (L·(10C + NH + 4) + 8C + 11C + 5) + logits: per layer the LayerNorm statistics 4,
               qkv 3C, attention output C, log-sum-exp NH, attention projection C, fc 4C, block
               output C; once the dropped ln1, ln2, residual, gelu and fc projection (8C)
-  block k     4·B·T × (K·(W - C) + L·C + W + 15C + 5) + logits: K = L - ceil(L/k) blocks keep
+  block k     4·B·T × (K·(W - C) + L·C + W + 11C + 5) + logits: K = L - ceil(L/k) blocks keep
               everything but the fc projection, every block keeps its output (the next one's
               input), one block's working set W (with the fc projection) is the scratch
 checked in the estimate for every policy (world 1 stage 0, world 3 stage 3) and in real runs (world
 1); for GPT-2 124M at B = 8, T = 1024 the block estimate is printed next to none's and must be at
-most one block's working set (W + the 13C backward gradient scratch) + the L + 1 block inputs
+most one block's working set (W + the 9C backward gradient scratch) + the L + 1 block inputs
 (embedding output and L block outputs) + the classifier buffers (ln_f C + 2, losses 1) + the 2
 token ids + the chunks' log-sum-exp and running sum 2, per token, + one classifier chunk's logits
 (auto: 2128 positions × Vp).
@@ -170,8 +170,8 @@ def activation_bytes(m, policy="none", every=1, chunk=-1, world=1, stage=0):
     rows = classifier_rows(m, chunk, world, stage)
     assert (rows * vp * 4) % 64 == 0  # Vp is a multiple of 128: the logits need no padding either
     per_layer = 17 * C + NH + 4  # fc projection (C) is one layer of scratch, kept by no policy
-    once = 2 + C + (C + 2) + 1 + (C + C + 4 * C + 4 * C + 3 * C)
-    assert once == 15 * C + 5
+    once = 2 + C + (C + 2) + 1 + (C + C + 4 * C + 3 * C)
+    assert once == 11 * C + 5
     logits = 4 * rows * vp + (4 * 2 * BT if rows < BT else 0)  # + log-sum-exp and running sum
     work = per_layer  # one block's working set without its output, with its fc projection
     if policy == "selective":
@@ -367,7 +367,7 @@ def check_recompute(train, mpirun, work, failures):
     # GPT-2 124M, B = 8, T = 1024: block against its bound (per token, 4 bytes each).
     C, L, NH, BT = GPT2["C"], GPT2["L"], GPT2["NH"], GPT2["B"] * GPT2["T"]
     rows = classifier_rows(GPT2)
-    bound = 4 * BT * ((17 * C + NH + 4) + 13 * C + (L + 1) * C + (C + 2) + 1 + 2 + 2) + 4 * rows * VP
+    bound = 4 * BT * ((17 * C + NH + 4) + 9 * C + (L + 1) * C + (C + 2) + 1 + 2 + 2) + 4 * rows * VP
     try:
         none, block = (estimate(train, GPT2, 1, 0, True, work, p)["activations"] for p in ("none", "block"))
         for p, got in (("none", none), ("block", block)):
